@@ -1,0 +1,171 @@
+//! `#[repr(C)]` values stored in the sensor's maps and ring buffer.
+
+use crate::histogram::NR_BUCKETS;
+
+/// Most training jobs the sensor tracks at once (index space of [`JobStats`]).
+pub const MAX_JOBS: u32 = 64;
+/// Most CPUs the sensor supports (entries of the `cpu_state` array).
+pub const MAX_CPUS: u32 = 1024;
+/// Most threads classified at once (entries of the `thread_state` hash).
+pub const MAX_THREADS: u32 = 65536;
+/// Ring buffer size in bytes: a power of two and a multiple of the page size.
+pub const EVENTS_RING_BYTES: u32 = 256 * 1024;
+
+/// Thread classes. A thread belongs to one training job, one online or offline inference
+/// pool, or none of them ("other"). `CLASS_IDLE` is the per-CPU idle task (pid 0) and appears
+/// only in per-CPU time accounting, never in `thread_state`.
+pub const CLASS_OTHER: u32 = 0;
+pub const CLASS_TRAINING: u32 = 1;
+pub const CLASS_ONLINE: u32 = 2;
+pub const CLASS_OFFLINE: u32 = 3;
+pub const CLASS_IDLE: u32 = 4;
+pub const NR_CLASSES: usize = 5;
+
+/// Value of `thread_state`, keyed by tid.
+///
+/// `group` is the training job id (index into `job_stats`) or the inference pool id.
+/// `runnable_since_ns` is the `bpf_ktime_get_ns()` at which a training thread became runnable
+/// (woken or preempted), or 0 while it runs or sleeps.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadState {
+    pub class: u32,
+    pub group: u32,
+    pub runnable_since_ns: u64,
+}
+
+/// Per training job, per CPU (the CPU on which each quantity was observed).
+///
+/// `run_ns + wait_ns` integrated over an interval, divided by its length, is the job's CPU
+/// demand: the average number of its threads that were runnable or running.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobStats {
+    /// Time the job's threads spent running.
+    pub run_ns: u64,
+    /// Time the job's threads spent runnable but waiting for a CPU (completed waits).
+    pub wait_ns: u64,
+    /// Number of completed run-queue waits.
+    pub waits: u64,
+    /// Longest single wait seen.
+    pub max_wait_ns: u64,
+    /// Times a thread of the job was enqueued on, or preempted on, a CPU running inference.
+    pub behind_inference: u64,
+    /// Waits longer than the configured threshold.
+    pub long_waits: u64,
+    /// Run-queue wait histogram, see [`crate::histogram`].
+    pub wait_hist: [u64; NR_BUCKETS],
+}
+
+impl Default for JobStats {
+    fn default() -> Self {
+        Self {
+            run_ns: 0,
+            wait_ns: 0,
+            waits: 0,
+            max_wait_ns: 0,
+            behind_inference: 0,
+            long_waits: 0,
+            wait_hist: [0; NR_BUCKETS],
+        }
+    }
+}
+
+/// One CPU's view of what it runs, indexed by CPU number. Only that CPU writes it; other CPUs
+/// read `current_class` to tell whether a training thread is being enqueued behind inference.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuState {
+    /// Time of the last context switch on this CPU (0 before the first one was seen).
+    pub switched_at_ns: u64,
+    /// Time of the last event this CPU sent to userspace, for per-CPU rate limiting.
+    pub last_event_ns: u64,
+    /// Class, group and tid of the task now running here.
+    pub current_class: u32,
+    pub current_group: u32,
+    pub current_tid: u32,
+    pub _pad: u32,
+    /// Time spent running each class, indexed by `CLASS_*`.
+    pub class_ns: [u64; NR_CLASSES],
+}
+
+/// Runtime knobs, in the single entry of the `settings` array.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// A training thread that waited longer than this raises an `EVENT_LONG_WAIT`.
+    pub wait_threshold_ns: u64,
+    /// Minimum spacing of events sent by one CPU; closer ones are counted and dropped.
+    pub event_min_interval_ns: u64,
+}
+
+/// A training thread was woken onto a CPU whose current task is inference.
+pub const EVENT_ENQUEUED_BEHIND_INFERENCE: u32 = 1;
+/// A running training thread was preempted by inference and stays runnable.
+pub const EVENT_PREEMPTED_BY_INFERENCE: u32 = 2;
+/// A training thread waited in the run queue longer than `wait_threshold_ns`.
+pub const EVENT_LONG_WAIT: u32 = 3;
+
+/// What the sensor sends through the ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SensorEvent {
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the sensor saw it.
+    pub ts_ns: u64,
+    /// For `EVENT_LONG_WAIT`, the wait; otherwise 0.
+    pub wait_ns: u64,
+    pub kind: u32,
+    /// Training job id.
+    pub job: u32,
+    pub tid: u32,
+    /// The CPU the training thread is queued on.
+    pub cpu: u32,
+    /// Class and group of the task that holds that CPU.
+    pub holder_class: u32,
+    pub holder_group: u32,
+}
+
+/// Indexes of the per-CPU `counters` array: what the sensor saw and what it dropped.
+pub const COUNTER_EVENTS_SENT: u32 = 0;
+/// Events not sent because the CPU sent one less than `event_min_interval_ns` ago.
+pub const COUNTER_EVENTS_RATE_LIMITED: u32 = 1;
+/// Events lost because the ring buffer was full.
+pub const COUNTER_EVENTS_RINGBUF_FULL: u32 = 2;
+/// Waits discarded because the dequeue timestamp was older than the enqueue one (clocks read
+/// on two CPUs).
+pub const COUNTER_WAIT_CLOCK_SKEW: u32 = 3;
+/// Children not classified at fork because `thread_state` was full.
+pub const COUNTER_THREAD_MAP_FULL: u32 = 4;
+/// Training threads whose job id was out of range.
+pub const COUNTER_BAD_JOB_ID: u32 = 5;
+/// Children classified at fork by inheriting their parent's class.
+pub const COUNTER_FORKS_INHERITED: u32 = 6;
+pub const NR_COUNTERS: u32 = 7;
+
+/// Human names of the counters, indexed like them.
+pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
+    "events_sent",
+    "events_rate_limited",
+    "events_ringbuf_full",
+    "wait_clock_skew",
+    "thread_map_full",
+    "bad_job_id",
+    "forks_inherited",
+];
+
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 16);
+const _: () = assert!(core::mem::size_of::<JobStats>() == 48 + 8 * NR_BUCKETS);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 32 + 8 * NR_CLASSES);
+const _: () = assert!(core::mem::size_of::<Settings>() == 16);
+const _: () = assert!(core::mem::size_of::<SensorEvent>() == 40);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: every type is #[repr(C)], made only of fixed-width integers, with no padding
+    // (the size assertions above pin the layout).
+    unsafe impl aya::Pod for super::ThreadState {}
+    unsafe impl aya::Pod for super::JobStats {}
+    unsafe impl aya::Pod for super::CpuState {}
+    unsafe impl aya::Pod for super::Settings {}
+    unsafe impl aya::Pod for super::SensorEvent {}
+}

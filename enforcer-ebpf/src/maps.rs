@@ -1,0 +1,45 @@
+//! The sensor's maps. Declared as BTF maps so that bpftool prints their keys and values with
+//! field names. Names must match `enforcer_common::maps` (the contract test checks).
+
+use aya_ebpf::{
+    btf_maps::{Array, HashMap, PerCpuArray, RingBuf},
+    macros::btf_map,
+};
+use enforcer_common::{
+    CpuState, EVENTS_RING_BYTES, JobStats, MAX_CPUS, MAX_JOBS, MAX_THREADS, NR_COUNTERS,
+    SensorEvent, Settings, ThreadState,
+};
+
+/// tid → class, group and runnable-since time. Filled by userspace for registered threads,
+/// extended at fork, pruned at exit.
+#[btf_map(name = "thread_state")]
+pub static THREAD_STATE: HashMap<u32, ThreadState, { MAX_THREADS as usize }> = HashMap::new();
+
+/// Per-job statistics, per CPU: no atomics on the switch path, summed by userspace.
+#[btf_map(name = "job_stats")]
+pub static JOB_STATS: PerCpuArray<JobStats, { MAX_JOBS as usize }> = PerCpuArray::new();
+
+/// Indexed by CPU number. A plain array (not per-CPU) so that a wakeup on one CPU can read
+/// what another CPU is running; each slot is written only by its own CPU.
+#[btf_map(name = "cpu_state")]
+pub static CPU_STATE: Array<CpuState, { MAX_CPUS as usize }> = Array::new();
+
+/// Per-CPU diagnostic counters (`COUNTER_*`).
+#[btf_map(name = "counters")]
+pub static COUNTERS: PerCpuArray<u64, { NR_COUNTERS as usize }> = PerCpuArray::new();
+
+/// Events for userspace.
+#[btf_map(name = "events")]
+pub static EVENTS: RingBuf<SensorEvent, { EVENTS_RING_BYTES as usize }> = RingBuf::new();
+
+/// Runtime knobs; userspace may rewrite them while the programs run.
+#[btf_map(name = "settings")]
+pub static SETTINGS: Array<Settings, 1> = Array::new();
+
+#[inline(always)]
+pub fn count(index: u32) {
+    if let Some(counter) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot of this CPU; tracepoint programs do not nest on one CPU.
+        unsafe { *counter += 1 };
+    }
+}

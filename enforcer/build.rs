@@ -1,0 +1,42 @@
+//! Builds the eBPF object (enforcer-ebpf, for bpfel-unknown-none, with the nightly toolchain and
+//! bpf-linker) into OUT_DIR, where `src/sensor/object.rs` embeds it.
+//!
+//! With `AYA_BUILD_SKIP=1` (metadata-only work such as clippy on a machine without the eBPF
+//! toolchain) an empty object is written instead; the enforcer then refuses to start with
+//! "eBPF object not built" rather than failing in some obscure way. `cargo xtask` never sets it.
+
+use std::{env, fs, path::PathBuf};
+
+use anyhow::Context as _;
+
+const EBPF_PACKAGE: &str = "enforcer-ebpf";
+
+fn main() -> anyhow::Result<()> {
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").context("OUT_DIR not set")?);
+    let object = out_dir.join(EBPF_PACKAGE);
+    let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
+    if skip {
+        fs::write(&object, []).with_context(|| format!("writing stub {}", object.display()))?;
+        return Ok(());
+    }
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").context("no manifest dir")?);
+    let ebpf_dir = manifest_dir.join("..").join(EBPF_PACKAGE);
+    let ebpf_dir = ebpf_dir
+        .to_str()
+        .context("non-UTF-8 path to enforcer-ebpf")?;
+    // The eBPF crate depends on the shared types too; rebuild when they change.
+    println!("cargo:rerun-if-changed={}/../enforcer-common/src", ebpf_dir);
+    aya_build::build_ebpf(
+        [aya_build::Package {
+            name: EBPF_PACKAGE,
+            root_dir: ebpf_dir,
+            ..Default::default()
+        }],
+        aya_build::Toolchain::default(),
+    )
+    .context(
+        "building the eBPF object failed; `cargo xtask bootstrap` installs the nightly rust-src, \
+         LLVM 22 and bpf-linker it needs",
+    )
+}

@@ -1,0 +1,127 @@
+//! The control socket: a unix stream socket speaking JSON lines, one request per line and one
+//! response per request. `launch` registers through it, `observe` reads snapshots through it.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    net::UnixStream,
+};
+
+use crate::sensor::Snapshot;
+
+/// Longest request line accepted; anything longer is a broken or hostile client.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    Training,
+    Pool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Adds process `pid` (with its threads and descendants) to a training job or a pool.
+    Register {
+        kind: GroupKind,
+        name: String,
+        pid: u32,
+    },
+    /// Reads the sensor's totals.
+    Snapshot,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Response {
+    Registered {
+        name: String,
+        id: u32,
+        threads: usize,
+    },
+    Snapshot(Box<Snapshot>),
+    Error {
+        message: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "no enforcer daemon answers at {path}: {source}. Start one with `enforcer run` \
+         (or `cargo xtask run -- run`), or pass the --instance it runs as"
+    )]
+    Connect {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("talking to the enforcer daemon: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the enforcer daemon closed the connection without answering")]
+    Closed,
+    #[error("the enforcer daemon sent a malformed answer: {0}")]
+    Malformed(#[from] serde_json::Error),
+    #[error("the enforcer daemon refused: {0}")]
+    Refused(String),
+}
+
+/// A connection to the daemon.
+pub struct Client {
+    reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    writer: tokio::net::unix::OwnedWriteHalf,
+}
+
+impl Client {
+    pub async fn connect(socket: &Path) -> Result<Self, ClientError> {
+        let stream = UnixStream::connect(socket)
+            .await
+            .map_err(|source| ClientError::Connect {
+                path: socket.display().to_string(),
+                source,
+            })?;
+        let (read, writer) = stream.into_split();
+        Ok(Self {
+            reader: BufReader::new(read),
+            writer,
+        })
+    }
+
+    /// Sends one request and waits for its answer; an `Error` answer becomes `Refused`.
+    pub async fn call(&mut self, request: &Request) -> Result<Response, ClientError> {
+        let mut line = serde_json::to_vec(request)?;
+        line.push(b'\n');
+        self.writer.write_all(&line).await?;
+        let mut answer = String::new();
+        if self.reader.read_line(&mut answer).await? == 0 {
+            return Err(ClientError::Closed);
+        }
+        match serde_json::from_str(&answer)? {
+            Response::Error { message } => Err(ClientError::Refused(message)),
+            response => Ok(response),
+        }
+    }
+}
+
+/// Reads one request line of at most `MAX_REQUEST_BYTES`. Ok(None) at end of stream.
+pub async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<Option<Result<Request, String>>> {
+    buffer.clear();
+    let mut limited = tokio::io::AsyncReadExt::take(&mut *reader, MAX_REQUEST_BYTES as u64 + 1);
+    let n = limited.read_until(b'\n', buffer).await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buffer.len() > MAX_REQUEST_BYTES {
+        return Ok(Some(Err(format!(
+            "request longer than {MAX_REQUEST_BYTES} bytes"
+        ))));
+    }
+    Ok(Some(
+        serde_json::from_slice(buffer).map_err(|e| format!("malformed request: {e}")),
+    ))
+}

@@ -1,0 +1,285 @@
+//! `enforcer run`: the node daemon. Loads the sensor, keeps thread classification current,
+//! consumes events, serves the control socket, and cleans up on SIGINT/SIGTERM.
+
+use std::{
+    os::unix::fs::PermissionsExt as _,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use enforcer_common::Settings;
+use tokio::{
+    io::{AsyncWriteExt as _, BufReader},
+    net::{UnixListener, UnixStream},
+    signal::unix::{SignalKind, signal},
+};
+use tracing::{info, warn};
+
+use crate::{
+    config::Config,
+    control::{self, GroupKind, Request, Response},
+    events::{self, EventTally},
+    paths, preflight,
+    registry::Registry,
+    sensor::{
+        Sensor, Snapshot,
+        snapshot::{self, JobTotals, PoolInfo},
+    },
+};
+
+/// How often the registry re-reads cgroups and process trees. Threads created after a
+/// registration are classified by the sensor at fork; this only catches the rest.
+const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
+
+struct Shared {
+    instance: String,
+    registry: Mutex<Registry>,
+    sensor: Mutex<Sensor>,
+    tally: Arc<Mutex<EventTally>>,
+}
+
+/// Settings for the sensor from the config.
+pub fn sensor_settings(config: &Config) -> Settings {
+    Settings {
+        wait_threshold_ns: config.sensor.wait_threshold_us.saturating_mul(1000),
+        event_min_interval_ns: config.sensor.event_min_interval_us.saturating_mul(1000),
+    }
+}
+
+/// Runs the daemon until SIGINT or SIGTERM.
+pub async fn run(config: Config, instance: &str) -> anyhow::Result<()> {
+    preflight::require_root()?;
+    let socket_path = paths::socket_path(instance);
+    claim_socket_path(&socket_path, instance).await?;
+    preflight::ensure_mounts()?;
+    preflight::raise_memlock();
+
+    let pin_dir = paths::pin_dir(instance);
+    let mut sensor = Sensor::load(
+        Path::new(paths::TRACEFS),
+        &pin_dir,
+        sensor_settings(&config),
+    )?;
+    let ring = sensor
+        .take_events()
+        .context("event ring buffer already taken")?;
+    let mut registry = Registry::from_config(&config);
+    let report = registry.reconcile(&mut sensor.maps.thread_state);
+    info!(
+        jobs = registry.training.len(),
+        pools = registry.pools.len(),
+        threads = report.classified,
+        "classified the configured groups"
+    );
+
+    let shared = Arc::new(Shared {
+        instance: instance.to_owned(),
+        registry: Mutex::new(registry),
+        sensor: Mutex::new(sensor),
+        tally: Arc::new(Mutex::new(EventTally::default())),
+    });
+
+    let listener = bind(&socket_path)?;
+    let consumer = tokio::spawn(events::consume(ring, shared.tally.clone()));
+    let server = tokio::spawn(serve(listener, shared.clone()));
+    let reconciler = tokio::spawn(reconcile_forever(shared.clone()));
+    info!(instance, socket = %socket_path.display(), pins = %pin_dir.display(), "enforcer running");
+
+    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    tokio::select! {
+        _ = sigterm.recv() => info!("SIGTERM: shutting down"),
+        _ = sigint.recv() => info!("SIGINT: shutting down"),
+    }
+
+    for task in [consumer, server, reconciler] {
+        task.abort();
+        let _ = task.await;
+    }
+    let _ = std::fs::remove_file(&socket_path);
+    let shared = Arc::into_inner(shared).context("daemon state still shared at shutdown")?;
+    let sensor = shared
+        .sensor
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    sensor.unpin();
+    drop(sensor);
+    info!("sensor detached, pins removed");
+    Ok(())
+}
+
+/// Refuses to start a second daemon of the same instance (its pins would be torn down), and
+/// removes a socket file left by one that died.
+async fn claim_socket_path(socket: &Path, instance: &str) -> anyhow::Result<()> {
+    if UnixStream::connect(socket).await.is_ok() {
+        anyhow::bail!(
+            "an enforcer of instance {instance:?} is already running (it answers on {}); \
+             stop it first or choose another --instance",
+            socket.display()
+        );
+    }
+    if socket.exists() {
+        warn!(socket = %socket.display(), "removing stale control socket");
+        std::fs::remove_file(socket).with_context(|| format!("removing {}", socket.display()))?;
+    }
+    Ok(())
+}
+
+fn bind(socket: &Path) -> anyhow::Result<UnixListener> {
+    let dir = socket.parent().context("socket path has no directory")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let listener =
+        UnixListener::bind(socket).with_context(|| format!("binding {}", socket.display()))?;
+    // Anyone may read snapshots; registering is checked against the peer's credentials.
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
+        .with_context(|| format!("chmod {}", socket.display()))?;
+    Ok(listener)
+}
+
+async fn reconcile_forever(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(RECONCILE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let mut registry = shared.registry.lock().expect("registry poisoned");
+        let mut sensor = shared.sensor.lock().expect("sensor poisoned");
+        let report = registry.reconcile(&mut sensor.maps.thread_state);
+        if report.failed > 0 {
+            warn!(
+                failed = report.failed,
+                "could not classify some threads (thread_state full?)"
+            );
+        }
+    }
+}
+
+async fn serve(listener: UnixListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve_connection(stream, shared.clone()));
+            }
+            Err(err) => {
+                warn!("control socket accept failed: {err}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
+    let peer_uid = stream.peer_cred().ok().map(|c| c.uid());
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut buffer = Vec::new();
+    loop {
+        let (response, keep_going) = match control::read_request(&mut reader, &mut buffer).await {
+            Ok(None) | Err(_) => return,
+            Ok(Some(Err(message))) => {
+                let oversized = buffer.len() > control::MAX_REQUEST_BYTES;
+                (Response::Error { message }, !oversized)
+            }
+            Ok(Some(Ok(request))) => (handle(&shared, request, peer_uid), true),
+        };
+        let Ok(mut line) = serde_json::to_vec(&response) else {
+            return;
+        };
+        line.push(b'\n');
+        if write.write_all(&line).await.is_err() || !keep_going {
+            return;
+        }
+    }
+}
+
+fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response {
+    match request {
+        Request::Snapshot => Response::Snapshot(Box::new(take_snapshot(shared))),
+        Request::Register { kind, name, pid } => {
+            if peer_uid != Some(0) {
+                return Response::Error {
+                    message: format!(
+                        "only root may register threads (your uid is {})",
+                        peer_uid.map_or("unknown".to_owned(), |u| u.to_string())
+                    ),
+                };
+            }
+            let mut registry = shared.registry.lock().expect("registry poisoned");
+            let added = match kind {
+                GroupKind::Training => registry.add_training_process(&name, pid),
+                GroupKind::Pool => registry.add_pool_process(&name, pid),
+            };
+            let (name, id) = match added {
+                Ok(group) => (group.name.clone(), group.id),
+                Err(err) => {
+                    return Response::Error {
+                        message: err.to_string(),
+                    };
+                }
+            };
+            let mut sensor = shared.sensor.lock().expect("sensor poisoned");
+            registry.reconcile(&mut sensor.maps.thread_state);
+            let groups = match kind {
+                GroupKind::Training => &registry.training,
+                GroupKind::Pool => &registry.pools,
+            };
+            let threads = groups
+                .iter()
+                .find(|g| g.name == name)
+                .map_or(0, |g| g.threads);
+            info!(?kind, name, pid, threads, "registered");
+            Response::Registered { name, id, threads }
+        }
+    }
+}
+
+fn take_snapshot(shared: &Shared) -> Snapshot {
+    let registry = shared.registry.lock().expect("registry poisoned");
+    let sensor = shared.sensor.lock().expect("sensor poisoned");
+    let tally = shared.tally.lock().expect("event tally poisoned");
+    let jobs = registry
+        .training
+        .iter()
+        .map(|job| {
+            let stats = snapshot::read_job(&sensor.maps, job.id).unwrap_or_default();
+            JobTotals {
+                id: job.id,
+                name: job.name.clone(),
+                threads: job.threads,
+                run_ns: stats.run_ns,
+                wait_ns: stats.wait_ns,
+                waits: stats.waits,
+                max_wait_ns: stats.max_wait_ns,
+                behind_inference: stats.behind_inference,
+                long_waits: stats.long_waits,
+                events_received: tally.per_job.get(job.id as usize).copied().unwrap_or(0),
+                wait_hist: stats.wait_hist.to_vec(),
+            }
+        })
+        .collect();
+    let pools = registry
+        .pools
+        .iter()
+        .map(|pool| PoolInfo {
+            id: pool.id,
+            name: pool.name.clone(),
+            kind: if pool.class == enforcer_common::CLASS_ONLINE {
+                "online"
+            } else {
+                "offline"
+            }
+            .to_owned(),
+            threads: pool.threads,
+        })
+        .collect();
+    Snapshot {
+        instance: shared.instance.clone(),
+        monotonic_ns: snapshot::monotonic_ns(),
+        jobs,
+        pools,
+        cpu_class_ns: snapshot::read_cpu_class_ns(&sensor.maps),
+        counters: snapshot::read_counters(&sensor.maps),
+        programs: sensor.program_stats(),
+    }
+}

@@ -1,0 +1,48 @@
+//! `enforcer launch`: runs a command as part of a training job or an inference pool.
+//!
+//! The launcher registers its own pid with the daemon and then execs the command, so the
+//! command keeps that pid and is classified before its first instruction; its threads and
+//! children are classified by the sensor at fork.
+
+use std::{os::unix::process::CommandExt as _, path::Path};
+
+use anyhow::Context as _;
+
+use crate::control::{Client, GroupKind, Request, Response};
+
+pub async fn register_self(socket: &Path, kind: GroupKind, name: &str) -> anyhow::Result<()> {
+    let mut client = Client::connect(socket).await?;
+    let request = Request::Register {
+        kind,
+        name: name.to_owned(),
+        pid: std::process::id(),
+    };
+    match client.call(&request).await? {
+        Response::Registered { .. } => Ok(()),
+        other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
+    }
+}
+
+/// Replaces this process with `command`. Returns only on failure.
+pub fn exec(command: &[String]) -> anyhow::Error {
+    let Some((program, args)) = command.split_first() else {
+        return anyhow::anyhow!("no command given after `--`");
+    };
+    let err = std::process::Command::new(program).args(args).exec();
+    anyhow::Error::new(err).context(format!("cannot execute {program:?}"))
+}
+
+/// Registers, then execs.
+pub fn run(socket: &Path, kind: GroupKind, name: &str, command: &[String]) -> anyhow::Result<()> {
+    if command.is_empty() {
+        anyhow::bail!("no command given: use `enforcer launch --training NAME -- CMD [ARGS...]`");
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(register_self(socket, kind, name))?;
+    // The runtime's threads must be gone before exec; a current-thread runtime has none.
+    drop(runtime);
+    Err(exec(command))
+}

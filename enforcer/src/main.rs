@@ -1,0 +1,176 @@
+//! `enforcer`: reamer's node daemon and its command-line tools.
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use enforcer::{
+    config::Config,
+    control::GroupKind,
+    daemon, launch, observe,
+    paths::{self, DEFAULT_CONFIG, DEFAULT_INSTANCE},
+};
+use tracing_subscriber::EnvFilter;
+
+/// reamer's enforcer: runs inference in the CPU capacity training leaves idle, and gives it
+/// back the instant training needs it.
+///
+/// Start the daemon with `enforcer run` (as root). It attaches eBPF programs to the scheduler
+/// tracepoints, measures how long each training job's threads wait for a CPU, and tells
+/// userspace when a training thread lands behind inference.
+#[derive(Parser)]
+#[command(version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log level when RUST_LOG is not set: error, warn, info, debug or trace.
+    #[arg(long, global = true, default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Args, Clone)]
+struct InstanceArg {
+    /// Which daemon: each instance has its own pins (/sys/fs/bpf/reamer/v1/INSTANCE) and
+    /// control socket (/run/reamer/INSTANCE.sock).
+    #[arg(long, default_value = DEFAULT_INSTANCE, value_parser = parse_instance)]
+    instance: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon (root): load the sensor, classify threads, serve the control socket.
+    ///
+    /// Stops cleanly on SIGINT or SIGTERM, detaching the programs and removing the pins.
+    Run {
+        /// TOML config with [sensor], [[training]] and [[pool]] sections. Default: /etc/reamer/enforcer.toml
+        /// if it exists, else built-in defaults with no groups.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        instance: InstanceArg,
+    },
+    /// Run a command as part of a training job or an inference pool (needs a running daemon).
+    ///
+    /// Example: enforcer launch --training resnet -- python train.py
+    #[command(group = clap::ArgGroup::new("group").required(true).args(["training", "pool"]))]
+    Launch {
+        /// Training job to join; created if new.
+        #[arg(long)]
+        training: Option<String>,
+        /// Inference pool to join; must be declared in the daemon's config.
+        #[arg(long)]
+        pool: Option<String>,
+        #[command(flatten)]
+        instance: InstanceArg,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Print live figures per training job from a running daemon: run-queue wait p50/p99/max,
+    /// CPU demand, events per second.
+    Observe {
+        /// Seconds between lines (fractions allowed).
+        #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
+        interval: f64,
+        /// Stop after this many intervals (0: run until interrupted).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        /// One JSON object per interval instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        instance: InstanceArg,
+    },
+}
+
+fn parse_instance(value: &str) -> Result<String, String> {
+    paths::validate_instance(value).map(|()| value.to_owned())
+}
+
+fn parse_interval(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(v) if (0.05..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{value:?} is not a number of seconds between 0.05 and 3600"
+        )),
+    }
+}
+
+fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
+    match path {
+        Some(path) => Ok(Config::load(&path)?),
+        None if std::path::Path::new(DEFAULT_CONFIG).exists() => {
+            Ok(Config::load(std::path::Path::new(DEFAULT_CONFIG))?)
+        }
+        None => Ok(Config::default()),
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Run { config, instance } => {
+            let config = load_config(config)?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(daemon::run(config, &instance.instance))
+        }
+        Command::Launch {
+            training,
+            pool,
+            instance,
+            command,
+        } => {
+            let (kind, name) = match (training, pool) {
+                (Some(name), _) => (GroupKind::Training, name),
+                (None, Some(name)) => (GroupKind::Pool, name),
+                (None, None) => unreachable!("clap requires --training or --pool"),
+            };
+            launch::run(
+                &paths::socket_path(&instance.instance),
+                kind,
+                &name,
+                &command,
+            )
+        }
+        Command::Observe {
+            interval,
+            count,
+            json,
+            instance,
+        } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let socket = paths::socket_path(&instance.instance);
+            runtime.block_on(observe::run(
+                &socket,
+                Duration::from_secs_f64(interval),
+                count,
+                json,
+            ))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_level);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("enforcer: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

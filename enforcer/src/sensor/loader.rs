@@ -1,0 +1,243 @@
+//! Loads the sensor into the kernel, attaches it to the sched tracepoints and pins its maps.
+
+use std::path::{Path, PathBuf};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    programs::{ProgramError, TracePoint},
+};
+use enforcer_common::{CpuState, JobStats, Settings, ThreadState, maps as names};
+use tracing::{info, warn};
+
+use super::{object, tracefs};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SensorError {
+    #[error(
+        "eBPF object not built: this enforcer binary was compiled with AYA_BUILD_SKIP; \
+         rebuild it with `cargo xtask build`"
+    )]
+    NotBuilt,
+    #[error(transparent)]
+    Format(#[from] tracefs::FormatError),
+    #[error(
+        "loading the eBPF object failed: {source}. BPF may be unavailable here: the enforcer \
+         needs root (CAP_BPF, CAP_PERFMON), a kernel with CONFIG_BPF_SYSCALL and BTF"
+    )]
+    Load { source: aya::EbpfError },
+    #[error("program {name}: {source}")]
+    Program {
+        name: &'static str,
+        source: ProgramError,
+    },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: MapError,
+    },
+    #[error("the eBPF object has no {what} named {name}")]
+    Missing {
+        what: &'static str,
+        name: &'static str,
+    },
+    #[error("pinning maps under {path}: {message}")]
+    Pin { path: PathBuf, message: String },
+}
+
+/// The maps userspace reads and writes, taken out of the loaded object.
+pub struct SensorMaps {
+    pub thread_state: HashMap<MapData, u32, ThreadState>,
+    pub job_stats: PerCpuArray<MapData, JobStats>,
+    pub cpu_state: Array<MapData, CpuState>,
+    pub counters: PerCpuArray<MapData, u64>,
+    pub settings: Array<MapData, Settings>,
+}
+
+/// The loaded, attached sensor. Dropping it detaches the programs; `unpin` removes the pins.
+pub struct Sensor {
+    /// Holds the programs and their tracepoint links.
+    ebpf: Ebpf,
+    pin_dir: PathBuf,
+    /// Taken by whoever consumes events.
+    events: Option<RingBuf<MapData>>,
+    pub maps: SensorMaps,
+}
+
+impl Sensor {
+    /// Loads and attaches the sensor, pins its maps in `pin_dir` and applies `settings`.
+    pub fn load(
+        tracefs_dir: &Path,
+        pin_dir: &Path,
+        settings: Settings,
+    ) -> Result<Self, SensorError> {
+        let object = object::object().ok_or(SensorError::NotBuilt)?;
+        let offsets = tracefs::sensor_offsets(tracefs_dir)?;
+        let mut loader = EbpfLoader::new();
+        for (global, offset) in &offsets {
+            loader.override_global(global, offset, true);
+        }
+        let mut ebpf = loader
+            .load(object)
+            .map_err(|source| SensorError::Load { source })?;
+
+        // aya-log: the sensor logs only on rare paths (a full thread map at fork).
+        match aya_log::EbpfLogger::init(&mut ebpf) {
+            Ok(logger) => spawn_log_pump(logger),
+            Err(err) => warn!("eBPF log forwarding unavailable: {err}"),
+        }
+
+        for (name, category, tracepoint) in names::PROGRAMS {
+            let program: &mut TracePoint = ebpf
+                .program_mut(name)
+                .ok_or(SensorError::Missing {
+                    what: "program",
+                    name,
+                })?
+                .try_into()
+                .map_err(|source| SensorError::Program { name, source })?;
+            program
+                .load()
+                .map_err(|source| SensorError::Program { name, source })?;
+            program
+                .attach(category, tracepoint)
+                .map_err(|source| SensorError::Program { name, source })?;
+        }
+
+        pin_all(&ebpf, pin_dir)?;
+        let maps = take_maps(&mut ebpf)?;
+        let events = take(&mut ebpf, names::EVENTS)?;
+        let mut sensor = Self {
+            ebpf,
+            pin_dir: pin_dir.to_owned(),
+            events: Some(events),
+            maps,
+        };
+        sensor.apply_settings(settings)?;
+        info!(pin_dir = %pin_dir.display(), "sensor attached to {} tracepoints", names::PROGRAMS.len());
+        Ok(sensor)
+    }
+
+    /// Rewrites the runtime knobs; the programs see them at their next run.
+    pub fn apply_settings(&mut self, settings: Settings) -> Result<(), SensorError> {
+        self.maps
+            .settings
+            .set(0, settings, 0)
+            .map_err(|source| SensorError::Map {
+                name: names::SETTINGS,
+                source,
+            })
+    }
+
+    /// The event ring buffer, once.
+    pub fn take_events(&mut self) -> Option<RingBuf<MapData>> {
+        self.events.take()
+    }
+
+    /// Run counts and run times of the sensor's programs (non-zero only while
+    /// `kernel.bpf_stats_enabled` is 1).
+    pub fn program_stats(&self) -> Vec<ProgramStats> {
+        self.ebpf
+            .programs()
+            .filter_map(|(name, program)| {
+                let info = program.info().ok()?;
+                Some(ProgramStats {
+                    name: name.to_owned(),
+                    run_count: info.run_count(),
+                    run_time_ns: info.run_time().as_nanos() as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// Removes the pinned maps and their directory. The programs detach when `self` drops.
+    pub fn unpin(&self) {
+        remove_pins(&self.pin_dir);
+    }
+}
+
+/// Run statistics of one program, from `bpf_prog_info`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ProgramStats {
+    pub name: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+}
+
+fn pin_all(ebpf: &Ebpf, pin_dir: &Path) -> Result<(), SensorError> {
+    let pin_error = |message: String| SensorError::Pin {
+        path: pin_dir.to_owned(),
+        message,
+    };
+    if pin_dir.exists() {
+        // A daemon that died without cleaning up left these; its programs are gone with it.
+        warn!(pin_dir = %pin_dir.display(), "removing stale pins of a previous run");
+        remove_pins(pin_dir);
+    }
+    std::fs::create_dir_all(pin_dir).map_err(|e| pin_error(e.to_string()))?;
+    for name in names::ALL_MAPS {
+        let map = ebpf
+            .map(name)
+            .ok_or(SensorError::Missing { what: "map", name })?;
+        map.pin(pin_dir.join(name))
+            .map_err(|e| pin_error(format!("{name}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Removes every pin in `pin_dir`, then the directory and its empty parents up to the root.
+pub fn remove_pins(pin_dir: &Path) {
+    for name in names::ALL_MAPS {
+        let _ = std::fs::remove_file(pin_dir.join(name));
+    }
+    let _ = std::fs::remove_dir(pin_dir);
+    // Parents are shared with other instances: remove_dir fails harmlessly while they are used.
+    let mut parent = pin_dir.parent();
+    while let Some(dir) = parent {
+        if dir == Path::new(crate::paths::BPFFS) || std::fs::remove_dir(dir).is_err() {
+            break;
+        }
+        parent = dir.parent();
+    }
+}
+
+fn take<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, SensorError>
+where
+    M: TryFrom<aya::maps::Map, Error = MapError>,
+{
+    let map = ebpf
+        .take_map(name)
+        .ok_or(SensorError::Missing { what: "map", name })?;
+    M::try_from(map).map_err(|source| SensorError::Map { name, source })
+}
+
+fn take_maps(ebpf: &mut Ebpf) -> Result<SensorMaps, SensorError> {
+    Ok(SensorMaps {
+        thread_state: take(ebpf, names::THREAD_STATE)?,
+        job_stats: take(ebpf, names::JOB_STATS)?,
+        cpu_state: take(ebpf, names::CPU_STATE)?,
+        counters: take(ebpf, names::COUNTERS)?,
+        settings: take(ebpf, names::SETTINGS)?,
+    })
+}
+
+/// Forwards the sensor's aya-log records to the `log`/`tracing` output.
+fn spawn_log_pump<T: log::Log + 'static>(logger: aya_log::EbpfLogger<T>) {
+    // SAFETY: the logger owns its fd and the AsyncFd owns the logger.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
+    };
+    let Ok(mut logger) = registered else {
+        warn!("eBPF log forwarding unavailable: cannot register its ring buffer");
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = logger.readable_mut().await else {
+                return;
+            };
+            guard.get_inner_mut().flush();
+            guard.clear_ready();
+        }
+    });
+}
