@@ -1,0 +1,156 @@
+//! A training job's CPU side, without the GPU: the workload reamer must protect.
+//!
+//! Each step, data-loader threads decode their share of the batch (bursty: item costs are
+//! exponentially distributed), while the launch thread issues many short CPU bursts separated
+//! by waits, the way a training loop launches kernels and waits on the GPU stream. Everyone
+//! meets at a step barrier. Work is measured in thread CPU time, so step time grows exactly
+//! when the threads are kept waiting for a CPU. Reports steps/s and step-time percentiles.
+
+use std::{
+    sync::{
+        Arc, Barrier,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use reamer_tests::{cpu_work::burn, rng::SplitMix64};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Simulates the CPU side of a GPU training job and reports its step rate")]
+struct Args {
+    /// Run for this many seconds (ignored when --steps is given).
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Run exactly this many steps.
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Data-loader threads.
+    #[arg(long, default_value_t = 2)]
+    loaders: usize,
+    /// Items each loader decodes per step.
+    #[arg(long, default_value_t = 4)]
+    items: u32,
+    /// Mean CPU time to decode one item, µs (exponentially distributed).
+    #[arg(long, default_value_t = 400)]
+    decode_us: u64,
+    /// Kernel-launch bursts per step on the launch thread.
+    #[arg(long, default_value_t = 20)]
+    bursts: u32,
+    /// CPU time of one launch burst, µs.
+    #[arg(long, default_value_t = 40)]
+    burst_us: u64,
+    /// Wait after each burst (the GPU working), µs.
+    #[arg(long, default_value_t = 150)]
+    gap_us: u64,
+    /// Seed of the work-size generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print a JSON report instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Report {
+    steps: u64,
+    seconds: f64,
+    steps_per_s: f64,
+    step_ms_p50: f64,
+    step_ms_p99: f64,
+    step_ms_max: f64,
+    /// Per-step times, ms, for paired comparisons.
+    step_ms: Vec<f64>,
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn main() {
+    let args = Args::parse();
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(args.loaders + 1));
+
+    let loaders: Vec<_> = (0..args.loaders)
+        .map(|i| {
+            let (args, stop, barrier) = (args.clone(), stop.clone(), barrier.clone());
+            std::thread::Builder::new()
+                .name(format!("loader-{i}"))
+                .spawn(move || {
+                    let mut rng = SplitMix64::new(args.seed.wrapping_add(i as u64 + 1));
+                    loop {
+                        for _ in 0..args.items {
+                            let us = rng.exponential(args.decode_us as f64);
+                            burn(Duration::from_nanos((us * 1000.0) as u64));
+                        }
+                        // The launch thread sets `stop` before this barrier, so after it every
+                        // loader agrees on whether there is another step.
+                        barrier.wait();
+                        if stop.load(Ordering::Acquire) {
+                            return;
+                        }
+                    }
+                })
+                .expect("spawn loader")
+        })
+        .collect();
+
+    // The launch thread is this one: it measures the steps.
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(args.seconds);
+    let mut step_ms = Vec::new();
+    loop {
+        let step_start = Instant::now();
+        for _ in 0..args.bursts {
+            burn(Duration::from_micros(args.burst_us));
+            std::thread::sleep(Duration::from_micros(args.gap_us));
+        }
+        let done = match args.steps {
+            Some(n) => step_ms.len() as u64 + 1 >= n,
+            None => Instant::now() >= deadline,
+        };
+        if done {
+            stop.store(true, Ordering::Release);
+        }
+        barrier.wait();
+        step_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
+        if done {
+            break;
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    for loader in loaders {
+        loader.join().expect("loader panicked");
+    }
+
+    let mut sorted = step_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let report = Report {
+        steps: step_ms.len() as u64,
+        seconds: elapsed,
+        steps_per_s: step_ms.len() as f64 / elapsed,
+        step_ms_p50: quantile(&sorted, 0.5),
+        step_ms_p99: quantile(&sorted, 0.99),
+        step_ms_max: sorted.last().copied().unwrap_or(0.0),
+        step_ms,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report).expect("serialize"));
+    } else {
+        println!(
+            "{} steps in {:.2} s: {:.1} steps/s, step time p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            report.steps,
+            report.seconds,
+            report.steps_per_s,
+            report.step_ms_p50,
+            report.step_ms_p99,
+            report.step_ms_max
+        );
+    }
+}

@@ -1,0 +1,228 @@
+//! Running a real enforcer daemon for a test: its own instance (pins and socket), its own
+//! config, stopped with SIGTERM when the test ends.
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    os::unix::net::UnixStream,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// Set to 1 to make a privileged test that cannot run fail instead of skipping.
+pub const REQUIRE_PRIVILEGED: &str = "REAMER_REQUIRE_PRIVILEGED";
+
+/// Whether privileged tests can run here; prints why not. Panics instead of returning false
+/// when REAMER_REQUIRE_PRIVILEGED=1.
+pub fn privileged(test: &str) -> bool {
+    let reason = if unsafe { libc::geteuid() } != 0 {
+        Some("not root".to_owned())
+    } else if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        Some("kernel has no BTF (/sys/kernel/btf/vmlinux)".to_owned())
+    } else if !enforcer_bin().exists() {
+        Some(format!(
+            "{} is not built (run `cargo xtask test`)",
+            enforcer_bin().display()
+        ))
+    } else {
+        None
+    };
+    match reason {
+        None => true,
+        Some(reason) if std::env::var(REQUIRE_PRIVILEGED).is_ok_and(|v| v == "1") => {
+            panic!("{test}: cannot run ({reason}) and {REQUIRE_PRIVILEGED}=1")
+        }
+        Some(reason) => {
+            eprintln!("SKIPPED {test}: {reason}");
+            false
+        }
+    }
+}
+
+/// The directory cargo put this test binary's sibling binaries in (target/<profile>).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let deps = exe.parent().expect("exe dir");
+    if deps.ends_with("deps") {
+        deps.parent().expect("profile dir").to_owned()
+    } else {
+        deps.to_owned()
+    }
+}
+
+/// The enforcer binary built beside the tests.
+pub fn enforcer_bin() -> PathBuf {
+    target_dir().join("enforcer")
+}
+
+/// A daemon started for one test.
+pub struct Daemon {
+    pub instance: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `enforcer run` with `config` (TOML text) and waits until its socket answers.
+    pub fn start(instance: &str, config: &str) -> Self {
+        let dir = std::env::temp_dir();
+        let config_path = dir.join(format!("reamer-test-{instance}.toml"));
+        std::fs::write(&config_path, config).expect("write config");
+        let log = dir.join(format!("reamer-test-{instance}.log"));
+        let log_file = std::fs::File::create(&log).expect("create log");
+        let child = Command::new(enforcer_bin())
+            .args(["run", "--instance", instance, "--config"])
+            .arg(&config_path)
+            .stdout(log_file.try_clone().expect("dup log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn enforcer run");
+        let mut daemon = Self {
+            instance: instance.to_owned(),
+            child: Some(child),
+            log,
+        };
+        daemon.wait_ready();
+        daemon
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        PathBuf::from(format!("/run/reamer/{}.sock", self.instance))
+    }
+
+    pub fn pin_dir(&self) -> PathBuf {
+        PathBuf::from(format!("/sys/fs/bpf/reamer/v1/{}", self.instance))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("enforcer exited early ({status}):\n{}", self.log());
+            }
+            if UnixStream::connect(self.socket()).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("enforcer did not answer within 20 s:\n{}", self.log());
+    }
+
+    /// One request over the control socket.
+    pub fn call(&self, request: &Value) -> Value {
+        let mut stream = UnixStream::connect(self.socket()).expect("connect to daemon");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        writeln!(stream, "{request}").expect("send request");
+        let mut line = String::new();
+        BufReader::new(stream)
+            .read_line(&mut line)
+            .expect("read answer");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad answer {line:?}: {e}"))
+    }
+
+    pub fn snapshot(&self) -> Value {
+        let answer = self.call(&serde_json::json!({"op": "snapshot"}));
+        assert_eq!(answer["status"], "snapshot", "{answer}");
+        answer
+    }
+
+    /// `enforcer launch --training|--pool NAME -- program args...`
+    pub fn launch(&self, group_flag: &str, name: &str, program: &str, args: &[&str]) -> Child {
+        Command::new(enforcer_bin())
+            .args([
+                "launch",
+                group_flag,
+                name,
+                "--instance",
+                &self.instance,
+                "--",
+                program,
+            ])
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn enforcer launch")
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the log.
+    pub fn stop(mut self) -> String {
+        let child = self.child.take().expect("running");
+        let status = terminate(child);
+        assert!(
+            status.success(),
+            "enforcer exited with {status}:\n{}",
+            self.log()
+        );
+        self.log()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            terminate(child);
+        }
+    }
+}
+
+fn terminate(mut child: Child) -> std::process::ExitStatus {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait().expect("wait for enforcer")
+}
+
+/// The job named `name` in a snapshot.
+pub fn job<'a>(snapshot: &'a Value, name: &str) -> &'a Value {
+    snapshot["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["name"] == name))
+        .unwrap_or_else(|| panic!("no job {name} in {snapshot}"))
+}
+
+/// A u64 field of a JSON object.
+pub fn u64_of(value: &Value, field: &str) -> u64 {
+    value[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no u64 {field} in {value}"))
+}
+
+/// Waits for a workload process to finish successfully; kills it after 60 s so that a hung
+/// workload fails its test instead of hanging the suite.
+pub fn wait_ok(mut child: Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                assert!(status.success(), "{what} exited with {status}");
+                return;
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{what} still running after 60 s: killed");
+            }
+            Err(err) => panic!("{what}: {err}"),
+        }
+    }
+}

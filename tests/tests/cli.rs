@@ -1,0 +1,178 @@
+//! The enforcer's command line as a user meets it: clear errors for bad config, a missing
+//! daemon, a missing privilege, and a second daemon of the same instance.
+
+use std::process::{Command, Output};
+
+use reamer_tests::harness::{Daemon, enforcer_bin, privileged};
+
+fn enforcer(args: &[&str]) -> Output {
+    Command::new(enforcer_bin())
+        .args(args)
+        .output()
+        .expect("run enforcer")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn built() -> bool {
+    if enforcer_bin().exists() {
+        return true;
+    }
+    assert!(
+        std::env::var("REAMER_REQUIRE_PRIVILEGED").is_err(),
+        "{} not built",
+        enforcer_bin().display()
+    );
+    eprintln!(
+        "SKIPPED: {} not built (run `cargo xtask test`)",
+        enforcer_bin().display()
+    );
+    false
+}
+
+#[test]
+fn bad_config_names_file_line_and_field() {
+    if !built() {
+        return;
+    }
+    let path = std::env::temp_dir().join("reamer-cli-bad.toml");
+    std::fs::write(
+        &path,
+        "[sensor]\nwait_threshold_us = 10\n\n[[training]]\nname = \"job\"\npids = [4194305]\n",
+    )
+    .unwrap();
+    let output = enforcer(&[
+        "run",
+        "--config",
+        path.to_str().unwrap(),
+        "--instance",
+        "cli-bad",
+    ]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(
+        err.contains(&format!(
+            "{}:6: field `pids`: no process with pid 4194305",
+            path.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn launch_without_daemon_says_how_to_start_one() {
+    if !built() {
+        return;
+    }
+    let output = enforcer(&[
+        "launch",
+        "--training",
+        "x",
+        "--instance",
+        "cli-nodaemon",
+        "--",
+        "true",
+    ]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(
+        err.contains("no enforcer daemon answers at /run/reamer/cli-nodaemon.sock"),
+        "{err}"
+    );
+    assert!(err.contains("enforcer run"), "{err}");
+}
+
+#[test]
+fn launch_needs_a_group_and_a_command() {
+    if !built() {
+        return;
+    }
+    let err = stderr(&enforcer(&["launch", "--", "true"]));
+    assert!(
+        err.contains("--training") && err.contains("--pool"),
+        "{err}"
+    );
+    let err = stderr(&enforcer(&["launch", "--training", "x"]));
+    assert!(err.contains("required"), "{err}");
+}
+
+#[test]
+fn run_as_non_root_is_refused_clearly() {
+    if !built() || !privileged("run_as_non_root_is_refused_clearly") {
+        return;
+    }
+    // Drop to nobody (65534) in the child before exec.
+    use std::os::unix::process::CommandExt as _;
+    let output = Command::new(enforcer_bin())
+        .args(["run", "--instance", "cli-nonroot"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run enforcer as nobody");
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(
+        err.contains("must run as root") && err.contains("uid is 65534"),
+        "{err}"
+    );
+}
+
+#[test]
+fn second_daemon_of_an_instance_is_refused_and_first_keeps_running() {
+    if !privileged("second_daemon_of_an_instance_is_refused_and_first_keeps_running") {
+        return;
+    }
+    let daemon = Daemon::start("cli-twice", "");
+    let output = enforcer(&["run", "--instance", "cli-twice"]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("already running"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        daemon.pin_dir().join("thread_state").exists(),
+        "the first daemon's pins were removed"
+    );
+    daemon.snapshot();
+    daemon.stop();
+}
+
+#[test]
+fn unknown_pool_and_bad_requests_get_errors_and_the_daemon_keeps_serving() {
+    if !privileged("unknown_pool_and_bad_requests_get_errors_and_the_daemon_keeps_serving") {
+        return;
+    }
+    let daemon = Daemon::start("cli-bad-requests", "");
+    let output = enforcer(&[
+        "launch",
+        "--pool",
+        "nope",
+        "--instance",
+        "cli-bad-requests",
+        "--",
+        "true",
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("unknown pool \"nope\""),
+        "{}",
+        stderr(&output)
+    );
+    let answer = daemon.call(&serde_json::json!({"op": "dance"}));
+    assert_eq!(answer["status"], "error", "{answer}");
+    let answer = daemon.call(
+        &serde_json::json!({"op": "register", "kind": "training", "name": "x", "pid": 4194305}),
+    );
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no process with pid 4194305"),
+        "{answer}"
+    );
+    daemon.snapshot();
+    daemon.stop();
+}
