@@ -26,26 +26,28 @@ pub const ALL_MAPS: [&str; 6] = [
     SETTINGS,
 ];
 
-/// Program names: (program, tracepoint category, tracepoint name).
-pub const PROGRAMS: [(&str, &str, &str); 5] = [
-    ("reamer_wakeup", "sched", "sched_wakeup"),
-    ("reamer_wakeup_new", "sched", "sched_wakeup_new"),
-    ("reamer_switch", "sched", "sched_switch"),
-    ("reamer_fork", "sched", "sched_process_fork"),
-    ("reamer_exit", "sched", "sched_process_exit"),
+/// Program names and the scheduler tracepoints they attach to, as BTF-enabled (tp_btf)
+/// programs: their arguments are the tracepoint's own (task pointers, prev_state), read
+/// without a helper call.
+pub const PROGRAMS: [(&str, &str); 5] = [
+    ("reamer_wakeup", "sched_wakeup"),
+    ("reamer_wake_new", "sched_wakeup_new"),
+    ("reamer_switch", "sched_switch"),
+    ("reamer_fork", "sched_process_fork"),
+    ("reamer_exit", "sched_process_exit"),
 ];
 
-/// Names of the read-only globals that carry tracepoint field offsets, resolved at load time
-/// from tracefs `format` files (Rust eBPF has no CO-RE, so nothing is fixed at build time).
+/// Calibration programs (sched_switch), attached only by `enforcer calibrate`.
+pub const CALIBRATION_PROGRAMS: [&str; 2] = ["reamer_cal_noop", "reamer_cal_clk"];
+
+/// Names of the read-only globals that carry `task_struct` field offsets, resolved at load
+/// time from the running kernel's BTF (Rust eBPF has no CO-RE, so nothing is fixed at build
+/// time).
 pub mod globals {
-    pub const WAKEUP_PID_OFFSET: &str = "WAKEUP_PID_OFFSET";
-    pub const WAKEUP_CPU_OFFSET: &str = "WAKEUP_CPU_OFFSET";
-    pub const WAKEUP_NEW_PID_OFFSET: &str = "WAKEUP_NEW_PID_OFFSET";
-    pub const WAKEUP_NEW_CPU_OFFSET: &str = "WAKEUP_NEW_CPU_OFFSET";
-    pub const SWITCH_PREV_PID_OFFSET: &str = "SWITCH_PREV_PID_OFFSET";
-    pub const SWITCH_PREV_STATE_OFFSET: &str = "SWITCH_PREV_STATE_OFFSET";
-    pub const SWITCH_NEXT_PID_OFFSET: &str = "SWITCH_NEXT_PID_OFFSET";
-    pub const FORK_PARENT_PID_OFFSET: &str = "FORK_PARENT_PID_OFFSET";
-    pub const FORK_CHILD_PID_OFFSET: &str = "FORK_CHILD_PID_OFFSET";
-    pub const EXIT_PID_OFFSET: &str = "EXIT_PID_OFFSET";
+    /// `task_struct.pid`: the thread id.
+    pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
+    /// `task_struct.thread_info.cpu` (or `task_struct.cpu` on kernels that keep it there):
+    /// the CPU whose run queue the task is on.
+    pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";
+    pub const ALL: [&str; 2] = [TASK_PID_OFFSET, TASK_CPU_OFFSET];
 }

@@ -3,7 +3,7 @@
 //! In `sched_wakeup` the current task is the waker, not the wakee, so the current cgroup does
 //! not classify the wakee; a tid-keyed map does, and it is the same lookup on every hook.
 
-use enforcer_common::{CLASS_IDLE, CLASS_OTHER, ThreadState};
+use enforcer_common::ThreadState;
 
 use crate::maps::THREAD_STATE;
 
@@ -13,20 +13,6 @@ pub fn thread(tid: u32) -> Option<&'static mut ThreadState> {
     // SAFETY: hash values stay valid for the program's run; a concurrent delete of the same
     // tid (its exit on another CPU) leaves the element readable until an RCU grace period.
     THREAD_STATE.get_ptr_mut(tid).map(|p| unsafe { &mut *p })
-}
-
-/// (class, group) of the task `tid`, with pid 0 as the idle class.
-///
-/// pid 0 is the idle task of every CPU at once, so it is never a key of `thread_state`.
-#[inline(always)]
-pub fn class_of(tid: u32) -> (u32, u32) {
-    if tid == 0 {
-        return (CLASS_IDLE, 0);
-    }
-    match thread(tid) {
-        Some(state) => (state.class, state.group),
-        None => (CLASS_OTHER, 0),
-    }
 }
 
 /// Copies the parent's class to the child; Err when the map is full.

@@ -4,21 +4,24 @@
 //! training threads: their run-queue waits (a histogram per job, per CPU), how long they ran,
 //! which class each CPU is running, and they wake userspace through the ring buffer only when
 //! a training thread lands behind inference or waits too long. Nothing is sent per context
-//! switch. Field offsets come from the running kernel's tracefs `format` files, set as globals
-//! at load time (see `fields.rs`), never from the headers this was built against.
+//! switch. The programs are BTF-enabled tracepoints (tp_btf); the `task_struct` offsets they
+//! read come from the running kernel's BTF at load time (see `task.rs`), never from the
+//! headers this was built against.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+#[cfg(target_arch = "bpf")]
+mod calibration;
 #[cfg(target_arch = "bpf")]
 mod classify;
 #[cfg(target_arch = "bpf")]
 mod events;
 #[cfg(target_arch = "bpf")]
-mod fields;
-#[cfg(target_arch = "bpf")]
 mod maps;
 #[cfg(target_arch = "bpf")]
 mod programs;
+#[cfg(target_arch = "bpf")]
+mod task;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

@@ -1,22 +1,24 @@
-//! The five tracepoint programs. Each entry point is thin; the work is bounded and constant
+//! The five BTF-enabled tracepoint programs. Each entry point is thin; the work is bounded and constant
 //! per event (a few map lookups, no loops), and nothing here logs on the per-switch path.
 
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
 };
 use aya_log_ebpf::warn;
 use enforcer_common::{
-    CLASS_OFFLINE, CLASS_ONLINE, CLASS_TRAINING, COUNTER_BAD_JOB_ID, COUNTER_FORKS_INHERITED,
-    COUNTER_THREAD_MAP_FULL, COUNTER_WAIT_CLOCK_SKEW, CpuState, EVENT_ENQUEUED_BEHIND_INFERENCE,
-    EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, JobStats, MAX_JOBS, NR_CLASSES, SensorEvent,
+    CLASS_IDLE, CLASS_OFFLINE, CLASS_ONLINE, CLASS_OTHER, CLASS_TRAINING, COUNTER_BAD_JOB_ID,
+    COUNTER_FORKS_INHERITED, COUNTER_THREAD_MAP_FULL, COUNTER_WAIT_CLOCK_SKEW, CpuState,
+    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, JobStats,
+    MAX_JOBS, NR_CLASSES, SensorEvent,
     histogram::{NR_BUCKETS, bucket_of},
 };
 
 use crate::{
-    classify, events, fields,
+    classify, events,
     maps::{CPU_STATE, JOB_STATS, SETTINGS, count},
+    task::Task,
 };
 
 #[inline(always)]
@@ -43,19 +45,19 @@ fn job_stats_here(job: u32) -> Option<&'static mut JobStats> {
     JOB_STATS.get_ptr_mut(job).map(|p| unsafe { &mut *p })
 }
 
-#[tracepoint]
-pub fn reamer_wakeup(ctx: TracePointContext) -> u32 {
-    if let Some((tid, cpu)) = fields::wakeup(&ctx) {
-        on_wakeup(tid, cpu);
-    }
+/// sched_wakeup(struct task_struct *p)
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn reamer_wakeup(ctx: BtfTracePointContext) -> i32 {
+    let task = Task::new(ctx.arg(0));
+    on_wakeup(task.tid(), task.cpu());
     0
 }
 
-#[tracepoint]
-pub fn reamer_wakeup_new(ctx: TracePointContext) -> u32 {
-    if let Some((tid, cpu)) = fields::wakeup_new(&ctx) {
-        on_wakeup(tid, cpu);
-    }
+/// sched_wakeup_new(struct task_struct *p)
+#[btf_tracepoint(function = "sched_wakeup_new")]
+pub fn reamer_wake_new(ctx: BtfTracePointContext) -> i32 {
+    let task = Task::new(ctx.arg(0));
+    on_wakeup(task.tid(), task.cpu());
     0
 }
 
@@ -106,65 +108,88 @@ fn on_wakeup(tid: u32, target_cpu: u32) {
     }
 }
 
-#[tracepoint]
-pub fn reamer_switch(ctx: TracePointContext) -> u32 {
-    if let Some(switch) = fields::switch(&ctx) {
-        on_switch(&switch);
-    }
+/// What the sensor takes from one context switch.
+struct Switch {
+    prev_tid: u32,
+    /// prev stays on the run queue: it was preempted, or yielded while TASK_RUNNING.
+    prev_stays_runnable: bool,
+    next_tid: u32,
+}
+
+/// sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
+/// unsigned int prev_state): the prototype of kernels since 5.18, checked against BTF by the
+/// loader. A task that was not preempted and whose state is not TASK_RUNNING (0) went to sleep.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn reamer_switch(ctx: BtfTracePointContext) -> i32 {
+    let preempt: u64 = ctx.arg(0);
+    let prev = Task::new(ctx.arg(1));
+    let next = Task::new(ctx.arg(2));
+    let prev_state: u64 = ctx.arg(3);
+    on_switch(&Switch {
+        prev_tid: prev.tid(),
+        prev_stays_runnable: preempt & 1 != 0 || prev_state & 0xffff_ffff == 0,
+        next_tid: next.tid(),
+    });
     0
 }
 
 /// Per-CPU time accounting, the end of one training thread's wait and the start of another's.
+///
+/// At most two hash lookups, and only one on the common path: `next` always, `prev` only when
+/// it is a training thread that stays runnable. A training thread that goes to sleep keeps a
+/// stale `runnable_since_ns`, harmlessly: it can only run again after a wakeup, which
+/// overwrites it.
 #[inline(always)]
-fn on_switch(switch: &fields::Switch) {
-    let Some(here) = this_cpu_state() else { return };
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: as above.
+fn on_switch(switch: &Switch) {
+    // SAFETY: helpers without preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() };
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(here) = CPU_STATE.get_ptr_mut(cpu) else {
+        return;
+    };
+    // SAFETY: this CPU's own slot; programs on one CPU do not nest.
+    let here = unsafe { &mut *here };
 
     // What ran since the last switch, attributed to the class that was current. The slot
     // describes `prev` only if it was initialised by a switch to it (not before attach).
     let known_prev = here.switched_at_ns != 0 && here.current_tid == switch.prev_tid;
+    let prev_training = known_prev && here.current_class == CLASS_TRAINING;
     if known_prev && now >= here.switched_at_ns {
         let ran = now - here.switched_at_ns;
         let class = here.current_class as usize;
         if class < NR_CLASSES {
             here.class_ns[class] += ran;
         }
-        if here.current_class == CLASS_TRAINING {
+        if prev_training {
             if let Some(stats) = job_stats_here(here.current_group) {
                 stats.run_ns += ran;
             }
         }
     }
 
-    // A training thread switched out: still runnable means its wait starts now.
-    let prev_training_waits = known_prev && here.current_class == CLASS_TRAINING && {
-        match classify::thread(switch.prev_tid) {
-            Some(prev) if switch.prev_stays_runnable() => {
-                prev.runnable_since_ns = now;
-                true
-            }
-            Some(prev) => {
-                prev.runnable_since_ns = 0;
-                false
-            }
-            None => false,
-        }
-    };
+    // A preempted training thread: its wait starts now.
+    let prev_training_waits = prev_training
+        && switch.prev_stays_runnable
+        && classify::thread(switch.prev_tid).is_some_and(|prev| {
+            prev.runnable_since_ns = now;
+            true
+        });
     let prev_job = here.current_group;
 
-    let (next_class, next_group) = classify::class_of(switch.next_tid);
-    if next_class == CLASS_TRAINING {
-        if let Some(next) = classify::thread(switch.next_tid) {
-            let since = next.runnable_since_ns;
-            next.runnable_since_ns = 0;
-            if since != 0 {
-                finish_wait(here, cpu, next_group, switch.next_tid, since, now);
+    let (next_class, next_group) = match switch.next_tid {
+        0 => (CLASS_IDLE, 0),
+        tid => match classify::thread(tid) {
+            None => (CLASS_OTHER, 0),
+            Some(next) => {
+                if next.class == CLASS_TRAINING && next.runnable_since_ns != 0 {
+                    let since = next.runnable_since_ns;
+                    next.runnable_since_ns = 0;
+                    finish_wait(here, cpu, next.group, tid, since, now);
+                }
+                (next.class, next.group)
             }
-        }
-    }
+        },
+    };
 
     if prev_training_waits && is_inference(next_class) {
         if let Some(stats) = job_stats_here(prev_job) {
@@ -233,11 +258,12 @@ fn finish_wait(here: &mut CpuState, cpu: u32, job: u32, tid: u32, since: u64, no
     }
 }
 
-#[tracepoint]
-pub fn reamer_fork(ctx: TracePointContext) -> u32 {
-    let Some((parent, child)) = fields::fork(&ctx) else {
-        return 0;
-    };
+/// sched_process_fork(struct task_struct *parent, struct task_struct *child): fires for new
+/// threads as well as new processes, before the child first runs.
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn reamer_fork(ctx: BtfTracePointContext) -> i32 {
+    let parent = Task::new(ctx.arg(0)).tid();
+    let child = Task::new(ctx.arg(1)).tid();
     match classify::inherit(parent, child) {
         None => {}
         Some(Ok(())) => count(COUNTER_FORKS_INHERITED),
@@ -252,12 +278,12 @@ pub fn reamer_fork(ctx: TracePointContext) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn reamer_exit(ctx: TracePointContext) -> u32 {
-    if let Some(tid) = fields::exit(&ctx) {
-        if tid != 0 {
-            classify::forget(tid);
-        }
+/// sched_process_exit(struct task_struct *p, ...): fires for every exiting thread.
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn reamer_exit(ctx: BtfTracePointContext) -> i32 {
+    let tid = Task::new(ctx.arg(0)).tid();
+    if tid != 0 {
+        classify::forget(tid);
     }
     0
 }

@@ -57,11 +57,7 @@ pub async fn run(config: Config, instance: &str) -> anyhow::Result<()> {
     preflight::raise_memlock();
 
     let pin_dir = paths::pin_dir(instance);
-    let mut sensor = Sensor::load(
-        Path::new(paths::TRACEFS),
-        &pin_dir,
-        sensor_settings(&config),
-    )?;
+    let mut sensor = Sensor::load(&pin_dir, sensor_settings(&config))?;
     let ring = sensor
         .take_events()
         .context("event ring buffer already taken")?;

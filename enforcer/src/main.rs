@@ -81,6 +81,14 @@ enum Command {
         #[command(flatten)]
         instance: InstanceArg,
     },
+    /// Measure this machine's floor for eBPF program cost on sched_switch (root): attach a
+    /// no-op and a clock-read program for a while with run-time statistics on, and print
+    /// nanoseconds per run as JSON. Benchmarks run it beside a workload.
+    Calibrate {
+        /// How long to measure, in seconds.
+        #[arg(long, default_value_t = 2.0, value_parser = parse_interval)]
+        seconds: f64,
+    },
 }
 
 fn parse_instance(value: &str) -> Result<String, String> {
@@ -141,6 +149,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &name,
                 &command,
             )
+        }
+        Command::Calibrate { seconds } => {
+            enforcer::preflight::require_root()?;
+            enforcer::preflight::ensure_mounts()?;
+            let stats = enforcer::sensor::calibration::measure(Duration::from_secs_f64(seconds))?;
+            let programs: Vec<_> = stats
+                .iter()
+                .map(|p| {
+                    let per_run = p.run_time_ns as f64 / p.run_count.max(1) as f64;
+                    serde_json::json!({"name": p.name, "run_count": p.run_count,
+                                       "run_time_ns": p.run_time_ns, "ns_per_run": per_run})
+                })
+                .collect();
+            println!("{}", serde_json::json!({ "programs": programs }));
+            Ok(())
         }
         Command::Observe {
             interval,

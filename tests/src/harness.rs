@@ -60,6 +60,7 @@ pub fn enforcer_bin() -> PathBuf {
 /// A daemon started for one test.
 pub struct Daemon {
     pub instance: String,
+    enforcer: PathBuf,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -67,12 +68,17 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `enforcer run` with `config` (TOML text) and waits until its socket answers.
     pub fn start(instance: &str, config: &str) -> Self {
+        Self::start_bin(&enforcer_bin(), instance, config)
+    }
+
+    /// Like `start`, with the enforcer binary at `enforcer`.
+    pub fn start_bin(enforcer: &std::path::Path, instance: &str, config: &str) -> Self {
         let dir = std::env::temp_dir();
         let config_path = dir.join(format!("reamer-test-{instance}.toml"));
         std::fs::write(&config_path, config).expect("write config");
         let log = dir.join(format!("reamer-test-{instance}.log"));
         let log_file = std::fs::File::create(&log).expect("create log");
-        let child = Command::new(enforcer_bin())
+        let child = Command::new(enforcer)
             .args(["run", "--instance", instance, "--config"])
             .arg(&config_path)
             .stdout(log_file.try_clone().expect("dup log"))
@@ -81,6 +87,7 @@ impl Daemon {
             .expect("spawn enforcer run");
         let mut daemon = Self {
             instance: instance.to_owned(),
+            enforcer: enforcer.to_owned(),
             child: Some(child),
             log,
         };
@@ -140,7 +147,7 @@ impl Daemon {
 
     /// `enforcer launch --training|--pool NAME -- program args...`
     pub fn launch(&self, group_flag: &str, name: &str, program: &str, args: &[&str]) -> Child {
-        Command::new(enforcer_bin())
+        Command::new(&self.enforcer)
             .args([
                 "launch",
                 group_flag,

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
-    programs::{ProgramError, TracePoint},
+    programs::{BtfTracePoint, ProgramError},
 };
 use enforcer_common::{CpuState, JobStats, Settings, ThreadState, maps as names};
 use tracing::{info, warn};
 
-use super::{object, tracefs};
+use super::{btf::Btf, object, offsets};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SensorError {
@@ -20,7 +20,9 @@ pub enum SensorError {
     )]
     NotBuilt,
     #[error(transparent)]
-    Format(#[from] tracefs::FormatError),
+    Offsets(#[from] offsets::OffsetError),
+    #[error("reading kernel BTF for the programs' attach points: {0}")]
+    KernelBtf(aya::BtfError),
     #[error(
         "loading the eBPF object failed: {source}. BPF may be unavailable here: the enforcer \
          needs root (CAP_BPF, CAP_PERFMON), a kernel with CONFIG_BPF_SYSCALL and BTF"
@@ -41,6 +43,8 @@ pub enum SensorError {
         what: &'static str,
         name: &'static str,
     },
+    #[error("cannot enable BPF run-time statistics: {0}")]
+    Stats(String),
     #[error("pinning maps under {path}: {message}")]
     Pin { path: PathBuf, message: String },
 }
@@ -66,13 +70,10 @@ pub struct Sensor {
 
 impl Sensor {
     /// Loads and attaches the sensor, pins its maps in `pin_dir` and applies `settings`.
-    pub fn load(
-        tracefs_dir: &Path,
-        pin_dir: &Path,
-        settings: Settings,
-    ) -> Result<Self, SensorError> {
+    pub fn load(pin_dir: &Path, settings: Settings) -> Result<Self, SensorError> {
         let object = object::object().ok_or(SensorError::NotBuilt)?;
-        let offsets = tracefs::sensor_offsets(tracefs_dir)?;
+        let btf = Btf::from_sys_fs().map_err(offsets::OffsetError::from)?;
+        let offsets = offsets::resolve(&btf)?;
         let mut loader = EbpfLoader::new();
         for (global, offset) in &offsets {
             loader.override_global(global, offset, true);
@@ -87,8 +88,9 @@ impl Sensor {
             Err(err) => warn!("eBPF log forwarding unavailable: {err}"),
         }
 
-        for (name, category, tracepoint) in names::PROGRAMS {
-            let program: &mut TracePoint = ebpf
+        let kernel_btf = aya::Btf::from_sys_fs().map_err(SensorError::KernelBtf)?;
+        for (name, tracepoint) in names::PROGRAMS {
+            let program: &mut BtfTracePoint = ebpf
                 .program_mut(name)
                 .ok_or(SensorError::Missing {
                     what: "program",
@@ -97,10 +99,10 @@ impl Sensor {
                 .try_into()
                 .map_err(|source| SensorError::Program { name, source })?;
             program
-                .load()
+                .load(tracepoint, &kernel_btf)
                 .map_err(|source| SensorError::Program { name, source })?;
             program
-                .attach(category, tracepoint)
+                .attach()
                 .map_err(|source| SensorError::Program { name, source })?;
         }
 

@@ -1,9 +1,11 @@
 //! The userspace half of the scheduler sensor: load, attach, pin, read.
 
+pub mod btf;
+pub mod calibration;
 pub mod loader;
 pub mod object;
+pub mod offsets;
 pub mod snapshot;
-pub mod tracefs;
 
 pub use loader::{Sensor, SensorError};
 pub use snapshot::{JobTotals, Snapshot};

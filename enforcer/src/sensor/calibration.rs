@@ -1,0 +1,64 @@
+//! `enforcer calibrate`: this machine's floor for the cost of a program on sched_switch.
+//!
+//! Attaches the object's two calibration programs (a no-op and a single clock read) with
+//! run-time statistics on, for a while, and reports nanoseconds per run. On a VM the floor can
+//! be a large part of any program's cost (measured here: tens of ns for the no-op), so the
+//! sensor's cost means most next to it.
+
+use std::time::Duration;
+
+use aya::{
+    EbpfLoader,
+    programs::BtfTracePoint,
+    sys::{Stats, enable_stats},
+};
+use enforcer_common::maps::CALIBRATION_PROGRAMS;
+
+use super::{
+    loader::{ProgramStats, SensorError},
+    object,
+};
+
+/// Runs the calibration programs for `duration` and returns their statistics.
+pub fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
+    let object = object::object().ok_or(SensorError::NotBuilt)?;
+    let mut ebpf = EbpfLoader::new()
+        .load(object)
+        .map_err(|source| SensorError::Load { source })?;
+    // Statistics stay on while this fd is open, whatever kernel.bpf_stats_enabled says.
+    let _stats = enable_stats(Stats::RunTime).map_err(|e| SensorError::Stats(e.to_string()))?;
+    let btf = aya::Btf::from_sys_fs().map_err(SensorError::KernelBtf)?;
+    for name in CALIBRATION_PROGRAMS {
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut(name)
+            .ok_or(SensorError::Missing {
+                what: "program",
+                name,
+            })?
+            .try_into()
+            .map_err(|source| SensorError::Program { name, source })?;
+        program
+            .load("sched_switch", &btf)
+            .map_err(|source| SensorError::Program { name, source })?;
+        program
+            .attach()
+            .map_err(|source| SensorError::Program { name, source })?;
+    }
+    std::thread::sleep(duration);
+    let mut stats = Vec::new();
+    for name in CALIBRATION_PROGRAMS {
+        let program = ebpf.program(name).ok_or(SensorError::Missing {
+            what: "program",
+            name,
+        })?;
+        let info = program
+            .info()
+            .map_err(|source| SensorError::Program { name, source })?;
+        stats.push(ProgramStats {
+            name: name.to_owned(),
+            run_count: info.run_count(),
+            run_time_ns: info.run_time().as_nanos() as u64,
+        });
+    }
+    Ok(stats)
+}

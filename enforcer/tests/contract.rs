@@ -1,0 +1,118 @@
+//! The contract between the compiled eBPF object and userspace, checked without privilege:
+//! program names, map names (the kernel keeps 15 characters), map shapes and value sizes
+//! against the shared `#[repr(C)]` types.
+
+use std::mem::size_of;
+
+use enforcer::sensor::object::object;
+use enforcer_common::{
+    CpuState, EVENTS_RING_BYTES, JobStats, MAX_CPUS, MAX_JOBS, MAX_THREADS, NR_COUNTERS, Settings,
+    ThreadState, maps,
+};
+
+/// Kernel object names hold 15 characters and a NUL (BPF_OBJ_NAME_LEN).
+const KERNEL_NAME_MAX: usize = 15;
+
+fn parsed() -> aya_obj::Object {
+    let bytes = object().expect(
+        "the eBPF object is empty: this build used AYA_BUILD_SKIP; build with `cargo xtask test`",
+    );
+    aya_obj::Object::parse(bytes).expect("the eBPF object parses")
+}
+
+#[test]
+fn object_has_every_program_with_a_kernel_sized_name() {
+    let object = parsed();
+    for (name, _) in maps::PROGRAMS {
+        assert!(
+            object.programs.contains_key(name),
+            "program {name} missing; have {:?}",
+            object.programs.keys()
+        );
+        assert!(
+            name.len() <= KERNEL_NAME_MAX,
+            "program name {name} is truncated by the kernel"
+        );
+    }
+    for name in maps::CALIBRATION_PROGRAMS {
+        assert!(
+            object.programs.contains_key(name),
+            "calibration program {name} missing"
+        );
+        assert!(
+            name.len() <= KERNEL_NAME_MAX,
+            "program name {name} is truncated by the kernel"
+        );
+    }
+    assert_eq!(
+        object.programs.len(),
+        maps::PROGRAMS.len() + maps::CALIBRATION_PROGRAMS.len(),
+        "{:?}",
+        object.programs.keys()
+    );
+}
+
+#[test]
+fn maps_have_kernel_sized_names_and_shared_type_sizes() {
+    let object = parsed();
+    let expected: [(&str, usize, usize, u32); 6] = [
+        (
+            maps::THREAD_STATE,
+            size_of::<u32>(),
+            size_of::<ThreadState>(),
+            MAX_THREADS,
+        ),
+        (
+            maps::JOB_STATS,
+            size_of::<u32>(),
+            size_of::<JobStats>(),
+            MAX_JOBS,
+        ),
+        (
+            maps::CPU_STATE,
+            size_of::<u32>(),
+            size_of::<CpuState>(),
+            MAX_CPUS,
+        ),
+        (
+            maps::COUNTERS,
+            size_of::<u32>(),
+            size_of::<u64>(),
+            NR_COUNTERS,
+        ),
+        (maps::SETTINGS, size_of::<u32>(), size_of::<Settings>(), 1),
+        (maps::EVENTS, 0, 0, EVENTS_RING_BYTES),
+    ];
+    for (name, key_size, value_size, max_entries) in expected {
+        assert!(
+            name.len() <= KERNEL_NAME_MAX,
+            "map name {name} is truncated by the kernel"
+        );
+        let map = object
+            .maps
+            .get(name)
+            .unwrap_or_else(|| panic!("map {name} missing"));
+        assert_eq!(map.key_size() as usize, key_size, "{name} key size");
+        assert_eq!(map.value_size() as usize, value_size, "{name} value size");
+        assert_eq!(map.max_entries(), max_entries, "{name} max entries");
+    }
+    for name in object.maps.keys() {
+        // Sections such as .rodata and the aya-log ring are the loader's own, not ours.
+        if name.starts_with('.') || name == "AYA_LOGS" {
+            continue;
+        }
+        assert!(
+            maps::ALL_MAPS.contains(&name.as_str()),
+            "unexpected map {name}"
+        );
+    }
+}
+
+#[test]
+fn every_offset_global_the_loader_sets_exists_in_the_object() {
+    let bytes = object().expect("eBPF object built");
+    let needle = |name: &str| bytes.windows(name.len()).any(|w| w == name.as_bytes());
+    for name in maps::globals::ALL {
+        assert!(needle(name), "global {name} is not in the object's symbols");
+    }
+}

@@ -1,0 +1,335 @@
+//! The sensor's cost, in one run:
+//! - nanoseconds per program run, from the kernel's own accounting (`kernel.bpf_stats_enabled`
+//!   run_time_ns / run_cnt), next to this machine's floor for any program on sched_switch
+//!   (`enforcer calibrate`, run alongside);
+//! - the throughput two context-switch-heavy workloads lose with the programs attached:
+//!   a pinned pipe ping-pong (nothing but switches: the worst case) and hackbench
+//!   (`perf bench sched messaging`: 80 tasks over sockets). Each runs as a registered training
+//!   job, so every event takes the sensor's full path. Rounds alternate with/without, and which
+//!   goes first.
+
+use std::process::{Command, Output};
+
+use anyhow::{Context as _, bail};
+use reamer_tests::harness::Daemon;
+use serde::Serialize;
+
+use crate::{
+    cargo::release_bin,
+    stats::{bootstrap_median_ci, median, min_max},
+};
+
+const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+const INSTANCE: &str = "bench-sensor";
+
+/// A workload: its name, its command, and how to read "operations per second" from it.
+struct Workload {
+    name: &'static str,
+    program: String,
+    args: Vec<String>,
+    parse: fn(&str) -> anyhow::Result<f64>,
+}
+
+fn parse_switch_bench(stdout: &str) -> anyhow::Result<f64> {
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.trim()).context("switch-bench output")?;
+    report["round_trips_per_s"]
+        .as_f64()
+        .context("round_trips_per_s")
+}
+
+/// `perf bench sched messaging` prints "Total time: 1.234 [sec]" for a fixed amount of work.
+fn parse_hackbench(stdout: &str) -> anyhow::Result<f64> {
+    let seconds: f64 = stdout
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Total time:")?
+                .trim()
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .context("no `Total time:` in perf bench output")?;
+    Ok(1.0 / seconds)
+}
+
+fn workloads(seconds: f64, hackbench_loops: u32) -> Vec<Workload> {
+    vec![
+        Workload {
+            name: "pipe ping-pong, 2 threads pinned to one CPU (round trips/s)",
+            program: release_bin("switch-bench").display().to_string(),
+            args: vec!["--seconds".into(), seconds.to_string()],
+            parse: parse_switch_bench,
+        },
+        Workload {
+            name: "hackbench: perf bench sched messaging -g 2 (runs/s)",
+            program: "perf".into(),
+            args: [
+                "bench",
+                "sched",
+                "messaging",
+                "-g",
+                "2",
+                "-l",
+                &hackbench_loops.to_string(),
+            ]
+            .map(String::from)
+            .to_vec(),
+            parse: parse_hackbench,
+        },
+    ]
+}
+
+fn checked(output: Output, what: &str) -> anyhow::Result<String> {
+    if !output.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn run_alone(workload: &Workload) -> anyhow::Result<f64> {
+    let output = Command::new(&workload.program)
+        .args(&workload.args)
+        .output()
+        .with_context(|| format!("running {}", workload.program))?;
+    (workload.parse)(&checked(output, workload.name)?)
+}
+
+fn run_as_training(daemon: &Daemon, workload: &Workload) -> anyhow::Result<f64> {
+    let args: Vec<&str> = workload.args.iter().map(String::as_str).collect();
+    let child = daemon.launch("--training", "bench", &workload.program, &args);
+    let output = child
+        .wait_with_output()
+        .context("workload under enforcer launch")?;
+    (workload.parse)(&checked(output, workload.name)?)
+}
+
+#[derive(Debug, Serialize)]
+pub struct WorkloadResult {
+    pub name: String,
+    pub without: Vec<f64>,
+    pub with: Vec<f64>,
+    /// Median of the paired losses (1 - with/without, %), its 95% bootstrap interval, range.
+    pub loss_pct: f64,
+    pub loss_ci_pct: (f64, f64),
+    pub loss_range_pct: (f64, f64),
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProgramCost {
+    pub name: String,
+    pub runs: u64,
+    pub ns_per_run: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SensorBench {
+    pub rounds: usize,
+    pub workloads: Vec<WorkloadResult>,
+    /// Sensor programs' average over all their runs in the statistics round.
+    pub sensor_ns_per_run: f64,
+    pub sensor_programs: Vec<ProgramCost>,
+    /// The floor measured beside it: a no-op and a clock-read program on sched_switch.
+    pub floor: Vec<ProgramCost>,
+}
+
+/// Restores the sysctl however the measurement ends.
+struct BpfStatsGuard(String);
+
+impl BpfStatsGuard {
+    fn enable() -> anyhow::Result<Self> {
+        let before = std::fs::read_to_string(BPF_STATS_SYSCTL)
+            .context("reading kernel.bpf_stats_enabled")?;
+        std::fs::write(BPF_STATS_SYSCTL, "1").context("enabling kernel.bpf_stats_enabled")?;
+        Ok(Self(before.trim().to_owned()))
+    }
+}
+
+impl Drop for BpfStatsGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::write(BPF_STATS_SYSCTL, &self.0);
+    }
+}
+
+fn program_totals(snapshot: &serde_json::Value) -> Vec<(String, u64, u64)> {
+    let programs = snapshot["programs"].as_array().cloned().unwrap_or_default();
+    programs
+        .iter()
+        .map(|p| {
+            let field = |f: &str| p[f].as_u64().unwrap_or(0);
+            (
+                p["name"].as_str().unwrap_or("?").to_owned(),
+                field("run_count"),
+                field("run_time_ns"),
+            )
+        })
+        .collect()
+}
+
+/// Sensor cost while the ping-pong runs as training, with the floor measured alongside.
+fn cost_round(
+    workload: &Workload,
+    seconds: f64,
+) -> anyhow::Result<(f64, Vec<ProgramCost>, Vec<ProgramCost>)> {
+    let enforcer = release_bin("enforcer");
+    let _guard = BpfStatsGuard::enable()?;
+    let daemon = Daemon::start_bin(&enforcer, INSTANCE, "");
+    let before = program_totals(&daemon.snapshot());
+    let calibrate = Command::new(&enforcer)
+        .args(["calibrate", "--seconds", &(seconds * 0.8).to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting enforcer calibrate")?;
+    run_as_training(&daemon, workload)?;
+    let calibration = checked(calibrate.wait_with_output()?, "enforcer calibrate")?;
+    let after = program_totals(&daemon.snapshot());
+    daemon.stop();
+
+    let mut sensor = Vec::new();
+    let (mut runs, mut time) = (0, 0);
+    for (name, count, ns) in &after {
+        let (_, count_before, ns_before) = before
+            .iter()
+            .find(|(n, ..)| n == name)
+            .cloned()
+            .unwrap_or_default();
+        let (d_runs, d_ns) = (count - count_before, ns - ns_before);
+        runs += d_runs;
+        time += d_ns;
+        let ns_per_run = if d_runs > 0 {
+            d_ns as f64 / d_runs as f64
+        } else {
+            0.0
+        };
+        sensor.push(ProgramCost {
+            name: name.clone(),
+            runs: d_runs,
+            ns_per_run,
+        });
+    }
+    sensor.sort_by(|a, b| a.name.cmp(&b.name));
+    if runs == 0 {
+        bail!("bpf_stats recorded no sensor runs: is kernel.bpf_stats_enabled writable here?");
+    }
+    let calibration: serde_json::Value =
+        serde_json::from_str(calibration.trim()).context("calibrate output")?;
+    let floor = calibration["programs"]
+        .as_array()
+        .context("calibrate programs")?
+        .iter()
+        .map(|p| ProgramCost {
+            name: p["name"].as_str().unwrap_or("?").to_owned(),
+            runs: p["run_count"].as_u64().unwrap_or(0),
+            ns_per_run: p["ns_per_run"].as_f64().unwrap_or(0.0),
+        })
+        .collect();
+    Ok((time as f64 / runs as f64, sensor, floor))
+}
+
+pub fn run(
+    rounds: usize,
+    seconds: f64,
+    hackbench_loops: u32,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<SensorBench> {
+    let enforcer = release_bin("enforcer");
+    let workloads = workloads(seconds, hackbench_loops);
+    let mut samples: Vec<(Vec<f64>, Vec<f64>)> =
+        workloads.iter().map(|_| (Vec::new(), Vec::new())).collect();
+    for round in 0..rounds {
+        progress(&format!(
+            "round {}/{rounds}: without the sensor, then with (order alternates)",
+            round + 1
+        ));
+        let with_first = round % 2 == 1;
+        for arm in [with_first, !with_first] {
+            if arm {
+                let daemon = Daemon::start_bin(&enforcer, INSTANCE, "");
+                for (workload, (_, with)) in workloads.iter().zip(samples.iter_mut()) {
+                    with.push(run_as_training(&daemon, workload)?);
+                }
+                daemon.stop();
+            } else {
+                for (workload, (without, _)) in workloads.iter().zip(samples.iter_mut()) {
+                    without.push(run_alone(workload)?);
+                }
+            }
+        }
+    }
+    progress("cost round: bpf_stats on, with the calibration floor alongside");
+    let (sensor_ns_per_run, sensor_programs, floor) = cost_round(&workloads[0], seconds)?;
+
+    let results = workloads
+        .iter()
+        .zip(samples)
+        .map(|(workload, (without, with))| {
+            let losses: Vec<f64> = with
+                .iter()
+                .zip(&without)
+                .map(|(w, wo)| (1.0 - w / wo) * 100.0)
+                .collect();
+            WorkloadResult {
+                name: workload.name.to_owned(),
+                loss_pct: median(&losses),
+                loss_ci_pct: bootstrap_median_ci(&losses, 42),
+                loss_range_pct: min_max(&losses),
+                without,
+                with,
+            }
+        })
+        .collect();
+    Ok(SensorBench {
+        rounds,
+        workloads: results,
+        sensor_ns_per_run,
+        sensor_programs,
+        floor,
+    })
+}
+
+/// The report section for docs/benchmarks.md.
+pub fn markdown(bench: &SensorBench, command: &str, machine: &str) -> String {
+    let mut out = format!("Command: `{command}`\n\nMachine: {machine}\n\n");
+    out.push_str("| figure | value | target |\n|---|---|---|\n");
+    out.push_str(&format!(
+        "| sensor cost per program run, all five programs (bpf_stats run_time_ns / run_cnt) | {:.0} ns | ≤ 100 ns |\n",
+        bench.sensor_ns_per_run
+    ));
+    for floor in &bench.floor {
+        out.push_str(&format!(
+            "| floor on this machine: `{}` on sched_switch | {:.0} ns | |\n",
+            floor.name, floor.ns_per_run
+        ));
+    }
+    for w in &bench.workloads {
+        out.push_str(&format!(
+            "| throughput lost: {} (median of {} pairs; 95% CI; range) | {:.2}% ({:.2}% to {:.2}%; {:.2}% to {:.2}%) | ≤ 1% |\n",
+            w.name, bench.rounds, w.loss_pct, w.loss_ci_pct.0, w.loss_ci_pct.1, w.loss_range_pct.0, w.loss_range_pct.1
+        ));
+    }
+    out.push_str("\n| workload | without (median) | with (median) |\n|---|---|---|\n");
+    for w in &bench.workloads {
+        out.push_str(&format!(
+            "| {} | {:.1} | {:.1} |\n",
+            w.name,
+            median(&w.without),
+            median(&w.with)
+        ));
+    }
+    out.push_str(
+        "\n| sensor program (cost round, ping-pong as training) | runs | ns/run |\n|---|---|---|\n",
+    );
+    for p in &bench.sensor_programs {
+        out.push_str(&format!(
+            "| {} | {} | {:.0} |\n",
+            p.name, p.runs, p.ns_per_run
+        ));
+    }
+    out
+}

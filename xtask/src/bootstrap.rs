@@ -1,0 +1,154 @@
+//! Installs what building the eBPF sensor needs, idempotently, saying what it does:
+//! the nightly toolchain's rust-src (for `-Z build-std=core`), LLVM 22 development files,
+//! bpf-linker built against them, bpftool (the integration tests inspect pins with it) and
+//! perf (the benchmarks run hackbench through it).
+//!
+//! Where it cannot install (not root, or no apt-get), it prints exactly what is missing and
+//! the commands that would install it, and fails.
+
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+
+/// Debian packages: LLVM 22 for bpf-linker, compression libraries it links, bpftool (the
+/// tests inspect pins with it) and perf (the benchmarks run hackbench through it).
+const PACKAGES: [&str; 6] = [
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "zlib1g-dev",
+    "libzstd-dev",
+    "bpftool",
+    "linux-perf",
+];
+/// bpf-linker release verified with LLVM 22 and aya 0.14 here.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+
+fn say(message: &str) {
+    eprintln!("reamer bootstrap: {message}");
+}
+
+fn succeeds(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn stdout_of(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<()> {
+    say(&format!("running: {} {}", program, args.join(" ")));
+    let status = Command::new(program)
+        .args(args)
+        .envs(envs.iter().copied())
+        .status()
+        .with_context(|| format!("cannot run {program}"))?;
+    if !status.success() {
+        bail!("`{program} {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    stdout_of("id", &["-u"]).trim() == "0"
+}
+
+fn package_installed(package: &str) -> bool {
+    stdout_of("dpkg-query", &["-W", "-f=${Status}", package]).contains("install ok installed")
+}
+
+fn ensure_rust_src() -> anyhow::Result<()> {
+    let installed = stdout_of(
+        "rustup",
+        &["component", "list", "--toolchain", "nightly", "--installed"],
+    );
+    if installed.lines().any(|l| l.starts_with("rust-src")) {
+        return Ok(());
+    }
+    if !succeeds("rustup", &["--version"]) {
+        bail!(
+            "rustup is missing: the eBPF sensor is built with the nightly toolchain's rust-src. \
+             Install rustup (https://rustup.rs), then run `rustup component add rust-src --toolchain nightly`"
+        );
+    }
+    say("installing the nightly toolchain's rust-src (the eBPF build compiles core for bpfel)");
+    run(
+        "rustup",
+        &[
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+        ],
+        &[],
+    )
+}
+
+fn ensure_packages() -> anyhow::Result<()> {
+    let missing: Vec<&str> = PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| !package_installed(p))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let has_apt = succeeds("apt-get", &["--version"]);
+    if !is_root() || !has_apt {
+        bail!(
+            "missing system packages: {}. Install them with:\n    sudo apt-get update && sudo apt-get install -y {}\n\
+             (on a distribution without apt-get: LLVM 22 development files, zlib, zstd and bpftool)",
+            missing.join(", "),
+            missing.join(" ")
+        );
+    }
+    say(&format!(
+        "installing {} (LLVM 22 for bpf-linker, bpftool for the tests)",
+        missing.join(", ")
+    ));
+    run("apt-get", &["update", "-q"], &[])?;
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    args.extend(&missing);
+    run("apt-get", &args, &[("DEBIAN_FRONTEND", "noninteractive")])
+}
+
+fn ensure_bpf_linker() -> anyhow::Result<()> {
+    if succeeds("bpf-linker", &["--version"]) {
+        return Ok(());
+    }
+    say(&format!(
+        "building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (the default feature wants an LLVM \
+         Debian 12 does not ship; this takes a few minutes, once)"
+    ));
+    run(
+        "cargo",
+        &[
+            "install",
+            "bpf-linker",
+            "--version",
+            BPF_LINKER_VERSION,
+            "--no-default-features",
+            "--features",
+            "llvm-22",
+        ],
+        &[("LLVM_PREFIX", LLVM_PREFIX)],
+    )
+}
+
+/// Makes sure everything is installed; quiet when it already is.
+pub fn ensure() -> anyhow::Result<()> {
+    ensure_rust_src()?;
+    ensure_packages()?;
+    ensure_bpf_linker()?;
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! Running cargo and the workspace's binaries from xtask.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent")
+        .to_owned()
+}
+
+/// `cargo ARGS` in the workspace root, failing on a non-zero exit.
+pub fn cargo(args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(&cargo)
+        .args(args)
+        .envs(envs.iter().copied())
+        .current_dir(workspace_root())
+        .status()
+        .with_context(|| format!("cannot run {cargo}"))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Builds the enforcer and the workload binaries in release mode.
+pub fn build_release() -> anyhow::Result<()> {
+    cargo(
+        &[
+            "build",
+            "--release",
+            "--bins",
+            "-p",
+            "enforcer",
+            "-p",
+            "reamer-tests",
+        ],
+        &[],
+    )
+}
+
+/// A release binary of the workspace.
+pub fn release_bin(name: &str) -> PathBuf {
+    workspace_root().join("target/release").join(name)
+}
+
+pub fn is_root() -> bool {
+    // SAFETY-free: `id -u` keeps xtask free of libc.
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}

@@ -1,0 +1,135 @@
+//! `cargo xtask demo`: the built-in default scenario. A simulated training job runs under the
+//! enforcer; midway a CPU-hungry inference pool starts on the same cores. The live table shows
+//! what the sensor sees: training's run-queue waits and CPU demand, and the events raised when
+//! training lands behind inference.
+
+use std::{io::Read as _, process::Command, time::Duration};
+
+use anyhow::{Context as _, bail};
+use reamer_tests::harness::Daemon;
+
+use crate::cargo::{build_release, is_root, release_bin};
+
+const CONFIG: &str = "# written by `cargo xtask demo`\n[sensor]\nwait_threshold_us = 2000\n\n\
+                      [[pool]]\nname = \"inference\"\nkind = \"offline\"\n";
+const TRAINING_SECONDS: f64 = 14.0;
+const INFERENCE_STARTS_AT: f64 = 5.0;
+const INFERENCE_SECONDS: f64 = 5.0;
+
+pub fn run() -> anyhow::Result<()> {
+    if !is_root() {
+        bail!(
+            "the demo loads eBPF programs into the kernel: run it as root (sudo -E cargo xtask demo)"
+        );
+    }
+    build_release()?;
+    println!("== reamer demo: a training job, then CPU inference competing for its cores ==");
+    println!(
+        "starting the enforcer (instance \"demo\"), with an offline inference pool \"inference\""
+    );
+    let daemon = Daemon::start_bin(&release_bin("enforcer"), "demo", CONFIG);
+
+    let sim = release_bin("training-sim");
+    let mut training = daemon.launch(
+        "--training",
+        "demo-training",
+        sim.to_str().context("path")?,
+        &["--seconds", &TRAINING_SECONDS.to_string(), "--json"],
+    );
+    println!(
+        "training: `enforcer launch --training demo-training -- training-sim` for {TRAINING_SECONDS} s; \
+         inference joins at {INFERENCE_STARTS_AT} s for {INFERENCE_SECONDS} s\n"
+    );
+    let mut observe = Command::new(release_bin("enforcer"))
+        .args([
+            "observe",
+            "--instance",
+            "demo",
+            "--interval",
+            "1",
+            "--count",
+        ])
+        .arg(((TRAINING_SECONDS - 1.0) as u64).to_string())
+        .spawn()
+        .context("starting enforcer observe")?;
+
+    std::thread::sleep(Duration::from_secs_f64(INFERENCE_STARTS_AT));
+    println!(">>> inference starts: `enforcer launch --pool inference -- cpu-hog --threads 2`");
+    let hog = release_bin("cpu-hog");
+    let mut inference = daemon.launch(
+        "--pool",
+        "inference",
+        hog.to_str().context("path")?,
+        &[
+            "--threads",
+            "2",
+            "--seconds",
+            &INFERENCE_SECONDS.to_string(),
+        ],
+    );
+
+    let mut report = String::new();
+    training
+        .stdout
+        .take()
+        .context("training stdout")?
+        .read_to_string(&mut report)?;
+    training.wait()?;
+    inference.wait()?;
+    observe.wait()?;
+    let snapshot = daemon.snapshot();
+    daemon.stop();
+
+    summarize(&report, &snapshot)?;
+    Ok(())
+}
+
+fn summarize(report: &str, snapshot: &serde_json::Value) -> anyhow::Result<()> {
+    let report: serde_json::Value =
+        serde_json::from_str(report.trim()).context("training-sim report")?;
+    let steps: Vec<f64> = report["step_ms"]
+        .as_array()
+        .context("step_ms")?
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    // Split the steps by when they ended: before inference, during it, after it.
+    let (mut clock, mut phases) = (0.0, [(0usize, 0.0f64); 3]);
+    for step in &steps {
+        clock += step / 1e3;
+        let phase = if clock < INFERENCE_STARTS_AT {
+            0
+        } else if clock < INFERENCE_STARTS_AT + INFERENCE_SECONDS {
+            1
+        } else {
+            2
+        };
+        phases[phase].0 += 1;
+        phases[phase].1 += step / 1e3;
+    }
+    println!("\n== summary ==");
+    for (name, (count, seconds)) in ["training alone", "with inference", "after inference"]
+        .iter()
+        .zip(phases)
+    {
+        if count > 0 {
+            println!(
+                "{name:>16}: {:6.1} steps/s ({count} steps)",
+                count as f64 / seconds
+            );
+        }
+    }
+    let job = snapshot["jobs"]
+        .as_array()
+        .and_then(|j| j.first())
+        .context("demo job")?;
+    println!(
+        "sensor: {} run-queue waits, {} times training was enqueued behind inference, {} events delivered",
+        job["waits"], job["behind_inference"], job["events_received"]
+    );
+    println!(
+        "The slowdown while inference runs is what the enforcer's next stage removes (cpuset moves, \
+         cpu.idle): this slice measures and signals it."
+    );
+    Ok(())
+}
