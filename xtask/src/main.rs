@@ -41,7 +41,7 @@ enum Task {
     /// Run every test: unit, contract, and the privileged integration tests on the real kernel
     /// (these skip with a reason when not root; REAMER_REQUIRE_PRIVILEGED=1 makes that fail).
     Test {
-        /// Extra arguments for `cargo test` (e.g. a test name filter).
+        /// Arguments for the test binaries: a name filter, --nocapture, ...
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -49,10 +49,10 @@ enum Task {
     /// context-switch-heavy workload, written to docs/benchmarks.md.
     Bench {
         /// Paired rounds (with and without the sensor).
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 30)]
         rounds: usize,
-        /// Seconds per measurement.
-        #[arg(long, default_value_t = 2.0)]
+        /// Seconds per ping-pong measurement (hackbench runs a fixed amount of work).
+        #[arg(long, default_value_t = 1.0)]
         seconds: f64,
         /// A short smoke run: 3 rounds of 1 s; does not touch docs/benchmarks.md.
         #[arg(long)]
@@ -105,11 +105,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &[],
             )?;
             // One test at a time: the privileged tests measure scheduling on a shared machine.
-            let mut test_args: Vec<&str> = vec!["test"];
-            let (cargo_args, harness_args) = split_harness_args(&args);
-            test_args.extend(cargo_args.iter().map(String::as_str));
-            test_args.extend(["--", "--test-threads=1"]);
-            test_args.extend(harness_args.iter().map(String::as_str));
+            let mut test_args = vec!["test", "--", "--test-threads=1"];
+            test_args.extend(args.iter().map(String::as_str));
             cargo::cargo(&test_args, &[])
         }
         Task::Bench {
@@ -129,7 +126,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let (rounds, seconds, hackbench_loops) = if quick {
                 (3, 1.0, 200)
             } else {
-                (rounds, seconds, 1000)
+                (rounds, seconds, 500)
             };
             let progress = |step: &str| eprintln!("[bench] {step}");
             let bench = bench_sensor::run(rounds, seconds, hackbench_loops, &progress)?;
@@ -152,15 +149,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-    }
-}
-
-/// Splits `cargo xtask test` arguments at a `--`: before it for cargo, after it for the test
-/// harness.
-fn split_harness_args(args: &[String]) -> (Vec<String>, Vec<String>) {
-    match args.iter().position(|a| a == "--") {
-        Some(i) => (args[..i].to_vec(), args[i + 1..].to_vec()),
-        None => (args.to_vec(), Vec::new()),
     }
 }
 
