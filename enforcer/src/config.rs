@@ -184,10 +184,10 @@ impl Config {
                     format!("{section} name {name:?} is used twice; names must be unique"),
                 ));
             }
-            if let Some(cgroup) = &group.cgroup {
-                if let Err(message) = check_cgroup(cgroup.get_ref()) {
-                    return Err(invalid(cgroup.span(), "cgroup", message));
-                }
+            if let Some(cgroup) = &group.cgroup
+                && let Err(message) = check_cgroup(cgroup.get_ref())
+            {
+                return Err(invalid(cgroup.span(), "cgroup", message));
             }
             for pid in &group.pids {
                 let pid_value = *pid.get_ref();

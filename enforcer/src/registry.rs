@@ -195,10 +195,11 @@ impl Registry {
             group.threads = tids.len();
             for tid in tids {
                 report.classified += 1;
-                if let Ok(existing) = map.get(&tid, 0) {
-                    if existing.class == group.class && existing.group == group.id {
-                        continue;
-                    }
+                if let Ok(existing) = map.get(&tid, 0)
+                    && existing.class == group.class
+                    && existing.group == group.id
+                {
+                    continue;
                 }
                 let state = ThreadState {
                     class: group.class,

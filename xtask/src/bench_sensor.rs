@@ -45,7 +45,6 @@ fn parse_hackbench(stdout: &str) -> anyhow::Result<f64> {
         .find_map(|l| {
             l.trim()
                 .strip_prefix("Total time:")?
-                .trim()
                 .split_whitespace()
                 .next()?
                 .parse()

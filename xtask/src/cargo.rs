@@ -30,6 +30,50 @@ pub fn cargo(args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cargo test ARGS`, echoing its output, and ending with one plain summary line
+/// ("tests: N passed, N failed") summed over every test binary, so that the last line says
+/// what ran rather than the last crate's empty doc-test run.
+pub fn cargo_test(args: &[&str]) -> anyhow::Result<()> {
+    use std::io::{BufRead as _, BufReader};
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut child = Command::new(&cargo)
+        .arg("test")
+        .args(args)
+        .current_dir(workspace_root())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {cargo}"))?;
+    let (mut passed, mut failed) = (0u64, 0u64);
+    for line in BufReader::new(child.stdout.take().context("cargo test stdout")?).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(result) = line.strip_prefix("test result: ") {
+            let count = |word: &str| -> u64 {
+                result
+                    .split(';')
+                    .find_map(|part| {
+                        part.trim()
+                            .strip_suffix(word)?
+                            .trim()
+                            .rsplit(' ')
+                            .next()?
+                            .parse()
+                            .ok()
+                    })
+                    .unwrap_or(0)
+            };
+            passed += count("passed");
+            failed += count("failed");
+        }
+    }
+    let status = child.wait()?;
+    println!("tests: {passed} passed, {failed} failed");
+    if !status.success() {
+        bail!("`cargo test {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
 /// Builds the enforcer and the workload binaries in release mode.
 pub fn build_release() -> anyhow::Result<()> {
     cargo(

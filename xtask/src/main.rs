@@ -105,9 +105,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &[],
             )?;
             // One test at a time: the privileged tests measure scheduling on a shared machine.
-            let mut test_args = vec!["test", "--", "--test-threads=1"];
+            let mut test_args = vec!["--", "--test-threads=1"];
             test_args.extend(args.iter().map(String::as_str));
-            cargo::cargo(&test_args, &[])
+            cargo::cargo_test(&test_args)
         }
         Task::Bench {
             rounds,

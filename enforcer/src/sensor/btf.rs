@@ -220,10 +220,10 @@ impl Btf {
             }
             if member.name.is_empty() {
                 let inner = self.resolve(member.type_id)?;
-                if matches!(inner.kind, KIND_STRUCT | KIND_UNION) {
-                    if let Some((bits, id)) = self.find_member(inner, field)? {
-                        return Ok(Some((member.bit_offset + bits, id)));
-                    }
+                if matches!(inner.kind, KIND_STRUCT | KIND_UNION)
+                    && let Some((bits, id)) = self.find_member(inner, field)?
+                {
+                    return Ok(Some((member.bit_offset + bits, id)));
                 }
             }
         }
