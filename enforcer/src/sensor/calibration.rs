@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use aya::{
     EbpfLoader,
-    programs::BtfTracePoint,
     sys::{Stats, enable_stats},
 };
 use enforcer_common::maps::CALIBRATION_PROGRAMS;
 
 use super::{
-    loader::{ProgramStats, SensorError},
+    loader::{ProgramStats, SensorError, attach_program},
     object,
 };
 
@@ -29,20 +28,7 @@ pub fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
     let _stats = enable_stats(Stats::RunTime).map_err(|e| SensorError::Stats(e.to_string()))?;
     let btf = aya::Btf::from_sys_fs().map_err(SensorError::KernelBtf)?;
     for name in CALIBRATION_PROGRAMS {
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut(name)
-            .ok_or(SensorError::Missing {
-                what: "program",
-                name,
-            })?
-            .try_into()
-            .map_err(|source| SensorError::Program { name, source })?;
-        program
-            .load("sched_switch", &btf)
-            .map_err(|source| SensorError::Program { name, source })?;
-        program
-            .attach()
-            .map_err(|source| SensorError::Program { name, source })?;
+        attach_program(&mut ebpf, name, "sched_switch", &btf)?;
     }
     std::thread::sleep(duration);
     let mut stats = Vec::new();

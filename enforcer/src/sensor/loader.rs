@@ -90,20 +90,7 @@ impl Sensor {
 
         let kernel_btf = aya::Btf::from_sys_fs().map_err(SensorError::KernelBtf)?;
         for (name, tracepoint) in names::PROGRAMS {
-            let program: &mut BtfTracePoint = ebpf
-                .program_mut(name)
-                .ok_or(SensorError::Missing {
-                    what: "program",
-                    name,
-                })?
-                .try_into()
-                .map_err(|source| SensorError::Program { name, source })?;
-            program
-                .load(tracepoint, &kernel_btf)
-                .map_err(|source| SensorError::Program { name, source })?;
-            program
-                .attach()
-                .map_err(|source| SensorError::Program { name, source })?;
+            attach_program(&mut ebpf, name, tracepoint, &kernel_btf)?;
         }
 
         pin_all(&ebpf, pin_dir)?;
@@ -164,6 +151,27 @@ pub struct ProgramStats {
     pub name: String,
     pub run_count: u64,
     pub run_time_ns: u64,
+}
+
+/// Loads program `name` of the object and attaches it to the BTF-enabled `tracepoint`.
+pub(super) fn attach_program(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    tracepoint: &str,
+    kernel_btf: &aya::Btf,
+) -> Result<(), SensorError> {
+    let error = |source| SensorError::Program { name, source };
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(SensorError::Missing {
+            what: "program",
+            name,
+        })?
+        .try_into()
+        .map_err(error)?;
+    program.load(tracepoint, kernel_btf).map_err(error)?;
+    program.attach().map_err(error)?;
+    Ok(())
 }
 
 fn pin_all(ebpf: &Ebpf, pin_dir: &Path) -> Result<(), SensorError> {
