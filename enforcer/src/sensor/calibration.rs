@@ -41,6 +41,7 @@ pub fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
             .info()
             .map_err(|source| SensorError::Program { name, source })?;
         stats.push(ProgramStats {
+            id: info.id(),
             name: name.to_owned(),
             run_count: info.run_count(),
             run_time_ns: info.run_time().as_nanos() as u64,

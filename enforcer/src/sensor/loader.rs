@@ -131,6 +131,7 @@ impl Sensor {
             .filter_map(|(name, program)| {
                 let info = program.info().ok()?;
                 Some(ProgramStats {
+                    id: info.id(),
                     name: name.to_owned(),
                     run_count: info.run_count(),
                     run_time_ns: info.run_time().as_nanos() as u64,
@@ -148,6 +149,8 @@ impl Sensor {
 /// Run statistics of one program, from `bpf_prog_info`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ProgramStats {
+    /// Kernel program id, as `bpftool prog show` lists it.
+    pub id: u32,
     pub name: String,
     pub run_count: u64,
     pub run_time_ns: u64,
