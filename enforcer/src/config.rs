@@ -36,9 +36,41 @@ pub struct Config {
     #[serde(default)]
     pub sensor: SensorConfig,
     #[serde(default)]
+    pub policy: PolicySection,
+    #[serde(default)]
     pub training: Vec<GroupConfig>,
     #[serde(default)]
     pub pool: Vec<GroupConfig>,
+}
+
+/// How cores move between training and inference.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySection {
+    /// false: observe only, never touch a cgroup's CPUs.
+    pub enforce: bool,
+    /// Half-life of the decay of training's demand estimate (rises are taken at once).
+    pub demand_half_life_ms: u64,
+    /// How long demand must stay low before a core goes back to inference (hysteresis).
+    pub give_back_after_ms: u64,
+    /// CPUs reserved for training above its estimated demand.
+    pub headroom_cpus: f64,
+    /// How often the slow path re-reads training's demand.
+    pub tick_ms: u64,
+}
+
+impl Default for PolicySection {
+    fn default() -> Self {
+        // 2 s hold: several training steps at the 50 steps/s measured here, so a step's idle
+        // phase never gives a core away; 1 s half-life: the estimate forgets a burst in seconds.
+        Self {
+            enforce: true,
+            demand_half_life_ms: 1000,
+            give_back_after_ms: 2000,
+            headroom_cpus: 0.25,
+            tick_ms: 100,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,9 +108,21 @@ pub struct GroupConfig {
     /// `[[pool]]` only: "online" (latency SLO) or "offline" (best effort).
     #[serde(default)]
     pub kind: Option<Spanned<PoolKind>>,
+    /// Online pools: cores guaranteed even against training (default 1).
+    #[serde(default)]
+    pub min_cores: Option<Spanned<usize>>,
+    /// Online pools: the latency SLO the pool's workers serve, in ms (reported; the workers
+    /// size themselves to it).
+    #[serde(default)]
+    pub slo_ms: Option<Spanned<u64>>,
 }
 
 impl GroupConfig {
+    /// Guaranteed cores of an online pool.
+    pub fn min_cores(&self) -> usize {
+        self.min_cores.as_ref().map_or(1, |m| *m.get_ref())
+    }
+
     /// The pool kind; `validate` guarantees it is set for every `[[pool]]`.
     pub fn pool_kind(&self) -> PoolKind {
         self.kind
@@ -174,6 +218,21 @@ impl Config {
                 }
                 _ => {}
             }
+            let offline = group
+                .kind
+                .as_ref()
+                .is_some_and(|k| *k.get_ref() == PoolKind::Offline);
+            for (field, span) in [
+                ("min_cores", group.min_cores.as_ref().map(|m| m.span())),
+                ("slo_ms", group.slo_ms.as_ref().map(|m| m.span())),
+            ] {
+                if let Some(span) = span {
+                    if section == "training" || offline {
+                        let message = format!("`{field}` applies to online pools only");
+                        return Err(invalid(span, field, message));
+                    }
+                }
+            }
             if let Err(message) = validate_name(name) {
                 return Err(invalid(group.name.span(), "name", message));
             }
@@ -199,6 +258,23 @@ impl Config {
                     ));
                 }
             }
+        }
+        let online_min: usize = self
+            .pool
+            .iter()
+            .filter(|p| p.pool_kind() == PoolKind::Online)
+            .map(GroupConfig::min_cores)
+            .sum();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if online_min >= cpus && online_min > 0 {
+            return Err(ConfigError::Syntax {
+                path: path.to_owned(),
+                line: 1,
+                message: format!(
+                    "online pools are guaranteed {online_min} cores in all, but this machine has \
+                     {cpus} CPUs: training would have none"
+                ),
+            });
         }
         if self.training.len() > enforcer_common::MAX_JOBS as usize {
             return Err(ConfigError::Syntax {
@@ -353,6 +429,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("field `name`"), "{err}");
+    }
+
+    #[test]
+    fn policy_defaults_and_online_only_fields() {
+        let config = parse("[[pool]]\nname = \"web\"\nkind = \"online\"\nslo_ms = 50\n").unwrap();
+        assert!(config.policy.enforce);
+        assert_eq!(config.policy.give_back_after_ms, 2000);
+        assert_eq!(config.pool[0].min_cores(), 1);
+        let err = parse("[[pool]]\nname = \"b\"\nkind = \"offline\"\nmin_cores = 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("test.toml:4: field `min_cores`"), "{err}");
+        let err = parse("[policy]\ngive_back_after_ms = -1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("test.toml:2: field `give_back_after_ms`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use crate::{
     config::Config,
     control::{self, GroupKind, Request, Response},
+    enforce::Enforcer,
     events::{self, EventTally},
     paths, preflight,
     registry::Registry,
@@ -38,6 +39,7 @@ struct Shared {
     registry: Mutex<Registry>,
     sensor: Mutex<Sensor>,
     tally: Arc<Mutex<EventTally>>,
+    enforcer: Arc<Mutex<Enforcer>>,
 }
 
 /// Settings for the sensor from the config.
@@ -48,8 +50,9 @@ pub fn sensor_settings(config: &Config) -> Settings {
     }
 }
 
-/// Runs the daemon until SIGINT or SIGTERM.
-pub async fn run(config: Config, instance: &str) -> anyhow::Result<()> {
+/// Runs the daemon until SIGINT or SIGTERM. Decisions are appended to `decision_log` as JSON
+/// lines.
+pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow::Result<()> {
     preflight::require_root()?;
     let socket_path = paths::socket_path(instance);
     claim_socket_path(&socket_path, instance).await?;
@@ -61,7 +64,16 @@ pub async fn run(config: Config, instance: &str) -> anyhow::Result<()> {
     let ring = sensor
         .take_events()
         .context("event ring buffer already taken")?;
+    let enforcer = Enforcer::new(&config, instance, Some(decision_log))?;
     let mut registry = Registry::from_config(&config);
+    // Configured pool members move into their pool's cgroup.
+    for pool in &registry.pools {
+        for pid in crate::registry::group_processes(&pool.sources) {
+            if let Err(err) = enforcer.add_process(&pool.name, pid) {
+                warn!(pool = pool.name, pid, "cannot adopt: {err:#}");
+            }
+        }
+    }
     let report = registry.reconcile(&mut sensor.maps.thread_state);
     info!(
         jobs = registry.training.len(),
@@ -75,10 +87,19 @@ pub async fn run(config: Config, instance: &str) -> anyhow::Result<()> {
         registry: Mutex::new(registry),
         sensor: Mutex::new(sensor),
         tally: Arc::new(Mutex::new(EventTally::default())),
+        enforcer: Arc::new(Mutex::new(enforcer)),
     });
 
     let listener = bind(&socket_path)?;
-    let consumer = tokio::spawn(events::consume(ring, shared.tally.clone()));
+    let consumer = tokio::spawn(events::consume(
+        ring,
+        shared.tally.clone(),
+        shared.enforcer.clone(),
+    ));
+    let ticker = tokio::spawn(tick_forever(
+        shared.clone(),
+        Duration::from_millis(config.policy.tick_ms.max(10)),
+    ));
     let server = tokio::spawn(serve(listener, shared.clone()));
     let reconciler = tokio::spawn(reconcile_forever(shared.clone()));
     info!(instance, socket = %socket_path.display(), pins = %pin_dir.display(), "enforcer running");
@@ -90,12 +111,18 @@ pub async fn run(config: Config, instance: &str) -> anyhow::Result<()> {
         _ = sigint.recv() => info!("SIGINT: shutting down"),
     }
 
-    for task in [consumer, server, reconciler] {
+    for task in [consumer, server, reconciler, ticker] {
         task.abort();
         let _ = task.await;
     }
     let _ = std::fs::remove_file(&socket_path);
     let shared = Arc::into_inner(shared).context("daemon state still shared at shutdown")?;
+    shared
+        .enforcer
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .shutdown();
+    info!("inference pools released: every CPU, no idle class, thawed");
     let sensor = shared
         .sensor
         .into_inner()
@@ -132,6 +159,31 @@ fn bind(socket: &Path) -> anyhow::Result<UnixListener> {
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
         .with_context(|| format!("chmod {}", socket.display()))?;
     Ok(listener)
+}
+
+/// The slow path: every `period`, training's total run + wait time goes to the policy.
+async fn tick_forever(shared: Arc<Shared>, period: Duration) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let run_wait = {
+            let registry = shared.registry.lock().expect("registry poisoned");
+            let sensor = shared.sensor.lock().expect("sensor poisoned");
+            registry
+                .training
+                .iter()
+                .filter_map(|job| snapshot::read_job(&sensor.maps, job.id).ok())
+                .map(|stats| stats.run_ns + stats.wait_ns)
+                .sum()
+        };
+        let now = snapshot::monotonic_ns();
+        shared
+            .enforcer
+            .lock()
+            .expect("enforcer poisoned")
+            .on_tick(now, run_wait);
+    }
 }
 
 async fn reconcile_forever(shared: Arc<Shared>) {
@@ -277,5 +329,6 @@ fn take_snapshot(shared: &Shared) -> Snapshot {
         cpu_class_ns: snapshot::read_cpu_class_ns(&sensor.maps),
         counters: snapshot::read_counters(&sensor.maps),
         programs: sensor.program_stats(),
+        enforcement: Some(shared.enforcer.lock().expect("enforcer poisoned").status()),
     }
 }

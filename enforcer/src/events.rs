@@ -77,8 +77,13 @@ impl EventTally {
     }
 }
 
-/// Reads events until the task is dropped.
-pub async fn consume(ring: RingBuf<MapData>, tally: Arc<Mutex<EventTally>>) {
+/// Reads events until the task is dropped, counting each and handing it to the enforcer's
+/// fast path on the spot.
+pub async fn consume(
+    ring: RingBuf<MapData>,
+    tally: Arc<Mutex<EventTally>>,
+    enforcer: Arc<Mutex<crate::enforce::Enforcer>>,
+) {
     // SAFETY: the ring buffer owns its fd, and the AsyncFd owns the ring buffer, so the fd
     // stays open for as long as it is registered.
     let mut ring = match unsafe { AsyncFd::register(ring) } {
@@ -112,6 +117,7 @@ pub async fn consume(ring: RingBuf<MapData>, tally: Arc<Mutex<EventTally>>) {
                 cpu = event.cpu,
                 "sensor event"
             );
+            enforcer.lock().expect("enforcer poisoned").on_event(&event);
             tally
                 .lock()
                 .expect("event tally poisoned")

@@ -1,13 +1,17 @@
 //! reamer's enforcer: the library behind the `enforcer` binary (loader, registry, control
 //! socket, daemon). The binary is a thin shell over it.
 
+pub mod cgroups;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod enforce;
 pub mod events;
 pub mod launch;
 pub mod observe;
 pub mod paths;
+pub mod policy;
 pub mod preflight;
 pub mod registry;
 pub mod sensor;
+pub mod topology;

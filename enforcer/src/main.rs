@@ -46,6 +46,10 @@ enum Command {
         /// if it exists, else built-in defaults with no groups.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Append every decision (trigger, new allocation, event-to-write latency) to this file
+        /// as JSON lines. Default: /run/reamer/INSTANCE.decisions.jsonl
+        #[arg(long)]
+        decision_log: Option<PathBuf>,
         #[command(flatten)]
         instance: InstanceArg,
     },
@@ -124,13 +128,19 @@ fn init_logging(level: &str) {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { config, instance } => {
+        Command::Run {
+            config,
+            decision_log,
+            instance,
+        } => {
             let config = load_config(config)?;
+            let decision_log =
+                decision_log.unwrap_or_else(|| paths::decision_log(&instance.instance));
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
-            runtime.block_on(daemon::run(config, &instance.instance))
+            runtime.block_on(daemon::run(config, &instance.instance, &decision_log))
         }
         Command::Launch {
             training,

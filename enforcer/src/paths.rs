@@ -29,6 +29,11 @@ pub fn socket_path(instance: &str) -> PathBuf {
     PathBuf::from(RUN_DIR).join(format!("{instance}.sock"))
 }
 
+/// This instance's decision log: `/run/reamer/<instance>.decisions.jsonl`.
+pub fn decision_log(instance: &str) -> PathBuf {
+    PathBuf::from(RUN_DIR).join(format!("{instance}.decisions.jsonl"))
+}
+
 /// Checks an instance name: it becomes a directory and a file name.
 pub fn validate_instance(instance: &str) -> Result<(), String> {
     let ok = !instance.is_empty()

@@ -240,6 +240,26 @@ pub fn group_threads(sources: &[Source]) -> HashSet<u32> {
     tids
 }
 
+/// Processes (not threads) of the sources: pids listed in a cgroup's `cgroup.procs`, and the
+/// configured processes themselves.
+pub fn group_processes(sources: &[Source]) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for source in sources {
+        match source {
+            Source::Cgroup(dir) => {
+                if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                    pids.extend(
+                        text.split_whitespace()
+                            .filter_map(|p| p.parse::<u32>().ok()),
+                    );
+                }
+            }
+            Source::Process(pid) => pids.push(*pid),
+        }
+    }
+    pids
+}
+
 /// Threads of a cgroup: `tasks` on v1, `cgroup.threads` on v2; both list thread ids.
 fn cgroup_threads(dir: &Path, out: &mut HashSet<u32>) {
     for file in ["tasks", "cgroup.threads"] {

@@ -50,6 +50,8 @@ pub struct Snapshot {
     pub cpu_class_ns: Vec<[u64; NR_CLASSES]>,
     pub counters: BTreeMap<String, u64>,
     pub programs: Vec<ProgramStats>,
+    /// Cores and pools as enforced now, with recent decisions.
+    pub enforcement: Option<crate::enforce::EnforcementStatus>,
 }
 
 /// Sums one job's per-CPU statistics.

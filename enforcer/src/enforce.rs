@@ -1,0 +1,266 @@
+//! Applying the policy to the pools' cgroups: the fast path (a sensor event names a contended
+//! CPU) and the slow path (a periodic demand sample), each decision logged as a JSON line with
+//! the time from the kernel event to the completed cgroup write.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, VecDeque},
+    io::Write as _,
+    path::Path,
+};
+
+use enforcer_common::{
+    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_PREEMPTED_BY_INFERENCE, SensorEvent,
+    histogram::{NR_BUCKETS, bucket_of},
+};
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::{
+    cgroups::PoolCgroup,
+    config::{Config, PoolKind as ConfigPoolKind},
+    policy::{Allocation, Decision, Policy, PolicyConfig, PoolKind, PoolSpec},
+    sensor::snapshot::{monotonic_ns, percentile},
+    topology::{Topology, format_cpu_list},
+};
+
+/// Recent decisions kept for `status`.
+const RECENT_DECISIONS: usize = 32;
+
+/// One logged decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionRecord {
+    /// CLOCK_MONOTONIC when the cgroup writes completed.
+    pub at_ns: u64,
+    #[serde(flatten)]
+    pub decision: Decision,
+    /// Pools whose CPUs were rewritten.
+    pub rewritten: Vec<String>,
+    /// From the sensor event's timestamp to the last cgroup write done (fast path only).
+    pub event_to_write_ns: Option<u64>,
+}
+
+/// What `status` shows of enforcement.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct EnforcementStatus {
+    pub enforcing: bool,
+    pub training_cpus: String,
+    pub demand_estimate_cpus: f64,
+    /// Pool → (kind, CPUs in its cpuset now, processes).
+    pub pools: Vec<PoolStatus>,
+    pub reactions: u64,
+    pub event_to_write_p50_ns: Option<u64>,
+    pub event_to_write_p99_ns: Option<u64>,
+    pub recent_decisions: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct PoolStatus {
+    pub name: String,
+    pub kind: String,
+    pub cpus: String,
+    pub processes: Vec<u32>,
+}
+
+pub struct Enforcer {
+    instance: String,
+    enforcing: bool,
+    policy: Policy,
+    topology: Topology,
+    pools: BTreeMap<String, (PoolKind, PoolCgroup)>,
+    applied: BTreeMap<String, BTreeSet<u32>>,
+    recent: VecDeque<DecisionRecord>,
+    log: Option<std::fs::File>,
+    /// Event-to-write latency histogram (shared bucket layout with the sensor).
+    reaction_hist: Vec<u64>,
+    /// Last (time, training run+wait total) for the demand rate.
+    last_demand: Option<(u64, u64)>,
+}
+
+impl Enforcer {
+    /// Creates (or adopts) the pools' cgroups and applies the initial allocation.
+    pub fn new(
+        config: &Config,
+        instance: &str,
+        decision_log: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let topology = Topology::detect().map_err(anyhow::Error::msg)?;
+        let mut specs = Vec::new();
+        let mut pools = BTreeMap::new();
+        for pool in &config.pool {
+            let name = pool.name.get_ref().clone();
+            let kind = match pool.pool_kind() {
+                ConfigPoolKind::Online => PoolKind::Online {
+                    min_cores: pool.min_cores(),
+                },
+                ConfigPoolKind::Offline => PoolKind::Offline,
+            };
+            let cgroup = PoolCgroup::create_or_adopt(instance, &name, kind == PoolKind::Offline)?;
+            specs.push(PoolSpec {
+                name: name.clone(),
+                kind: kind.clone(),
+            });
+            pools.insert(name, (kind, cgroup));
+        }
+        let policy_config = PolicyConfig {
+            demand_half_life_ns: config.policy.demand_half_life_ms.saturating_mul(1_000_000),
+            give_back_after_ns: config.policy.give_back_after_ms.saturating_mul(1_000_000),
+            headroom_cpus: config.policy.headroom_cpus,
+        };
+        let log = match decision_log {
+            None => None,
+            Some(path) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| anyhow::anyhow!("opening decision log {}: {e}", path.display()))?,
+            ),
+        };
+        let mut enforcer = Self {
+            instance: instance.to_owned(),
+            enforcing: config.policy.enforce,
+            policy: Policy::new(policy_config, topology.clone(), specs),
+            topology,
+            pools,
+            applied: BTreeMap::new(),
+            recent: VecDeque::new(),
+            log,
+            reaction_hist: vec![0; NR_BUCKETS],
+            last_demand: None,
+        };
+        let initial = enforcer.policy.allocation();
+        enforcer.write(&initial);
+        Ok(enforcer)
+    }
+
+    /// Moves process `pid` into pool `name`'s cgroup.
+    pub fn add_process(&self, pool: &str, pid: u32) -> anyhow::Result<()> {
+        let (_, cgroup) = self
+            .pools
+            .get(pool)
+            .ok_or_else(|| anyhow::anyhow!("no pool {pool:?}"))?;
+        Ok(cgroup.add_process(pid)?)
+    }
+
+    /// Writes the pools whose CPUs changed; returns their names.
+    fn write(&mut self, allocation: &Allocation) -> Vec<String> {
+        if !self.enforcing {
+            return Vec::new();
+        }
+        let mut rewritten = Vec::new();
+        for (name, cpus) in &allocation.pools {
+            if self.applied.get(name) == Some(cpus) {
+                continue;
+            }
+            let Some((_, cgroup)) = self.pools.get(name) else {
+                continue;
+            };
+            match cgroup.set_cpus(cpus) {
+                Ok(()) => {
+                    self.applied.insert(name.clone(), cpus.clone());
+                    rewritten.push(name.clone());
+                }
+                // A cgroup removed underneath us: say so, keep serving the others.
+                Err(err) => warn!("pool {name}: {err}"),
+            }
+        }
+        rewritten
+    }
+
+    fn apply(&mut self, decision: Decision, event_ts_ns: Option<u64>) {
+        let rewritten = self.write(&decision.allocation);
+        let at_ns = monotonic_ns();
+        let event_to_write_ns = event_ts_ns.map(|ts| at_ns.saturating_sub(ts));
+        if let Some(ns) = event_to_write_ns {
+            self.reaction_hist[bucket_of(ns)] += 1;
+        }
+        let record = DecisionRecord {
+            at_ns,
+            decision,
+            rewritten,
+            event_to_write_ns,
+        };
+        if let Some(log) = &mut self.log {
+            if let Ok(line) = serde_json::to_string(&record) {
+                let _ = writeln!(log, "{line}");
+            }
+        }
+        info!(
+            training = %format_cpu_list(&record.decision.allocation.training),
+            event_to_write_ns = ?record.event_to_write_ns,
+            "allocation changed"
+        );
+        if self.recent.len() == RECENT_DECISIONS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(record);
+    }
+
+    /// Fast path: a sensor event.
+    pub fn on_event(&mut self, event: &SensorEvent) {
+        if event.kind != EVENT_ENQUEUED_BEHIND_INFERENCE
+            && event.kind != EVENT_PREEMPTED_BY_INFERENCE
+        {
+            return;
+        }
+        if let Some(decision) = self.policy.contended(event.ts_ns, event.cpu) {
+            self.apply(decision, Some(event.ts_ns));
+        }
+    }
+
+    /// Slow path: `run_wait_ns` is the total run + wait time of all training jobs so far.
+    pub fn on_tick(&mut self, now_ns: u64, run_wait_ns: u64) {
+        let Some((then, before)) = self.last_demand.replace((now_ns, run_wait_ns)) else {
+            return;
+        };
+        if now_ns <= then {
+            return;
+        }
+        let demand = run_wait_ns.saturating_sub(before) as f64 / (now_ns - then) as f64;
+        if let Some(decision) = self.policy.observe_demand(now_ns, demand) {
+            self.apply(decision, None);
+        }
+    }
+
+    pub fn status(&self) -> EnforcementStatus {
+        let pools = self
+            .pools
+            .iter()
+            .map(|(name, (kind, cgroup))| PoolStatus {
+                name: name.clone(),
+                kind: match kind {
+                    PoolKind::Online { .. } => "online".to_owned(),
+                    PoolKind::Offline => "offline".to_owned(),
+                },
+                cpus: cgroup.cpus().unwrap_or_else(|| "?".to_owned()),
+                processes: cgroup.processes(),
+            })
+            .collect();
+        EnforcementStatus {
+            enforcing: self.enforcing,
+            training_cpus: format_cpu_list(&self.policy.allocation().training),
+            demand_estimate_cpus: self.policy.estimate_cpus(),
+            pools,
+            reactions: self.reaction_hist.iter().sum(),
+            event_to_write_p50_ns: percentile(&self.reaction_hist, 0.5),
+            event_to_write_p99_ns: percentile(&self.reaction_hist, 0.99),
+            recent_decisions: self
+                .recent
+                .iter()
+                .filter_map(|r| serde_json::to_value(r).ok())
+                .collect(),
+        }
+    }
+
+    /// Leaves every inference process runnable on every CPU, unfrozen, at normal priority;
+    /// removes pool cgroups that are empty (the others stay for a restarted daemon to adopt).
+    pub fn shutdown(&self) {
+        for (name, (_, cgroup)) in &self.pools {
+            if let Err(err) = cgroup.release(&self.topology.cpus) {
+                warn!("pool {name}: releasing at shutdown: {err}");
+            }
+            cgroup.remove_if_empty();
+        }
+        crate::cgroups::remove_instance_dirs(&self.instance);
+    }
+}

@@ -1,0 +1,386 @@
+//! Who gets which cores: a pure module, driven by the sensor's signals and unit-tested on
+//! recorded traces (no kernel, no cgroups).
+//!
+//! - Training's CPU demand is estimated with fast attack and slow decay: a rise is taken at
+//!   once, a fall only as an exponential average with a configurable half-life.
+//! - Training gets whole physical cores (SMT siblings together), enough for its estimate plus a
+//!   headroom. A CPU where a training thread was just queued behind inference joins training's
+//!   reservation at once (the fast path).
+//! - Cores go back only after the estimate has stayed below the reservation for
+//!   `give_back_after`, one core per period (hysteresis: the grants do not oscillate).
+//! - Online pools keep their guaranteed minimum of cores even against training; offline
+//!   pools get the rest. An offline pool left with no free core shares training's cores under
+//!   SCHED_IDLE (`cpu.idle`), where the kernel preempts it for training at every wakeup.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::topology::Topology;
+
+/// Tunables, from the config's `[policy]` section.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyConfig {
+    /// Half-life of the demand estimate's decay, in ns.
+    pub demand_half_life_ns: u64,
+    /// How long the estimate must stay below the reservation before a core goes back, in ns.
+    pub give_back_after_ns: u64,
+    /// CPUs reserved above the estimate.
+    pub headroom_cpus: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolKind {
+    Online { min_cores: usize },
+    Offline,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolSpec {
+    pub name: String,
+    pub kind: PoolKind,
+}
+
+/// The CPUs of training's reservation and of each pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Allocation {
+    pub training: BTreeSet<u32>,
+    pub pools: BTreeMap<String, BTreeSet<u32>>,
+}
+
+/// Why the allocation changed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "trigger", rename_all = "snake_case")]
+pub enum Trigger {
+    /// A training thread was queued behind inference on `cpu`.
+    Contended { cpu: u32 },
+    /// Training's demand estimate rose above the reservation.
+    DemandRose { estimate_cpus: f64 },
+    /// The estimate stayed below the reservation for the hold time.
+    DemandFell { estimate_cpus: f64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    #[serde(flatten)]
+    pub trigger: Trigger,
+    pub training_cores_before: usize,
+    pub training_cores_after: usize,
+    pub allocation: Allocation,
+}
+
+pub struct Policy {
+    config: PolicyConfig,
+    topology: Topology,
+    pools: Vec<PoolSpec>,
+    /// Demand estimate, CPUs.
+    estimate: f64,
+    last_sample_ns: Option<u64>,
+    /// Indexes into `topology.cores` reserved for training, in the order they were taken.
+    training: Vec<usize>,
+    /// Since when the estimate has wanted fewer cores than reserved.
+    low_since_ns: Option<u64>,
+}
+
+impl Policy {
+    pub fn new(config: PolicyConfig, topology: Topology, pools: Vec<PoolSpec>) -> Self {
+        Self {
+            config,
+            topology,
+            pools,
+            estimate: 0.0,
+            last_sample_ns: None,
+            training: Vec::new(),
+            low_since_ns: None,
+        }
+    }
+
+    pub fn estimate_cpus(&self) -> f64 {
+        self.estimate
+    }
+
+    /// Cores online pools are guaranteed, which training may not take.
+    fn guaranteed_online_cores(&self) -> usize {
+        self.pools
+            .iter()
+            .map(|p| match p.kind {
+                PoolKind::Online { min_cores } => min_cores,
+                PoolKind::Offline => 0,
+            })
+            .sum()
+    }
+
+    fn max_training_cores(&self) -> usize {
+        self.topology
+            .cores
+            .len()
+            .saturating_sub(self.guaranteed_online_cores())
+    }
+
+    /// Whole cores needed for the estimate plus headroom.
+    fn wanted_cores(&self) -> usize {
+        let threads_per_core =
+            self.topology.cpus.len() as f64 / self.topology.cores.len().max(1) as f64;
+        let cpus = self.estimate + self.config.headroom_cpus;
+        let cores = if self.estimate <= 0.0 {
+            0.0
+        } else {
+            (cpus / threads_per_core).ceil()
+        };
+        (cores as usize).min(self.max_training_cores())
+    }
+
+    fn decision(&self, trigger: Trigger, before: usize) -> Decision {
+        Decision {
+            trigger,
+            training_cores_before: before,
+            training_cores_after: self.training.len(),
+            allocation: self.allocation(),
+        }
+    }
+
+    /// Fast path: a training thread was queued behind inference on `cpu`. Its core joins
+    /// training's reservation now, if the online guarantees leave room.
+    pub fn contended(&mut self, now_ns: u64, cpu: u32) -> Option<Decision> {
+        let core = self.topology.cores.iter().position(|c| c.contains(&cpu))?;
+        if self.training.contains(&core) || self.training.len() >= self.max_training_cores() {
+            return None;
+        }
+        let before = self.training.len();
+        self.training.push(core);
+        self.low_since_ns = None;
+        // The estimate must cover what was just granted, or the slow path would take it back.
+        let threads_per_core =
+            self.topology.cpus.len() as f64 / self.topology.cores.len().max(1) as f64;
+        let covered =
+            (self.training.len() as f64 * threads_per_core - self.config.headroom_cpus).max(0.0);
+        self.estimate = self.estimate.max(covered);
+        let _ = now_ns;
+        Some(self.decision(Trigger::Contended { cpu }, before))
+    }
+
+    /// Slow path: a new demand sample (average CPUs runnable or running over the last
+    /// interval). Grows the reservation at once, shrinks it after the hold time.
+    pub fn observe_demand(&mut self, now_ns: u64, demand_cpus: f64) -> Option<Decision> {
+        let demand_cpus = demand_cpus.max(0.0);
+        let dt = self.last_sample_ns.map_or(0, |t| now_ns.saturating_sub(t));
+        self.last_sample_ns = Some(now_ns);
+        if demand_cpus >= self.estimate {
+            self.estimate = demand_cpus;
+        } else {
+            let half_lives = dt as f64 / self.config.demand_half_life_ns.max(1) as f64;
+            let keep = 0.5f64.powf(half_lives);
+            self.estimate = self.estimate * keep + demand_cpus * (1.0 - keep);
+        }
+        let wanted = self.wanted_cores();
+        let before = self.training.len();
+        if wanted > before {
+            let free: Vec<usize> = (0..self.topology.cores.len())
+                .filter(|c| !self.training.contains(c))
+                .collect();
+            self.training.extend(free.into_iter().take(wanted - before));
+            self.low_since_ns = None;
+            return Some(self.decision(
+                Trigger::DemandRose {
+                    estimate_cpus: self.estimate,
+                },
+                before,
+            ));
+        }
+        if wanted == before {
+            self.low_since_ns = None;
+            return None;
+        }
+        match self.low_since_ns {
+            None => {
+                self.low_since_ns = Some(now_ns);
+                None
+            }
+            Some(since) if now_ns.saturating_sub(since) >= self.config.give_back_after_ns => {
+                // Give back the core taken longest ago, then wait a full period again.
+                self.training.remove(0);
+                self.low_since_ns = Some(now_ns);
+                Some(self.decision(
+                    Trigger::DemandFell {
+                        estimate_cpus: self.estimate,
+                    },
+                    before,
+                ))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// The current allocation of CPUs.
+    pub fn allocation(&self) -> Allocation {
+        let core_cpus = |core: usize| self.topology.cores[core].iter().copied();
+        let training: BTreeSet<u32> = self.training.iter().flat_map(|&c| core_cpus(c)).collect();
+        // Free cores, highest first: training grows from the low end.
+        let mut free: Vec<usize> = (0..self.topology.cores.len())
+            .rev()
+            .filter(|c| !self.training.contains(c))
+            .collect();
+        let mut pools = BTreeMap::new();
+        let mut online_cpus = BTreeSet::new();
+        for pool in &self.pools {
+            if let PoolKind::Online { min_cores } = pool.kind {
+                let take = min_cores.min(free.len());
+                let cpus: BTreeSet<u32> = free.drain(..take).flat_map(core_cpus).collect();
+                online_cpus.extend(cpus.iter().copied());
+                pools.insert(pool.name.clone(), cpus);
+            }
+        }
+        let rest: BTreeSet<u32> = free.into_iter().flat_map(core_cpus).collect();
+        let offline = if rest.is_empty() {
+            self.topology
+                .cpus
+                .difference(&online_cpus)
+                .copied()
+                .collect()
+        } else {
+            rest
+        };
+        for pool in &self.pools {
+            if pool.kind == PoolKind::Offline {
+                pools.insert(pool.name.clone(), offline.clone());
+            }
+        }
+        Allocation { training, pools }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn config() -> PolicyConfig {
+        PolicyConfig {
+            demand_half_life_ns: 1000 * MS,
+            give_back_after_ns: 2000 * MS,
+            headroom_cpus: 0.25,
+        }
+    }
+
+    fn pools() -> Vec<PoolSpec> {
+        vec![
+            PoolSpec {
+                name: "web".into(),
+                kind: PoolKind::Online { min_cores: 1 },
+            },
+            PoolSpec {
+                name: "batch".into(),
+                kind: PoolKind::Offline,
+            },
+        ]
+    }
+
+    /// Replays (time ms, demand) samples every 100 ms; returns the reserved core count after each.
+    fn replay(policy: &mut Policy, trace: &[(u64, f64)]) -> Vec<usize> {
+        trace
+            .iter()
+            .map(|&(ms, demand)| {
+                policy.observe_demand(ms * MS, demand);
+                policy.allocation().training.len()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn demand_rise_is_taken_at_once_and_fall_only_after_the_hold() {
+        let mut policy = Policy::new(config(), Topology::flat(8), pools());
+        // 1 s idle, then a training step burst of 3.2 CPUs for 1 s, then idle for 6 s.
+        let mut trace: Vec<(u64, f64)> = (0..10).map(|i| (i * 100, 0.0)).collect();
+        trace.extend((10..20).map(|i| (i * 100, 3.2)));
+        trace.extend((20..80).map(|i| (i * 100, 0.0)));
+        let reserved = replay(&mut policy, &trace);
+        assert_eq!(reserved[9], 0, "nothing reserved while idle");
+        assert_eq!(
+            reserved[10], 4,
+            "ceil(3.2 + 0.25) cores at the first sample"
+        );
+        assert!(reserved[10..20].iter().all(|&r| r == 4));
+        // Nothing goes back within the 2 s hold after demand fell.
+        assert!(
+            reserved[20..40].iter().all(|&r| r == 4),
+            "{:?}",
+            &reserved[20..40]
+        );
+        // Then one core per hold period, never growing again, until nothing is left.
+        let tail = &reserved[40..];
+        assert!(tail.windows(2).all(|w| w[1] <= w[0]), "{tail:?}");
+        assert!(*tail.last().unwrap() < 4);
+    }
+
+    #[test]
+    fn a_noisy_demand_around_a_core_boundary_does_not_oscillate() {
+        let mut policy = Policy::new(config(), Topology::flat(8), pools());
+        // Demand alternating 1.7 / 2.9 every 100 ms for 10 s: the estimate rides the peaks.
+        let trace: Vec<(u64, f64)> = (0..100)
+            .map(|i| (i * 100, if i % 2 == 0 { 1.7 } else { 2.9 }))
+            .collect();
+        let reserved = replay(&mut policy, &trace);
+        let changes = reserved.windows(2).filter(|w| w[0] != w[1]).count();
+        assert!(
+            changes <= 1,
+            "the grants changed {changes} times: {reserved:?}"
+        );
+        assert_eq!(*reserved.last().unwrap(), 4);
+    }
+
+    #[test]
+    fn contention_claims_the_core_at_once_and_the_slow_path_keeps_it() {
+        let mut policy = Policy::new(config(), Topology::flat(4), pools());
+        policy.observe_demand(0, 0.0);
+        let decision = policy.contended(100 * MS, 2).expect("a decision");
+        assert_eq!(decision.trigger, Trigger::Contended { cpu: 2 });
+        assert!(decision.allocation.training.contains(&2));
+        assert!(!decision.allocation.pools["batch"].contains(&2));
+        assert!(!decision.allocation.pools["web"].contains(&2));
+        // The same CPU again changes nothing.
+        assert!(policy.contended(101 * MS, 2).is_none());
+        // A low sample right after does not give it back.
+        assert!(policy.observe_demand(200 * MS, 0.5).is_none());
+        assert!(policy.allocation().training.contains(&2));
+    }
+
+    #[test]
+    fn online_minimum_is_guaranteed_and_offline_falls_back_to_idle_sharing() {
+        let mut policy = Policy::new(config(), Topology::flat(4), pools());
+        policy.observe_demand(0, 10.0);
+        let allocation = policy.allocation();
+        assert_eq!(
+            allocation.training.len(),
+            3,
+            "all but the online pool's guaranteed core"
+        );
+        assert_eq!(allocation.pools["web"].len(), 1);
+        assert!(allocation.pools["web"].is_disjoint(&allocation.training));
+        // No free core left: offline shares training's cores (it runs under cpu.idle).
+        assert_eq!(allocation.pools["batch"], allocation.training);
+        // Contention on the online pool's own core cannot take it: the guarantee holds.
+        let web_cpu = *allocation.pools["web"].iter().next().unwrap();
+        assert!(policy.contended(MS, web_cpu).is_none());
+        assert_eq!(policy.allocation().pools["web"], allocation.pools["web"]);
+    }
+
+    #[test]
+    fn smt_siblings_are_reserved_together() {
+        let topology = Topology {
+            cpus: (0..4).collect(),
+            cores: vec![BTreeSet::from([0, 2]), BTreeSet::from([1, 3])],
+        };
+        let mut policy = Policy::new(
+            config(),
+            topology,
+            vec![PoolSpec {
+                name: "batch".into(),
+                kind: PoolKind::Offline,
+            }],
+        );
+        let decision = policy.contended(0, 2).expect("a decision");
+        assert_eq!(decision.allocation.training, BTreeSet::from([0, 2]));
+        assert_eq!(decision.allocation.pools["batch"], BTreeSet::from([1, 3]));
+    }
+}
