@@ -266,6 +266,16 @@ fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response 
                     };
                 }
             };
+            // A pool member moves into the pool's cgroup before its threads are classified
+            // (which also makes offline threads SCHED_IDLE).
+            if kind == GroupKind::Pool {
+                let enforcer = shared.enforcer.lock().expect("enforcer poisoned");
+                if let Err(err) = enforcer.add_process(&name, pid) {
+                    return Response::Error {
+                        message: format!("{err:#}"),
+                    };
+                }
+            }
             let mut sensor = shared.sensor.lock().expect("sensor poisoned");
             registry.reconcile(&mut sensor.maps.thread_state);
             let groups = match kind {

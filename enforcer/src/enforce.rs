@@ -259,6 +259,7 @@ impl Enforcer {
             if let Err(err) = cgroup.release(&self.topology.cpus) {
                 warn!("pool {name}: releasing at shutdown: {err}");
             }
+
             cgroup.remove_if_empty();
         }
         crate::cgroups::remove_instance_dirs(&self.instance);
