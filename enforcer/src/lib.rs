@@ -14,4 +14,5 @@ pub mod policy;
 pub mod preflight;
 pub mod registry;
 pub mod sensor;
+pub mod status;
 pub mod topology;

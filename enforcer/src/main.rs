@@ -85,6 +85,14 @@ enum Command {
         #[command(flatten)]
         instance: InstanceArg,
     },
+    /// Show training jobs, pools, the CPUs each holds now, and recent decisions.
+    Status {
+        /// The whole snapshot as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        instance: InstanceArg,
+    },
     /// Measure this machine's floor for eBPF program cost on sched_switch (root): attach a
     /// no-op and a clock-read program for a while with run-time statistics on, and print
     /// nanoseconds per run as JSON. Benchmarks run it beside a workload.
@@ -159,6 +167,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &name,
                 &command,
             )
+        }
+        Command::Status { json, instance } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(enforcer::status::run(
+                &paths::socket_path(&instance.instance),
+                json,
+            ))
         }
         Command::Calibrate { seconds } => {
             enforcer::preflight::require_root()?;

@@ -1,0 +1,73 @@
+//! `enforcer status`: training jobs, pools, the CPUs each holds now, and recent decisions.
+
+use std::path::Path;
+
+use crate::{
+    control::{Client, ClientError, Request, Response},
+    sensor::Snapshot,
+};
+
+/// The snapshot as a human-readable report.
+pub fn render(snapshot: &Snapshot) -> String {
+    let mut out = format!("instance {}\n", snapshot.instance);
+    let Some(enforcement) = &snapshot.enforcement else {
+        return out + "(no enforcement state)\n";
+    };
+    out.push_str(&format!(
+        "enforcing: {} | training demand estimate {:.2} CPUs | training holds CPUs [{}]\n",
+        if enforcement.enforcing {
+            "yes"
+        } else {
+            "no (policy.enforce = false)"
+        },
+        enforcement.demand_estimate_cpus,
+        enforcement.training_cpus
+    ));
+    out.push_str("\ntraining jobs:\n");
+    if snapshot.jobs.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    for job in &snapshot.jobs {
+        out.push_str(&format!("  {:<20} {} threads\n", job.name, job.threads));
+    }
+    out.push_str("\npools:\n");
+    if enforcement.pools.is_empty() {
+        out.push_str("  (none: add [[pool]] entries to the config)\n");
+    }
+    for pool in &enforcement.pools {
+        out.push_str(&format!(
+            "  {:<20} {:<8} CPUs [{}]  processes {:?}\n",
+            pool.name, pool.kind, pool.cpus, pool.processes
+        ));
+    }
+    let micros =
+        |ns: Option<u64>| ns.map_or("-".to_owned(), |ns| format!("{:.0} µs", ns as f64 / 1e3));
+    out.push_str(&format!(
+        "\nreactions: {} | event to cgroup write p50 {} p99 {}\n",
+        enforcement.reactions,
+        micros(enforcement.event_to_write_p50_ns),
+        micros(enforcement.event_to_write_p99_ns)
+    ));
+    out.push_str("recent decisions (oldest first):\n");
+    if enforcement.recent_decisions.is_empty() {
+        out.push_str("  (none yet)\n");
+    }
+    for decision in &enforcement.recent_decisions {
+        out.push_str(&format!("  {decision}\n"));
+    }
+    out
+}
+
+pub async fn run(socket: &Path, json: bool) -> anyhow::Result<()> {
+    let mut client = Client::connect(socket).await?;
+    let snapshot = match client.call(&Request::Snapshot).await? {
+        Response::Snapshot(snapshot) => *snapshot,
+        other => return Err(ClientError::Refused(format!("unexpected answer {other:?}")).into()),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&snapshot)?);
+    } else {
+        print!("{}", render(&snapshot));
+    }
+    Ok(())
+}
