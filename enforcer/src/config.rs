@@ -38,9 +38,35 @@ pub struct Config {
     #[serde(default)]
     pub policy: PolicySection,
     #[serde(default)]
+    pub metrics: MetricsSection,
+    #[serde(default)]
     pub training: Vec<GroupConfig>,
     #[serde(default)]
     pub pool: Vec<GroupConfig>,
+}
+
+/// Prometheus exposition.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSection {
+    /// Address for `/metrics`, or "off". Loopback by default: the node's Prometheus agent
+    /// scrapes locally; exposing it further is a deliberate choice.
+    pub listen: Spanned<String>,
+}
+
+impl Default for MetricsSection {
+    fn default() -> Self {
+        Self {
+            listen: Spanned::new(0..0, "127.0.0.1:9464".to_owned()),
+        }
+    }
+}
+
+impl MetricsSection {
+    /// The address to serve on, None when "off".
+    pub fn address(&self) -> Option<std::net::SocketAddr> {
+        self.listen.get_ref().parse().ok()
+    }
 }
 
 /// How cores move between training and inference.
@@ -202,6 +228,11 @@ impl Config {
             field: field.to_owned(),
             message,
         };
+        let listen = self.metrics.listen.get_ref();
+        if listen != "off" && listen.parse::<std::net::SocketAddr>().is_err() {
+            let message = format!("{listen:?} is not an address like 127.0.0.1:9464, nor \"off\"");
+            return Err(invalid(self.metrics.listen.span(), "listen", message));
+        }
         let mut seen = std::collections::HashSet::new();
         let groups = self.training.iter().map(|g| ("training", g));
         let pools = self.pool.iter().map(|p| ("pool", p));
@@ -448,6 +479,25 @@ mod tests {
             err.starts_with("test.toml:2: field `give_back_after_ms`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn metrics_address_is_checked() {
+        assert_eq!(
+            parse("").unwrap().metrics.address(),
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        assert_eq!(
+            parse("[metrics]\nlisten = \"off\"\n")
+                .unwrap()
+                .metrics
+                .address(),
+            None
+        );
+        let err = parse("[metrics]\nlisten = \"localhost\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("test.toml:2: field `listen`"), "{err}");
     }
 
     #[test]

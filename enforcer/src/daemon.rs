@@ -40,6 +40,7 @@ struct Shared {
     sensor: Mutex<Sensor>,
     tally: Arc<Mutex<EventTally>>,
     enforcer: Arc<Mutex<Enforcer>>,
+    metrics_addr: Option<String>,
 }
 
 /// Settings for the sensor from the config.
@@ -82,12 +83,21 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         "classified the configured groups"
     );
 
+    let metrics_listener = match config.metrics.address() {
+        Some(addr) => crate::metrics::bind(addr).await,
+        None => None,
+    };
+    let metrics_addr = metrics_listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(|a| a.to_string());
     let shared = Arc::new(Shared {
         instance: instance.to_owned(),
         registry: Mutex::new(registry),
         sensor: Mutex::new(sensor),
         tally: Arc::new(Mutex::new(EventTally::default())),
         enforcer: Arc::new(Mutex::new(enforcer)),
+        metrics_addr: metrics_addr.clone(),
     });
 
     let listener = bind(&socket_path)?;
@@ -102,6 +112,15 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     ));
     let server = tokio::spawn(serve(listener, shared.clone()));
     let reconciler = tokio::spawn(reconcile_forever(shared.clone()));
+    let metrics = metrics_listener.map(|listener| {
+        let shared = shared.clone();
+        tokio::spawn(crate::metrics::serve(listener, move || {
+            take_snapshot(&shared)
+        }))
+    });
+    if let Some(addr) = &metrics_addr {
+        info!("metrics on http://{addr}/metrics");
+    }
     info!(instance, socket = %socket_path.display(), pins = %pin_dir.display(), "enforcer running");
 
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
@@ -111,7 +130,10 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         _ = sigint.recv() => info!("SIGINT: shutting down"),
     }
 
-    for task in [consumer, server, reconciler, ticker] {
+    for task in [consumer, server, reconciler, ticker]
+        .into_iter()
+        .chain(metrics)
+    {
         task.abort();
         let _ = task.await;
     }
@@ -340,5 +362,6 @@ fn take_snapshot(shared: &Shared) -> Snapshot {
         counters: snapshot::read_counters(&sensor.maps),
         programs: sensor.program_stats(),
         enforcement: Some(shared.enforcer.lock().expect("enforcer poisoned").status()),
+        metrics_addr: shared.metrics_addr.clone(),
     }
 }

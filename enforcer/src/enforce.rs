@@ -50,6 +50,11 @@ pub struct EnforcementStatus {
     pub reactions: u64,
     pub event_to_write_p50_ns: Option<u64>,
     pub event_to_write_p99_ns: Option<u64>,
+    /// The event-to-write histogram (sensor bucket layout) and its sum, for /metrics.
+    #[serde(default)]
+    pub event_to_write_hist: Vec<u64>,
+    #[serde(default)]
+    pub event_to_write_sum_ns: u64,
     pub recent_decisions: Vec<serde_json::Value>,
 }
 
@@ -70,8 +75,9 @@ pub struct Enforcer {
     applied: BTreeMap<String, BTreeSet<u32>>,
     recent: VecDeque<DecisionRecord>,
     log: Option<std::fs::File>,
-    /// Event-to-write latency histogram (shared bucket layout with the sensor).
+    /// Event-to-write latency histogram (shared bucket layout with the sensor) and its sum.
     reaction_hist: Vec<u64>,
+    reaction_sum_ns: u64,
     /// Last (time, training run+wait total) for the demand rate.
     last_demand: Option<(u64, u64)>,
 }
@@ -126,6 +132,7 @@ impl Enforcer {
             recent: VecDeque::new(),
             log,
             reaction_hist: vec![0; NR_BUCKETS],
+            reaction_sum_ns: 0,
             last_demand: None,
         };
         let initial = enforcer.policy.allocation();
@@ -173,6 +180,7 @@ impl Enforcer {
         let event_to_write_ns = event_ts_ns.map(|ts| at_ns.saturating_sub(ts));
         if let Some(ns) = event_to_write_ns {
             self.reaction_hist[bucket_of(ns)] += 1;
+            self.reaction_sum_ns += ns;
         }
         let record = DecisionRecord {
             at_ns,
@@ -244,6 +252,8 @@ impl Enforcer {
             reactions: self.reaction_hist.iter().sum(),
             event_to_write_p50_ns: percentile(&self.reaction_hist, 0.5),
             event_to_write_p99_ns: percentile(&self.reaction_hist, 0.99),
+            event_to_write_hist: self.reaction_hist.clone(),
+            event_to_write_sum_ns: self.reaction_sum_ns,
             recent_decisions: self
                 .recent
                 .iter()

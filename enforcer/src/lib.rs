@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod enforce;
 pub mod events;
 pub mod launch;
+pub mod metrics;
 pub mod observe;
 pub mod paths;
 pub mod policy;

@@ -195,3 +195,52 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
         "no slowdown to prevent: unmanaged {unmanaged_pct:.1}% vs enforced {enforced_pct:.1}%"
     );
 }
+
+/// One plain HTTP/1.1 GET over loopback; returns (status line, body).
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to /metrics");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read response");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[test]
+fn metrics_are_served_on_loopback_with_training_figures() {
+    if !privileged("metrics_are_served_on_loopback_with_training_figures") {
+        return;
+    }
+    let daemon = Daemon::start("it-metrics", "[metrics]\nlisten = \"127.0.0.1:0\"\n");
+    let sim = daemon.launch("--training", "metered", SIM, &["--seconds", "1"]);
+    wait_ok(sim, "training-sim");
+    let addr = daemon.snapshot()["metrics_addr"]
+        .as_str()
+        .expect("metrics address")
+        .to_owned();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let (status, body) = http_get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let count_line = body
+        .lines()
+        .find(|l| l.starts_with("reamer_training_wait_seconds_count{job=\"metered\"}"))
+        .unwrap_or_else(|| panic!("no wait histogram for the job in:\n{body}"));
+    let waits: u64 = count_line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(waits > 0, "{count_line}");
+    assert!(body.contains("reamer_enforcer_reactions_total"));
+    let (status, _) = http_get(&addr, "/elsewhere");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+    daemon.snapshot();
+    daemon.stop();
+}

@@ -52,6 +52,9 @@ pub struct Snapshot {
     pub programs: Vec<ProgramStats>,
     /// Cores and pools as enforced now, with recent decisions.
     pub enforcement: Option<crate::enforce::EnforcementStatus>,
+    /// Where /metrics is served, if anywhere.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
 }
 
 /// Sums one job's per-CPU statistics.

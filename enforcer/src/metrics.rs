@@ -1,0 +1,312 @@
+//! Prometheus `/metrics` (text exposition format 0.0.4) on a local TCP address.
+//!
+//! The daemon's snapshot is rendered on each scrape; the sensor's log-linear histograms are
+//! folded into power-of-two `le` buckets (1 µs to about 1 s), which Prometheus can aggregate.
+
+use std::{fmt::Write as _, net::SocketAddr};
+
+use enforcer_common::{NR_CLASSES, histogram::bucket_upper_bound};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::TcpListener,
+};
+use tracing::warn;
+
+use crate::sensor::Snapshot;
+
+/// Power-of-two bucket bounds for exported histograms: 2^10 ns (1 µs) to 2^30 ns (1.07 s).
+const EXPORT_EXPONENTS: std::ops::RangeInclusive<u32> = 10..=30;
+
+/// (le in seconds, cumulative count) for a sensor histogram, then +Inf.
+fn cumulative(hist: &[u64]) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for exponent in EXPORT_EXPONENTS {
+        let le_ns = 1u64 << exponent;
+        let count: u64 = hist
+            .iter()
+            .enumerate()
+            .filter(|(bucket, _)| bucket_upper_bound(*bucket) < le_ns)
+            .map(|(_, count)| count)
+            .sum();
+        out.push((format!("{}", le_ns as f64 / 1e9), count));
+    }
+    out.push(("+Inf".to_owned(), hist.iter().sum()));
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn histogram(out: &mut String, name: &str, labels: &str, hist: &[u64], sum_ns: u64) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    for (le, count) in cumulative(hist) {
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {count}");
+    }
+    let braces = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
+    let _ = writeln!(out, "{name}_sum{braces} {}", sum_ns as f64 / 1e9);
+    let _ = writeln!(out, "{name}_count{braces} {}", hist.iter().sum::<u64>());
+}
+
+/// Label values are names validated to [A-Za-z0-9_.-]; escaping is still applied.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The whole exposition for one snapshot.
+pub fn render(snapshot: &Snapshot) -> String {
+    let mut out = String::new();
+    header(
+        &mut out,
+        "reamer_training_wait_seconds",
+        "histogram",
+        "Run-queue waits of training threads.",
+    );
+    for job in &snapshot.jobs {
+        let labels = format!("job=\"{}\"", label(&job.name));
+        histogram(
+            &mut out,
+            "reamer_training_wait_seconds",
+            &labels,
+            &job.wait_hist,
+            job.wait_ns,
+        );
+    }
+    for (name, help, field) in [
+        (
+            "reamer_training_run_seconds_total",
+            "Time training threads ran.",
+            0,
+        ),
+        (
+            "reamer_training_behind_inference_total",
+            "Times a training thread was queued behind inference.",
+            1,
+        ),
+        (
+            "reamer_training_long_waits_total",
+            "Waits longer than the configured threshold.",
+            2,
+        ),
+        (
+            "reamer_training_events_received_total",
+            "Sensor events userspace received for the job.",
+            3,
+        ),
+    ] {
+        header(&mut out, name, "counter", help);
+        for job in &snapshot.jobs {
+            let value = match field {
+                0 => job.run_ns as f64 / 1e9,
+                1 => job.behind_inference as f64,
+                2 => job.long_waits as f64,
+                _ => job.events_received as f64,
+            };
+            let _ = writeln!(out, "{name}{{job=\"{}\"}} {value}", label(&job.name));
+        }
+    }
+    header(
+        &mut out,
+        "reamer_training_threads",
+        "gauge",
+        "Threads classified into the job.",
+    );
+    for job in &snapshot.jobs {
+        let _ = writeln!(
+            out,
+            "reamer_training_threads{{job=\"{}\"}} {}",
+            label(&job.name),
+            job.threads
+        );
+    }
+    header(
+        &mut out,
+        "reamer_sensor_counter_total",
+        "counter",
+        "Sensor diagnostics: events sent, dropped, skew, map full.",
+    );
+    for (name, value) in &snapshot.counters {
+        let _ = writeln!(
+            out,
+            "reamer_sensor_counter_total{{counter=\"{}\"}} {value}",
+            label(name)
+        );
+    }
+    header(
+        &mut out,
+        "reamer_cpu_class_seconds_total",
+        "counter",
+        "Time each CPU spent running each class.",
+    );
+    let classes: [&str; NR_CLASSES] = ["other", "training", "online", "offline", "idle"];
+    for (cpu, per_class) in snapshot.cpu_class_ns.iter().enumerate() {
+        for (class, ns) in classes.iter().zip(per_class) {
+            let _ = writeln!(
+                out,
+                "reamer_cpu_class_seconds_total{{cpu=\"{cpu}\",class=\"{class}\"}} {}",
+                *ns as f64 / 1e9
+            );
+        }
+    }
+    if let Some(enforcement) = &snapshot.enforcement {
+        header(
+            &mut out,
+            "reamer_enforcer_reactions_total",
+            "counter",
+            "Fast-path decisions (event to cgroup write).",
+        );
+        let _ = writeln!(
+            out,
+            "reamer_enforcer_reactions_total {}",
+            enforcement.reactions
+        );
+        header(
+            &mut out,
+            "reamer_enforcer_training_demand_cpus",
+            "gauge",
+            "Training's demand estimate.",
+        );
+        let _ = writeln!(
+            out,
+            "reamer_enforcer_training_demand_cpus {}",
+            enforcement.demand_estimate_cpus
+        );
+        header(
+            &mut out,
+            "reamer_pool_cpus",
+            "gauge",
+            "CPUs in each pool's cpuset now.",
+        );
+        for pool in &enforcement.pools {
+            let count = crate::topology::parse_cpu_list(&pool.cpus).map_or(0, |c| c.len());
+            let _ = writeln!(
+                out,
+                "reamer_pool_cpus{{pool=\"{}\",kind=\"{}\"}} {count}",
+                label(&pool.name),
+                pool.kind
+            );
+        }
+        if !enforcement.event_to_write_hist.is_empty() {
+            header(
+                &mut out,
+                "reamer_enforcer_event_to_write_seconds",
+                "histogram",
+                "From the kernel event to the completed cgroup write.",
+            );
+            histogram(
+                &mut out,
+                "reamer_enforcer_event_to_write_seconds",
+                "",
+                &enforcement.event_to_write_hist,
+                enforcement.event_to_write_sum_ns,
+            );
+        }
+    }
+    out
+}
+
+/// Serves `/metrics` on `listener` with snapshots from `snapshot`, until the task is dropped.
+/// Loopback by default; any other path answers 404.
+pub async fn serve(listener: TcpListener, snapshot: impl Fn() -> Snapshot + Send + Sync + 'static) {
+    let snapshot = std::sync::Arc::new(snapshot);
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let snapshot = snapshot.clone();
+        tokio::spawn(async move {
+            let mut request = vec![0u8; 2048];
+            let Ok(n) = stream.read(&mut request).await else {
+                return;
+            };
+            let request = String::from_utf8_lossy(&request[..n]);
+            let path = request.split_whitespace().nth(1).unwrap_or("");
+            let (status, body) = if path == "/metrics" {
+                ("200 OK", render(&snapshot()))
+            } else {
+                ("404 Not Found", "only /metrics is served here\n".to_owned())
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            if let Err(err) = stream.write_all(response.as_bytes()).await {
+                warn!("metrics client: {err}");
+            }
+        });
+    }
+}
+
+/// Binds the metrics address; on failure the daemon goes on without metrics, loudly.
+pub async fn bind(addr: SocketAddr) -> Option<TcpListener> {
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Some(listener),
+        Err(err) => {
+            warn!("metrics disabled: cannot listen on {addr}: {err}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sensor::snapshot::JobTotals;
+    use enforcer_common::histogram::{NR_BUCKETS, bucket_of};
+
+    #[test]
+    fn renders_cumulative_histograms_and_counters() {
+        let mut hist = vec![0; NR_BUCKETS];
+        for ns in [500u64, 3_000, 3_000, 2_000_000] {
+            hist[bucket_of(ns)] += 1;
+        }
+        let snapshot = Snapshot {
+            jobs: vec![JobTotals {
+                name: "resnet".into(),
+                wait_hist: hist,
+                wait_ns: 2_006_500,
+                run_ns: 1_500_000_000,
+                ..Default::default()
+            }],
+            counters: [("events_sent".to_owned(), 7u64)].into_iter().collect(),
+            ..Default::default()
+        };
+        let text = render(&snapshot);
+        assert!(
+            text.contains(
+                "reamer_training_wait_seconds_bucket{job=\"resnet\",le=\"0.000001024\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "reamer_training_wait_seconds_bucket{job=\"resnet\",le=\"0.000004096\"} 3"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("reamer_training_wait_seconds_bucket{job=\"resnet\",le=\"+Inf\"} 4"),
+            "{text}"
+        );
+        assert!(text.contains("reamer_training_wait_seconds_count{job=\"resnet\"} 4"));
+        assert!(text.contains("reamer_training_run_seconds_total{job=\"resnet\"} 1.5"));
+        assert!(text.contains("reamer_sensor_counter_total{counter=\"events_sent\"} 7"));
+        // Every sample line is `name{labels} value` or `name value`.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert_eq!(
+                line.rsplit(' ')
+                    .next()
+                    .map(|v| v.parse::<f64>().is_ok() || v == "+Inf"),
+                Some(true),
+                "{line}"
+            );
+        }
+    }
+}
