@@ -2,6 +2,7 @@
 //! socket, daemon). The binary is a thin shell over it.
 
 pub mod cgroups;
+pub mod check;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -85,6 +85,9 @@ enum Command {
         #[command(flatten)]
         instance: InstanceArg,
     },
+    /// Preflight report: kernel, BTF, privileges, program types, mounts, cgroup mode, GPU;
+    /// each missing piece with how to fix it. Exits 1 when something required is missing.
+    Check,
     /// Show training jobs, pools, the CPUs each holds now, and recent decisions.
     Status {
         /// The whole snapshot as JSON.
@@ -168,6 +171,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &command,
             )
         }
+        Command::Check => enforcer::check::report(),
         Command::Status { json, instance } => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

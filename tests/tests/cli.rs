@@ -176,3 +176,50 @@ fn unknown_pool_and_bad_requests_get_errors_and_the_daemon_keeps_serving() {
     daemon.snapshot();
     daemon.stop();
 }
+
+#[test]
+fn check_reports_every_requirement_and_fails_without_privilege() {
+    if !built() || !privileged("check_reports_every_requirement_and_fails_without_privilege") {
+        return;
+    }
+    let output = enforcer(&["check"]);
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    for name in [
+        "kernel",
+        "btf",
+        "privileges",
+        "program types",
+        "mounts",
+        "cgroups",
+        "gpu",
+    ] {
+        assert!(
+            report.lines().any(|l| l[8..].starts_with(name)),
+            "no `{name}` line:\n{report}"
+        );
+    }
+    assert!(
+        output.status.success(),
+        "check failed as root here:\n{report}{}",
+        stderr(&output)
+    );
+
+    use std::os::unix::process::CommandExt as _;
+    let output = Command::new(enforcer_bin())
+        .arg("check")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(!output.status.success());
+    assert!(
+        report.contains("MISSING privileges") && report.contains("uid 65534"),
+        "{report}"
+    );
+    assert!(
+        stderr(&output).contains("requirement(s) missing"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -1,0 +1,227 @@
+//! `enforcer check`: a preflight report of what the enforcer needs from this machine, each
+//! line saying what is missing and how to fix it. Exit status 1 if anything required is.
+
+use std::path::Path;
+
+use crate::sensor::{btf::Btf, offsets};
+
+/// One line of the report.
+pub struct Item {
+    pub name: &'static str,
+    pub ok: bool,
+    /// Optional items only warn.
+    pub required: bool,
+    pub detail: String,
+}
+
+fn item(name: &'static str, required: bool, result: Result<String, String>) -> Item {
+    match result {
+        Ok(detail) => Item {
+            name,
+            ok: true,
+            required,
+            detail,
+        },
+        Err(detail) => Item {
+            name,
+            ok: false,
+            required,
+            detail,
+        },
+    }
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// Effective capability bits of this process.
+fn effective_caps() -> u64 {
+    read("/proc/self/status")
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+fn kernel() -> Result<String, String> {
+    let release = read("/proc/sys/kernel/osrelease").ok_or("cannot read the kernel release")?;
+    let mut parts = release
+        .split(['.', '-'])
+        .filter_map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) >= (5, 18) {
+        Ok(release)
+    } else {
+        Err(format!(
+            "{release}: the sensor needs 5.18+ (sched_switch passes prev_state) and cpu.idle needs 5.15+"
+        ))
+    }
+}
+
+fn btf() -> Result<String, String> {
+    let btf = Btf::from_sys_fs().map_err(|e| e.to_string())?;
+    let values = offsets::resolve(&btf).map_err(|e| e.to_string())?;
+    let shown: Vec<String> = values.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    Ok(format!(
+        "/sys/kernel/btf/vmlinux; tracepoint prototypes match; {}",
+        shown.join(", ")
+    ))
+}
+
+fn privileges() -> Result<String, String> {
+    // CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39.
+    let caps = effective_caps();
+    let missing: Vec<&str> = [(21, "CAP_SYS_ADMIN"), (38, "CAP_PERFMON"), (39, "CAP_BPF")]
+        .into_iter()
+        .filter(|(bit, _)| caps & (1 << bit) == 0)
+        .map(|(_, name)| name)
+        .collect();
+    // SAFETY: no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    match (euid, missing.is_empty()) {
+        (0, true) => Ok("root with CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN".to_owned()),
+        (0, false) => Err(format!(
+            "root, but without {}: grant them to the service",
+            missing.join(", ")
+        )),
+        _ => Err(format!(
+            "uid {euid}: run `enforcer run` as root (sudo, or the systemd unit in deploy/)"
+        )),
+    }
+}
+
+fn program_types() -> Result<String, String> {
+    let object = crate::sensor::object::object()
+        .ok_or("this binary was built without the eBPF object (AYA_BUILD_SKIP): rebuild it")?;
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("cannot try loading tp_btf programs without root".to_owned());
+    }
+    let mut ebpf = aya::EbpfLoader::new()
+        .load(object)
+        .map_err(|e| format!("loading the object's maps: {e}"))?;
+    let btf = aya::Btf::from_sys_fs().map_err(|e| e.to_string())?;
+    for (name, tracepoint) in enforcer_common::maps::PROGRAMS {
+        let program: &mut aya::programs::BtfTracePoint = ebpf
+            .program_mut(name)
+            .ok_or(format!("no program {name}"))?
+            .try_into()
+            .map_err(|e| format!("{name}: {e}"))?;
+        program
+            .load(tracepoint, &btf)
+            .map_err(|e| format!("{name} rejected: {e}"))?;
+    }
+    Ok("the five tp_btf sensor programs pass the verifier (loaded, not attached)".to_owned())
+}
+
+fn fs_type(path: &str) -> Option<i64> {
+    let c_path = std::ffi::CString::new(path).ok()?;
+    // SAFETY: zeroed statfs is a valid out-parameter; the path is NUL-terminated.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statfs(c_path.as_ptr(), &mut stat) } == 0).then_some(stat.f_type as i64)
+}
+
+fn mounts() -> Result<String, String> {
+    let bpffs = fs_type(crate::paths::BPFFS) == Some(0xcafe_4a11);
+    let tracefs = fs_type(crate::paths::TRACEFS) == Some(0x7472_6163);
+    let state = |m: bool| {
+        if m {
+            "mounted"
+        } else {
+            "not mounted (`enforcer run` mounts it)"
+        }
+    };
+    Ok(format!(
+        "bpffs {}; tracefs {}",
+        state(bpffs),
+        state(tracefs)
+    ))
+}
+
+fn cgroups() -> Result<String, String> {
+    const CGROUP2_MAGIC: i64 = 0x6367_7270;
+    if fs_type("/sys/fs/cgroup") == Some(CGROUP2_MAGIC) {
+        let controllers = read("/sys/fs/cgroup/cgroup.controllers").unwrap_or_default();
+        let missing: Vec<&str> = ["cpu", "cpuset"]
+            .into_iter()
+            .filter(|c| !controllers.split(' ').any(|x| x == *c))
+            .collect();
+        return if missing.is_empty() {
+            Ok(format!("cgroup v2 (controllers: {controllers})"))
+        } else {
+            Err(format!(
+                "cgroup v2 without the {} controller(s)",
+                missing.join(", ")
+            ))
+        };
+    }
+    let missing: Vec<&str> = ["cpu", "cpuset", "freezer"]
+        .into_iter()
+        .filter(|c| !Path::new(&format!("/sys/fs/cgroup/{c}/cgroup.procs")).exists())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "cgroup v1 without the {} hierarchy: mount it",
+            missing.join(", ")
+        ));
+    }
+    let idle = Path::new("/sys/fs/cgroup/cpu/cpu.idle").exists();
+    let hybrid = Path::new("/sys/fs/cgroup/unified").exists();
+    match idle {
+        true => Ok(format!(
+            "cgroup v1{} with cpu, cpuset, freezer; cpu.idle supported",
+            if hybrid { " (hybrid)" } else { "" }
+        )),
+        false => Err(
+            "cgroup v1 without cpu.idle (kernel 5.15+): offline pools cannot be made idle"
+                .to_owned(),
+        ),
+    }
+}
+
+fn gpu() -> Result<String, String> {
+    if Path::new("/dev/nvidiactl").exists() {
+        Ok("NVIDIA device nodes present; GPU limits are not built yet (a later stage)".to_owned())
+    } else {
+        Err(
+            "no NVIDIA GPU (/dev/nvidiactl): GPU features disabled; CPU enforcement unaffected"
+                .to_owned(),
+        )
+    }
+}
+
+/// Runs every check.
+pub fn run_checks() -> Vec<Item> {
+    vec![
+        item("kernel", true, kernel()),
+        item("btf", true, btf()),
+        item("privileges", true, privileges()),
+        item("program types", true, program_types()),
+        item("mounts", true, mounts()),
+        item("cgroups", true, cgroups()),
+        item("gpu", false, gpu()),
+    ]
+}
+
+/// Prints the report; Err if anything required is missing.
+pub fn report() -> anyhow::Result<()> {
+    let items = run_checks();
+    for item in &items {
+        let mark = match (item.ok, item.required) {
+            (true, _) => "ok     ",
+            (false, true) => "MISSING",
+            (false, false) => "note   ",
+        };
+        println!("{mark} {:<14} {}", item.name, item.detail);
+    }
+    let missing = items.iter().filter(|i| i.required && !i.ok).count();
+    if missing > 0 {
+        anyhow::bail!("{missing} requirement(s) missing: see the lines marked MISSING");
+    }
+    Ok(())
+}
