@@ -83,6 +83,8 @@ pub struct PolicySection {
     pub headroom_cpus: f64,
     /// How often the slow path re-reads training's demand.
     pub tick_ms: u64,
+    /// SCHED_FIFO priority of the thread that reacts to sensor events (0: normal class).
+    pub event_thread_rt_priority: i32,
 }
 
 impl Default for PolicySection {
@@ -95,6 +97,8 @@ impl Default for PolicySection {
             give_back_after_ms: 2000,
             headroom_cpus: 0.25,
             tick_ms: 100,
+            // Above ordinary tasks, below the kernel's own RT threads (priority 50 and up).
+            event_thread_rt_priority: 10,
         }
     }
 }

@@ -101,11 +101,19 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     });
 
     let listener = bind(&socket_path)?;
-    let consumer = tokio::spawn(events::consume(
-        ring,
-        shared.tally.clone(),
-        shared.enforcer.clone(),
-    ));
+    let stop_events = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let consumer = {
+        let (tally, enforcer, stop) = (
+            shared.tally.clone(),
+            shared.enforcer.clone(),
+            stop_events.clone(),
+        );
+        let priority = config.policy.event_thread_rt_priority;
+        std::thread::Builder::new()
+            .name("reamer-events".to_owned())
+            .spawn(move || events::consume_blocking(ring, tally, enforcer, priority, stop))
+            .context("starting the event thread")?
+    };
     let ticker = tokio::spawn(tick_forever(
         shared.clone(),
         Duration::from_millis(config.policy.tick_ms.max(10)),
@@ -130,10 +138,9 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         _ = sigint.recv() => info!("SIGINT: shutting down"),
     }
 
-    for task in [consumer, server, reconciler, ticker]
-        .into_iter()
-        .chain(metrics)
-    {
+    stop_events.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = consumer.join();
+    for task in [server, reconciler, ticker].into_iter().chain(metrics) {
         task.abort();
         let _ = task.await;
     }

@@ -1,5 +1,6 @@
 //! reamer's developer tasks. `cargo xtask --help` lists them.
 
+mod bench_reaction;
 mod bench_sensor;
 mod bootstrap;
 mod cargo;
@@ -45,8 +46,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Benchmarks (needs root). Now: the sensor's cost per event and its effect on a
-    /// context-switch-heavy workload, written to docs/benchmarks.md.
+    /// Benchmarks (needs root): the sensor's cost per event and its effect on
+    /// context-switch-heavy workloads, and the enforcer's reaction time from kernel event to
+    /// cgroup write; written to docs/benchmarks.md.
     Bench {
         /// Paired rounds (with and without the sensor).
         #[arg(long, default_value_t = 30)]
@@ -54,7 +56,10 @@ enum Task {
         /// Seconds per ping-pong measurement (hackbench runs a fixed amount of work).
         #[arg(long, default_value_t = 1.0)]
         seconds: f64,
-        /// A short smoke run: 3 rounds of 1 s; does not touch docs/benchmarks.md.
+        /// Training bursts for the reaction measurement.
+        #[arg(long, default_value_t = 60)]
+        bursts: usize,
+        /// A short smoke run: 3 rounds of 1 s, 10 bursts; does not touch docs/benchmarks.md.
         #[arg(long)]
         quick: bool,
         /// Also write the figures as JSON to this file.
@@ -112,6 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Bench {
             rounds,
             seconds,
+            bursts,
             quick,
             json,
             no_docs,
@@ -129,22 +135,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (rounds, seconds, 500)
             };
             let progress = |step: &str| eprintln!("[bench] {step}");
-            let bench = bench_sensor::run(rounds, seconds, hackbench_loops, &progress)?;
+            let bursts = if quick { 10 } else { bursts };
+            let sensor = bench_sensor::run(rounds, seconds, hackbench_loops, &progress)?;
+            let reaction = bench_reaction::run(bursts, &progress)?;
             let command = if quick {
                 "cargo xtask bench --quick".to_owned()
             } else {
-                format!("cargo xtask bench --rounds {rounds} --seconds {seconds}")
+                format!("cargo xtask bench --rounds {rounds} --seconds {seconds} --bursts {bursts}")
             };
             let machine = docs::machine_description();
-            let section = bench_sensor::markdown(&bench, &command, &machine);
-            println!("{section}");
+            let sensor_section = bench_sensor::markdown(&sensor, &command, &machine);
+            let reaction_section = bench_reaction::markdown(&reaction, &command, &machine);
+            println!("{sensor_section}\n{reaction_section}");
             if let Some(path) = json {
-                let body = serde_json::json!({"machine": machine, "sensor": bench});
+                let body =
+                    serde_json::json!({"machine": machine, "sensor": sensor, "reaction": reaction});
                 std::fs::write(&path, serde_json::to_string_pretty(&body)?)
                     .with_context(|| format!("writing {}", path.display()))?;
             }
             if !quick && !no_docs {
-                docs::replace_section("sensor", &section)?;
+                docs::replace_section("sensor", &sensor_section)?;
+                docs::replace_section("reaction", &reaction_section)?;
                 eprintln!("[bench] docs/benchmarks.md updated");
             }
             Ok(())

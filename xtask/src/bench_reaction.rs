@@ -1,0 +1,109 @@
+//! The enforcer's reaction time: from the sensor event's kernel timestamp to the completed
+//! cgroup write, on every fast-path decision.
+//!
+//! An offline pool runs two spinning threads; a training job arrives in short bursts. The
+//! policy's hold and half-life are short here, so that cores go back between bursts and every
+//! burst meets inference on its cores again: each burst is a fresh fast-path reaction. The
+//! latencies come from the daemon's decision log, one per decision.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use reamer_tests::harness::Daemon;
+use serde::Serialize;
+
+use crate::{cargo::release_bin, stats::median};
+
+const INSTANCE: &str = "bench-reaction";
+const CONFIG: &str = "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n[policy]\n\
+                      give_back_after_ms = 100\ndemand_half_life_ms = 50\ntick_ms = 50\n";
+
+#[derive(Debug, Serialize)]
+pub struct ReactionBench {
+    pub bursts: usize,
+    pub reactions: usize,
+    pub event_to_write_us: Vec<f64>,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+pub fn run(bursts: usize, progress: &dyn Fn(&str)) -> anyhow::Result<ReactionBench> {
+    let log = std::path::PathBuf::from(format!("/run/reamer/{INSTANCE}.decisions.jsonl"));
+    let _ = std::fs::remove_file(&log);
+    let daemon = Daemon::start_bin(&release_bin("enforcer"), INSTANCE, CONFIG);
+    let hog_seconds = (bursts as f64 * 0.6 + 2.0).to_string();
+    let hog_bin = release_bin("cpu-hog");
+    let mut hog = daemon.launch(
+        "--pool",
+        "batch",
+        hog_bin.to_str().context("path")?,
+        &["--threads", "2", "--seconds", &hog_seconds],
+    );
+    let sim = release_bin("training-sim");
+    for burst in 0..bursts {
+        if burst % 10 == 0 {
+            progress(&format!("reaction burst {}/{bursts}", burst + 1));
+        }
+        let status = daemon
+            .launch(
+                "--training",
+                "bursty",
+                sim.to_str().context("path")?,
+                &["--seconds", "0.2"],
+            )
+            .wait()?;
+        if !status.success() {
+            bail!("training-sim burst failed ({status})");
+        }
+        // Long enough for the hold (100 ms) to give the cores back.
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let _ = hog.kill();
+    let _ = hog.wait();
+    daemon.stop();
+
+    let text =
+        std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
+    let mut latencies: Vec<f64> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|d| d["trigger"] == "contended")
+        .filter_map(|d| d["event_to_write_ns"].as_u64())
+        .map(|ns| ns as f64 / 1e3)
+        .collect();
+    if latencies.is_empty() {
+        bail!(
+            "no fast-path decision in {}: the bursts never met inference",
+            log.display()
+        );
+    }
+    let mut sorted = latencies.clone();
+    sorted.sort_by(f64::total_cmp);
+    latencies.truncate(10_000);
+    Ok(ReactionBench {
+        bursts,
+        reactions: sorted.len(),
+        p50_us: median(&sorted),
+        p99_us: quantile(&sorted, 0.99),
+        max_us: *sorted.last().expect("non-empty"),
+        event_to_write_us: latencies,
+    })
+}
+
+pub fn markdown(bench: &ReactionBench, command: &str, machine: &str) -> String {
+    format!(
+        "Command: `{command}`\n\nMachine: {machine}\n\n\
+         | figure | value | target |\n|---|---|---|\n\
+         | fast-path reactions measured ({} training bursts beside an offline pool) | {} | |\n\
+         | event to cgroup write, p50 | {:.0} µs | ≤ 100 µs |\n\
+         | event to cgroup write, p99 | {:.0} µs | ≤ 500 µs |\n\
+         | event to cgroup write, max | {:.0} µs | |\n",
+        bench.bursts, bench.reactions, bench.p50_us, bench.p99_us, bench.max_us
+    )
+}
