@@ -9,7 +9,7 @@
 use std::{
     sync::{
         Arc, Barrier,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -74,25 +74,27 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 fn main() {
     let args = Args::parse();
-    let stop = Arc::new(AtomicBool::new(false));
+    // The index of the last step, once the launch thread knows it. A flag would not do: a
+    // loader descheduled just after step N's barrier could read a stop meant for step N + 1
+    // and leave the others waiting at that barrier forever (seen here on the busy VM).
+    let last_step = Arc::new(AtomicU64::new(u64::MAX));
     let barrier = Arc::new(Barrier::new(args.loaders + 1));
 
     let loaders: Vec<_> = (0..args.loaders)
         .map(|i| {
-            let (args, stop, barrier) = (args.clone(), stop.clone(), barrier.clone());
+            let (args, last_step, barrier) = (args.clone(), last_step.clone(), barrier.clone());
             std::thread::Builder::new()
                 .name(format!("loader-{i}"))
                 .spawn(move || {
                     let mut rng = SplitMix64::new(args.seed.wrapping_add(i as u64 + 1));
-                    loop {
+                    for step in 0u64.. {
                         for _ in 0..args.items {
                             let us = rng.exponential(args.decode_us as f64);
                             burn(Duration::from_nanos((us * 1000.0) as u64));
                         }
-                        // The launch thread sets `stop` before this barrier, so after it every
-                        // loader agrees on whether there is another step.
+                        // The launch thread publishes the last step before this barrier.
                         barrier.wait();
-                        if stop.load(Ordering::Acquire) {
+                        if last_step.load(Ordering::Acquire) == step {
                             return;
                         }
                     }
@@ -116,7 +118,7 @@ fn main() {
             None => Instant::now() >= deadline,
         };
         if done {
-            stop.store(true, Ordering::Release);
+            last_step.store(step_ms.len() as u64, Ordering::Release);
         }
         barrier.wait();
         step_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
