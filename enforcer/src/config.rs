@@ -261,11 +261,11 @@ impl Config {
                 ("min_cores", group.min_cores.as_ref().map(|m| m.span())),
                 ("slo_ms", group.slo_ms.as_ref().map(|m| m.span())),
             ] {
-                if let Some(span) = span {
-                    if section == "training" || offline {
-                        let message = format!("`{field}` applies to online pools only");
-                        return Err(invalid(span, field, message));
-                    }
+                if let Some(span) = span
+                    && (section == "training" || offline)
+                {
+                    let message = format!("`{field}` applies to online pools only");
+                    return Err(invalid(span, field, message));
                 }
             }
             if let Err(message) = validate_name(name) {

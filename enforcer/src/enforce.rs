@@ -188,10 +188,11 @@ impl Enforcer {
             rewritten,
             event_to_write_ns,
         };
-        if let Some(log) = &mut self.log {
-            if let Ok(line) = serde_json::to_string(&record) {
-                let _ = writeln!(log, "{line}");
-            }
+        if let Some(log) = &mut self.log
+            && let Ok(line) = serde_json::to_string(&record)
+        {
+            // A full disk must not stop enforcement; the decision is still applied and kept.
+            let _ = writeln!(log, "{line}");
         }
         info!(
             training = %format_cpu_list(&record.decision.allocation.training),
