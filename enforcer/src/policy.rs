@@ -69,6 +69,10 @@ pub struct Decision {
     pub allocation: Allocation,
 }
 
+/// Demand below this (CPUs) is none: 2% of one CPU, less than an idle training process's
+/// housekeeping threads use.
+const IDLE_DEMAND_CPUS: f64 = 0.02;
+
 pub struct Policy {
     config: PolicyConfig,
     topology: Topology,
@@ -118,11 +122,13 @@ impl Policy {
     }
 
     /// Whole cores needed for the estimate plus headroom.
+    /// An estimate below `IDLE_DEMAND_CPUS` is no demand: the exponential decay never reaches
+    /// zero exactly, and with the headroom any positive estimate would hold a core for ever.
     fn wanted_cores(&self) -> usize {
         let threads_per_core =
             self.topology.cpus.len() as f64 / self.topology.cores.len().max(1) as f64;
         let cpus = self.estimate + self.config.headroom_cpus;
-        let cores = if self.estimate <= 0.0 {
+        let cores = if self.estimate < IDLE_DEMAND_CPUS {
             0.0
         } else {
             (cpus / threads_per_core).ceil()
@@ -311,6 +317,21 @@ mod tests {
         let tail = &reserved[40..];
         assert!(tail.windows(2).all(|w| w[1] <= w[0]), "{tail:?}");
         assert!(*tail.last().unwrap() < 4);
+    }
+
+    #[test]
+    fn every_core_comes_back_after_training_stops() {
+        let mut policy = Policy::new(config(), Topology::flat(4), pools());
+        let mut trace: Vec<(u64, f64)> = (0..10).map(|i| (i * 100, 2.5)).collect();
+        trace.extend((10..400).map(|i| (i * 100, 0.0)));
+        let reserved = replay(&mut policy, &trace);
+        assert_eq!(reserved[9], 3);
+        assert_eq!(
+            *reserved.last().unwrap(),
+            0,
+            "a core is held for ever: {:?}",
+            &reserved[300..]
+        );
     }
 
     #[test]

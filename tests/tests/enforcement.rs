@@ -244,3 +244,69 @@ fn metrics_are_served_on_loopback_with_training_figures() {
     daemon.snapshot();
     daemon.stop();
 }
+
+/// Short hold and half-life, so that cores come back within a test's patience.
+const QUICK_POLICY: &str =
+    "[policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
+
+#[test]
+fn a_training_job_that_exits_frees_its_cores() {
+    let instance = "it-exit-frees";
+    if !privileged("a_training_job_that_exits_frees_its_cores") {
+        return;
+    }
+    let daemon = Daemon::start(instance, &format!("{OFFLINE_POOL}{QUICK_POLICY}"));
+    let sim = daemon.launch("--training", "short", SIM, &["--seconds", "1"]);
+    wait_ok(sim, "training-sim");
+    let held = daemon.snapshot()["enforcement"]["training_cpus"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!held.is_empty(), "training never got cores while it ran");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = daemon.snapshot()["enforcement"].clone();
+        if status["training_cpus"] == "" {
+            let fell = status["recent_decisions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["trigger"] == "demand_fell");
+            assert!(
+                fell,
+                "cores came back without a demand_fell decision: {status}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cores still held 10 s after training exited: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    daemon.stop();
+    remove_test_cgroups(instance);
+}
+
+#[test]
+fn a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on() {
+    let instance = "it-removed";
+    if !privileged("a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on") {
+        return;
+    }
+    let daemon = Daemon::start(instance, &format!("{OFFLINE_POOL}{QUICK_POLICY}"));
+    let cpuset_dir = format!("/sys/fs/cgroup/cpuset/reamer/{instance}/batch");
+    std::fs::remove_dir(&cpuset_dir).expect("remove the empty pool cgroup (cpuset)");
+    // Training demand makes the slow path rewrite the pool's cpuset, which is gone.
+    let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);
+    wait_ok(sim, "training-sim");
+    daemon.snapshot();
+    let log = daemon.log();
+    assert!(
+        log.contains("pool batch:") && log.contains("cpuset.cpus"),
+        "no warning logged:\n{log}"
+    );
+    let log = daemon.stop();
+    assert!(log.contains("sensor detached, pins removed"), "{log}");
+    remove_test_cgroups(instance);
+}
