@@ -30,6 +30,10 @@ pub enum Request {
         name: String,
         pid: u32,
     },
+    /// A worker of pool `pool` asks for its core grants: the current one at once, then every
+    /// change, a shrink announced before the cgroup is rewritten. Only a process inside the
+    /// pool's cgroup may subscribe for it (checked with the socket's peer credentials).
+    Subscribe { pool: String },
     /// Reads the sensor's totals.
     Snapshot,
 }
@@ -43,9 +47,20 @@ pub enum Response {
         threads: usize,
     },
     Snapshot(Box<Snapshot>),
+    Grant(Grant),
     Error {
         message: String,
     },
+}
+
+/// The CPUs a pool may use. `shrinking` announces that CPUs are being taken away: the cpuset
+/// is rewritten right after this message, and a worker that keeps threads on them is simply
+/// held to the new set by the cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub pool: String,
+    pub cpus: Vec<u32>,
+    pub shrinking: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -145,19 +145,28 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         let _ = task.await;
     }
     let _ = std::fs::remove_file(&socket_path);
-    let shared = Arc::into_inner(shared).context("daemon state still shared at shutdown")?;
+    // Connection tasks (a worker's grant stream, say) may still hold the shared state, so the
+    // shutdown works through the locks. The programs detach when the process's links close:
+    // explicitly below when nothing else holds the sensor, at exit otherwise.
     shared
         .enforcer
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .shutdown();
     info!("inference pools released: every CPU, no idle class, thawed");
-    let sensor = shared
+    shared
         .sensor
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
-    sensor.unpin();
-    drop(sensor);
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .unpin();
+    if let Some(shared) = Arc::into_inner(shared) {
+        drop(
+            shared
+                .sensor
+                .into_inner()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+    }
     info!("sensor detached, pins removed");
     Ok(())
 }
@@ -247,7 +256,8 @@ async fn serve(listener: UnixListener, shared: Arc<Shared>) {
 }
 
 async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
-    let peer_uid = stream.peer_cred().ok().map(|c| c.uid());
+    let peer = stream.peer_cred().ok();
+    let peer_uid = peer.map(|c| c.uid());
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut buffer = Vec::new();
@@ -258,13 +268,48 @@ async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                 let oversized = buffer.len() > control::MAX_REQUEST_BYTES;
                 (Response::Error { message }, !oversized)
             }
+            Ok(Some(Ok(Request::Subscribe { pool }))) => {
+                let pid = peer.and_then(|c| c.pid()).map_or(0, |p| p as u32);
+                stream_grants(&shared, &pool, pid, &mut write).await;
+                return;
+            }
             Ok(Some(Ok(request))) => (handle(&shared, request, peer_uid), true),
         };
-        let Ok(mut line) = serde_json::to_vec(&response) else {
+        if send_line(&mut write, &response).await.is_err() || !keep_going {
             return;
-        };
-        line.push(b'\n');
-        if write.write_all(&line).await.is_err() || !keep_going {
+        }
+    }
+}
+
+async fn send_line(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    response: &Response,
+) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(response).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    write.write_all(&line).await
+}
+
+/// Sends a subscribed worker its grants until it goes away.
+async fn stream_grants(
+    shared: &Shared,
+    pool: &str,
+    pid: u32,
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+) {
+    let (sender, mut grants) = tokio::sync::mpsc::unbounded_channel();
+    let subscribed = shared
+        .enforcer
+        .lock()
+        .expect("enforcer poisoned")
+        .subscribe(pool, pid, sender);
+    if let Err(message) = subscribed {
+        let _ = send_line(write, &Response::Error { message }).await;
+        return;
+    }
+    info!(pool, pid, "worker subscribed to grants");
+    while let Some(grant) = grants.recv().await {
+        if send_line(write, &Response::Grant(grant)).await.is_err() {
             return;
         }
     }
@@ -273,6 +318,9 @@ async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
 fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response {
     match request {
         Request::Snapshot => Response::Snapshot(Box::new(take_snapshot(shared))),
+        Request::Subscribe { .. } => Response::Error {
+            message: "subscriptions are served as a stream, one per connection".to_owned(),
+        },
         Request::Register { kind, name, pid } => {
             if peer_uid != Some(0) {
                 return Response::Error {

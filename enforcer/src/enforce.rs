@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use crate::{
     cgroups::PoolCgroup,
     config::{Config, PoolKind as ConfigPoolKind},
+    control::Grant,
     policy::{Allocation, Decision, Policy, PolicyConfig, PoolKind, PoolSpec},
     sensor::snapshot::{monotonic_ns, percentile},
     topology::{Topology, format_cpu_list},
@@ -80,6 +81,8 @@ pub struct Enforcer {
     reaction_sum_ns: u64,
     /// Last (time, training run+wait total) for the demand rate.
     last_demand: Option<(u64, u64)>,
+    /// Workers subscribed to each pool's grants.
+    subscribers: BTreeMap<String, Vec<tokio::sync::mpsc::UnboundedSender<Grant>>>,
 }
 
 impl Enforcer {
@@ -134,10 +137,49 @@ impl Enforcer {
             reaction_hist: vec![0; NR_BUCKETS],
             reaction_sum_ns: 0,
             last_demand: None,
+            subscribers: BTreeMap::new(),
         };
         let initial = enforcer.policy.allocation();
         enforcer.write(&initial);
         Ok(enforcer)
+    }
+
+    /// Subscribes a worker of `pool` (a process with pid `pid`) to its grants; the current
+    /// grant is sent at once. Refused unless the process is in the pool's cgroup.
+    pub fn subscribe(
+        &mut self,
+        pool: &str,
+        pid: u32,
+        worker: tokio::sync::mpsc::UnboundedSender<Grant>,
+    ) -> Result<(), String> {
+        let (_, cgroup) = self
+            .pools
+            .get(pool)
+            .ok_or_else(|| format!("no pool {pool:?}"))?;
+        if !cgroup.processes().contains(&pid) {
+            return Err(format!(
+                "process {pid} is not in pool {pool:?}: a worker may only subscribe for its own \
+                 pool (start it with `enforcer launch --pool {pool} -- ...`)"
+            ));
+        }
+        let cpus = self
+            .applied
+            .get(pool)
+            .cloned()
+            .unwrap_or_else(|| self.topology.cpus.clone());
+        let grant = Grant {
+            pool: pool.to_owned(),
+            cpus: cpus.into_iter().collect(),
+            shrinking: false,
+        };
+        worker
+            .send(grant)
+            .map_err(|_| "worker went away".to_owned())?;
+        self.subscribers
+            .entry(pool.to_owned())
+            .or_default()
+            .push(worker);
+        Ok(())
     }
 
     /// Moves process `pid` into pool `name`'s cgroup.
@@ -162,6 +204,19 @@ impl Enforcer {
             let Some((_, cgroup)) = self.pools.get(name) else {
                 continue;
             };
+            // Workers hear of a shrink before the cgroup holds them to it.
+            let shrinking = self
+                .applied
+                .get(name)
+                .is_some_and(|old| !cpus.is_superset(old));
+            let grant = Grant {
+                pool: name.clone(),
+                cpus: cpus.iter().copied().collect(),
+                shrinking,
+            };
+            if let Some(subscribers) = self.subscribers.get_mut(name) {
+                subscribers.retain(|worker| worker.send(grant.clone()).is_ok());
+            }
             match cgroup.set_cpus(cpus) {
                 Ok(()) => {
                     self.applied.insert(name.clone(), cpus.clone());

@@ -310,3 +310,74 @@ fn a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on() {
     assert!(log.contains("sensor detached, pins removed"), "{log}");
     remove_test_cgroups(instance);
 }
+
+const GRANT_CLIENT: &str = env!("CARGO_BIN_EXE_grant-client");
+
+#[test]
+fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
+    let instance = "it-grants";
+    if !privileged("workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool") {
+        return;
+    }
+    let daemon = Daemon::start(instance, &format!("{OFFLINE_POOL}{QUICK_POLICY}"));
+    let socket = daemon.socket().display().to_string();
+
+    // Outside the pool: refused.
+    let outsider = Command::new(GRANT_CLIENT)
+        .args(["--socket", &socket, "--pool", "batch"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        outsider.status.code(),
+        Some(3),
+        "an outsider was not refused"
+    );
+    assert!(String::from_utf8_lossy(&outsider.stdout).contains("is not in pool"));
+
+    // Inside: the current grant, then a shrink when training arrives, then growth when it leaves.
+    let worker = daemon.launch(
+        "--pool",
+        "batch",
+        GRANT_CLIENT,
+        &[
+            "--socket",
+            &socket,
+            "--pool",
+            "batch",
+            "--count",
+            "3",
+            "--seconds",
+            "15",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);
+    wait_ok(sim, "training-sim");
+    let output = worker.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "worker got fewer than 3 grants:\n{text}"
+    );
+    let grants: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    println!("grants: {grants:?}");
+    assert_eq!(grants[0]["status"], "grant");
+    assert_eq!(
+        grants[0]["shrinking"], false,
+        "the first grant is the current one"
+    );
+    assert!(
+        grants.iter().any(|g| g["shrinking"] == true),
+        "no shrink was announced: {grants:?}"
+    );
+    let last = grants.last().unwrap();
+    assert_eq!(
+        last["shrinking"], false,
+        "cores did not come back after training left: {grants:?}"
+    );
+    daemon.stop();
+    remove_test_cgroups(instance);
+}
