@@ -25,13 +25,16 @@ pub const NR_CLASSES: usize = 5;
 ///
 /// `group` is the training job id (index into `job_stats`) or the inference pool id.
 /// `runnable_since_ns` is the `bpf_ktime_get_ns()` at which a training thread became runnable
-/// (woken or preempted), or 0 while it runs or sleeps.
+/// (woken or preempted), or 0 while it runs or sleeps. `report_ran_since_ns` is non-zero when
+/// the thread was reported queued behind inference at that time: its next switch-in sends an
+/// `EVENT_TRAINING_RAN` with the exact time it waited since the report.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
     pub class: u32,
     pub group: u32,
     pub runnable_since_ns: u64,
+    pub report_ran_since_ns: u64,
 }
 
 /// Per training job, per CPU (the CPU on which each quantity was observed).
@@ -105,6 +108,9 @@ pub const EVENT_ENQUEUED_BEHIND_INFERENCE: u32 = 1;
 pub const EVENT_PREEMPTED_BY_INFERENCE: u32 = 2;
 /// A training thread waited in the run queue longer than `wait_threshold_ns`.
 pub const EVENT_LONG_WAIT: u32 = 3;
+/// A training thread reported behind inference got a CPU; `wait_ns` is the time since the
+/// report. Not rate-limited: at most one per report.
+pub const EVENT_TRAINING_RAN: u32 = 4;
 
 /// What the sensor sends through the ring buffer.
 #[repr(C)]
@@ -153,7 +159,7 @@ pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
     "forks_inherited",
 ];
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 16);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 24);
 const _: () = assert!(core::mem::size_of::<JobStats>() == 48 + 8 * NR_BUCKETS);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 32 + 8 * NR_CLASSES);
 const _: () = assert!(core::mem::size_of::<Settings>() == 16);

@@ -23,6 +23,7 @@ pub fn inherit(parent: u32, child: u32) -> Option<Result<(), i64>> {
         class: state.class,
         group: state.group,
         runnable_since_ns: 0,
+        report_ran_since_ns: 0,
     };
     Some(THREAD_STATE.insert(child, inherited, 0).map_err(i64::from))
 }

@@ -10,8 +10,8 @@ use aya_log_ebpf::warn;
 use enforcer_common::{
     CLASS_IDLE, CLASS_OFFLINE, CLASS_ONLINE, CLASS_OTHER, CLASS_TRAINING, COUNTER_BAD_JOB_ID,
     COUNTER_FORKS_INHERITED, COUNTER_THREAD_MAP_FULL, COUNTER_WAIT_CLOCK_SKEW, CpuState,
-    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, JobStats,
-    MAX_JOBS, NR_CLASSES, SensorEvent,
+    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE,
+    EVENT_TRAINING_RAN, JobStats, MAX_JOBS, NR_CLASSES, SensorEvent,
     histogram::{NR_BUCKETS, bucket_of},
 };
 
@@ -104,7 +104,11 @@ fn on_wakeup(tid: u32, target_cpu: u32) {
             holder_class,
             holder_group,
         };
-        events::send(here, &event);
+        // Only a report that reached userspace gets its completion (EVENT_TRAINING_RAN), so
+        // completions never outnumber the rate-limited reports.
+        if events::send(here, &event) {
+            thread.report_ran_since_ns = now;
+        }
     }
 }
 
@@ -189,24 +193,44 @@ fn on_switch(switch: &Switch) {
     }
 
     // A preempted training thread: its wait starts now.
-    let prev_training_waits = prev_training
-        && switch.prev_stays_runnable
-        && classify::thread(switch.prev_tid).is_some_and(|prev| {
-            prev.runnable_since_ns = now;
-            true
-        });
+    let mut prev_waiting = match prev_training && switch.prev_stays_runnable {
+        true => classify::thread(switch.prev_tid),
+        false => None,
+    };
+    if let Some(prev) = &mut prev_waiting {
+        prev.runnable_since_ns = now;
+    }
     let prev_job = here.current_group;
 
-    // A training thread switched in: its wait ends now.
-    if let Some(next) = next {
-        if next.class == CLASS_TRAINING && next.runnable_since_ns != 0 {
+    // A training thread switched in: its wait ends now, and the enforcer can tell when a
+    // thread it reacted for actually ran.
+    if let Some(next) = next
+        && next.class == CLASS_TRAINING
+    {
+        if next.report_ran_since_ns != 0 && now >= next.report_ran_since_ns {
+            let event = SensorEvent {
+                ts_ns: now,
+                wait_ns: now - next.report_ran_since_ns,
+                kind: EVENT_TRAINING_RAN,
+                job: next.group,
+                tid: switch.next_tid,
+                cpu,
+                holder_class: CLASS_TRAINING,
+                holder_group: next.group,
+            };
+            next.report_ran_since_ns = 0;
+            events::send_always(&event);
+        }
+        if next.runnable_since_ns != 0 {
             let since = next.runnable_since_ns;
             next.runnable_since_ns = 0;
             finish_wait(here, cpu, next.group, switch.next_tid, since, now);
         }
     }
 
-    if prev_training_waits && is_inference(next_class) {
+    if let Some(prev) = prev_waiting
+        && is_inference(next_class)
+    {
         if let Some(stats) = job_stats_here(prev_job) {
             stats.behind_inference += 1;
         }
@@ -220,7 +244,9 @@ fn on_switch(switch: &Switch) {
             holder_class: next_class,
             holder_group: next_group,
         };
-        events::send(here, &event);
+        if events::send(here, &event) {
+            prev.report_ran_since_ns = now;
+        }
     }
 
     here.current_class = next_class;
@@ -269,7 +295,7 @@ fn finish_wait(here: &mut CpuState, cpu: u32, job: u32, tid: u32, since: u64, no
             holder_class: CLASS_TRAINING,
             holder_group: job,
         };
-        events::send(here, &event);
+        let _ = events::send(here, &event);
     }
 }
 

@@ -205,22 +205,18 @@ async fn tick_forever(shared: Arc<Shared>, period: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let run_wait = {
-            let registry = shared.registry.lock().expect("registry poisoned");
-            let sensor = shared.sensor.lock().expect("sensor poisoned");
-            registry
-                .training
-                .iter()
-                .filter_map(|job| snapshot::read_job(&sensor.maps, job.id).ok())
-                .map(|stats| stats.run_ns + stats.wait_ns)
-                .sum()
-        };
+        let registry = shared.registry.lock().expect("registry poisoned");
+        let sensor = shared.sensor.lock().expect("sensor poisoned");
+        let run_wait = registry
+            .training
+            .iter()
+            .filter_map(|job| snapshot::read_job(&sensor.maps, job.id).ok())
+            .map(|stats| stats.run_ns + stats.wait_ns)
+            .sum();
         let now = snapshot::monotonic_ns();
-        shared
-            .enforcer
-            .lock()
-            .expect("enforcer poisoned")
-            .on_tick(now, run_wait);
+        let mut enforcer = shared.enforcer.lock().expect("enforcer poisoned");
+        drop((registry, sensor));
+        enforcer.on_tick(now, run_wait);
     }
 }
 

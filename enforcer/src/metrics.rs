@@ -193,6 +193,21 @@ pub fn render(snapshot: &Snapshot) -> String {
                 pool.kind
             );
         }
+        if !enforcement.event_to_ran_hist.is_empty() {
+            header(
+                &mut out,
+                "reamer_enforcer_event_to_training_ran_seconds",
+                "histogram",
+                "From the kernel event to the waiting training thread running.",
+            );
+            histogram(
+                &mut out,
+                "reamer_enforcer_event_to_training_ran_seconds",
+                "",
+                &enforcement.event_to_ran_hist,
+                enforcement.event_to_ran_sum_ns,
+            );
+        }
         if !enforcement.event_to_write_hist.is_empty() {
             header(
                 &mut out,

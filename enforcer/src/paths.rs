@@ -9,8 +9,9 @@ pub const TRACEFS: &str = "/sys/kernel/tracing";
 /// Root of everything the enforcer pins; never the flat root of bpffs.
 pub const PIN_ROOT: &str = "/sys/fs/bpf/reamer";
 /// Layout version of the pinned maps: bumped whenever a shared type changes size or meaning,
-/// so that a new daemon never reads an old daemon's maps as its own.
-pub const PIN_LAYOUT: &str = "v1";
+/// so that a new daemon never reads an old daemon's maps as its own. v2: `ThreadState` gained
+/// `report_ran_since_ns`.
+pub const PIN_LAYOUT: &str = "v2";
 /// Runtime directory for control sockets.
 pub const RUN_DIR: &str = "/run/reamer";
 /// Config file read by `enforcer run` when `--config` is not given (optional).
@@ -19,7 +20,7 @@ pub const DEFAULT_CONFIG: &str = "/etc/reamer/enforcer.toml";
 /// of their own beside the node's.
 pub const DEFAULT_INSTANCE: &str = "default";
 
-/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v1/<instance>`.
+/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v2/<instance>`.
 pub fn pin_dir(instance: &str) -> PathBuf {
     PathBuf::from(PIN_ROOT).join(PIN_LAYOUT).join(instance)
 }

@@ -205,6 +205,7 @@ impl Registry {
                     class: group.class,
                     group: group.id,
                     runnable_since_ns: 0,
+                    report_ran_since_ns: 0,
                 };
                 match map.insert(tid, state, 0) {
                     Ok(()) => report.newly_classified += 1,

@@ -26,6 +26,10 @@ pub struct ReactionBench {
     pub p50_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
+    /// From the event to the waiting training thread's next switch-in.
+    pub ran_samples: usize,
+    pub ran_p50_us: f64,
+    pub ran_p99_us: f64,
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -74,13 +78,22 @@ pub fn run(bursts: usize, progress: &dyn Fn(&str)) -> anyhow::Result<ReactionBen
 
     let text =
         std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
-    let mut latencies: Vec<f64> = text
+    let lines: Vec<serde_json::Value> = text
         .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let mut latencies: Vec<f64> = lines
+        .iter()
         .filter(|d| d["trigger"] == "contended")
         .filter_map(|d| d["event_to_write_ns"].as_u64())
         .map(|ns| ns as f64 / 1e3)
         .collect();
+    let mut ran: Vec<f64> = lines
+        .iter()
+        .filter_map(|d| d["event_to_training_ran_ns"].as_u64())
+        .map(|ns| ns as f64 / 1e3)
+        .collect();
+    ran.sort_by(f64::total_cmp);
     if latencies.is_empty() {
         bail!(
             "no fast-path decision in {}: the bursts never met inference",
@@ -96,6 +109,17 @@ pub fn run(bursts: usize, progress: &dyn Fn(&str)) -> anyhow::Result<ReactionBen
         p50_us: median(&sorted),
         p99_us: quantile(&sorted, 0.99),
         max_us: *sorted.last().expect("non-empty"),
+        ran_samples: ran.len(),
+        ran_p50_us: if ran.is_empty() {
+            f64::NAN
+        } else {
+            median(&ran)
+        },
+        ran_p99_us: if ran.is_empty() {
+            f64::NAN
+        } else {
+            quantile(&ran, 0.99)
+        },
         event_to_write_us: latencies,
     })
 }
@@ -107,7 +131,16 @@ pub fn markdown(bench: &ReactionBench, command: &str, machine: &str) -> String {
          | fast-path reactions measured ({} training bursts beside an offline pool) | {} | |\n\
          | event to cgroup write, p50 | {:.0} µs | ≤ 100 µs |\n\
          | event to cgroup write, p99 | {:.0} µs | ≤ 500 µs |\n\
-         | event to cgroup write, max | {:.0} µs | |\n",
-        bench.bursts, bench.reactions, bench.p50_us, bench.p99_us, bench.max_us
+         | event to cgroup write, max | {:.0} µs | |\n\
+         | event to the waiting training thread running, p50 ({} samples) | {:.0} µs | |\n\
+         | event to the waiting training thread running, p99 | {:.0} µs | |\n",
+        bench.bursts,
+        bench.reactions,
+        bench.p50_us,
+        bench.p99_us,
+        bench.max_us,
+        bench.ran_samples,
+        bench.ran_p50_us,
+        bench.ran_p99_us
     )
 }
