@@ -26,8 +26,8 @@ pub const NR_CLASSES: usize = 5;
 /// `group` is the training job id (index into `job_stats`) or the inference pool id.
 /// `runnable_since_ns` is the `bpf_ktime_get_ns()` at which a training thread became runnable
 /// (woken or preempted), or 0 while it runs or sleeps. `report_ran_since_ns` is non-zero when
-/// the thread was reported queued behind inference at that time: its next switch-in sends an
-/// `EVENT_TRAINING_RAN` with the exact time it waited since the report.
+/// the thread was reported queued behind inference at that time: its next switch-in adds the
+/// time since the report to its job's `report_to_ran_hist`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
@@ -58,6 +58,12 @@ pub struct JobStats {
     pub long_waits: u64,
     /// Run-queue wait histogram, see [`crate::histogram`].
     pub wait_hist: [u64; NR_BUCKETS],
+    /// Reports behind inference whose thread has since run, their total and histogram of the
+    /// time from report to running: the enforcer's "event to training ran", kept in the kernel
+    /// so that measuring it wakes nobody.
+    pub reports_ran: u64,
+    pub report_to_ran_ns: u64,
+    pub report_to_ran_hist: [u64; NR_BUCKETS],
 }
 
 impl Default for JobStats {
@@ -70,6 +76,9 @@ impl Default for JobStats {
             behind_inference: 0,
             long_waits: 0,
             wait_hist: [0; NR_BUCKETS],
+            reports_ran: 0,
+            report_to_ran_ns: 0,
+            report_to_ran_hist: [0; NR_BUCKETS],
         }
     }
 }
@@ -108,9 +117,6 @@ pub const EVENT_ENQUEUED_BEHIND_INFERENCE: u32 = 1;
 pub const EVENT_PREEMPTED_BY_INFERENCE: u32 = 2;
 /// A training thread waited in the run queue longer than `wait_threshold_ns`.
 pub const EVENT_LONG_WAIT: u32 = 3;
-/// A training thread reported behind inference got a CPU; `wait_ns` is the time since the
-/// report. Not rate-limited: at most one per report.
-pub const EVENT_TRAINING_RAN: u32 = 4;
 
 /// What the sensor sends through the ring buffer.
 #[repr(C)]
@@ -160,7 +166,7 @@ pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
 ];
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 24);
-const _: () = assert!(core::mem::size_of::<JobStats>() == 48 + 8 * NR_BUCKETS);
+const _: () = assert!(core::mem::size_of::<JobStats>() == 64 + 16 * NR_BUCKETS);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 32 + 8 * NR_CLASSES);
 const _: () = assert!(core::mem::size_of::<Settings>() == 16);
 const _: () = assert!(core::mem::size_of::<SensorEvent>() == 40);

@@ -13,16 +13,6 @@ use crate::maps::{EVENTS, SETTINGS, count};
 /// `this_cpu` is the state of the CPU running the program (the rate limit is per sending CPU,
 /// so its slot is written only here). BPF_RB_FORCE_WAKEUP wakes the consumer at once instead
 /// of leaving it to the kernel's batching heuristics: these events are the fast path.
-/// Sends `event` whatever the rate limit: for completions, which come at most one per
-/// reported event.
-#[inline(always)]
-pub fn send_always(event: &SensorEvent) {
-    match EVENTS.output(event, u64::from(BPF_RB_FORCE_WAKEUP)) {
-        Ok(()) => count(COUNTER_EVENTS_SENT),
-        Err(_) => count(COUNTER_EVENTS_RINGBUF_FULL),
-    }
-}
-
 #[inline(always)]
 pub fn send(this_cpu: &mut CpuState, event: &SensorEvent) -> bool {
     let min_interval = SETTINGS.get(0).map_or(0, |s| s.event_min_interval_ns);

@@ -10,8 +10,8 @@ use aya_log_ebpf::warn;
 use enforcer_common::{
     CLASS_IDLE, CLASS_OFFLINE, CLASS_ONLINE, CLASS_OTHER, CLASS_TRAINING, COUNTER_BAD_JOB_ID,
     COUNTER_FORKS_INHERITED, COUNTER_THREAD_MAP_FULL, COUNTER_WAIT_CLOCK_SKEW, CpuState,
-    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE,
-    EVENT_TRAINING_RAN, JobStats, MAX_JOBS, NR_CLASSES, SensorEvent,
+    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, JobStats,
+    MAX_JOBS, NR_CLASSES, SensorEvent,
     histogram::{NR_BUCKETS, bucket_of},
 };
 
@@ -104,8 +104,8 @@ fn on_wakeup(tid: u32, target_cpu: u32) {
             holder_class,
             holder_group,
         };
-        // Only a report that reached userspace gets its completion (EVENT_TRAINING_RAN), so
-        // completions never outnumber the rate-limited reports.
+        // Time to running is measured for reports that reached userspace, the ones the
+        // enforcer may have acted on.
         if events::send(here, &event) {
             thread.report_ran_since_ns = now;
         }
@@ -207,19 +207,10 @@ fn on_switch(switch: &Switch) {
     if let Some(next) = next
         && next.class == CLASS_TRAINING
     {
-        if next.report_ran_since_ns != 0 && now >= next.report_ran_since_ns {
-            let event = SensorEvent {
-                ts_ns: now,
-                wait_ns: now - next.report_ran_since_ns,
-                kind: EVENT_TRAINING_RAN,
-                job: next.group,
-                tid: switch.next_tid,
-                cpu,
-                holder_class: CLASS_TRAINING,
-                holder_group: next.group,
-            };
+        if next.report_ran_since_ns != 0 {
+            let reported = next.report_ran_since_ns;
             next.report_ran_since_ns = 0;
-            events::send_always(&event);
+            record_report_ran(next.group, reported, now);
         }
         if next.runnable_since_ns != 0 {
             let since = next.runnable_since_ns;
@@ -253,6 +244,28 @@ fn on_switch(switch: &Switch) {
     here.current_group = next_group;
     here.current_tid = switch.next_tid;
     here.switched_at_ns = now;
+}
+
+/// A thread reported behind inference at `reported` runs now: aggregate the delay.
+#[inline(always)]
+fn record_report_ran(job: u32, reported: u64, now: u64) {
+    if now < reported {
+        count(COUNTER_WAIT_CLOCK_SKEW);
+        return;
+    }
+    let Some(stats) = job_stats_here(job) else {
+        return;
+    };
+    let delay = now - reported;
+    stats.reports_ran += 1;
+    stats.report_to_ran_ns += delay;
+    // The same volatile round trip as in finish_wait, for the same verifier reason.
+    let bucket = bucket_of(delay);
+    // SAFETY: reads a local.
+    let bucket = unsafe { core::ptr::read_volatile(&bucket) };
+    if bucket < NR_BUCKETS {
+        stats.report_to_ran_hist[bucket] += 1;
+    }
 }
 
 /// Records a completed run-queue wait of a training thread that starts running now.

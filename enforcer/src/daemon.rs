@@ -369,7 +369,7 @@ fn take_snapshot(shared: &Shared) -> Snapshot {
     let registry = shared.registry.lock().expect("registry poisoned");
     let sensor = shared.sensor.lock().expect("sensor poisoned");
     let tally = shared.tally.lock().expect("event tally poisoned");
-    let jobs = registry
+    let jobs: Vec<JobTotals> = registry
         .training
         .iter()
         .map(|job| {
@@ -386,6 +386,9 @@ fn take_snapshot(shared: &Shared) -> Snapshot {
                 long_waits: stats.long_waits,
                 events_received: tally.per_job.get(job.id as usize).copied().unwrap_or(0),
                 wait_hist: stats.wait_hist.to_vec(),
+                reports_ran: stats.reports_ran,
+                report_to_ran_ns: stats.report_to_ran_ns,
+                report_to_ran_hist: stats.report_to_ran_hist.to_vec(),
             }
         })
         .collect();
@@ -404,6 +407,7 @@ fn take_snapshot(shared: &Shared) -> Snapshot {
             threads: pool.threads,
         })
         .collect();
+    let enforcement = enforcement_status(shared, &jobs);
     Snapshot {
         instance: shared.instance.clone(),
         monotonic_ns: snapshot::monotonic_ns(),
@@ -412,7 +416,24 @@ fn take_snapshot(shared: &Shared) -> Snapshot {
         cpu_class_ns: snapshot::read_cpu_class_ns(&sensor.maps),
         counters: snapshot::read_counters(&sensor.maps),
         programs: sensor.program_stats(),
-        enforcement: Some(shared.enforcer.lock().expect("enforcer poisoned").status()),
+        enforcement: Some(enforcement),
         metrics_addr: shared.metrics_addr.clone(),
     }
+}
+
+/// The enforcer's status, with "event to training ran" summed from the sensor's per-job
+/// histograms (the kernel measures it, see `record_report_ran` in the sensor).
+fn enforcement_status(shared: &Shared, jobs: &[JobTotals]) -> crate::enforce::EnforcementStatus {
+    let mut status = shared.enforcer.lock().expect("enforcer poisoned").status();
+    let mut hist = vec![0u64; enforcer_common::histogram::NR_BUCKETS];
+    for job in jobs {
+        for (sum, count) in hist.iter_mut().zip(&job.report_to_ran_hist) {
+            *sum += count;
+        }
+    }
+    status.event_to_ran_p50_ns = snapshot::percentile(&hist, 0.5);
+    status.event_to_ran_p99_ns = snapshot::percentile(&hist, 0.99);
+    status.event_to_ran_sum_ns = jobs.iter().map(|j| j.report_to_ran_ns).sum();
+    status.event_to_ran_hist = hist;
+    status
 }

@@ -9,7 +9,7 @@ use std::{
 };
 
 use enforcer_common::{
-    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_PREEMPTED_BY_INFERENCE, EVENT_TRAINING_RAN, SensorEvent,
+    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_PREEMPTED_BY_INFERENCE, SensorEvent,
     histogram::{NR_BUCKETS, bucket_of},
 };
 use serde::Serialize;
@@ -56,7 +56,8 @@ pub struct EnforcementStatus {
     #[serde(default)]
     pub event_to_write_sum_ns: u64,
     pub recent_decisions: Vec<serde_json::Value>,
-    /// From the kernel event to the waiting training thread's next switch-in.
+    /// From the kernel event to the waiting training thread's next switch-in, over all jobs
+    /// (aggregated by the sensor).
     #[serde(default)]
     pub event_to_ran_p50_ns: Option<u64>,
     #[serde(default)]
@@ -89,9 +90,6 @@ pub struct Enforcer {
     reaction_sum_ns: u64,
     /// Last (time, training run+wait total) for the demand rate.
     last_demand: Option<(u64, u64)>,
-    /// Event-to-training-ran histogram and its sum.
-    ran_hist: Vec<u64>,
-    ran_sum_ns: u64,
     /// Workers subscribed to each pool's grants.
     subscribers: BTreeMap<String, Vec<tokio::sync::mpsc::UnboundedSender<Grant>>>,
 }
@@ -149,8 +147,6 @@ impl Enforcer {
             reaction_sum_ns: 0,
             last_demand: None,
             subscribers: BTreeMap::new(),
-            ran_hist: vec![0; NR_BUCKETS],
-            ran_sum_ns: 0,
         };
         let initial = enforcer.policy.allocation();
         enforcer.write(&initial);
@@ -275,10 +271,6 @@ impl Enforcer {
 
     /// Fast path: a sensor event.
     pub fn on_event(&mut self, event: &SensorEvent) {
-        if event.kind == EVENT_TRAINING_RAN {
-            self.training_ran(event);
-            return;
-        }
         if event.kind != EVENT_ENQUEUED_BEHIND_INFERENCE
             && event.kind != EVENT_PREEMPTED_BY_INFERENCE
         {
@@ -286,23 +278,6 @@ impl Enforcer {
         }
         if let Some(decision) = self.policy.contended(event.ts_ns, event.cpu) {
             self.apply(decision, Some(event.ts_ns));
-        }
-    }
-
-    /// The sensor saw a training thread it had reported behind inference get a CPU, `wait_ns`
-    /// after the report: the second latency of every reaction (logged as its own line).
-    fn training_ran(&mut self, event: &SensorEvent) {
-        self.ran_hist[bucket_of(event.wait_ns)] += 1;
-        self.ran_sum_ns += event.wait_ns;
-        if let Some(log) = &mut self.log {
-            let line = serde_json::json!({
-                "event": "training_ran",
-                "tid": event.tid,
-                "cpu": event.cpu,
-                "reported_at_ns": event.ts_ns - event.wait_ns,
-                "event_to_training_ran_ns": event.wait_ns,
-            });
-            let _ = writeln!(log, "{line}");
         }
     }
 
@@ -343,10 +318,11 @@ impl Enforcer {
             event_to_write_p50_ns: percentile(&self.reaction_hist, 0.5),
             event_to_write_p99_ns: percentile(&self.reaction_hist, 0.99),
             event_to_write_hist: self.reaction_hist.clone(),
-            event_to_ran_p50_ns: percentile(&self.ran_hist, 0.5),
-            event_to_ran_p99_ns: percentile(&self.ran_hist, 0.99),
-            event_to_ran_hist: self.ran_hist.clone(),
-            event_to_ran_sum_ns: self.ran_sum_ns,
+            // Filled by the daemon from the sensor's per-job histograms.
+            event_to_ran_p50_ns: None,
+            event_to_ran_p99_ns: None,
+            event_to_ran_hist: Vec::new(),
+            event_to_ran_sum_ns: 0,
             event_to_write_sum_ns: self.reaction_sum_ns,
             recent_decisions: self
                 .recent

@@ -8,8 +8,8 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use enforcer_common::{
-    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE,
-    EVENT_TRAINING_RAN, MAX_JOBS, SensorEvent,
+    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, MAX_JOBS,
+    SensorEvent,
 };
 use serde::Serialize;
 use tracing::{debug, error};
@@ -52,7 +52,6 @@ pub fn kind_name(kind: u32) -> &'static str {
         EVENT_ENQUEUED_BEHIND_INFERENCE => "enqueued_behind_inference",
         EVENT_PREEMPTED_BY_INFERENCE => "preempted_by_inference",
         EVENT_LONG_WAIT => "long_wait",
-        EVENT_TRAINING_RAN => "training_ran",
         _ => "unknown",
     }
 }

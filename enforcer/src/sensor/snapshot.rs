@@ -27,6 +27,13 @@ pub struct JobTotals {
     /// Events userspace received for the job.
     pub events_received: u64,
     pub wait_hist: Vec<u64>,
+    /// Reports behind inference whose thread has run since, and the delay histogram.
+    #[serde(default)]
+    pub reports_ran: u64,
+    #[serde(default)]
+    pub report_to_ran_ns: u64,
+    #[serde(default)]
+    pub report_to_ran_hist: Vec<u64>,
 }
 
 /// An inference pool as the daemon knows it.
@@ -69,6 +76,15 @@ pub fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps::MapEr
         total.behind_inference += cpu.behind_inference;
         total.long_waits += cpu.long_waits;
         for (sum, count) in total.wait_hist.iter_mut().zip(cpu.wait_hist.iter()) {
+            *sum += count;
+        }
+        total.reports_ran += cpu.reports_ran;
+        total.report_to_ran_ns += cpu.report_to_ran_ns;
+        for (sum, count) in total
+            .report_to_ran_hist
+            .iter_mut()
+            .zip(cpu.report_to_ran_hist.iter())
+        {
             *sum += count;
         }
     }
