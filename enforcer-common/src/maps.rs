@@ -15,9 +15,13 @@ pub const COUNTERS: &str = "counters";
 pub const EVENTS: &str = "events";
 /// Single-entry array holding the runtime [`crate::Settings`].
 pub const SETTINGS: &str = "settings";
+/// `u32` per CPU, written by the enforcer: 1 where training holds the CPU. The sensor does not
+/// report training queued behind inference there: the enforcer has nothing left to do on it.
+pub const RESERVED_CPUS: &str = "reserved_cpus";
 
 /// Every map the sensor pins, in a stable order.
-pub const ALL_MAPS: [&str; 6] = [
+pub const ALL_MAPS: [&str; 7] = [
+    RESERVED_CPUS,
     THREAD_STATE,
     JOB_STATS,
     CPU_STATE,

@@ -36,6 +36,16 @@ pub static EVENTS: RingBuf<SensorEvent, { EVENTS_RING_BYTES as usize }> = RingBu
 #[btf_map(name = "settings")]
 pub static SETTINGS: Array<Settings, 1> = Array::new();
 
+/// 1 for each CPU the enforcer reserved for training (written by userspace only).
+#[btf_map(name = "reserved_cpus")]
+pub static RESERVED_CPUS: Array<u32, { MAX_CPUS as usize }> = Array::new();
+
+/// Whether training holds `cpu` already, so a contention report there would change nothing.
+#[inline(always)]
+pub fn reserved_for_training(cpu: u32) -> bool {
+    RESERVED_CPUS.get(cpu).is_some_and(|r| *r != 0)
+}
+
 #[inline(always)]
 pub fn count(index: u32) {
     if let Some(counter) = COUNTERS.get_ptr_mut(index) {

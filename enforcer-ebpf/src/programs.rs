@@ -17,7 +17,7 @@ use enforcer_common::{
 
 use crate::{
     classify, events,
-    maps::{CPU_STATE, JOB_STATS, SETTINGS, count},
+    maps::{CPU_STATE, JOB_STATS, SETTINGS, count, reserved_for_training},
     task::Task,
 };
 
@@ -93,6 +93,10 @@ fn on_wakeup(tid: u32, target_cpu: u32) {
     if let Some(stats) = job_stats_here(job) {
         stats.behind_inference += 1;
     }
+    // Training holds this CPU already: the enforcer has acted, a report would only wake it.
+    if reserved_for_training(target_cpu) {
+        return;
+    }
     if let Some(here) = this_cpu_state() {
         let event = SensorEvent {
             ts_ns: now,
@@ -106,7 +110,7 @@ fn on_wakeup(tid: u32, target_cpu: u32) {
         };
         // Time to running is measured for reports that reached userspace, the ones the
         // enforcer may have acted on.
-        if events::send(here, &event) {
+        if events::send(here, &event, true) {
             thread.report_ran_since_ns = now;
         }
     }
@@ -235,7 +239,7 @@ fn on_switch(switch: &Switch) {
             holder_class: next_class,
             holder_group: next_group,
         };
-        if events::send(here, &event) {
+        if !reserved_for_training(cpu) && events::send(here, &event, true) {
             prev.report_ran_since_ns = now;
         }
     }
@@ -308,7 +312,8 @@ fn finish_wait(here: &mut CpuState, cpu: u32, job: u32, tid: u32, since: u64, no
             holder_class: CLASS_TRAINING,
             holder_group: job,
         };
-        let _ = events::send(here, &event);
+        // Informational (the enforcer acts on demand, not on single long waits): no wakeup.
+        let _ = events::send(here, &event, false);
     }
 }
 

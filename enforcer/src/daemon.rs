@@ -65,7 +65,10 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     let ring = sensor
         .take_events()
         .context("event ring buffer already taken")?;
-    let enforcer = Enforcer::new(&config, instance, Some(decision_log))?;
+    let mut enforcer = Enforcer::new(&config, instance, Some(decision_log))?;
+    if let Some(reserved) = sensor.take_reserved_cpus() {
+        enforcer.set_reserved_map(reserved);
+    }
     let mut registry = Registry::from_config(&config);
     // Configured pool members move into their pool's cgroup.
     for pool in &registry.pools {

@@ -90,6 +90,9 @@ pub struct Enforcer {
     reaction_sum_ns: u64,
     /// Last (time, training run+wait total) for the demand rate.
     last_demand: Option<(u64, u64)>,
+    /// The sensor's `reserved_cpus` map and what was last published in it.
+    reserved_map: Option<aya::maps::Array<aya::maps::MapData, u32>>,
+    published: BTreeSet<u32>,
     /// Workers subscribed to each pool's grants.
     subscribers: BTreeMap<String, Vec<tokio::sync::mpsc::UnboundedSender<Grant>>>,
 }
@@ -147,6 +150,8 @@ impl Enforcer {
             reaction_sum_ns: 0,
             last_demand: None,
             subscribers: BTreeMap::new(),
+            reserved_map: None,
+            published: BTreeSet::new(),
         };
         let initial = enforcer.policy.allocation();
         enforcer.write(&initial);
@@ -189,6 +194,25 @@ impl Enforcer {
             .or_default()
             .push(worker);
         Ok(())
+    }
+
+    /// Hands the enforcer the sensor's `reserved_cpus` map, where it publishes training's CPUs.
+    pub fn set_reserved_map(&mut self, map: aya::maps::Array<aya::maps::MapData, u32>) {
+        self.reserved_map = Some(map);
+    }
+
+    /// Tells the sensor which CPUs training holds (only the changes), after the cgroup writes:
+    /// it stops reporting contention where the enforcer has nothing left to do.
+    fn publish_reserved(&mut self, training: &BTreeSet<u32>) {
+        let Some(map) = &mut self.reserved_map else {
+            return;
+        };
+        for &cpu in self.published.symmetric_difference(training) {
+            if let Err(err) = map.set(cpu, u32::from(training.contains(&cpu)), 0) {
+                warn!("publishing reserved CPU {cpu}: {err}");
+            }
+        }
+        self.published = training.clone();
     }
 
     /// Moves process `pid` into pool `name`'s cgroup.
@@ -241,6 +265,9 @@ impl Enforcer {
     fn apply(&mut self, decision: Decision, event_ts_ns: Option<u64>) {
         let rewritten = self.write(&decision.allocation);
         let at_ns = monotonic_ns();
+        if self.enforcing {
+            self.publish_reserved(&decision.allocation.training.clone());
+        }
         let event_to_write_ns = event_ts_ns.map(|ts| at_ns.saturating_sub(ts));
         if let Some(ns) = event_to_write_ns {
             self.reaction_hist[bucket_of(ns)] += 1;

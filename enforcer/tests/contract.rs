@@ -55,7 +55,7 @@ fn object_has_every_program_with_a_kernel_sized_name() {
 #[test]
 fn maps_have_kernel_sized_names_and_shared_type_sizes() {
     let object = parsed();
-    let expected: [(&str, usize, usize, u32); 6] = [
+    let expected: [(&str, usize, usize, u32); 7] = [
         (
             maps::THREAD_STATE,
             size_of::<u32>(),
@@ -82,6 +82,12 @@ fn maps_have_kernel_sized_names_and_shared_type_sizes() {
         ),
         (maps::SETTINGS, size_of::<u32>(), size_of::<Settings>(), 1),
         (maps::EVENTS, 0, 0, EVENTS_RING_BYTES),
+        (
+            maps::RESERVED_CPUS,
+            size_of::<u32>(),
+            size_of::<u32>(),
+            MAX_CPUS,
+        ),
     ];
     for (name, key_size, value_size, max_entries) in expected {
         assert!(

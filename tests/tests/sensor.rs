@@ -280,6 +280,7 @@ fn bpftool_reads_pinned_maps_and_stop_cleans_up() {
         "counters",
         "events",
         "settings",
+        "reserved_cpus",
     ] {
         let path = daemon.pin_dir().join(map);
         let shown = bpftool(&["map", "show", "pinned", path.to_str().unwrap()]);

@@ -65,6 +65,8 @@ pub struct Sensor {
     pin_dir: PathBuf,
     /// Taken by whoever consumes events.
     events: Option<RingBuf<MapData>>,
+    /// Taken by the enforcer, which publishes training's CPUs in it.
+    reserved_cpus: Option<Array<MapData, u32>>,
     pub maps: SensorMaps,
 }
 
@@ -96,10 +98,12 @@ impl Sensor {
         pin_all(&ebpf, pin_dir)?;
         let maps = take_maps(&mut ebpf)?;
         let events = take(&mut ebpf, names::EVENTS)?;
+        let reserved_cpus = take(&mut ebpf, names::RESERVED_CPUS)?;
         let mut sensor = Self {
             ebpf,
             pin_dir: pin_dir.to_owned(),
             events: Some(events),
+            reserved_cpus: Some(reserved_cpus),
             maps,
         };
         sensor.apply_settings(settings)?;
@@ -116,6 +120,11 @@ impl Sensor {
                 name: names::SETTINGS,
                 source,
             })
+    }
+
+    /// The `reserved_cpus` map, once.
+    pub fn take_reserved_cpus(&mut self) -> Option<Array<MapData, u32>> {
+        self.reserved_cpus.take()
     }
 
     /// The event ring buffer, once.
