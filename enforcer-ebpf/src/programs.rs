@@ -229,18 +229,21 @@ fn on_switch(switch: &Switch) {
         if let Some(stats) = job_stats_here(prev_job) {
             stats.behind_inference += 1;
         }
-        let event = SensorEvent {
-            ts_ns: now,
-            wait_ns: 0,
-            kind: EVENT_PREEMPTED_BY_INFERENCE,
-            job: prev_job,
-            tid: switch.prev_tid,
-            cpu,
-            holder_class: next_class,
-            holder_group: next_group,
-        };
-        if !reserved_for_training(cpu) && events::send(here, &event, true) {
-            prev.report_ran_since_ns = now;
+        // As at wakeup: no report where training already holds the CPU.
+        if !reserved_for_training(cpu) {
+            let event = SensorEvent {
+                ts_ns: now,
+                wait_ns: 0,
+                kind: EVENT_PREEMPTED_BY_INFERENCE,
+                job: prev_job,
+                tid: switch.prev_tid,
+                cpu,
+                holder_class: next_class,
+                holder_group: next_group,
+            };
+            if events::send(here, &event, true) {
+                prev.report_ran_since_ns = now;
+            }
         }
     }
 
@@ -263,12 +266,22 @@ fn record_report_ran(job: u32, reported: u64, now: u64) {
     let delay = now - reported;
     stats.reports_ran += 1;
     stats.report_to_ran_ns += delay;
-    // The same volatile round trip as in finish_wait, for the same verifier reason.
-    let bucket = bucket_of(delay);
+    count_in(&mut stats.report_to_ran_hist, delay);
+}
+
+/// Adds one value to a log-linear histogram.
+///
+/// LLVM proves bucket_of() < NR_BUCKETS and drops any bounds check, but the verifier cannot
+/// follow that proof ("math between map_value pointer and register with unbounded min value").
+/// The volatile round trip hides the value from LLVM, so the check stays and gives the
+/// verifier its bound.
+#[inline(always)]
+fn count_in(hist: &mut [u64; NR_BUCKETS], ns: u64) {
+    let bucket = bucket_of(ns);
     // SAFETY: reads a local.
     let bucket = unsafe { core::ptr::read_volatile(&bucket) };
     if bucket < NR_BUCKETS {
-        stats.report_to_ran_hist[bucket] += 1;
+        hist[bucket] += 1;
     }
 }
 
@@ -289,16 +302,7 @@ fn finish_wait(here: &mut CpuState, cpu: u32, job: u32, tid: u32, since: u64, no
     if wait > stats.max_wait_ns {
         stats.max_wait_ns = wait;
     }
-    // LLVM proves bucket_of() < NR_BUCKETS and drops any bounds check, but the verifier
-    // cannot follow that proof ("math between map_value pointer and register with unbounded
-    // min value"). The volatile round trip hides the value from LLVM, so the check below stays
-    // and gives the verifier its bound.
-    let bucket = bucket_of(wait);
-    // SAFETY: reads a local.
-    let bucket = unsafe { core::ptr::read_volatile(&bucket) };
-    if bucket < NR_BUCKETS {
-        stats.wait_hist[bucket] += 1;
-    }
+    count_in(&mut stats.wait_hist, wait);
     let threshold = SETTINGS.get(0).map_or(u64::MAX, |s| s.wait_threshold_ns);
     if threshold != 0 && wait > threshold {
         stats.long_waits += 1;

@@ -215,11 +215,6 @@ impl Registry {
         }
         report
     }
-
-    /// The training job with sensor id `id`.
-    pub fn job(&self, id: u32) -> Option<&Group> {
-        self.training.iter().find(|j| j.id == id)
-    }
 }
 
 fn check_process(pid: u32) -> Result<(), RegistryError> {
