@@ -47,6 +47,30 @@ pub fn bucket_upper_bound(bucket: usize) -> u64 {
     bucket_lower_bound(bucket + 1) - 1
 }
 
+/// The value at quantile `q` of a bucketed histogram: the upper bound of the bucket where the
+/// cumulative count reaches `q` of the total. None for an empty histogram.
+pub fn percentile(hist: &[u64], q: f64) -> Option<u64> {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    // ceil(total * q) without std's float math: this crate is no_std.
+    let exact = total as f64 * q;
+    let mut rank = exact as u64;
+    if (rank as f64) < exact {
+        rank += 1;
+    }
+    let rank = rank.max(1);
+    let mut seen = 0;
+    for (bucket, &count) in hist.iter().enumerate() {
+        seen += count;
+        if seen >= rank {
+            return Some(bucket_upper_bound(bucket));
+        }
+    }
+    Some(bucket_upper_bound(NR_BUCKETS - 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,12 +23,21 @@ pub async fn register_self(socket: &Path, kind: GroupKind, name: &str) -> anyhow
     }
 }
 
-/// Replaces this process with `command`. Returns only on failure.
-pub fn exec(command: &[String]) -> anyhow::Error {
+/// Set for a command launched into a pool: the pool's name, so that an inference worker
+/// subscribes to its grants without being told twice.
+pub const POOL_ENV: &str = "REAMER_POOL";
+/// Set for every launched command: the control socket of the daemon it registered with.
+pub const SOCKET_ENV: &str = "REAMER_SOCKET";
+
+/// Replaces this process with `command`, with `envs` added. Returns only on failure.
+pub fn exec(command: &[String], envs: &[(&str, &str)]) -> anyhow::Error {
     let Some((program, args)) = command.split_first() else {
         return anyhow::anyhow!("no command given after `--`");
     };
-    let err = std::process::Command::new(program).args(args).exec();
+    let err = std::process::Command::new(program)
+        .args(args)
+        .envs(envs.iter().copied())
+        .exec();
     anyhow::Error::new(err).context(format!("cannot execute {program:?}"))
 }
 
@@ -44,5 +53,10 @@ pub fn run(socket: &Path, kind: GroupKind, name: &str, command: &[String]) -> an
     runtime.block_on(register_self(socket, kind, name))?;
     // The runtime's threads must be gone before exec; a current-thread runtime has none.
     drop(runtime);
-    Err(exec(command))
+    let socket = socket.to_string_lossy();
+    let mut envs = vec![(SOCKET_ENV, socket.as_ref())];
+    if kind == GroupKind::Pool {
+        envs.push((POOL_ENV, name));
+    }
+    Err(exec(command, &envs))
 }

@@ -1,14 +1,295 @@
-//! reamer's CPU inference worker (tract-onnx): not built yet.
-//!
-//! Its online (KServe v2 over HTTP) and offline (checkpointed batch jobs) modes, and the core
-//! grants it follows, are issue 4. Until then the binary says so instead of pretending.
+//! `inference-worker`: CPU inference on tract-onnx, online (KServe v2 over HTTP, with an SLO)
+//! or offline (a checkpointed batch job), on the cores the reamer enforcer grants.
 
-use std::process::ExitCode;
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+use inference_worker::{
+    affinity, bench,
+    executor::{Config, Executor},
+    grants::{self, GrantSource},
+    metrics::Metrics,
+    model::Model,
+    offline, online,
+    queue::JobQueue,
+    tiny_model,
+};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "reamer's CPU inference worker: tract-onnx, online (KServe v2 HTTP) or offline \
+             (checkpointed batch jobs), on the cores the enforcer grants",
+    long_about = "reamer's CPU inference worker.\n\n\
+        Run it under the enforcer with `enforcer launch --pool NAME -- inference-worker …`: it \
+        then follows the pool's core grants (REAMER_POOL and REAMER_SOCKET are set by the \
+        launcher). Run alone, it uses --cpus, or every CPU it may run on.\n\n\
+        Examples:\n  \
+        inference-worker tiny-model --out /tmp/tiny.onnx\n  \
+        inference-worker online --model /tmp/tiny.onnx --listen 127.0.0.1:8000 --slo-ms 20\n  \
+        inference-worker make-job --model /tmp/tiny.onnx --dir /tmp/job --lines 1000\n  \
+        inference-worker offline --model /tmp/tiny.onnx --job /tmp/job"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the model over HTTP with the KServe v2 protocol, within a latency SLO.
+    Online(OnlineArgs),
+    /// Run a batch job directory (inputs.jsonl) to results.jsonl, with a durable checkpoint.
+    Offline(OfflineArgs),
+    /// Write the tiny test model (y = relu(x·W + b), x [N,4], y [N,3]) to a file.
+    TinyModel {
+        #[arg(long)]
+        out: PathBuf,
+        /// Weight version: another version gives other weights with the same signature.
+        #[arg(long, default_value_t = 1)]
+        version: u32,
+    },
+    /// Write a job directory of random inputs for a model (fixed seed).
+    MakeJob {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1000)]
+        lines: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Print tract's latency per batch size on one pinned thread, as JSON.
+    Bench {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Batch sizes, comma-separated.
+        #[arg(long, default_value = "1,8", value_delimiter = ',')]
+        batches: Vec<usize>,
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// The CPU to pin to.
+        #[arg(long, default_value_t = 0)]
+        cpu: u32,
+    },
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// The ONNX model file.
+    #[arg(long)]
+    model: PathBuf,
+    /// The model's name in the HTTP routes (default: the file name without extension).
+    #[arg(long)]
+    name: Option<String>,
+    /// The input's shape without the batch dimension, for models that leave it open
+    /// (the PP-OCR classifier: 3,48,192; the recognizer: 3,48,320).
+    #[arg(long, value_delimiter = ',')]
+    input_shape: Option<Vec<usize>>,
+}
+
+#[derive(Args)]
+struct GrantArgs {
+    /// Run on these CPUs (a list such as 0-3,6) instead of following an enforcer.
+    #[arg(long, conflicts_with_all = ["pool"])]
+    cpus: Option<String>,
+    /// Follow this pool's core grants from the enforcer.
+    #[arg(long, env = "REAMER_POOL")]
+    pool: Option<String>,
+    /// The enforcer's control socket.
+    #[arg(long, env = "REAMER_SOCKET", default_value = "/run/reamer/default.sock")]
+    enforcer_socket: PathBuf,
+}
+
+impl GrantArgs {
+    fn source(&self) -> anyhow::Result<GrantSource> {
+        if let Some(pool) = &self.pool {
+            return Ok(GrantSource::Enforcer {
+                socket: self.enforcer_socket.clone(),
+                pool: pool.clone(),
+            });
+        }
+        let cpus = match &self.cpus {
+            Some(list) => affinity::parse_cpu_list(list).map_err(|e| anyhow::anyhow!("--cpus: {e}"))?,
+            None => affinity::allowed_cpus()?,
+        };
+        Ok(GrantSource::Fixed(cpus))
+    }
+}
+
+#[derive(Args)]
+struct OnlineArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to serve on (loopback by default).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: SocketAddr,
+    /// Latency SLO per request, in milliseconds.
+    #[arg(long, default_value_t = 100.0)]
+    slo_ms: f64,
+    /// Largest batch the dynamic batcher may form (rounded down to a power of two).
+    #[arg(long, default_value_t = 8)]
+    max_batch: usize,
+    /// Items the request queue holds; beyond it requests get 429.
+    #[arg(long, default_value_t = 256)]
+    queue_capacity: usize,
+    /// Largest request body, in bytes (413 beyond).
+    #[arg(long, default_value_t = 16 << 20)]
+    max_body_bytes: usize,
+    /// Request bodies read at once (429 beyond): with --max-body-bytes, bounds memory.
+    #[arg(long, default_value_t = 32)]
+    max_concurrent_bodies: usize,
+    /// Batches per point of the start-up profile.
+    #[arg(long, default_value_t = 5)]
+    profile_runs: usize,
+    /// How often to look for a new model file, in milliseconds (0: never reload).
+    #[arg(long, default_value_t = 500)]
+    reload_poll_ms: u64,
+    #[command(flatten)]
+    grants: GrantArgs,
+}
+
+#[derive(Args)]
+struct OfflineArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The job directory (inputs.jsonl; results.jsonl and checkpoint.json are written there).
+    #[arg(long)]
+    job: PathBuf,
+    /// Items per batch.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Longest time between checkpoints, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    checkpoint_ms: u64,
+    /// Stop after this many input lines in this run (the job stays resumable).
+    #[arg(long)]
+    max_lines: Option<u64>,
+    #[command(flatten)]
+    grants: GrantArgs,
+}
+
+fn load(args: &ModelArgs, max_batch: usize) -> anyhow::Result<Arc<Model>> {
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => args
+            .model
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".to_owned()),
+    };
+    Ok(Arc::new(Model::load(&name, 1, &args.model, args.input_shape.as_deref(), max_batch)?))
+}
+
+fn run_offline(args: OfflineArgs) -> anyhow::Result<ExitCode> {
+    let model = load(&args.model, args.batch.max(1))?;
+    let source = args.grants.source()?;
+    let (tx, rx) = std::sync::mpsc::channel::<grants::Grant>();
+    let first = grants::follow(&source, Duration::from_secs(10), move |grant| {
+        let _ = tx.send(grant.clone());
+    })?;
+    let executor = Arc::new(Executor::start(
+        model,
+        // Two batches in flight per thread, with room for every CPU a grant may add.
+        Arc::new(JobQueue::new(usize::MAX / 2)),
+        Config {
+            threads: first.cpus.len(),
+            cpus: first.cpus.clone(),
+            max_batch: args.batch.max(1),
+            batch_delay: Duration::ZERO,
+        },
+        Arc::new(Metrics::new(Duration::MAX)),
+    ));
+    {
+        // Every granted core gets a thread.
+        let executor = executor.clone();
+        std::thread::spawn(move || {
+            for grant in rx {
+                tracing::info!(cpus = ?grant.cpus, "new grant");
+                let mut config = executor.config();
+                config.threads = grant.cpus.len();
+                config.cpus = grant.cpus;
+                executor.reconfigure(config);
+            }
+        });
+    }
+    let summary = offline::run(
+        &executor,
+        &offline::Options {
+            dir: args.job,
+            batch: args.batch,
+            checkpoint_every: Duration::from_millis(args.checkpoint_ms),
+            max_lines: args.max_lines,
+        },
+    )?;
+    executor.shutdown();
+    println!("{}", serde_json::to_string(&summary)?);
+    if summary.rejected_this_run > 0 {
+        eprintln!(
+            "inference-worker: {} input lines were rejected; their errors are in {}",
+            summary.rejected_this_run,
+            offline::RESULTS
+        );
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Online(args) => {
+            let model = load(&args.model, args.max_batch.max(1))?;
+            online::run(online::Options {
+                model,
+                item_shape: args.model.input_shape.clone(),
+                listen: args.listen,
+                slo: Duration::from_secs_f64(args.slo_ms.max(0.001) / 1000.0),
+                grants: args.grants.source()?,
+                queue_capacity: args.queue_capacity,
+                body_limit: args.max_body_bytes,
+                max_bodies: args.max_concurrent_bodies,
+                profile_runs: args.profile_runs,
+                reload_poll: (args.reload_poll_ms > 0).then(|| Duration::from_millis(args.reload_poll_ms)),
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Offline(args) => run_offline(args),
+        Command::TinyModel { out, version } => {
+            std::fs::write(&out, tiny_model::encode(version))
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::MakeJob { model, dir, lines, seed } => {
+            let model = load(&model, 1)?;
+            offline::generate::write_job(&dir, lines, model.signature.input_item_len(), seed)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench { model, batches, runs, warmup, cpu } => {
+            let max = batches.iter().copied().max().unwrap_or(1);
+            let model = load(&model, max)?;
+            let results = bench::measure(&model, &batches, runs, warmup, cpu)?;
+            println!("{}", serde_json::json!({"model": model.name, "engine": "tract", "results": results}));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
 
 fn main() -> ExitCode {
-    eprintln!(
-        "inference-worker: not implemented yet. Online (KServe v2) and offline (batch job) \
-         inference on tract-onnx are planned; the training sensor and `enforcer` work today."
-    );
-    ExitCode::from(2)
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("inference-worker: {err:#}");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -3,10 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use enforcer_common::{
-    COUNTER_NAMES, JobStats, NR_CLASSES, NR_COUNTERS,
-    histogram::{NR_BUCKETS, bucket_upper_bound},
-};
+pub use enforcer_common::histogram::percentile;
+use enforcer_common::{COUNTER_NAMES, JobStats, NR_CLASSES, NR_COUNTERS};
 use serde::{Deserialize, Serialize};
 
 use super::loader::{ProgramStats, SensorMaps};
@@ -143,24 +141,6 @@ pub struct JobInterval {
     pub behind_inference_per_s: f64,
 }
 
-/// The value at quantile `q` of a bucketed histogram: the upper bound of the bucket where the
-/// cumulative count reaches `q` of the total.
-pub fn percentile(hist: &[u64], q: f64) -> Option<u64> {
-    let total: u64 = hist.iter().sum();
-    if total == 0 {
-        return None;
-    }
-    let rank = ((total as f64) * q).ceil().max(1.0) as u64;
-    let mut seen = 0;
-    for (bucket, &count) in hist.iter().enumerate() {
-        seen += count;
-        if seen >= rank {
-            return Some(bucket_upper_bound(bucket));
-        }
-    }
-    Some(bucket_upper_bound(NR_BUCKETS - 1))
-}
-
 /// Figures for `cur` over the `dt_ns` since `prev` (the same job).
 pub fn job_interval(prev: &JobTotals, cur: &JobTotals, dt_ns: u64) -> JobInterval {
     let delta: Vec<u64> = cur
@@ -191,7 +171,7 @@ pub fn job_interval(prev: &JobTotals, cur: &JobTotals, dt_ns: u64) -> JobInterva
 #[cfg(test)]
 mod tests {
     use super::*;
-    use enforcer_common::histogram::bucket_of;
+    use enforcer_common::histogram::{NR_BUCKETS, bucket_of};
 
     fn hist_of(values: &[u64]) -> Vec<u64> {
         let mut hist = vec![0; NR_BUCKETS];

@@ -1,0 +1,222 @@
+//! The online HTTP endpoint: KServe v2 routes (health, metadata, infer) and /metrics.
+//!
+//! Memory stays bounded under any load: at most `max_bodies` request bodies are read at once
+//! (each at most `body_limit` bytes), and the queue holds at most its capacity in items;
+//! beyond either the answer is 429 at once.
+
+use std::{sync::Arc, time::Instant};
+
+use axum::{
+    Json, Router,
+    body::Body,
+    extract::{Path, Request, State},
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use crate::{
+    executor::Executor,
+    kserve,
+    metrics::{Gauges, Metrics},
+    queue::{Job, Rejected},
+};
+
+pub struct AppState {
+    pub executor: Arc<Executor>,
+    pub metrics: Arc<Metrics>,
+    pub body_limit: usize,
+    pub bodies: Semaphore,
+}
+
+type Shared = Arc<AppState>;
+
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/v2/health/live", get(|| async { Json(json!({"live": true})) }))
+        .route("/v2/health/ready", get(server_ready))
+        .route("/v2", get(server_metadata))
+        .route("/v2/models/{name}", get(model_metadata))
+        .route("/v2/models/{name}/versions/{version}", get(model_metadata_version))
+        .route("/v2/models/{name}/ready", get(model_ready))
+        .route("/v2/models/{name}/infer", post(infer))
+        .route("/v2/models/{name}/versions/{version}/infer", post(infer_version))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route; see /v2 for the KServe v2 routes".into()) })
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(json!({"error": message}))).into_response()
+}
+
+/// 404 unless `name` (and `version`, when given) is what this worker serves.
+fn check_model(state: &AppState, name: &str, version: Option<&str>) -> Result<(), Response> {
+    let model = state.executor.model();
+    if name != model.name {
+        return Err(error(
+            StatusCode::NOT_FOUND,
+            format!("unknown model '{name}'; this worker serves '{}'", model.name),
+        ));
+    }
+    if let Some(version) = version
+        && version != model.version.to_string()
+    {
+        return Err(error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "model '{name}' version '{version}' is not served; the current version is '{}'",
+                model.version
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn server_ready(State(state): State<Shared>) -> Response {
+    if state.executor.threads() > 0 {
+        Json(json!({"ready": true})).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"ready": false}))).into_response()
+    }
+}
+
+async fn server_metadata() -> Response {
+    Json(json!({
+        "name": "reamer-inference-worker",
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": [],
+    }))
+    .into_response()
+}
+
+async fn model_metadata(State(state): State<Shared>, Path(name): Path<String>) -> Response {
+    if let Err(response) = check_model(&state, &name, None) {
+        return response;
+    }
+    let model = state.executor.model();
+    Json(kserve::model_metadata(&model.name, model.version, &model.signature)).into_response()
+}
+
+async fn model_metadata_version(
+    State(state): State<Shared>,
+    Path((name, version)): Path<(String, String)>,
+) -> Response {
+    if let Err(response) = check_model(&state, &name, Some(&version)) {
+        return response;
+    }
+    model_metadata(State(state), Path(name)).await
+}
+
+async fn model_ready(State(state): State<Shared>, Path(name): Path<String>) -> Response {
+    if let Err(response) = check_model(&state, &name, None) {
+        return response;
+    }
+    server_ready(State(state)).await
+}
+
+async fn infer(State(state): State<Shared>, Path(name): Path<String>, request: Request) -> Response {
+    run_infer(state, name, None, request.into_body()).await
+}
+
+async fn infer_version(
+    State(state): State<Shared>,
+    Path((name, version)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    run_infer(state, name, Some(version), request.into_body()).await
+}
+
+async fn run_infer(state: Shared, name: String, version: Option<String>, body: Body) -> Response {
+    let started = Instant::now();
+    let metrics = &state.metrics;
+    let bad = |status: StatusCode, message: String| {
+        metrics.bad_request.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        error(status, message)
+    };
+    if let Err(response) = check_model(&state, &name, version.as_deref()) {
+        metrics.bad_request.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return response;
+    }
+    let Ok(_reading) = state.bodies.try_acquire() else {
+        metrics.arrived_items.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return overloaded(metrics, "too many requests are being read at once".into());
+    };
+    let bytes = match axum::body::to_bytes(body, state.body_limit).await {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            return bad(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body over the {} byte limit (or unreadable: {err})", state.body_limit),
+            );
+        }
+    };
+    let model = state.executor.model();
+    let mut request = match kserve::parse_infer(&bytes, &model.signature) {
+        Ok(request) => request,
+        Err(message) => return bad(StatusCode::BAD_REQUEST, message),
+    };
+    drop(bytes);
+    metrics.arrived_items.fetch_add(request.items as u64, std::sync::atomic::Ordering::Relaxed);
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let job = Job {
+        input: std::mem::take(&mut request.input),
+        items: request.items,
+        enqueued: Instant::now(),
+        reply,
+    };
+    match state.executor.queue().push(job) {
+        Ok(()) => {}
+        Err(Rejected::Full { capacity }) => {
+            return overloaded(metrics, format!("the queue is full ({capacity} items waiting)"));
+        }
+        Err(Rejected::Closed) => {
+            return error(StatusCode::SERVICE_UNAVAILABLE, "the worker is shutting down".into());
+        }
+    }
+    match answer.await {
+        Ok(Ok((version, items))) => {
+            // The answer comes from the model version that ran it, which a reload may have
+            // replaced since; its signature is the same (reloads that change it are refused).
+            let body = kserve::infer_response(&model.name, version, &model.signature, &request, &items);
+            metrics.record_ok(started.elapsed());
+            Json(body).into_response()
+        }
+        Ok(Err(message)) => {
+            metrics.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            error(StatusCode::INTERNAL_SERVER_ERROR, message)
+        }
+        Err(_) => {
+            metrics.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            error(StatusCode::INTERNAL_SERVER_ERROR, "the inference thread went away".into())
+        }
+    }
+}
+
+fn overloaded(metrics: &Metrics, message: String) -> Response {
+    metrics.rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut response = error(StatusCode::TOO_MANY_REQUESTS, message);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+async fn metrics(State(state): State<Shared>) -> Response {
+    let config = state.executor.config();
+    let gauges = Gauges {
+        queue_items: state.executor.queue().depth(),
+        threads: state.executor.threads(),
+        cpus: config.cpus.len(),
+        max_batch: config.max_batch,
+        batch_delay: config.batch_delay,
+        model_version: state.executor.model().version,
+    };
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(&gauges),
+    )
+        .into_response()
+}

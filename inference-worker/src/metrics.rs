@@ -1,0 +1,209 @@
+//! Online-mode counters and the request latency histogram, rendered for Prometheus.
+//!
+//! Latency is measured per request from the moment its body was read to the moment its answer
+//! was ready, in the log-linear buckets the sensor uses (at most 1/8 relative width).
+
+use std::{
+    fmt::Write as _,
+    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    time::Duration,
+};
+
+use enforcer_common::histogram::{NR_BUCKETS, bucket_of, percentile};
+
+pub struct Metrics {
+    slo: Duration,
+    latency_ns: Vec<AtomicU64>,
+    /// Requests answered with their outputs.
+    pub ok: AtomicU64,
+    pub within_slo: AtomicU64,
+    /// Refused because the queue was full (429).
+    pub rejected: AtomicU64,
+    /// Refused for bad input (4xx other than 429).
+    pub bad_request: AtomicU64,
+    /// Inference failed (500).
+    pub failed: AtomicU64,
+    /// Items asked for (refused ones included): the arrival rate the adaptation follows.
+    pub arrived_items: AtomicU64,
+    pub batches: AtomicU64,
+    pub batch_items: AtomicU64,
+    pub reloads: AtomicU64,
+    pub reload_failures: AtomicU64,
+}
+
+/// Gauges read from elsewhere at render time.
+pub struct Gauges {
+    pub queue_items: usize,
+    pub threads: usize,
+    pub cpus: usize,
+    pub max_batch: usize,
+    pub batch_delay: Duration,
+    pub model_version: u64,
+}
+
+impl Metrics {
+    pub fn new(slo: Duration) -> Self {
+        Self {
+            slo,
+            latency_ns: (0..NR_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            ok: AtomicU64::new(0),
+            within_slo: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            bad_request: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            arrived_items: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            batch_items: AtomicU64::new(0),
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
+        }
+    }
+
+    pub fn slo(&self) -> Duration {
+        self.slo
+    }
+
+    pub fn record_ok(&self, latency: Duration) {
+        let ns = latency.as_nanos() as u64;
+        self.latency_ns[bucket_of(ns)].fetch_add(1, Relaxed);
+        self.ok.fetch_add(1, Relaxed);
+        if latency <= self.slo {
+            self.within_slo.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn latency_histogram(&self) -> Vec<u64> {
+        self.latency_ns.iter().map(|c| c.load(Relaxed)).collect()
+    }
+
+    /// Requests answered within the SLO, as a percentage of every request that was not bad
+    /// input: a request refused for overload or failed counts as missed.
+    pub fn slo_attainment_pct(&self) -> Option<f64> {
+        let served = self.ok.load(Relaxed) + self.rejected.load(Relaxed) + self.failed.load(Relaxed);
+        (served > 0).then(|| 100.0 * self.within_slo.load(Relaxed) as f64 / served as f64)
+    }
+
+    pub fn render(&self, gauges: &Gauges) -> String {
+        let mut out = String::new();
+        let hist = self.latency_histogram();
+        let seconds = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| ns as f64 / 1e9);
+        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        };
+        metric(
+            "reamer_worker_requests_ok_total",
+            "counter",
+            "Inference requests answered with outputs.",
+            self.ok.load(Relaxed).to_string(),
+        );
+        metric(
+            "reamer_worker_requests_within_slo_total",
+            "counter",
+            "Requests answered within the latency SLO.",
+            self.within_slo.load(Relaxed).to_string(),
+        );
+        metric(
+            "reamer_worker_requests_rejected_total",
+            "counter",
+            "Requests refused with 429 because the queue was full.",
+            self.rejected.load(Relaxed).to_string(),
+        );
+        metric(
+            "reamer_worker_requests_bad_total",
+            "counter",
+            "Requests refused for bad input (4xx).",
+            self.bad_request.load(Relaxed).to_string(),
+        );
+        metric(
+            "reamer_worker_requests_failed_total",
+            "counter",
+            "Requests whose inference failed (500).",
+            self.failed.load(Relaxed).to_string(),
+        );
+        metric(
+            "reamer_worker_slo_seconds",
+            "gauge",
+            "The latency SLO.",
+            self.slo.as_secs_f64().to_string(),
+        );
+        metric(
+            "reamer_worker_slo_attainment_ratio",
+            "gauge",
+            "Share of requests (overload refusals and failures included) answered within the SLO.",
+            self.slo_attainment_pct().map_or(f64::NAN, |p| p / 100.0).to_string(),
+        );
+        metric(
+            "reamer_worker_latency_p50_seconds",
+            "gauge",
+            "Median request latency since start.",
+            seconds(percentile(&hist, 0.5)).to_string(),
+        );
+        metric(
+            "reamer_worker_latency_p99_seconds",
+            "gauge",
+            "99th percentile request latency since start.",
+            seconds(percentile(&hist, 0.99)).to_string(),
+        );
+        metric(
+            "reamer_worker_batches_total",
+            "counter",
+            "Batches run.",
+            self.batches.load(Relaxed).to_string(),
+        );
+        metric(
+            "reamer_worker_inferences_total",
+            "counter",
+            "Items inferred (the sum of batch sizes).",
+            self.batch_items.load(Relaxed).to_string(),
+        );
+        metric(
+            "reamer_worker_model_reloads_total",
+            "counter",
+            "Model files swapped in while serving.",
+            self.reloads.load(Relaxed).to_string(),
+        );
+        metric(
+            "reamer_worker_model_reload_failures_total",
+            "counter",
+            "New model files that could not be loaded (the old model kept serving).",
+            self.reload_failures.load(Relaxed).to_string(),
+        );
+        metric(
+            "reamer_worker_model_version",
+            "gauge",
+            "Version of the model serving now (1 at start, +1 per reload).",
+            gauges.model_version.to_string(),
+        );
+        metric(
+            "reamer_worker_queue_items",
+            "gauge",
+            "Items waiting in the request queue.",
+            gauges.queue_items.to_string(),
+        );
+        metric(
+            "reamer_worker_threads",
+            "gauge",
+            "Inference threads running.",
+            gauges.threads.to_string(),
+        );
+        metric(
+            "reamer_worker_granted_cpus",
+            "gauge",
+            "CPUs granted to this worker.",
+            gauges.cpus.to_string(),
+        );
+        metric(
+            "reamer_worker_max_batch",
+            "gauge",
+            "Largest batch the dynamic batcher forms now.",
+            gauges.max_batch.to_string(),
+        );
+        metric(
+            "reamer_worker_batch_delay_seconds",
+            "gauge",
+            "Longest time the batcher holds a request to fill a batch.",
+            gauges.batch_delay.as_secs_f64().to_string(),
+        );
+        out
+    }
+}

@@ -1,0 +1,256 @@
+//! Offline mode: a checkpointed batch job over every granted core.
+//!
+//! A job is a directory:
+//! - `inputs.jsonl` (written by the user): one item per line, `{"id": ..., "data": [...]}`,
+//!   the data flat or nested, row-major, the size of one model input item;
+//! - `results.jsonl` (written by the worker): one line per input line, in input order,
+//!   `{"line": N, "id": ..., "outputs": {"NAME": [...]}}`, or `{"line": N, "id": ...,
+//!   "error": "..."}` for a line that could not be read;
+//! - `checkpoint.json` (written by the worker): see `checkpoint`.
+//!
+//! Batches go to the inference threads in order, several in flight, and their results are
+//! written back in order; the results are made durable before each checkpoint that counts
+//! them.
+
+pub mod checkpoint;
+pub mod generate;
+pub mod job;
+
+use std::{
+    collections::VecDeque,
+    fs::{File, OpenOptions},
+    io::{BufRead as _, BufReader, Seek as _, SeekFrom, Write as _},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::{
+    executor::Executor,
+    queue::{Job, JobResult},
+};
+use checkpoint::Checkpoint;
+
+pub const INPUTS: &str = "inputs.jsonl";
+pub const RESULTS: &str = "results.jsonl";
+pub const CHECKPOINT: &str = "checkpoint.json";
+
+pub struct Options {
+    pub dir: PathBuf,
+    /// Items per batch handed to one inference thread.
+    pub batch: usize,
+    /// Longest time between checkpoints.
+    pub checkpoint_every: Duration,
+    /// Stop after this many lines in this run (for tests and smoke runs); None: to the end.
+    pub max_lines: Option<u64>,
+}
+
+/// What a run did, printed as one JSON line at the end.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub lines_this_run: u64,
+    pub inferences_this_run: u64,
+    pub rejected_this_run: u64,
+    pub lines_done: u64,
+    pub complete: bool,
+    pub seconds: f64,
+    pub inferences_per_s: f64,
+    pub threads: usize,
+}
+
+struct InFlight {
+    /// Per line: its number, its id, and either its place in the batch or its parse error.
+    lines: Vec<(u64, Value, Result<usize, String>)>,
+    /// Byte offset in the inputs just after the batch's last line.
+    end_offset: u64,
+    answer: Option<tokio::sync::oneshot::Receiver<JobResult>>,
+}
+
+pub fn run(executor: &Arc<Executor>, options: &Options) -> anyhow::Result<Summary> {
+    let inputs_path = options.dir.join(INPUTS);
+    let results_path = options.dir.join(RESULTS);
+    let checkpoint_path = options.dir.join(CHECKPOINT);
+    let inputs = File::open(&inputs_path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open the job's inputs {}: {e} (a job directory holds {INPUTS}, one JSON \
+             item per line)",
+            inputs_path.display()
+        )
+    })?;
+    let inputs_len = inputs.metadata()?.len();
+    let mut results = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&results_path)
+        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", results_path.display()))?;
+    let mut checkpoint = Checkpoint::load(&checkpoint_path, inputs_len, results.metadata()?.len())?;
+    let started = Instant::now();
+    let mut summary = Summary {
+        lines_this_run: 0,
+        inferences_this_run: 0,
+        rejected_this_run: 0,
+        lines_done: checkpoint.lines_done,
+        complete: checkpoint.complete,
+        seconds: 0.0,
+        inferences_per_s: 0.0,
+        threads: executor.threads(),
+    };
+    if checkpoint.complete {
+        return Ok(summary);
+    }
+    // Results past the checkpoint were written by a run that did not get to checkpoint them:
+    // they will be computed again.
+    results.set_len(checkpoint.results_len)?;
+    results.seek(SeekFrom::End(0))?;
+    let mut reader = BufReader::new(inputs);
+    reader.seek(SeekFrom::Start(checkpoint.input_offset))?;
+    let mut offset = checkpoint.input_offset;
+    let mut next_line = checkpoint.lines_done + 1;
+    let item_len = executor.model().signature.input_item_len();
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    let mut at_end = false;
+    let mut last_checkpoint = Instant::now();
+    let mut last_report = Instant::now();
+    let mut line = String::new();
+    loop {
+        // Keep two batches per thread in flight, so no thread waits for the writer.
+        while !at_end && in_flight.len() < 2 * executor.threads().max(1) {
+            let mut batch = InFlight {
+                lines: Vec::new(),
+                end_offset: offset,
+                answer: None,
+            };
+            let mut data = Vec::new();
+            let mut items = 0;
+            while batch.lines.len() < options.batch.max(1) {
+                if options
+                    .max_lines
+                    .is_some_and(|max| summary.lines_this_run + batch_lines(&in_flight) + batch.lines.len() as u64 >= max)
+                {
+                    at_end = true;
+                    break;
+                }
+                line.clear();
+                let n = reader.read_line(&mut line)?;
+                if n == 0 {
+                    at_end = true;
+                    break;
+                }
+                offset += n as u64;
+                let parsed = job::parse_line(line.trim_end_matches(['\n', '\r']), item_len);
+                let number = next_line;
+                next_line += 1;
+                match parsed {
+                    Ok(item) => {
+                        data.extend_from_slice(&item.data);
+                        batch.lines.push((number, item.id, Ok(items)));
+                        items += 1;
+                    }
+                    Err(reason) => batch.lines.push((number, Value::Null, Err(reason))),
+                }
+            }
+            batch.end_offset = offset;
+            if batch.lines.is_empty() {
+                break;
+            }
+            if items > 0 {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                executor
+                    .queue()
+                    .push(Job {
+                        input: data,
+                        items,
+                        enqueued: Instant::now(),
+                        reply,
+                    })
+                    .map_err(|e| anyhow::anyhow!("the inference queue refused a batch: {e:?}"))?;
+                batch.answer = Some(answer);
+            }
+            in_flight.push_back(batch);
+        }
+        let Some(batch) = in_flight.pop_front() else {
+            break;
+        };
+        let outputs = match batch.answer {
+            Some(answer) => Some(
+                answer
+                    .blocking_recv()
+                    .map_err(|_| anyhow::anyhow!("the inference threads went away"))?
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ),
+            None => None,
+        };
+        let model = executor.model();
+        let mut text = Vec::new();
+        for (number, id, place) in &batch.lines {
+            let record = match place {
+                Ok(index) => {
+                    let (_, items) = outputs.as_ref().expect("a batch with items has an answer");
+                    let named: serde_json::Map<String, Value> = model
+                        .signature
+                        .outputs
+                        .iter()
+                        .zip(&items[*index])
+                        .map(|(o, values)| (o.name.clone(), json!(values)))
+                        .collect();
+                    summary.inferences_this_run += 1;
+                    json!({"line": number, "id": id, "outputs": named})
+                }
+                Err(reason) => {
+                    summary.rejected_this_run += 1;
+                    checkpoint.rejected += 1;
+                    tracing::warn!("{INPUTS} line {number}: {reason}");
+                    json!({"line": number, "id": id, "error": reason})
+                }
+            };
+            serde_json::to_writer(&mut text, &record)?;
+            text.push(b'\n');
+        }
+        results.write_all(&text)?;
+        checkpoint.lines_done += batch.lines.len() as u64;
+        checkpoint.input_offset = batch.end_offset;
+        checkpoint.results_len += text.len() as u64;
+        summary.lines_this_run += batch.lines.len() as u64;
+        let finished = at_end && in_flight.is_empty() && options.max_lines.is_none();
+        if finished || last_checkpoint.elapsed() >= options.checkpoint_every {
+            checkpoint.complete = finished && reader_at_end(&mut reader)?;
+            commit(&results, &checkpoint, &checkpoint_path)?;
+            last_checkpoint = Instant::now();
+        }
+        if last_report.elapsed() >= Duration::from_secs(5) {
+            let rate = summary.inferences_this_run as f64 / started.elapsed().as_secs_f64();
+            tracing::info!(
+                lines_done = checkpoint.lines_done,
+                threads = executor.threads(),
+                "{rate:.1} inferences/s"
+            );
+            last_report = Instant::now();
+        }
+    }
+    commit(&results, &checkpoint, &checkpoint_path)?;
+    summary.seconds = started.elapsed().as_secs_f64();
+    summary.inferences_per_s = summary.inferences_this_run as f64 / summary.seconds.max(1e-9);
+    summary.lines_done = checkpoint.lines_done;
+    summary.complete = checkpoint.complete;
+    summary.threads = executor.threads();
+    Ok(summary)
+}
+
+fn batch_lines(in_flight: &VecDeque<InFlight>) -> u64 {
+    in_flight.iter().map(|b| b.lines.len() as u64).sum()
+}
+
+fn reader_at_end(reader: &mut BufReader<File>) -> std::io::Result<bool> {
+    Ok(reader.fill_buf()?.is_empty())
+}
+
+/// Results first, durably; then the checkpoint that counts them.
+fn commit(results: &File, checkpoint: &Checkpoint, path: &Path) -> std::io::Result<()> {
+    results.sync_data()?;
+    checkpoint.store(path)
+}

@@ -1,0 +1,167 @@
+//! Online mode: start-up (model, grant, profile), the adaptation loop, and the HTTP server.
+//!
+//! Once a second, and at every grant, the worker re-chooses its configuration from the
+//! start-up profile, the SLO and the arrival rate it measured: the fewest threads that keep
+//! up, within the granted CPUs. Threads are added at once and removed only after the smaller
+//! choice held for `SHRINK_AFTER` checks, so the worker does not flap on a noisy rate.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, atomic::Ordering::Relaxed, mpsc},
+    time::{Duration, Instant},
+};
+
+use tokio::sync::Semaphore;
+
+use crate::{
+    executor::{Config, Executor},
+    grants::{self, Grant, GrantSource},
+    http::{self, AppState},
+    metrics::Metrics,
+    model::Model,
+    profile::Profile,
+    queue::JobQueue,
+    reload,
+};
+
+pub struct Options {
+    pub model: Arc<Model>,
+    pub item_shape: Option<Vec<usize>>,
+    pub listen: SocketAddr,
+    pub slo: Duration,
+    pub grants: GrantSource,
+    pub queue_capacity: usize,
+    pub body_limit: usize,
+    pub max_bodies: usize,
+    pub profile_runs: usize,
+    pub reload_poll: Option<Duration>,
+}
+
+/// Checks of the arrival rate a smaller choice must hold for before threads are removed.
+const SHRINK_AFTER: u32 = 3;
+const ADAPT_EVERY: Duration = Duration::from_secs(1);
+
+pub fn run(options: Options) -> anyhow::Result<()> {
+    let (grant_tx, grant_rx) = mpsc::channel::<Grant>();
+    let first = grants::follow(&options.grants, Duration::from_secs(10), move |grant| {
+        let _ = grant_tx.send(grant.clone());
+    })?;
+    tracing::info!(cpus = ?first.cpus, "granted");
+    let model = options.model.clone();
+    let started = Instant::now();
+    let profile = Profile::measure(&model, &first.cpus, first.cpus.len(), options.profile_runs)?;
+    tracing::info!(
+        took = ?started.elapsed(),
+        "profile: {}",
+        serde_json::to_string(&profile.points).unwrap_or_default()
+    );
+    let choice = profile.choose(options.slo, 0.0, first.cpus.len());
+    let metrics = Arc::new(Metrics::new(options.slo));
+    let queue = Arc::new(JobQueue::new(options.queue_capacity));
+    let executor = Arc::new(Executor::start(
+        model.clone(),
+        queue,
+        Config {
+            threads: choice.threads,
+            cpus: first.cpus.clone(),
+            max_batch: choice.batch,
+            batch_delay: choice.batch_delay,
+        },
+        metrics.clone(),
+    ));
+    tracing::info!(?choice, "serving");
+    if let Some(poll) = options.reload_poll {
+        reload::spawn(
+            reload::Watch {
+                path: model.path.clone(),
+                item_shape: options.item_shape.clone(),
+                max_batch: model.max_batch(),
+                poll,
+            },
+            executor.clone(),
+            metrics.clone(),
+        )?;
+    }
+    {
+        let (executor, metrics) = (executor.clone(), metrics.clone());
+        std::thread::Builder::new()
+            .name("adapt".into())
+            .spawn(move || adapt(&executor, &metrics, &profile, grant_rx))?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let state = Arc::new(AppState {
+        executor: executor.clone(),
+        metrics,
+        body_limit: options.body_limit,
+        bodies: Semaphore::new(options.max_bodies.max(1)),
+    });
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
+        // The one line a script or test waits for, with the real port when it was 0.
+        println!("listening on http://{}", listener.local_addr()?);
+        axum::serve(listener, http::router(state))
+            .with_graceful_shutdown(shutdown_signal())
+            .await?;
+        anyhow::Ok(())
+    })?;
+    tracing::info!("shutting down: serving what is queued");
+    executor.shutdown();
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+fn adapt(executor: &Executor, metrics: &Metrics, profile: &Profile, grants: mpsc::Receiver<Grant>) {
+    let arrivals = || metrics.arrived_items.load(Relaxed);
+    let mut last = (Instant::now(), arrivals());
+    let mut smaller_for = 0;
+    loop {
+        let mut config = executor.config();
+        match grants.recv_timeout(ADAPT_EVERY) {
+            Ok(grant) => {
+                tracing::info!(cpus = ?grant.cpus, shrinking = grant.shrinking, "new grant");
+                config.cpus = grant.cpus;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // A fixed grant: only the load changes.
+                std::thread::sleep(ADAPT_EVERY);
+            }
+        }
+        let now = (Instant::now(), arrivals());
+        let rate = (now.1 - last.1) as f64 / now.0.duration_since(last.0).as_secs_f64().max(1e-3);
+        last = now;
+        let choice = profile.choose(metrics.slo(), rate, config.cpus.len());
+        let mut wanted = Config {
+            threads: choice.threads,
+            cpus: config.cpus.clone(),
+            max_batch: choice.batch,
+            batch_delay: choice.batch_delay,
+        };
+        let current = executor.config();
+        if wanted.threads < current.threads.min(wanted.cpus.len().max(1)) {
+            smaller_for += 1;
+            if smaller_for < SHRINK_AFTER {
+                wanted.threads = current.threads.min(wanted.cpus.len().max(1));
+            }
+        } else {
+            smaller_for = 0;
+        }
+        if wanted != current {
+            tracing::info!(rate = format!("{rate:.1}/s"), meets_slo = choice.meets_slo, ?wanted, "reconfiguring");
+            executor.reconfigure(wanted);
+        }
+    }
+}

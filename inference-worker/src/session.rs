@@ -1,0 +1,74 @@
+//! One worker thread's inference state: a tract run state per plan of the current model,
+//! owned by that thread alone and rebuilt when the model is swapped.
+
+use std::{collections::HashMap, sync::Arc};
+
+use tract_onnx::prelude::*;
+
+use crate::model::Model;
+
+/// Per output, one item's values.
+pub type ItemOutputs = Vec<Vec<f32>>;
+
+pub struct Session {
+    model: Arc<Model>,
+    states: HashMap<usize, TypedSimpleState>,
+}
+
+impl Session {
+    pub fn new(model: Arc<Model>) -> Self {
+        Self {
+            model,
+            states: HashMap::new(),
+        }
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Switches to `model` when it is not the one this session runs already.
+    pub fn follow(&mut self, model: &Arc<Model>) {
+        if !Arc::ptr_eq(&self.model, model) {
+            self.model = model.clone();
+            self.states.clear();
+        }
+    }
+
+    /// Runs `items` items laid out back to back in `input` (each `input_item_len` values) and
+    /// returns, per item, its outputs.
+    pub fn run(&mut self, input: &[f32], items: usize) -> anyhow::Result<Vec<ItemOutputs>> {
+        let signature = &self.model.signature;
+        let item_len = signature.input_item_len();
+        anyhow::ensure!(
+            input.len() == items * item_len,
+            "{} input values for {items} items of {item_len}",
+            input.len()
+        );
+        let mut results = Vec::with_capacity(items);
+        let mut offset = 0;
+        for (batch, plan) in self.model.split(items) {
+            let state = match self.states.entry(batch) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(plan.spawn()?),
+            };
+            let mut shape = vec![batch];
+            shape.extend_from_slice(&signature.input_item_shape);
+            let tensor =
+                Tensor::from_shape(&shape, &input[offset * item_len..(offset + batch) * item_len])?;
+            let outputs = state.run(tvec!(tensor.into()))?;
+            for item in 0..batch {
+                let mut per_output = Vec::with_capacity(outputs.len());
+                for output in outputs.iter() {
+                    let view = output.try_as_plain_ram()?;
+                    let values = view.as_slice::<f32>()?;
+                    let per_item = values.len() / batch;
+                    per_output.push(values[item * per_item..(item + 1) * per_item].to_vec());
+                }
+                results.push(per_output);
+            }
+            offset += batch;
+        }
+        Ok(results)
+    }
+}
