@@ -20,7 +20,12 @@ pub struct Point {
     pub threads: usize,
     pub batch: usize,
     /// Median time for one batch while `threads` threads run batches at once.
+    #[serde(rename = "batch_latency_ms", serialize_with = "as_ms")]
     pub batch_latency: Duration,
+}
+
+fn as_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -29,7 +34,7 @@ pub struct Profile {
 }
 
 /// What the online worker runs with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Choice {
     pub threads: usize,
     pub batch: usize,

@@ -7,3 +7,4 @@ pub mod cpu_work;
 pub mod harness;
 pub mod rng;
 pub mod schedstat;
+pub mod worker;

@@ -104,9 +104,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Task::Test { args } => {
             bootstrap::ensure()?;
-            // The integration tests run the enforcer and workload binaries built beside them.
+            // The integration tests run the enforcer, worker and workload binaries built beside them.
             cargo::cargo(
-                &["build", "--bins", "-p", "enforcer", "-p", "reamer-tests"],
+                &[
+                    "build",
+                    "--bins",
+                    "-p",
+                    "enforcer",
+                    "-p",
+                    "reamer-tests",
+                    "-p",
+                    "inference-worker",
+                ],
                 &[],
             )?;
             // One test at a time: the privileged tests measure scheduling on a shared machine.

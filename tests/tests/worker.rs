@@ -1,0 +1,467 @@
+//! The inference worker as a user meets it: the real binary, a real HTTP client on loopback,
+//! real job files, real signals. The last test runs it under a real enforcer daemon and needs
+//! privilege; the others do not.
+
+use std::{
+    io::Write as _,
+    net::TcpStream,
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use reamer_tests::{
+    harness::{Daemon, privileged, wait_ok},
+    worker::{
+        OnlineWorker, agent, check_tiny_answer, get, metric, post, scratch, tiny_expected,
+        tiny_request, worker_bin, write_tiny_model,
+    },
+};
+use serde_json::Value;
+
+const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
+
+fn items(n: usize, seed: f32) -> Vec<[f32; 4]> {
+    (0..n)
+        .map(|k| std::array::from_fn(|i| ((k * 4 + i) as f32 * 0.37 + seed).sin() * 2.0))
+        .collect()
+}
+
+#[test]
+fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
+    let dir = scratch("kserve");
+    let model = dir.join("tiny.onnx");
+    write_tiny_model(&model, 1);
+    let worker = OnlineWorker::start(
+        &["--model", model.to_str().unwrap(), "--max-body-bytes", "4096", "--cpus", "0"],
+        dir.join("worker.log"),
+    );
+    let http = agent();
+    let url = |path: &str| format!("{}{path}", worker.base);
+    assert_eq!(get(&http, &url("/v2/health/live")).0, 200);
+    assert_eq!(get(&http, &url("/v2/health/ready")).0, 200);
+    assert_eq!(get(&http, &url("/v2/models/tiny/ready")).0, 200);
+    let (status, server) = get(&http, &url("/v2"));
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_str::<Value>(&server).unwrap()["name"], "reamer-inference-worker");
+    let (status, meta) = get(&http, &url("/v2/models/tiny"));
+    assert_eq!(status, 200);
+    let meta: Value = serde_json::from_str(&meta).unwrap();
+    assert_eq!(meta["inputs"][0]["name"], "x");
+    assert_eq!(meta["inputs"][0]["shape"], serde_json::json!([-1, 4]));
+    assert_eq!(meta["outputs"][0]["shape"], serde_json::json!([-1, 3]));
+
+    // Good requests, one item and seven (run as 4 + 2 + 1 by the batch plans).
+    for n in [1, 7] {
+        let batch = items(n, n as f32);
+        let (status, body) = post(&http, &url("/v2/models/tiny/infer"), &tiny_request("r", &batch));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(check_tiny_answer(&body, &batch), 1);
+        assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["id"], "r");
+    }
+    let (status, body) = post(
+        &http,
+        &url("/v2/models/tiny/versions/1/infer"),
+        r#"{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[[1,2,3,4]]}]}"#,
+    );
+    assert_eq!(status, 200, "nested data: {body}");
+    check_tiny_answer(&body, &[[1.0, 2.0, 3.0, 4.0]]);
+
+    // Bad requests: each gets its status and a message that names the problem.
+    let infer = url("/v2/models/tiny/infer");
+    let oversized = tiny_request("big", &items(200, 0.0));
+    let cases: [(&str, String, u16, &str); 7] = [
+        (infer.as_str(), "{\"inputs\": [".into(), 400, "malformed infer request"),
+        (infer.as_str(), r#"{"inputs":[{"name":"x","shape":[1,3],"datatype":"FP32","data":[1,2,3]}]}"#.into(), 400, "has shape [1, 3]"),
+        (infer.as_str(), r#"{"inputs":[{"name":"x","shape":[1,4],"datatype":"INT32","data":[1,2,3,4]}]}"#.into(), 400, "datatype INT32"),
+        (infer.as_str(), r#"{"inputs":[{"name":"x","shape":[2,4],"datatype":"FP32","data":[1,2,3,4]}]}"#.into(), 400, "has 4 values"),
+        (infer.as_str(), oversized, 413, "4096 byte limit"),
+        (&url("/v2/models/resnet/infer"), tiny_request("u", &items(1, 0.0)), 404, "unknown model 'resnet'"),
+        (&url("/v2/models/tiny/versions/9/infer"), tiny_request("v", &items(1, 0.0)), 404, "version '9' is not served"),
+    ];
+    for (target, body, want_status, want_text) in cases {
+        let (status, answer) = post(&http, target, &body);
+        assert_eq!(status, want_status, "{answer}");
+        assert!(answer.contains(want_text), "{answer:?} should say {want_text:?}");
+    }
+    // Still serving, and counting.
+    let batch = items(2, 9.0);
+    let (status, body) = post(&http, &infer, &tiny_request("after", &batch));
+    assert_eq!(status, 200);
+    check_tiny_answer(&body, &batch);
+    let (_, page) = get(&http, &url("/metrics"));
+    assert_eq!(metric(&page, "reamer_worker_requests_ok_total"), 4.0);
+    assert_eq!(metric(&page, "reamer_worker_requests_bad_total"), 7.0);
+    assert_eq!(metric(&page, "reamer_worker_slo_attainment_ratio"), 1.0);
+    assert!(metric(&page, "reamer_worker_latency_p99_seconds") > 0.0);
+    assert!(worker.stop().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
+    let dir = scratch("overload");
+    let model = dir.join("tiny.onnx");
+    write_tiny_model(&model, 1);
+    let worker = OnlineWorker::start(
+        &["--model", model.to_str().unwrap(), "--max-concurrent-bodies", "1", "--cpus", "0"],
+        dir.join("worker.log"),
+    );
+    let pid = worker.child.id();
+    let http = agent();
+    let infer = format!("{}/v2/models/tiny/infer", worker.base);
+    // Warm the worker up, then hold its one body slot with a client that sends its headers
+    // and never finishes its body.
+    let batch = items(64, 1.0);
+    let body = tiny_request("flood", &batch);
+    assert_eq!(post(&http, &infer, &body).0, 200);
+    let before = rss_kib(pid);
+    let mut slow = TcpStream::connect(worker.base.trim_start_matches("http://")).unwrap();
+    write!(
+        slow,
+        "POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{"
+    )
+    .unwrap();
+    slow.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // A flood of 4 clients x 50 requests: every one refused at once, none queued in memory.
+    let started = Instant::now();
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| (0..50).map(|_| post(&http, &infer, &body).0).collect::<Vec<_>>()))
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let flood_took = started.elapsed();
+    assert!(statuses.iter().all(|&s| s == 429), "{statuses:?}");
+    let after = rss_kib(pid);
+    println!("200 refusals in {flood_took:?}; RSS {before} KiB -> {after} KiB");
+    assert!(after < before + 16 * 1024, "RSS grew from {before} to {after} KiB");
+    // The slot frees when the slow client goes; service resumes.
+    drop(slow);
+    std::thread::sleep(Duration::from_millis(100));
+    let (status, answer) = post(&http, &infer, &body);
+    assert_eq!(status, 200, "{answer}");
+    check_tiny_answer(&answer, &batch);
+    let (_, page) = get(&http, &format!("{}/metrics", worker.base));
+    assert_eq!(metric(&page, "reamer_worker_requests_rejected_total"), 200.0);
+    // Refusals count against the SLO: 2 served out of 202.
+    assert!(metric(&page, "reamer_worker_slo_attainment_ratio") < 0.05);
+    assert!(worker.stop().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_new_model_file_is_swapped_in_without_dropping_a_request() {
+    let dir = scratch("reload");
+    let model = dir.join("tiny.onnx");
+    write_tiny_model(&model, 1);
+    let worker = OnlineWorker::start(
+        &["--model", model.to_str().unwrap(), "--reload-poll-ms", "50"],
+        dir.join("worker.log"),
+    );
+    let infer = format!("{}/v2/models/tiny/infer", worker.base);
+    let stop = Arc::new(AtomicBool::new(false));
+    // Two clients send requests back to back the whole time.
+    let clients: Vec<_> = (0..2)
+        .map(|c| {
+            let (infer, stop) = (infer.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let http = agent();
+                let mut versions = Vec::new();
+                let mut k = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let batch = items(1 + k % 5, (c * 1000 + k) as f32);
+                    let (status, body) = post(&http, &infer, &tiny_request("c", &batch));
+                    assert_eq!(status, 200, "a request failed during the reload: {body}");
+                    versions.push(check_tiny_answer(&body, &batch));
+                    k += 1;
+                }
+                versions
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // The exporter writes version 2 in place, in two halves with a pause between, the way a
+    // training job writing a checkpoint would be caught half-way.
+    let bytes = std::fs::read(dir.join("tiny.onnx")).unwrap();
+    write_tiny_model(&dir.join("v2.onnx"), 2);
+    let v2 = std::fs::read(dir.join("v2.onnx")).unwrap();
+    assert_eq!(bytes.len(), v2.len());
+    let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(&model).unwrap();
+    file.write_all(&v2[..v2.len() / 2]).unwrap();
+    file.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    file.write_all(&v2[v2.len() / 2..]).unwrap();
+    drop(file);
+    let http = agent();
+    let page = || get(&http, &format!("{}/metrics", worker.base)).1;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&page(), "reamer_worker_model_version") < 2.0 {
+        assert!(Instant::now() < deadline, "version 2 never served:\n{}", worker.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // A file that is not a model at all: logged, and version 2 goes on serving.
+    let failures = metric(&page(), "reamer_worker_model_reload_failures_total");
+    std::fs::write(&model, b"this is not an ONNX model").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&page(), "reamer_worker_model_reload_failures_total") <= failures {
+        assert!(Instant::now() < deadline, "the corrupt file was not noticed:\n{}", worker.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        let versions = client.join().expect("a client saw a failed request");
+        assert!(versions.len() > 10, "too few requests: {}", versions.len());
+        let first_v2 = versions.iter().position(|&v| v == 2).expect("no answer from version 2");
+        assert!(versions[first_v2..].iter().all(|&v| v == 2), "went back to version 1");
+        assert_eq!(*versions.last().unwrap(), 2, "the corrupt file replaced version 2");
+    }
+    let log = worker.log_text();
+    assert!(log.contains("is not a valid ONNX model"), "{log}");
+    assert!(worker.stop().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_corrupt_or_missing_model_file_is_a_clear_start_up_error() {
+    let dir = scratch("badmodel");
+    let corrupt = dir.join("corrupt.onnx");
+    std::fs::write(&corrupt, b"\x08\x07garbage that is not protobuf").unwrap();
+    let missing = dir.join("missing.onnx");
+    for (path, want) in [
+        (&corrupt, "is not a valid ONNX model"),
+        (&missing, "cannot read model file"),
+    ] {
+        let output = Command::new(worker_bin())
+            .args(["online", "--listen", "127.0.0.1:0", "--model"])
+            .arg(path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(want) && stderr.contains(path.to_str().unwrap()), "{stderr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn checkpoint(dir: &std::path::Path) -> Value {
+    std::fs::read_to_string(dir.join("checkpoint.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// Every input line has exactly one result line, in order, right for its input.
+fn check_results(job: &std::path::Path, lines: usize) {
+    let inputs = std::fs::read_to_string(job.join("inputs.jsonl")).unwrap();
+    let results = std::fs::read_to_string(job.join("results.jsonl")).unwrap();
+    let results: Vec<&str> = results.lines().collect();
+    assert_eq!(results.len(), lines, "one result per input line");
+    for (k, (input, result)) in inputs.lines().zip(&results).enumerate() {
+        let result: Value = serde_json::from_str(result).unwrap();
+        assert_eq!(result["line"], k + 1, "results out of order or duplicated");
+        if k % 97 != 0 {
+            continue;
+        }
+        let input: Value = serde_json::from_str(input).unwrap();
+        assert_eq!(result["id"], input["id"]);
+        let x: Vec<f32> = input["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        let want = tiny_expected(1, &[x[0], x[1], x[2], x[3]]);
+        for (j, w) in want.iter().enumerate() {
+            let got = result["outputs"]["y"][j].as_f64().unwrap();
+            assert!((got - f64::from(*w)).abs() < 1e-3, "line {}: {got} != {w}", k + 1);
+        }
+    }
+}
+
+#[test]
+fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
+    let dir = scratch("offline-kill");
+    let model = dir.join("tiny.onnx");
+    write_tiny_model(&model, 1);
+    let job = dir.join("job");
+    let lines = 200_000;
+    let status = Command::new(worker_bin())
+        .args(["make-job", "--model", model.to_str().unwrap(), "--dir", job.to_str().unwrap()])
+        .args(["--lines", &lines.to_string(), "--seed", "7"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let offline = |extra: &[&str]| {
+        let mut command = Command::new(worker_bin());
+        command
+            .args(["offline", "--model", model.to_str().unwrap(), "--job", job.to_str().unwrap()])
+            .args(["--batch", "4", "--checkpoint-ms", "20"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let mut child = offline(&[]).spawn().unwrap();
+    let pid = child.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while checkpoint(&job)["lines_done"].as_u64().unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "no checkpoint written");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Frozen: no progress while stopped, and it goes on after.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(50));
+    let frozen_at = checkpoint(&job)["lines_done"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(checkpoint(&job)["lines_done"].as_u64().unwrap(), frozen_at);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    std::thread::sleep(Duration::from_millis(100));
+    // Killed without warning, mid-job.
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    child.wait().unwrap();
+    let at_kill = checkpoint(&job);
+    println!("killed at {at_kill}");
+    assert_eq!(at_kill["complete"], false, "the job finished before the kill; make it longer");
+    assert!(at_kill["lines_done"].as_u64().unwrap() > frozen_at);
+    // Restarted: it resumes from the checkpoint and finishes.
+    let output = offline(&[]).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
+    println!("resumed: {summary}");
+    assert_eq!(summary["complete"], true);
+    assert_eq!(summary["lines_done"], lines);
+    assert_eq!(
+        summary["lines_this_run"].as_u64().unwrap() + at_kill["lines_done"].as_u64().unwrap(),
+        lines as u64,
+        "the restart redid or skipped lines"
+    );
+    assert!(summary["inferences_per_s"].as_f64().unwrap() > 0.0);
+    check_results(&job, lines);
+    // Run again: already complete, nothing redone.
+    let output = offline(&[]).output().unwrap();
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["lines_this_run"], 0);
+    check_results(&job, lines);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouched() {
+    let dir = scratch("offline-bad");
+    let model = dir.join("tiny.onnx");
+    write_tiny_model(&model, 1);
+    let job = dir.join("job");
+    std::fs::create_dir_all(&job).unwrap();
+    std::fs::write(
+        job.join("inputs.jsonl"),
+        "{\"id\":\"a\",\"data\":[1,2,3,4]}\n\
+         {\"id\":\"b\",\"data\":[[1,1],[1,1]]}\n\
+         this line is not JSON\n\
+         {\"id\":\"d\",\"data\":[1,2,3]}\n\
+         {\"id\":\"e\",\"data\":[0,0,0,1]}\n",
+    )
+    .unwrap();
+    let run = || {
+        Command::new(worker_bin())
+            .args(["offline", "--model", model.to_str().unwrap(), "--job", job.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let output = run();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("line 3") && stderr.contains("line 4"), "{stderr}");
+    let results: Vec<Value> = std::fs::read_to_string(job.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 5);
+    assert!(results[2]["error"].as_str().unwrap().contains("not a job line"));
+    assert!(results[3]["error"].as_str().unwrap().contains("3 values"));
+    let want = tiny_expected(1, &[0.0, 0.0, 0.0, 1.0]);
+    assert!((results[4]["outputs"]["y"][0].as_f64().unwrap() - f64::from(want[0])).abs() < 1e-4);
+
+    // A corrupt checkpoint: a clear error, and the results are left as they were.
+    std::fs::write(job.join("checkpoint.json"), "{\"format\":1,\"lines_do").unwrap();
+    let before = std::fs::read(job.join("results.jsonl")).unwrap();
+    let output = run();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("corrupt checkpoint") && stderr.contains("checkpoint.json"), "{stderr}");
+    assert_eq!(std::fs::read(job.join("results.jsonl")).unwrap(), before);
+
+    // No job there at all.
+    let output = Command::new(worker_bin())
+        .args(["offline", "--model", model.to_str().unwrap(), "--job"])
+        .arg(dir.join("nowhere"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr.contains("inputs.jsonl"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
+    let instance = "it-worker-grants";
+    if !privileged("a_worker_launched_into_a_pool_follows_the_enforcers_grants") {
+        return;
+    }
+    let config = "[[pool]]\nname = \"serve\"\nkind = \"offline\"\n\
+                  [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
+    let daemon = Daemon::start(instance, config);
+    let dir = scratch("worker-grants");
+    let model = dir.join("tiny.onnx");
+    write_tiny_model(&model, 1);
+    let mut launch = Command::new(reamer_tests::harness::enforcer_bin());
+    launch.args(["launch", "--pool", "serve", "--instance", instance, "--"]).arg(worker_bin());
+    // No --pool or --enforcer-socket: the launcher tells the worker both.
+    let worker = OnlineWorker::start_with(
+        launch,
+        &["--model", model.to_str().unwrap()],
+        dir.join("worker.log"),
+    );
+    let http = agent();
+    let granted = || metric(&get(&http, &format!("{}/metrics", worker.base)).1, "reamer_worker_granted_cpus");
+    let all = granted();
+    assert!(all >= 1.0);
+    let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);
+    wait_ok(sim, "training-sim");
+    // Training took cores and gave them back: the worker was told of both.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while granted() < all {
+        assert!(Instant::now() < deadline, "cores never came back:\n{}", worker.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = worker.log_text();
+    println!("{log}");
+    assert!(log.contains("new grant") && log.contains("shrinking=true"), "no shrink reached the worker:\n{log}");
+    let batch = items(3, 0.5);
+    let (status, body) = post(&http, &format!("{}/v2/models/tiny/infer", worker.base), &tiny_request("g", &batch));
+    assert_eq!(status, 200, "{body}");
+    check_tiny_answer(&body, &batch);
+    assert!(worker.stop().success());
+    daemon.stop();
+    for controller in ["cpu", "cpuset", "freezer"] {
+        let base = format!("/sys/fs/cgroup/{controller}/reamer");
+        let _ = std::fs::remove_dir(format!("{base}/{instance}/serve"));
+        let _ = std::fs::remove_dir(format!("{base}/{instance}"));
+        let _ = std::fs::remove_dir(&base);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
