@@ -15,7 +15,9 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
             Some((lo, hi)) => {
                 let (lo, hi) = (number(lo)?, number(hi)?);
                 if lo > hi {
-                    return Err(format!("range '{part}' in CPU list '{text}' runs backwards"));
+                    return Err(format!(
+                        "range '{part}' in CPU list '{text}' runs backwards"
+                    ));
                 }
                 cpus.extend(lo..=hi);
             }
@@ -50,7 +52,10 @@ pub fn allowed_cpus() -> std::io::Result<Vec<u32>> {
 pub fn pin_current_thread(cpus: &[u32]) -> std::io::Result<()> {
     // SAFETY: cpu_set_t is plain data.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &cpu in cpus.iter().filter(|&&c| (c as usize) < libc::CPU_SETSIZE as usize) {
+    for &cpu in cpus
+        .iter()
+        .filter(|&&c| (c as usize) < libc::CPU_SETSIZE as usize)
+    {
         // SAFETY: the index is below CPU_SETSIZE.
         unsafe { libc::CPU_SET(cpu as usize, &mut set) };
     }

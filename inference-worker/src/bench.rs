@@ -1,7 +1,10 @@
 //! `inference-worker bench`: tract's latency per batch size on one pinned thread, the figure
-//! compared against ONNX Runtime (also single-threaded) in docs/benchmarks.md.
+//! compared against ONNX Runtime (also single-threaded) in docs/benchmarks.md; and, with
+//! `--ops`, where that time goes, per operator type.
 
-use std::{sync::Arc, time::Instant};
+use std::{collections::BTreeMap, sync::Arc, time::Instant};
+
+use tract_onnx::{prelude::*, tract_core::plan::eval};
 
 use serde::Serialize;
 
@@ -18,7 +21,13 @@ pub struct BatchLatency {
 
 /// Runs each batch size `warmup` times unmeasured, then `runs` times measured, on one thread
 /// pinned to `cpu`.
-pub fn measure(model: &Arc<Model>, batches: &[usize], runs: usize, warmup: usize, cpu: u32) -> anyhow::Result<Vec<BatchLatency>> {
+pub fn measure(
+    model: &Arc<Model>,
+    batches: &[usize],
+    runs: usize,
+    warmup: usize,
+    cpu: u32,
+) -> anyhow::Result<Vec<BatchLatency>> {
     let model = model.clone();
     let batches = batches.to_vec();
     std::thread::spawn(move || {
@@ -37,7 +46,9 @@ pub fn measure(model: &Arc<Model>, batches: &[usize], runs: usize, warmup: usize
                 let mut ms: Vec<f64> = (0..runs.max(1))
                     .map(|_| {
                         let started = Instant::now();
-                        session.run(&input, batch).map(|_| started.elapsed().as_secs_f64() * 1e3)
+                        session
+                            .run(&input, batch)
+                            .map(|_| started.elapsed().as_secs_f64() * 1e3)
                     })
                     .collect::<anyhow::Result<_>>()?;
                 ms.sort_by(f64::total_cmp);
@@ -53,4 +64,70 @@ pub fn measure(model: &Arc<Model>, batches: &[usize], runs: usize, warmup: usize
     })
     .join()
     .map_err(|_| anyhow::anyhow!("the benchmark thread panicked"))?
+}
+
+/// Time spent in one operator type over the profiled runs.
+#[derive(Debug, Serialize)]
+pub struct OpTime {
+    pub op: String,
+    pub nodes: usize,
+    pub ms_per_run: f64,
+    pub share_pct: f64,
+}
+
+/// Times every node of the batch-`batch` plan over `runs` runs (after one warm-up) on a
+/// thread pinned to `cpu`, and sums the times per operator type, largest first.
+pub fn op_profile(
+    model: &Arc<Model>,
+    batch: usize,
+    runs: usize,
+    cpu: u32,
+) -> anyhow::Result<Vec<OpTime>> {
+    let (_, plan) = model
+        .split(batch)
+        .into_iter()
+        .find(|(b, _)| *b == batch)
+        .ok_or_else(|| {
+            anyhow::anyhow!("no plan for batch {batch}; use a power of two up to the maximum")
+        })?;
+    let item_shape = model.signature.input_item_shape.clone();
+    std::thread::spawn(move || -> anyhow::Result<Vec<OpTime>> {
+        affinity::pin_current_thread(&[cpu])?;
+        let mut shape = vec![batch];
+        shape.extend_from_slice(&item_shape);
+        let len: usize = shape.iter().product();
+        let input: Vec<f32> = (0..len).map(|i| (i % 251) as f32 / 251.0).collect();
+        let tensor = Tensor::from_shape(&shape, &input)?;
+        let mut state = plan.spawn()?;
+        state.run(tvec!(tensor.clone().into()))?;
+        let mut per_op: BTreeMap<String, (std::collections::BTreeSet<usize>, f64)> =
+            BTreeMap::new();
+        for _ in 0..runs.max(1) {
+            state.run_plan_with_eval(
+                tvec!(tensor.clone().into()),
+                |ctx, op_state, node, inputs| {
+                    let started = Instant::now();
+                    let outputs = eval(ctx, op_state, node, inputs);
+                    let entry = per_op.entry(node.op().name().to_string()).or_default();
+                    entry.0.insert(node.id);
+                    entry.1 += started.elapsed().as_secs_f64() * 1e3;
+                    outputs
+                },
+            )?;
+        }
+        let total: f64 = per_op.values().map(|(_, ms)| ms).sum();
+        let mut ops: Vec<OpTime> = per_op
+            .into_iter()
+            .map(|(op, (nodes, ms))| OpTime {
+                op,
+                nodes: nodes.len(),
+                ms_per_run: ms / runs.max(1) as f64,
+                share_pct: 100.0 * ms / total.max(1e-12),
+            })
+            .collect();
+        ops.sort_by(|a, b| b.ms_per_run.total_cmp(&a.ms_per_run));
+        Ok(ops)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the profiling thread panicked"))?
 }

@@ -56,7 +56,12 @@ pub struct Executor {
 const IDLE_RECHECK: Duration = Duration::from_millis(100);
 
 impl Executor {
-    pub fn start(model: Arc<Model>, queue: Arc<JobQueue>, config: Config, metrics: Arc<Metrics>) -> Self {
+    pub fn start(
+        model: Arc<Model>,
+        queue: Arc<JobQueue>,
+        config: Config,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let executor = Self {
             shared: Arc::new(Shared {
                 queue,
@@ -89,7 +94,12 @@ impl Executor {
     }
 
     pub fn config(&self) -> Config {
-        self.shared.control.lock().expect("control lock").config.clone()
+        self.shared
+            .control
+            .lock()
+            .expect("control lock")
+            .config
+            .clone()
     }
 
     /// Threads alive now.
@@ -124,7 +134,8 @@ impl Executor {
     /// Closes the queue, lets the threads serve what it holds, and waits for them.
     pub fn shutdown(&self) {
         self.shared.queue.close();
-        let handles = std::mem::take(&mut self.shared.control.lock().expect("control lock").handles);
+        let handles =
+            std::mem::take(&mut self.shared.control.lock().expect("control lock").handles);
         for handle in handles {
             let _ = handle.join();
         }
@@ -154,9 +165,10 @@ fn worker(shared: Arc<Shared>, index: usize) {
             seen = generation;
         }
         let current = config.as_ref().expect("configured above");
-        let Some(batch) = shared
-            .queue
-            .pop_batch(current.max_batch, current.batch_delay, IDLE_RECHECK)
+        let Some(batch) =
+            shared
+                .queue
+                .pop_batch(current.max_batch, current.batch_delay, IDLE_RECHECK)
         else {
             if shared.queue.is_closed_and_empty() {
                 let mut control = shared.control.lock().expect("control lock");

@@ -56,8 +56,9 @@ pub fn follow(
         GrantSource::Enforcer { socket, pool } => (socket.clone(), pool.clone()),
     };
     let mut reader = subscribe(&socket, &pool)?;
-    let first = next_grant(&mut reader, Some(timeout))
-        .map_err(|e| anyhow::anyhow!("no grant for pool '{pool}' from {}: {e}", socket.display()))?;
+    let first = next_grant(&mut reader, Some(timeout)).map_err(|e| {
+        anyhow::anyhow!("no grant for pool '{pool}' from {}: {e}", socket.display())
+    })?;
     std::thread::Builder::new()
         .name("grants".into())
         .spawn(move || {
@@ -98,7 +99,10 @@ fn subscribe(socket: &PathBuf, pool: &str) -> anyhow::Result<BufReader<UnixStrea
     Ok(BufReader::new(stream))
 }
 
-fn next_grant(reader: &mut BufReader<UnixStream>, timeout: Option<Duration>) -> anyhow::Result<Grant> {
+fn next_grant(
+    reader: &mut BufReader<UnixStream>,
+    timeout: Option<Duration>,
+) -> anyhow::Result<Grant> {
     reader.get_ref().set_read_timeout(timeout)?;
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
@@ -108,6 +112,9 @@ fn next_grant(reader: &mut BufReader<UnixStream>, timeout: Option<Duration>) -> 
         Ok(Message::Grant(grant)) if !grant.cpus.is_empty() => Ok(grant),
         Ok(Message::Grant(_)) => anyhow::bail!("the enforcer granted no CPU"),
         Ok(Message::Error { message }) => anyhow::bail!("the enforcer refused: {message}"),
-        Err(err) => anyhow::bail!("unexpected message from the enforcer ({err}): {}", line.trim()),
+        Err(err) => anyhow::bail!(
+            "unexpected message from the enforcer ({err}): {}",
+            line.trim()
+        ),
     }
 }

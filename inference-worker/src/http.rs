@@ -35,16 +35,30 @@ type Shared = Arc<AppState>;
 
 pub fn router(state: Shared) -> Router {
     Router::new()
-        .route("/v2/health/live", get(|| async { Json(json!({"live": true})) }))
+        .route(
+            "/v2/health/live",
+            get(|| async { Json(json!({"live": true})) }),
+        )
         .route("/v2/health/ready", get(server_ready))
         .route("/v2", get(server_metadata))
         .route("/v2/models/{name}", get(model_metadata))
-        .route("/v2/models/{name}/versions/{version}", get(model_metadata_version))
+        .route(
+            "/v2/models/{name}/versions/{version}",
+            get(model_metadata_version),
+        )
         .route("/v2/models/{name}/ready", get(model_ready))
         .route("/v2/models/{name}/infer", post(infer))
-        .route("/v2/models/{name}/versions/{version}/infer", post(infer_version))
+        .route(
+            "/v2/models/{name}/versions/{version}/infer",
+            post(infer_version),
+        )
         .route("/metrics", get(metrics))
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route; see /v2 for the KServe v2 routes".into()) })
+        .fallback(|| async {
+            error(
+                StatusCode::NOT_FOUND,
+                "no such route; see /v2 for the KServe v2 routes".into(),
+            )
+        })
         .with_state(state)
 }
 
@@ -58,7 +72,10 @@ fn check_model(state: &AppState, name: &str, version: Option<&str>) -> Result<()
     if name != model.name {
         return Err(error(
             StatusCode::NOT_FOUND,
-            format!("unknown model '{name}'; this worker serves '{}'", model.name),
+            format!(
+                "unknown model '{name}'; this worker serves '{}'",
+                model.name
+            ),
         ));
     }
     if let Some(version) = version
@@ -79,7 +96,11 @@ async fn server_ready(State(state): State<Shared>) -> Response {
     if state.executor.threads() > 0 {
         Json(json!({"ready": true})).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"ready": false}))).into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"ready": false})),
+        )
+            .into_response()
     }
 }
 
@@ -97,7 +118,12 @@ async fn model_metadata(State(state): State<Shared>, Path(name): Path<String>) -
         return response;
     }
     let model = state.executor.model();
-    Json(kserve::model_metadata(&model.name, model.version, &model.signature)).into_response()
+    Json(kserve::model_metadata(
+        &model.name,
+        model.version,
+        &model.signature,
+    ))
+    .into_response()
 }
 
 async fn model_metadata_version(
@@ -117,7 +143,11 @@ async fn model_ready(State(state): State<Shared>, Path(name): Path<String>) -> R
     server_ready(State(state)).await
 }
 
-async fn infer(State(state): State<Shared>, Path(name): Path<String>, request: Request) -> Response {
+async fn infer(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+    request: Request,
+) -> Response {
     run_infer(state, name, None, request.into_body()).await
 }
 
@@ -133,15 +163,21 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
     let started = Instant::now();
     let metrics = &state.metrics;
     let bad = |status: StatusCode, message: String| {
-        metrics.bad_request.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics
+            .bad_request
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         error(status, message)
     };
     if let Err(response) = check_model(&state, &name, version.as_deref()) {
-        metrics.bad_request.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics
+            .bad_request
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return response;
     }
     let Ok(_reading) = state.bodies.try_acquire() else {
-        metrics.arrived_items.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics
+            .arrived_items
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return overloaded(metrics, "too many requests are being read at once".into());
     };
     let bytes = match axum::body::to_bytes(body, state.body_limit).await {
@@ -149,7 +185,10 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
         Err(err) => {
             return bad(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body over the {} byte limit (or unreadable: {err})", state.body_limit),
+                format!(
+                    "request body over the {} byte limit (or unreadable: {err})",
+                    state.body_limit
+                ),
             );
         }
     };
@@ -159,7 +198,9 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
         Err(message) => return bad(StatusCode::BAD_REQUEST, message),
     };
     drop(bytes);
-    metrics.arrived_items.fetch_add(request.items as u64, std::sync::atomic::Ordering::Relaxed);
+    metrics
+        .arrived_items
+        .fetch_add(request.items as u64, std::sync::atomic::Ordering::Relaxed);
     let (reply, answer) = tokio::sync::oneshot::channel();
     let job = Job {
         input: std::mem::take(&mut request.input),
@@ -170,33 +211,49 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
     match state.executor.queue().push(job) {
         Ok(()) => {}
         Err(Rejected::Full { capacity }) => {
-            return overloaded(metrics, format!("the queue is full ({capacity} items waiting)"));
+            return overloaded(
+                metrics,
+                format!("the queue is full ({capacity} items waiting)"),
+            );
         }
         Err(Rejected::Closed) => {
-            return error(StatusCode::SERVICE_UNAVAILABLE, "the worker is shutting down".into());
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the worker is shutting down".into(),
+            );
         }
     }
     match answer.await {
         Ok(Ok((version, items))) => {
             // The answer comes from the model version that ran it, which a reload may have
             // replaced since; its signature is the same (reloads that change it are refused).
-            let body = kserve::infer_response(&model.name, version, &model.signature, &request, &items);
+            let body =
+                kserve::infer_response(&model.name, version, &model.signature, &request, &items);
             metrics.record_ok(started.elapsed());
             Json(body).into_response()
         }
         Ok(Err(message)) => {
-            metrics.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            metrics
+                .failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             error(StatusCode::INTERNAL_SERVER_ERROR, message)
         }
         Err(_) => {
-            metrics.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            error(StatusCode::INTERNAL_SERVER_ERROR, "the inference thread went away".into())
+            metrics
+                .failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the inference thread went away".into(),
+            )
         }
     }
 }
 
 fn overloaded(metrics: &Metrics, message: String) -> Response {
-    metrics.rejected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    metrics
+        .rejected
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut response = error(StatusCode::TOO_MANY_REQUESTS, message);
     response
         .headers_mut()

@@ -62,7 +62,11 @@ pub fn parse_infer(body: &[u8], signature: &Signature) -> Result<InferRequest, S
             input.name, input.datatype
         ));
     }
-    let item_shape: Vec<i64> = signature.input_item_shape.iter().map(|&d| d as i64).collect();
+    let item_shape: Vec<i64> = signature
+        .input_item_shape
+        .iter()
+        .map(|&d| d as i64)
+        .collect();
     let expected = || {
         let dims: Vec<String> = item_shape.iter().map(i64::to_string).collect();
         format!("[N, {}] with N >= 1", dims.join(", "))
@@ -130,7 +134,9 @@ pub fn flatten_numbers(data: &Value, out: &mut Vec<f32>, limit: usize) -> Result
             out.push(n.as_f64().ok_or("a number out of range")? as f32);
             Ok(())
         }
-        Value::Array(values) => values.iter().try_for_each(|v| flatten_numbers(v, out, limit)),
+        Value::Array(values) => values
+            .iter()
+            .try_for_each(|v| flatten_numbers(v, out, limit)),
         other => Err(format!("expected numbers, found {}", kind(other))),
     }
 }
@@ -161,7 +167,10 @@ pub fn infer_response(
             let output = &signature.outputs[o];
             let mut shape = vec![items.len()];
             shape.extend_from_slice(&output.item_shape);
-            let data: Vec<f32> = items.iter().flat_map(|item| item[o].iter().copied()).collect();
+            let data: Vec<f32> = items
+                .iter()
+                .flat_map(|item| item[o].iter().copied())
+                .collect();
             json!({"name": output.name, "datatype": "FP32", "shape": shape, "data": data})
         })
         .collect();
@@ -253,6 +262,9 @@ mod tests {
         assert_eq!(body["model_version"], "3");
         assert_eq!(body["id"], "r");
         assert_eq!(body["outputs"][0]["shape"], json!([2, 3]));
-        assert_eq!(body["outputs"][0]["data"], json!([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        assert_eq!(
+            body["outputs"][0]["data"],
+            json!([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        );
     }
 }

@@ -74,6 +74,10 @@ enum Command {
         /// The CPU to pin to.
         #[arg(long, default_value_t = 0)]
         cpu: u32,
+        /// Also time every operator and print the time per operator type ("ops") for each
+        /// batch size.
+        #[arg(long)]
+        ops: bool,
     },
 }
 
@@ -100,7 +104,11 @@ struct GrantArgs {
     #[arg(long, env = "REAMER_POOL")]
     pool: Option<String>,
     /// The enforcer's control socket.
-    #[arg(long, env = "REAMER_SOCKET", default_value = "/run/reamer/default.sock")]
+    #[arg(
+        long,
+        env = "REAMER_SOCKET",
+        default_value = "/run/reamer/default.sock"
+    )]
     enforcer_socket: PathBuf,
 }
 
@@ -113,7 +121,9 @@ impl GrantArgs {
             });
         }
         let cpus = match &self.cpus {
-            Some(list) => affinity::parse_cpu_list(list).map_err(|e| anyhow::anyhow!("--cpus: {e}"))?,
+            Some(list) => {
+                affinity::parse_cpu_list(list).map_err(|e| anyhow::anyhow!("--cpus: {e}"))?
+            }
             None => affinity::allowed_cpus()?,
         };
         Ok(GrantSource::Fixed(cpus))
@@ -181,7 +191,13 @@ fn load(args: &ModelArgs, max_batch: usize) -> anyhow::Result<Arc<Model>> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".to_owned()),
     };
-    Ok(Arc::new(Model::load(&name, 1, &args.model, args.input_shape.as_deref(), max_batch)?))
+    Ok(Arc::new(Model::load(
+        &name,
+        1,
+        &args.model,
+        args.input_shape.as_deref(),
+        max_batch,
+    )?))
 }
 
 fn run_offline(args: OfflineArgs) -> anyhow::Result<ExitCode> {
@@ -252,7 +268,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 body_limit: args.max_body_bytes,
                 max_bodies: args.max_concurrent_bodies,
                 profile_runs: args.profile_runs,
-                reload_poll: (args.reload_poll_ms > 0).then(|| Duration::from_millis(args.reload_poll_ms)),
+                reload_poll: (args.reload_poll_ms > 0)
+                    .then(|| Duration::from_millis(args.reload_poll_ms)),
             })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -262,16 +279,40 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::MakeJob { model, dir, lines, seed } => {
+        Command::MakeJob {
+            model,
+            dir,
+            lines,
+            seed,
+        } => {
             let model = load(&model, 1)?;
             offline::generate::write_job(&dir, lines, model.signature.input_item_len(), seed)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench { model, batches, runs, warmup, cpu } => {
+        Command::Bench {
+            model,
+            batches,
+            runs,
+            warmup,
+            cpu,
+            ops,
+        } => {
             let max = batches.iter().copied().max().unwrap_or(1);
             let model = load(&model, max)?;
             let results = bench::measure(&model, &batches, runs, warmup, cpu)?;
-            println!("{}", serde_json::json!({"model": model.name, "engine": "tract", "results": results}));
+            let mut report =
+                serde_json::json!({"model": model.name, "engine": "tract", "results": results});
+            if ops {
+                let profiles: Vec<_> = batches
+                    .iter()
+                    .map(|&batch| {
+                        bench::op_profile(&model, batch, runs, cpu)
+                            .map(|ops| serde_json::json!({"batch": batch, "ops": ops}))
+                    })
+                    .collect::<anyhow::Result<_>>()?;
+                report["op_profiles"] = serde_json::json!(profiles);
+            }
+            println!("{report}");
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -79,7 +79,8 @@ impl Metrics {
     /// Requests answered within the SLO, as a percentage of every request that was not bad
     /// input: a request refused for overload or failed counts as missed.
     pub fn slo_attainment_pct(&self) -> Option<f64> {
-        let served = self.ok.load(Relaxed) + self.rejected.load(Relaxed) + self.failed.load(Relaxed);
+        let served =
+            self.ok.load(Relaxed) + self.rejected.load(Relaxed) + self.failed.load(Relaxed);
         (served > 0).then(|| 100.0 * self.within_slo.load(Relaxed) as f64 / served as f64)
     }
 
@@ -88,7 +89,10 @@ impl Metrics {
         let hist = self.latency_histogram();
         let seconds = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| ns as f64 / 1e9);
         let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
         };
         metric(
             "reamer_worker_requests_ok_total",
@@ -130,7 +134,9 @@ impl Metrics {
             "reamer_worker_slo_attainment_ratio",
             "gauge",
             "Share of requests (overload refusals and failures included) answered within the SLO.",
-            self.slo_attainment_pct().map_or(f64::NAN, |p| p / 100.0).to_string(),
+            self.slo_attainment_pct()
+                .map_or(f64::NAN, |p| p / 100.0)
+                .to_string(),
         );
         metric(
             "reamer_worker_latency_p50_seconds",

@@ -96,7 +96,9 @@ impl Model {
         let model = tract_onnx::onnx()
             .model_for_read(&mut bytes.as_slice())
             .map_err(|e| corrupt(format!("{e:#}")))?;
-        let inputs = model.input_outlets().map_err(|e| corrupt(format!("{e:#}")))?;
+        let inputs = model
+            .input_outlets()
+            .map_err(|e| corrupt(format!("{e:#}")))?;
         if inputs.len() != 1 {
             return Err(unsupported(format!(
                 "it has {} inputs; the worker serves single-input models",

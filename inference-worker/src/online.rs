@@ -160,7 +160,12 @@ fn adapt(executor: &Executor, metrics: &Metrics, profile: &Profile, grants: mpsc
             smaller_for = 0;
         }
         if wanted != current {
-            tracing::info!(rate = format!("{rate:.1}/s"), meets_slo = choice.meets_slo, ?wanted, "reconfiguring");
+            tracing::info!(
+                rate = format!("{rate:.1}/s"),
+                meets_slo = choice.meets_slo,
+                ?wanted,
+                "reconfiguring"
+            );
             executor.reconfigure(wanted);
         }
     }

@@ -52,14 +52,20 @@ const CAPACITY_HEADROOM: f64 = 1.25;
 impl Profile {
     /// Measures every batch size of `model` with 1 to `max_threads` threads pinned to `cpus`,
     /// `runs` batches per thread after one warm-up batch.
-    pub fn measure(model: &Arc<Model>, cpus: &[u32], max_threads: usize, runs: usize) -> anyhow::Result<Self> {
+    pub fn measure(
+        model: &Arc<Model>,
+        cpus: &[u32],
+        max_threads: usize,
+        runs: usize,
+    ) -> anyhow::Result<Self> {
         let mut points = Vec::new();
         for threads in 1..=max_threads.max(1) {
             for batch in model.batch_sizes() {
                 let barrier = Arc::new(Barrier::new(threads));
                 let handles: Vec<_> = (0..threads)
                     .map(|_| {
-                        let (model, barrier, cpus) = (model.clone(), barrier.clone(), cpus.to_vec());
+                        let (model, barrier, cpus) =
+                            (model.clone(), barrier.clone(), cpus.to_vec());
                         std::thread::spawn(move || -> anyhow::Result<Vec<Duration>> {
                             let _ = affinity::pin_current_thread(&cpus);
                             let mut session = Session::new(model.clone());
@@ -78,7 +84,11 @@ impl Profile {
                     .collect();
                 let mut samples = Vec::new();
                 for handle in handles {
-                    samples.extend(handle.join().map_err(|_| anyhow::anyhow!("profile thread panicked"))??);
+                    samples.extend(
+                        handle
+                            .join()
+                            .map_err(|_| anyhow::anyhow!("profile thread panicked"))??,
+                    );
                 }
                 samples.sort_unstable();
                 points.push(Point {
@@ -97,7 +107,8 @@ impl Profile {
     pub fn choose(&self, slo: Duration, arrivals_per_s: f64, max_threads: usize) -> Choice {
         let budget = slo.mul_f64(SERVICE_SHARE_OF_SLO);
         let needed = arrivals_per_s.max(0.0) * CAPACITY_HEADROOM;
-        let capacity = |p: &Point| p.threads as f64 * p.batch as f64 / p.batch_latency.as_secs_f64().max(1e-9);
+        let capacity =
+            |p: &Point| p.threads as f64 * p.batch as f64 / p.batch_latency.as_secs_f64().max(1e-9);
         let delay_for = |p: &Point| {
             if p.batch == 1 || arrivals_per_s <= 0.0 {
                 return Duration::ZERO;
@@ -169,7 +180,10 @@ mod tests {
     #[test]
     fn idle_load_takes_one_thread_and_no_batching() {
         let choice = profile().choose(ms(50.0), 0.0, 4);
-        assert_eq!((choice.threads, choice.batch, choice.batch_delay), (1, 1, Duration::ZERO));
+        assert_eq!(
+            (choice.threads, choice.batch, choice.batch_delay),
+            (1, 1, Duration::ZERO)
+        );
         assert!(choice.meets_slo);
     }
 

@@ -98,7 +98,12 @@ impl JobQueue {
     /// to `max_delay` after the oldest job's arrival for the batch to fill. Returns None when
     /// nothing arrived within `idle`, or when the queue is closed and empty, so the caller can
     /// look at its configuration again.
-    pub fn pop_batch(&self, max_items: usize, max_delay: Duration, idle: Duration) -> Option<Vec<Job>> {
+    pub fn pop_batch(
+        &self,
+        max_items: usize,
+        max_delay: Duration,
+        idle: Duration,
+    ) -> Option<Vec<Job>> {
         let mut state = self.state.lock().expect("queue lock");
         if state.jobs.is_empty() {
             if state.closed {
@@ -127,7 +132,10 @@ impl JobQueue {
             }
             let now = Instant::now();
             let full = items >= max_items
-                || state.jobs.front().is_some_and(|next| items + next.items > max_items);
+                || state
+                    .jobs
+                    .front()
+                    .is_some_and(|next| items + next.items > max_items);
             if full || now >= deadline || state.closed {
                 break;
             }
@@ -193,13 +201,19 @@ mod tests {
         let batch = queue
             .pop_batch(4, Duration::from_secs(5), Duration::from_millis(10))
             .unwrap();
-        assert_eq!(batch.iter().map(|j| j.items).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(
+            batch.iter().map(|j| j.items).collect::<Vec<_>>(),
+            vec![2, 1]
+        );
         assert!(started.elapsed() < Duration::from_secs(1));
         // 3 + 1 = 4 exactly.
         let batch = queue
             .pop_batch(4, Duration::from_secs(5), Duration::from_millis(10))
             .unwrap();
-        assert_eq!(batch.iter().map(|j| j.items).collect::<Vec<_>>(), vec![3, 1]);
+        assert_eq!(
+            batch.iter().map(|j| j.items).collect::<Vec<_>>(),
+            vec![3, 1]
+        );
         // A lone job waits out the delay, then goes alone.
         queue.push(job(1).0).unwrap();
         let started = Instant::now();
@@ -208,6 +222,10 @@ mod tests {
             .unwrap();
         assert_eq!(batch.len(), 1);
         assert!(started.elapsed() >= Duration::from_millis(20));
-        assert!(queue.pop_batch(4, Duration::ZERO, Duration::from_millis(5)).is_none());
+        assert!(
+            queue
+                .pop_batch(4, Duration::ZERO, Duration::from_millis(5))
+                .is_none()
+        );
     }
 }

@@ -37,54 +37,59 @@ pub struct Watch {
 
 /// Polls the model file on a thread of its own and swaps each new, loadable version in.
 pub fn spawn(watch: Watch, executor: Arc<Executor>, metrics: Arc<Metrics>) -> std::io::Result<()> {
-    std::thread::Builder::new().name("model-reload".into()).spawn(move || {
-        let mut loaded = stamp(&watch.path);
-        let mut pending: Option<Stamp> = None;
-        loop {
-            std::thread::sleep(watch.poll);
-            let now = stamp(&watch.path);
-            if now.is_none() || now == loaded {
+    std::thread::Builder::new()
+        .name("model-reload".into())
+        .spawn(move || {
+            let mut loaded = stamp(&watch.path);
+            let mut pending: Option<Stamp> = None;
+            loop {
+                std::thread::sleep(watch.poll);
+                let now = stamp(&watch.path);
+                if now.is_none() || now == loaded {
+                    pending = None;
+                    continue;
+                }
+                // Changed: wait until it holds still for one poll.
+                if pending != now {
+                    pending = now;
+                    continue;
+                }
                 pending = None;
-                continue;
-            }
-            // Changed: wait until it holds still for one poll.
-            if pending != now {
-                pending = now;
-                continue;
-            }
-            pending = None;
-            loaded = now;
-            let current = executor.model();
-            match Model::load(
-                &current.name,
-                current.version + 1,
-                &watch.path,
-                watch.item_shape.as_deref(),
-                watch.max_batch,
-            ) {
-                Ok(model) if model.signature != current.signature => {
-                    metrics.reload_failures.fetch_add(1, Relaxed);
-                    tracing::error!(
-                        "the new model file {} has signature {:?}, the serving one {:?}; \
+                loaded = now;
+                let current = executor.model();
+                match Model::load(
+                    &current.name,
+                    current.version + 1,
+                    &watch.path,
+                    watch.item_shape.as_deref(),
+                    watch.max_batch,
+                ) {
+                    Ok(model) if model.signature != current.signature => {
+                        metrics.reload_failures.fetch_add(1, Relaxed);
+                        tracing::error!(
+                            "the new model file {} has signature {:?}, the serving one {:?}; \
                          keeping version {} (restart the worker to change inputs or outputs)",
-                        watch.path.display(),
-                        model.signature,
-                        current.signature,
-                        current.version
-                    );
-                }
-                Ok(model) => {
-                    let version = model.version;
-                    executor.swap_model(Arc::new(model));
-                    metrics.reloads.fetch_add(1, Relaxed);
-                    tracing::info!("model reloaded from {}: version {version}", watch.path.display());
-                }
-                Err(err) => {
-                    metrics.reload_failures.fetch_add(1, Relaxed);
-                    tracing::error!("{err}; keeping version {}", current.version);
+                            watch.path.display(),
+                            model.signature,
+                            current.signature,
+                            current.version
+                        );
+                    }
+                    Ok(model) => {
+                        let version = model.version;
+                        executor.swap_model(Arc::new(model));
+                        metrics.reloads.fetch_add(1, Relaxed);
+                        tracing::info!(
+                            "model reloaded from {}: version {version}",
+                            watch.path.display()
+                        );
+                    }
+                    Err(err) => {
+                        metrics.reload_failures.fetch_add(1, Relaxed);
+                        tracing::error!("{err}; keeping version {}", current.version);
+                    }
                 }
             }
-        }
-    })?;
+        })?;
     Ok(())
 }

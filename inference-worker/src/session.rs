@@ -54,8 +54,10 @@ impl Session {
             };
             let mut shape = vec![batch];
             shape.extend_from_slice(&signature.input_item_shape);
-            let tensor =
-                Tensor::from_shape(&shape, &input[offset * item_len..(offset + batch) * item_len])?;
+            let tensor = Tensor::from_shape(
+                &shape,
+                &input[offset * item_len..(offset + batch) * item_len],
+            )?;
             let outputs = state.run(tvec!(tensor.into()))?;
             for item in 0..batch {
                 let mut per_output = Vec::with_capacity(outputs.len());

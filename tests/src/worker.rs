@@ -155,7 +155,11 @@ pub fn check_tiny_answer(body: &str, items: &[[f32; 4]]) -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no model_version: {body}"));
     let output = &answer["outputs"][0];
-    assert_eq!(output["shape"], serde_json::json!([items.len(), 3]), "{body}");
+    assert_eq!(
+        output["shape"],
+        serde_json::json!([items.len(), 3]),
+        "{body}"
+    );
     let data: Vec<f64> = output["data"]
         .as_array()
         .expect("data")

@@ -36,7 +36,14 @@ fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
     let model = dir.join("tiny.onnx");
     write_tiny_model(&model, 1);
     let worker = OnlineWorker::start(
-        &["--model", model.to_str().unwrap(), "--max-body-bytes", "4096", "--cpus", "0"],
+        &[
+            "--model",
+            model.to_str().unwrap(),
+            "--max-body-bytes",
+            "4096",
+            "--cpus",
+            "0",
+        ],
         dir.join("worker.log"),
     );
     let http = agent();
@@ -46,7 +53,10 @@ fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
     assert_eq!(get(&http, &url("/v2/models/tiny/ready")).0, 200);
     let (status, server) = get(&http, &url("/v2"));
     assert_eq!(status, 200);
-    assert_eq!(serde_json::from_str::<Value>(&server).unwrap()["name"], "reamer-inference-worker");
+    assert_eq!(
+        serde_json::from_str::<Value>(&server).unwrap()["name"],
+        "reamer-inference-worker"
+    );
     let (status, meta) = get(&http, &url("/v2/models/tiny"));
     assert_eq!(status, 200);
     let meta: Value = serde_json::from_str(&meta).unwrap();
@@ -57,7 +67,11 @@ fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
     // Good requests, one item and seven (run as 4 + 2 + 1 by the batch plans).
     for n in [1, 7] {
         let batch = items(n, n as f32);
-        let (status, body) = post(&http, &url("/v2/models/tiny/infer"), &tiny_request("r", &batch));
+        let (status, body) = post(
+            &http,
+            &url("/v2/models/tiny/infer"),
+            &tiny_request("r", &batch),
+        );
         assert_eq!(status, 200, "{body}");
         assert_eq!(check_tiny_answer(&body, &batch), 1);
         assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["id"], "r");
@@ -74,18 +88,51 @@ fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
     let infer = url("/v2/models/tiny/infer");
     let oversized = tiny_request("big", &items(200, 0.0));
     let cases: [(&str, String, u16, &str); 7] = [
-        (infer.as_str(), "{\"inputs\": [".into(), 400, "malformed infer request"),
-        (infer.as_str(), r#"{"inputs":[{"name":"x","shape":[1,3],"datatype":"FP32","data":[1,2,3]}]}"#.into(), 400, "has shape [1, 3]"),
-        (infer.as_str(), r#"{"inputs":[{"name":"x","shape":[1,4],"datatype":"INT32","data":[1,2,3,4]}]}"#.into(), 400, "datatype INT32"),
-        (infer.as_str(), r#"{"inputs":[{"name":"x","shape":[2,4],"datatype":"FP32","data":[1,2,3,4]}]}"#.into(), 400, "has 4 values"),
+        (
+            infer.as_str(),
+            "{\"inputs\": [".into(),
+            400,
+            "malformed infer request",
+        ),
+        (
+            infer.as_str(),
+            r#"{"inputs":[{"name":"x","shape":[1,3],"datatype":"FP32","data":[1,2,3]}]}"#.into(),
+            400,
+            "has shape [1, 3]",
+        ),
+        (
+            infer.as_str(),
+            r#"{"inputs":[{"name":"x","shape":[1,4],"datatype":"INT32","data":[1,2,3,4]}]}"#.into(),
+            400,
+            "datatype INT32",
+        ),
+        (
+            infer.as_str(),
+            r#"{"inputs":[{"name":"x","shape":[2,4],"datatype":"FP32","data":[1,2,3,4]}]}"#.into(),
+            400,
+            "has 4 values",
+        ),
         (infer.as_str(), oversized, 413, "4096 byte limit"),
-        (&url("/v2/models/resnet/infer"), tiny_request("u", &items(1, 0.0)), 404, "unknown model 'resnet'"),
-        (&url("/v2/models/tiny/versions/9/infer"), tiny_request("v", &items(1, 0.0)), 404, "version '9' is not served"),
+        (
+            &url("/v2/models/resnet/infer"),
+            tiny_request("u", &items(1, 0.0)),
+            404,
+            "unknown model 'resnet'",
+        ),
+        (
+            &url("/v2/models/tiny/versions/9/infer"),
+            tiny_request("v", &items(1, 0.0)),
+            404,
+            "version '9' is not served",
+        ),
     ];
     for (target, body, want_status, want_text) in cases {
         let (status, answer) = post(&http, target, &body);
         assert_eq!(status, want_status, "{answer}");
-        assert!(answer.contains(want_text), "{answer:?} should say {want_text:?}");
+        assert!(
+            answer.contains(want_text),
+            "{answer:?} should say {want_text:?}"
+        );
     }
     // Still serving, and counting.
     let batch = items(2, 9.0);
@@ -105,7 +152,14 @@ fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap()
 }
 
@@ -115,7 +169,14 @@ fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
     let model = dir.join("tiny.onnx");
     write_tiny_model(&model, 1);
     let worker = OnlineWorker::start(
-        &["--model", model.to_str().unwrap(), "--max-concurrent-bodies", "1", "--cpus", "0"],
+        &[
+            "--model",
+            model.to_str().unwrap(),
+            "--max-concurrent-bodies",
+            "1",
+            "--cpus",
+            "0",
+        ],
         dir.join("worker.log"),
     );
     let pid = worker.child.id();
@@ -139,15 +200,27 @@ fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
     let started = Instant::now();
     let statuses: Vec<u16> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| (0..50).map(|_| post(&http, &infer, &body).0).collect::<Vec<_>>()))
+            .map(|_| {
+                s.spawn(|| {
+                    (0..50)
+                        .map(|_| post(&http, &infer, &body).0)
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
     });
     let flood_took = started.elapsed();
     assert!(statuses.iter().all(|&s| s == 429), "{statuses:?}");
     let after = rss_kib(pid);
     println!("200 refusals in {flood_took:?}; RSS {before} KiB -> {after} KiB");
-    assert!(after < before + 16 * 1024, "RSS grew from {before} to {after} KiB");
+    assert!(
+        after < before + 16 * 1024,
+        "RSS grew from {before} to {after} KiB"
+    );
     // The slot frees when the slow client goes; service resumes.
     drop(slow);
     std::thread::sleep(Duration::from_millis(100));
@@ -155,7 +228,10 @@ fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
     assert_eq!(status, 200, "{answer}");
     check_tiny_answer(&answer, &batch);
     let (_, page) = get(&http, &format!("{}/metrics", worker.base));
-    assert_eq!(metric(&page, "reamer_worker_requests_rejected_total"), 200.0);
+    assert_eq!(
+        metric(&page, "reamer_worker_requests_rejected_total"),
+        200.0
+    );
     // Refusals count against the SLO: 2 served out of 202.
     assert!(metric(&page, "reamer_worker_slo_attainment_ratio") < 0.05);
     assert!(worker.stop().success());
@@ -199,7 +275,11 @@ fn a_new_model_file_is_swapped_in_without_dropping_a_request() {
     write_tiny_model(&dir.join("v2.onnx"), 2);
     let v2 = std::fs::read(dir.join("v2.onnx")).unwrap();
     assert_eq!(bytes.len(), v2.len());
-    let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(&model).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&model)
+        .unwrap();
     file.write_all(&v2[..v2.len() / 2]).unwrap();
     file.flush().unwrap();
     std::thread::sleep(Duration::from_millis(250));
@@ -209,7 +289,11 @@ fn a_new_model_file_is_swapped_in_without_dropping_a_request() {
     let page = || get(&http, &format!("{}/metrics", worker.base)).1;
     let deadline = Instant::now() + Duration::from_secs(10);
     while metric(&page(), "reamer_worker_model_version") < 2.0 {
-        assert!(Instant::now() < deadline, "version 2 never served:\n{}", worker.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "version 2 never served:\n{}",
+            worker.log_text()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(300));
@@ -218,7 +302,11 @@ fn a_new_model_file_is_swapped_in_without_dropping_a_request() {
     std::fs::write(&model, b"this is not an ONNX model").unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while metric(&page(), "reamer_worker_model_reload_failures_total") <= failures {
-        assert!(Instant::now() < deadline, "the corrupt file was not noticed:\n{}", worker.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "the corrupt file was not noticed:\n{}",
+            worker.log_text()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(200));
@@ -226,9 +314,19 @@ fn a_new_model_file_is_swapped_in_without_dropping_a_request() {
     for client in clients {
         let versions = client.join().expect("a client saw a failed request");
         assert!(versions.len() > 10, "too few requests: {}", versions.len());
-        let first_v2 = versions.iter().position(|&v| v == 2).expect("no answer from version 2");
-        assert!(versions[first_v2..].iter().all(|&v| v == 2), "went back to version 1");
-        assert_eq!(*versions.last().unwrap(), 2, "the corrupt file replaced version 2");
+        let first_v2 = versions
+            .iter()
+            .position(|&v| v == 2)
+            .expect("no answer from version 2");
+        assert!(
+            versions[first_v2..].iter().all(|&v| v == 2),
+            "went back to version 1"
+        );
+        assert_eq!(
+            *versions.last().unwrap(),
+            2,
+            "the corrupt file replaced version 2"
+        );
     }
     let log = worker.log_text();
     assert!(log.contains("is not a valid ONNX model"), "{log}");
@@ -253,7 +351,10 @@ fn a_corrupt_or_missing_model_file_is_a_clear_start_up_error() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{stderr}");
-        assert!(stderr.contains(want) && stderr.contains(path.to_str().unwrap()), "{stderr}");
+        assert!(
+            stderr.contains(want) && stderr.contains(path.to_str().unwrap()),
+            "{stderr}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -279,11 +380,20 @@ fn check_results(job: &std::path::Path, lines: usize) {
         }
         let input: Value = serde_json::from_str(input).unwrap();
         assert_eq!(result["id"], input["id"]);
-        let x: Vec<f32> = input["data"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        let x: Vec<f32> = input["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
         let want = tiny_expected(1, &[x[0], x[1], x[2], x[3]]);
         for (j, w) in want.iter().enumerate() {
             let got = result["outputs"]["y"][j].as_f64().unwrap();
-            assert!((got - f64::from(*w)).abs() < 1e-3, "line {}: {got} != {w}", k + 1);
+            assert!(
+                (got - f64::from(*w)).abs() < 1e-3,
+                "line {}: {got} != {w}",
+                k + 1
+            );
         }
     }
 }
@@ -296,7 +406,13 @@ fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
     let job = dir.join("job");
     let lines = 200_000;
     let status = Command::new(worker_bin())
-        .args(["make-job", "--model", model.to_str().unwrap(), "--dir", job.to_str().unwrap()])
+        .args([
+            "make-job",
+            "--model",
+            model.to_str().unwrap(),
+            "--dir",
+            job.to_str().unwrap(),
+        ])
         .args(["--lines", &lines.to_string(), "--seed", "7"])
         .status()
         .unwrap();
@@ -304,7 +420,13 @@ fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
     let offline = |extra: &[&str]| {
         let mut command = Command::new(worker_bin());
         command
-            .args(["offline", "--model", model.to_str().unwrap(), "--job", job.to_str().unwrap()])
+            .args([
+                "offline",
+                "--model",
+                model.to_str().unwrap(),
+                "--job",
+                job.to_str().unwrap(),
+            ])
             .args(["--batch", "4", "--checkpoint-ms", "20"])
             .args(extra)
             .stdout(Stdio::piped())
@@ -334,11 +456,18 @@ fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
     child.wait().unwrap();
     let at_kill = checkpoint(&job);
     println!("killed at {at_kill}");
-    assert_eq!(at_kill["complete"], false, "the job finished before the kill; make it longer");
+    assert_eq!(
+        at_kill["complete"], false,
+        "the job finished before the kill; make it longer"
+    );
     assert!(at_kill["lines_done"].as_u64().unwrap() > frozen_at);
     // Restarted: it resumes from the checkpoint and finishes.
     let output = offline(&[]).output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
     println!("resumed: {summary}");
     assert_eq!(summary["complete"], true);
@@ -376,21 +505,35 @@ fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouch
     .unwrap();
     let run = || {
         Command::new(worker_bin())
-            .args(["offline", "--model", model.to_str().unwrap(), "--job", job.to_str().unwrap()])
+            .args([
+                "offline",
+                "--model",
+                model.to_str().unwrap(),
+                "--job",
+                job.to_str().unwrap(),
+            ])
             .output()
             .unwrap()
     };
     let output = run();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(3), "{stderr}");
-    assert!(stderr.contains("line 3") && stderr.contains("line 4"), "{stderr}");
+    assert!(
+        stderr.contains("line 3") && stderr.contains("line 4"),
+        "{stderr}"
+    );
     let results: Vec<Value> = std::fs::read_to_string(job.join("results.jsonl"))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(results.len(), 5);
-    assert!(results[2]["error"].as_str().unwrap().contains("not a job line"));
+    assert!(
+        results[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a job line")
+    );
     assert!(results[3]["error"].as_str().unwrap().contains("3 values"));
     let want = tiny_expected(1, &[0.0, 0.0, 0.0, 1.0]);
     assert!((results[4]["outputs"]["y"][0].as_f64().unwrap() - f64::from(want[0])).abs() < 1e-4);
@@ -401,7 +544,10 @@ fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouch
     let output = run();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("corrupt checkpoint") && stderr.contains("checkpoint.json"), "{stderr}");
+    assert!(
+        stderr.contains("corrupt checkpoint") && stderr.contains("checkpoint.json"),
+        "{stderr}"
+    );
     assert_eq!(std::fs::read(job.join("results.jsonl")).unwrap(), before);
 
     // No job there at all.
@@ -429,7 +575,9 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
     let model = dir.join("tiny.onnx");
     write_tiny_model(&model, 1);
     let mut launch = Command::new(reamer_tests::harness::enforcer_bin());
-    launch.args(["launch", "--pool", "serve", "--instance", instance, "--"]).arg(worker_bin());
+    launch
+        .args(["launch", "--pool", "serve", "--instance", instance, "--"])
+        .arg(worker_bin());
     // No --pool or --enforcer-socket: the launcher tells the worker both.
     let worker = OnlineWorker::start_with(
         launch,
@@ -437,7 +585,12 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
         dir.join("worker.log"),
     );
     let http = agent();
-    let granted = || metric(&get(&http, &format!("{}/metrics", worker.base)).1, "reamer_worker_granted_cpus");
+    let granted = || {
+        metric(
+            &get(&http, &format!("{}/metrics", worker.base)).1,
+            "reamer_worker_granted_cpus",
+        )
+    };
     let all = granted();
     assert!(all >= 1.0);
     let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);
@@ -445,14 +598,25 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
     // Training took cores and gave them back: the worker was told of both.
     let deadline = Instant::now() + Duration::from_secs(10);
     while granted() < all {
-        assert!(Instant::now() < deadline, "cores never came back:\n{}", worker.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "cores never came back:\n{}",
+            worker.log_text()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let log = worker.log_text();
     println!("{log}");
-    assert!(log.contains("new grant") && log.contains("shrinking=true"), "no shrink reached the worker:\n{log}");
+    assert!(
+        log.contains("new grant") && log.contains("shrinking=true"),
+        "no shrink reached the worker:\n{log}"
+    );
     let batch = items(3, 0.5);
-    let (status, body) = post(&http, &format!("{}/v2/models/tiny/infer", worker.base), &tiny_request("g", &batch));
+    let (status, body) = post(
+        &http,
+        &format!("{}/v2/models/tiny/infer", worker.base),
+        &tiny_request("g", &batch),
+    );
     assert_eq!(status, 200, "{body}");
     check_tiny_answer(&body, &batch);
     assert!(worker.stop().success());
@@ -463,5 +627,92 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
         let _ = std::fs::remove_dir(format!("{base}/{instance}"));
         let _ = std::fs::remove_dir(&base);
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The PP-OCR text-direction classifier from the rapidocr-onnxruntime wheel, which `cargo
+/// xtask test` fetches into target/models/pp-ocr.
+fn shipped_classifier() -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+    if path.exists() {
+        return Some(path);
+    }
+    let reason = format!("{} is not fetched (run `cargo xtask test`)", path.display());
+    if std::env::var(reamer_tests::harness::REQUIRE_PRIVILEGED).is_ok_and(|v| v == "1") {
+        panic!("{reason}");
+    }
+    eprintln!("SKIPPED: {reason}");
+    None
+}
+
+#[test]
+fn the_shipped_pp_ocr_classifier_serves_through_kserve() {
+    let Some(model) = shipped_classifier() else {
+        return;
+    };
+    let dir = scratch("pp-ocr");
+    let worker = OnlineWorker::start(
+        &[
+            "--model",
+            model.to_str().unwrap(),
+            "--name",
+            "cls",
+            "--input-shape",
+            "3,48,192",
+            "--max-batch",
+            "2",
+            "--profile-runs",
+            "1",
+            "--cpus",
+            "0",
+        ],
+        dir.join("worker.log"),
+    );
+    let http = agent();
+    let (status, meta) = get(&http, &format!("{}/v2/models/cls", worker.base));
+    assert_eq!(status, 200);
+    let meta: Value = serde_json::from_str(&meta).unwrap();
+    assert_eq!(
+        meta["inputs"][0]["shape"],
+        serde_json::json!([-1, 3, 48, 192])
+    );
+    assert_eq!(meta["outputs"][0]["shape"], serde_json::json!([-1, 2]));
+    // Two "images": a horizontal gradient and its mirror, normalized the way PP-OCR feeds them
+    // ((pixel - 0.5) / 0.5).
+    let item = 3 * 48 * 192;
+    let data: Vec<f32> = (0..2 * item)
+        .map(|i| {
+            let x = (i % 192) as f32 / 191.0;
+            let x = if i < item { x } else { 1.0 - x };
+            (x - 0.5) / 0.5
+        })
+        .collect();
+    let body =
+        serde_json::json!({"inputs": [{"name": meta["inputs"][0]["name"], "shape": [2, 3, 48, 192],
+        "datatype": "FP32", "data": data}]})
+        .to_string();
+    let (status, answer) = post(
+        &http,
+        &format!("{}/v2/models/cls/infer", worker.base),
+        &body,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    let output = &answer["outputs"][0];
+    assert_eq!(output["shape"], serde_json::json!([2, 2]));
+    // The classifier ends in a softmax over {0°, 180°}: each row is a probability pair.
+    let p: Vec<f64> = output["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    println!("orientation probabilities: {p:?}");
+    for row in p.chunks(2) {
+        assert!(row.iter().all(|v| (0.0..=1.0).contains(v)), "{p:?}");
+        assert!((row[0] + row[1] - 1.0).abs() < 1e-3, "{p:?}");
+    }
+    assert!(worker.stop().success());
     std::fs::remove_dir_all(&dir).unwrap();
 }

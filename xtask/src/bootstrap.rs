@@ -24,11 +24,11 @@ const PACKAGES: [&str; 6] = [
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 
-fn say(message: &str) {
+pub(crate) fn say(message: &str) {
     eprintln!("reamer bootstrap: {message}");
 }
 
-fn succeeds(program: &str, args: &[&str]) -> bool {
+pub(crate) fn succeeds(program: &str, args: &[&str]) -> bool {
     Command::new(program)
         .args(args)
         .output()
@@ -43,7 +43,7 @@ fn stdout_of(program: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<()> {
+pub(crate) fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<()> {
     say(&format!("running: {} {}", program, args.join(" ")));
     let status = Command::new(program)
         .args(args)

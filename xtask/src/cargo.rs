@@ -74,7 +74,7 @@ pub fn cargo_test(args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the enforcer and the workload binaries in release mode.
+/// Builds the enforcer, the inference worker and the workload binaries in release mode.
 pub fn build_release() -> anyhow::Result<()> {
     cargo(
         &[
@@ -85,6 +85,8 @@ pub fn build_release() -> anyhow::Result<()> {
             "enforcer",
             "-p",
             "reamer-tests",
+            "-p",
+            "inference-worker",
         ],
         &[],
     )

@@ -2,10 +2,12 @@
 
 mod bench_reaction;
 mod bench_sensor;
+mod bench_worker;
 mod bootstrap;
 mod cargo;
 mod demo;
 mod docs;
+mod models;
 mod stats;
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
@@ -21,6 +23,13 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     task: Task,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Section {
+    Sensor,
+    Reaction,
+    Worker,
 }
 
 #[derive(Subcommand)]
@@ -46,10 +55,20 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Benchmarks (needs root): the sensor's cost per event and its effect on
-    /// context-switch-heavy workloads, and the enforcer's reaction time from kernel event to
-    /// cgroup write; written to docs/benchmarks.md.
+    /// Benchmarks: the sensor's cost per event and its effect on context-switch-heavy
+    /// workloads, the enforcer's reaction time from kernel event to cgroup write (these two
+    /// need root), and the inference worker's latency against ONNX Runtime on the shipped
+    /// PP-OCR models; written to docs/benchmarks.md.
     Bench {
+        /// The sections to run, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "sensor,reaction,worker")]
+        only: Vec<Section>,
+        /// Interleaved repetitions per engine in the worker section.
+        #[arg(long, default_value_t = 3)]
+        worker_reps: usize,
+        /// Timed runs per batch size and repetition in the worker section.
+        #[arg(long, default_value_t = 20)]
+        worker_runs: usize,
         /// Paired rounds (with and without the sensor).
         #[arg(long, default_value_t = 30)]
         rounds: usize,
@@ -100,10 +119,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Task::Demo => {
             bootstrap::ensure()?;
+            models::ensure_models()?;
             demo::run()
         }
         Task::Test { args } => {
             bootstrap::ensure()?;
+            models::ensure_models()?;
             // The integration tests run the enforcer, worker and workload binaries built beside them.
             cargo::cargo(
                 &[
@@ -124,6 +145,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cargo::cargo_test(&test_args)
         }
         Task::Bench {
+            only,
+            worker_reps,
+            worker_runs,
             rounds,
             seconds,
             bursts,
@@ -132,9 +156,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             no_docs,
         } => {
             bootstrap::ensure()?;
-            if !cargo::is_root() {
+            let kernel = only.contains(&Section::Sensor) || only.contains(&Section::Reaction);
+            if kernel && !cargo::is_root() {
                 anyhow::bail!(
-                    "the benchmarks load eBPF programs: run them as root (sudo -E cargo xtask bench)"
+                    "the sensor and reaction benchmarks load eBPF programs: run them as root \
+                     (sudo -E cargo xtask bench), or only the worker's with --only worker"
                 );
             }
             cargo::build_release()?;
@@ -145,26 +171,57 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let progress = |step: &str| eprintln!("[bench] {step}");
             let bursts = if quick { 10 } else { bursts };
-            let sensor = bench_sensor::run(rounds, seconds, hackbench_loops, &progress)?;
-            let reaction = bench_reaction::run(bursts, &progress)?;
+            let (worker_reps, worker_runs) = if quick {
+                (1, 3)
+            } else {
+                (worker_reps, worker_runs)
+            };
             let command = if quick {
                 "cargo xtask bench --quick".to_owned()
             } else {
-                format!("cargo xtask bench --rounds {rounds} --seconds {seconds} --bursts {bursts}")
+                format!(
+                    "cargo xtask bench --rounds {rounds} --seconds {seconds} --bursts {bursts} \
+                     --worker-reps {worker_reps} --worker-runs {worker_runs}"
+                )
             };
             let machine = docs::machine_description();
-            let sensor_section = bench_sensor::markdown(&sensor, &command, &machine);
-            let reaction_section = bench_reaction::markdown(&reaction, &command, &machine);
-            println!("{sensor_section}\n{reaction_section}");
+            let mut body = serde_json::json!({"machine": machine});
+            let mut sections = Vec::new();
+            if only.contains(&Section::Sensor) {
+                let sensor = bench_sensor::run(rounds, seconds, hackbench_loops, &progress)?;
+                sections.push((
+                    "sensor",
+                    bench_sensor::markdown(&sensor, &command, &machine),
+                ));
+                body["sensor"] = serde_json::to_value(&sensor)?;
+            }
+            if only.contains(&Section::Reaction) {
+                let reaction = bench_reaction::run(bursts, &progress)?;
+                sections.push((
+                    "reaction",
+                    bench_reaction::markdown(&reaction, &command, &machine),
+                ));
+                body["reaction"] = serde_json::to_value(&reaction)?;
+            }
+            if only.contains(&Section::Worker) {
+                let worker = bench_worker::run(worker_reps, worker_runs, &progress)?;
+                sections.push((
+                    "worker",
+                    bench_worker::markdown(&worker, &command, &machine),
+                ));
+                body["worker"] = serde_json::to_value(&worker)?;
+            }
+            for (_, section) in &sections {
+                println!("{section}");
+            }
             if let Some(path) = json {
-                let body =
-                    serde_json::json!({"machine": machine, "sensor": sensor, "reaction": reaction});
                 std::fs::write(&path, serde_json::to_string_pretty(&body)?)
                     .with_context(|| format!("writing {}", path.display()))?;
             }
             if !quick && !no_docs {
-                docs::replace_section("sensor", &sensor_section)?;
-                docs::replace_section("reaction", &reaction_section)?;
+                for (name, section) in &sections {
+                    docs::replace_section(name, section)?;
+                }
                 eprintln!("[bench] docs/benchmarks.md updated");
             }
             Ok(())

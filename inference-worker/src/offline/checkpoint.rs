@@ -141,7 +141,10 @@ mod tests {
         assert!(err.contains("only 20"), "{err}");
         std::fs::write(&path, b"{\"format\":1,\"lines_d").unwrap();
         let err = Checkpoint::load(&path, 30, 100).unwrap_err().to_string();
-        assert!(err.contains("corrupt checkpoint") && err.contains("not a checkpoint"), "{err}");
+        assert!(
+            err.contains("corrupt checkpoint") && err.contains("not a checkpoint"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

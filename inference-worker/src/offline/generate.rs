@@ -24,7 +24,10 @@ pub fn write_job(dir: &Path, lines: u64, item_len: usize, seed: u64) -> std::io:
     let mut random = Random(seed.max(1));
     for line in 1..=lines {
         let data: Vec<f32> = (0..item_len).map(|_| random.next_unit()).collect();
-        serde_json::to_writer(&mut out, &serde_json::json!({"id": format!("item-{line}"), "data": data}))?;
+        serde_json::to_writer(
+            &mut out,
+            &serde_json::json!({"id": format!("item-{line}"), "data": data}),
+        )?;
         out.write_all(b"\n")?;
     }
     out.flush()

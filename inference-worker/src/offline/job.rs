@@ -43,9 +43,25 @@ mod tests {
         let item = parse_line(r#"{"id":"a","data":[[1,2],[3,4]]}"#, 4).unwrap();
         assert_eq!(item.data, vec![1.0, 2.0, 3.0, 4.0]);
         assert_eq!(item.id, "a");
-        assert!(parse_line(r#"{"id":1,"data":[1,2,3]}"#, 4).unwrap_err().contains("3 values"));
-        assert!(parse_line(r#"{"id":1,"data":[1,2,3,4,5]}"#, 4).unwrap_err().contains("more values"));
-        assert!(parse_line(r#"{"id":1,"data":[1,"x",3,4]}"#, 4).unwrap_err().contains("found a string"));
-        assert!(parse_line("garbage", 4).unwrap_err().contains("not a job line"));
+        assert!(
+            parse_line(r#"{"id":1,"data":[1,2,3]}"#, 4)
+                .unwrap_err()
+                .contains("3 values")
+        );
+        assert!(
+            parse_line(r#"{"id":1,"data":[1,2,3,4,5]}"#, 4)
+                .unwrap_err()
+                .contains("more values")
+        );
+        assert!(
+            parse_line(r#"{"id":1,"data":[1,"x",3,4]}"#, 4)
+                .unwrap_err()
+                .contains("found a string")
+        );
+        assert!(
+            parse_line("garbage", 4)
+                .unwrap_err()
+                .contains("not a job line")
+        );
     }
 }

@@ -128,10 +128,10 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> anyhow::Result<Summar
             let mut data = Vec::new();
             let mut items = 0;
             while batch.lines.len() < options.batch.max(1) {
-                if options
-                    .max_lines
-                    .is_some_and(|max| summary.lines_this_run + batch_lines(&in_flight) + batch.lines.len() as u64 >= max)
-                {
+                if options.max_lines.is_some_and(|max| {
+                    summary.lines_this_run + batch_lines(&in_flight) + batch.lines.len() as u64
+                        >= max
+                }) {
                     at_end = true;
                     break;
                 }
