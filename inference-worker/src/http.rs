@@ -66,11 +66,11 @@ fn error(status: StatusCode, message: String) -> Response {
     (status, Json(json!({"error": message}))).into_response()
 }
 
-/// 404 unless `name` (and `version`, when given) is what this worker serves.
-fn check_model(state: &AppState, name: &str, version: Option<&str>) -> Result<(), Response> {
+/// A 404 answer unless `name` (and `version`, when given) is what this worker serves.
+fn wrong_model(state: &AppState, name: &str, version: Option<&str>) -> Option<Response> {
     let model = state.executor.model();
     if name != model.name {
-        return Err(error(
+        return Some(error(
             StatusCode::NOT_FOUND,
             format!(
                 "unknown model '{name}'; this worker serves '{}'",
@@ -81,7 +81,7 @@ fn check_model(state: &AppState, name: &str, version: Option<&str>) -> Result<()
     if let Some(version) = version
         && version != model.version.to_string()
     {
-        return Err(error(
+        return Some(error(
             StatusCode::NOT_FOUND,
             format!(
                 "model '{name}' version '{version}' is not served; the current version is '{}'",
@@ -89,7 +89,7 @@ fn check_model(state: &AppState, name: &str, version: Option<&str>) -> Result<()
             ),
         ));
     }
-    Ok(())
+    None
 }
 
 async fn server_ready(State(state): State<Shared>) -> Response {
@@ -114,7 +114,7 @@ async fn server_metadata() -> Response {
 }
 
 async fn model_metadata(State(state): State<Shared>, Path(name): Path<String>) -> Response {
-    if let Err(response) = check_model(&state, &name, None) {
+    if let Some(response) = wrong_model(&state, &name, None) {
         return response;
     }
     let model = state.executor.model();
@@ -130,14 +130,14 @@ async fn model_metadata_version(
     State(state): State<Shared>,
     Path((name, version)): Path<(String, String)>,
 ) -> Response {
-    if let Err(response) = check_model(&state, &name, Some(&version)) {
+    if let Some(response) = wrong_model(&state, &name, Some(&version)) {
         return response;
     }
     model_metadata(State(state), Path(name)).await
 }
 
 async fn model_ready(State(state): State<Shared>, Path(name): Path<String>) -> Response {
-    if let Err(response) = check_model(&state, &name, None) {
+    if let Some(response) = wrong_model(&state, &name, None) {
         return response;
     }
     server_ready(State(state)).await
@@ -168,7 +168,7 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         error(status, message)
     };
-    if let Err(response) = check_model(&state, &name, version.as_deref()) {
+    if let Some(response) = wrong_model(&state, &name, version.as_deref()) {
         metrics
             .bad_request
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
