@@ -595,22 +595,19 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
     assert!(all >= 1.0);
     let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);
     wait_ok(sim, "training-sim");
-    // Training took cores and gave them back: the worker was told of both.
+    // Training took cores and gave them back: the worker was told of both. Its threads are
+    // SCHED_IDLE in the offline pool, so while training runs they may not run at all: the
+    // worker logs the shrink when training leaves, together with the growth.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while granted() < all {
+    while !(worker.log_text().contains("shrinking=true") && granted() >= all) {
         assert!(
             Instant::now() < deadline,
-            "cores never came back:\n{}",
+            "the worker did not get a shrink then all its cores back:\n{}",
             worker.log_text()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let log = worker.log_text();
-    println!("{log}");
-    assert!(
-        log.contains("new grant") && log.contains("shrinking=true"),
-        "no shrink reached the worker:\n{log}"
-    );
+    println!("{}", worker.log_text());
     let batch = items(3, 0.5);
     let (status, body) = post(
         &http,
