@@ -209,3 +209,61 @@ fn run_batch(session: &mut Session, batch: Vec<Job>, metrics: &Metrics) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tiny_model;
+
+    #[test]
+    fn reconfiguring_under_load_drops_and_corrupts_no_request() {
+        let dir = std::env::temp_dir().join(format!("reamer-executor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tiny.onnx");
+        std::fs::write(&path, tiny_model::encode(1)).unwrap();
+        let model = Arc::new(Model::load("tiny", 1, &path, None, 4).unwrap());
+        let cpus = affinity::allowed_cpus().unwrap();
+        let config = |threads, max_batch| Config {
+            threads,
+            cpus: cpus.clone(),
+            max_batch,
+            batch_delay: Duration::from_micros(200),
+        };
+        let executor = Executor::start(
+            model,
+            Arc::new(JobQueue::new(10_000)),
+            config(1, 1),
+            Arc::new(Metrics::new(Duration::from_secs(1))),
+        );
+        let mut answers = Vec::new();
+        for k in 0..600 {
+            // Threads 1 -> 3 -> 2 -> 1 and batches 1 -> 4 -> 2 while requests keep coming.
+            if k % 150 == 0 {
+                let step = k / 150;
+                executor.reconfigure(config([1, 3, 2, 1][step], [1, 4, 2, 4][step]));
+            }
+            let x: [f32; 4] = std::array::from_fn(|i| (k * 4 + i) as f32 / 100.0 - 1.0);
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            executor
+                .queue()
+                .push(Job {
+                    input: x.to_vec(),
+                    items: 1,
+                    enqueued: Instant::now(),
+                    reply,
+                })
+                .unwrap();
+            answers.push((x, answer));
+        }
+        executor.shutdown();
+        for (x, answer) in answers {
+            let (version, items) = answer.blocking_recv().expect("a request was dropped").unwrap();
+            assert_eq!(version, 1);
+            let want = tiny_model::expected(1, &x);
+            for (got, want) in items[0][0].iter().zip(want) {
+                assert!((got - want).abs() < 1e-4, "{x:?}: {got} != {want}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
