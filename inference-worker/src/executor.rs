@@ -257,7 +257,10 @@ mod tests {
         }
         executor.shutdown();
         for (x, answer) in answers {
-            let (version, items) = answer.blocking_recv().expect("a request was dropped").unwrap();
+            let (version, items) = answer
+                .blocking_recv()
+                .expect("a request was dropped")
+                .unwrap();
             assert_eq!(version, 1);
             let want = tiny_model::expected(1, &x);
             for (got, want) in items[0][0].iter().zip(want) {

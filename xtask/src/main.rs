@@ -176,14 +176,34 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 (worker_reps, worker_runs)
             };
-            let command = if quick {
-                "cargo xtask bench --quick".to_owned()
-            } else {
-                format!(
-                    "cargo xtask bench --rounds {rounds} --seconds {seconds} --bursts {bursts} \
-                     --worker-reps {worker_reps} --worker-runs {worker_runs}"
-                )
-            };
+            // The command that reproduces this run, with only the options that mattered to it.
+            let mut command = "cargo xtask bench".to_owned();
+            if quick {
+                command.push_str(" --quick");
+            }
+            let names: Vec<&str> = [
+                (Section::Sensor, "sensor"),
+                (Section::Reaction, "reaction"),
+                (Section::Worker, "worker"),
+            ]
+            .iter()
+            .filter(|(section, _)| only.contains(section))
+            .map(|(_, name)| *name)
+            .collect();
+            if names.len() < 3 {
+                command.push_str(&format!(" --only {}", names.join(",")));
+            }
+            if !quick && only.contains(&Section::Sensor) {
+                command.push_str(&format!(" --rounds {rounds} --seconds {seconds}"));
+            }
+            if !quick && only.contains(&Section::Reaction) {
+                command.push_str(&format!(" --bursts {bursts}"));
+            }
+            if !quick && only.contains(&Section::Worker) {
+                command.push_str(&format!(
+                    " --worker-reps {worker_reps} --worker-runs {worker_runs}"
+                ));
+            }
             let machine = docs::machine_description();
             let mut body = serde_json::json!({"machine": machine});
             let mut sections = Vec::new();
