@@ -74,22 +74,22 @@ pub fn cargo_test(args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the enforcer, the inference worker and the workload binaries in release mode.
+/// Builds the binaries the demo, the tests and the benchmarks run: the enforcer, the inference
+/// worker and the workload generators.
+pub fn build_bins(release: bool) -> anyhow::Result<()> {
+    let mut args = vec!["build", "--bins"];
+    if release {
+        args.push("--release");
+    }
+    for package in ["enforcer", "reamer-tests", "inference-worker"] {
+        args.extend(["-p", package]);
+    }
+    cargo(&args, &[])
+}
+
+/// `build_bins` in release mode.
 pub fn build_release() -> anyhow::Result<()> {
-    cargo(
-        &[
-            "build",
-            "--release",
-            "--bins",
-            "-p",
-            "enforcer",
-            "-p",
-            "reamer-tests",
-            "-p",
-            "inference-worker",
-        ],
-        &[],
-    )
+    build_bins(true)
 }
 
 /// A release binary of the workspace.

@@ -126,19 +126,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bootstrap::ensure()?;
             models::ensure_models()?;
             // The integration tests run the enforcer, worker and workload binaries built beside them.
-            cargo::cargo(
-                &[
-                    "build",
-                    "--bins",
-                    "-p",
-                    "enforcer",
-                    "-p",
-                    "reamer-tests",
-                    "-p",
-                    "inference-worker",
-                ],
-                &[],
-            )?;
+            cargo::build_bins(false)?;
             // One test at a time: the privileged tests measure scheduling on a shared machine.
             let mut test_args = vec!["--", "--test-threads=1"];
             test_args.extend(args.iter().map(String::as_str));
