@@ -85,131 +85,133 @@ impl Metrics {
     }
 
     pub fn render(&self, gauges: &Gauges) -> String {
-        let mut out = String::new();
         let hist = self.latency_histogram();
         let seconds = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| ns as f64 / 1e9);
-        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+        let count = |c: &AtomicU64| c.load(Relaxed) as f64;
+        // Name, type, help, value: one row per metric.
+        let rows: [(&str, &str, &str, f64); 19] = [
+            (
+                "reamer_worker_requests_ok_total",
+                "counter",
+                "Inference requests answered with outputs.",
+                count(&self.ok),
+            ),
+            (
+                "reamer_worker_requests_within_slo_total",
+                "counter",
+                "Requests answered within the latency SLO.",
+                count(&self.within_slo),
+            ),
+            (
+                "reamer_worker_requests_rejected_total",
+                "counter",
+                "Requests refused with 429 because the queue was full.",
+                count(&self.rejected),
+            ),
+            (
+                "reamer_worker_requests_bad_total",
+                "counter",
+                "Requests refused for bad input (4xx).",
+                count(&self.bad_request),
+            ),
+            (
+                "reamer_worker_requests_failed_total",
+                "counter",
+                "Requests whose inference failed (500).",
+                count(&self.failed),
+            ),
+            (
+                "reamer_worker_slo_seconds",
+                "gauge",
+                "The latency SLO.",
+                self.slo.as_secs_f64(),
+            ),
+            (
+                "reamer_worker_slo_attainment_ratio",
+                "gauge",
+                "Share of requests (overload refusals and failures included) answered within the SLO.",
+                self.slo_attainment_pct().map_or(f64::NAN, |p| p / 100.0),
+            ),
+            (
+                "reamer_worker_latency_p50_seconds",
+                "gauge",
+                "Median request latency since start.",
+                seconds(percentile(&hist, 0.5)),
+            ),
+            (
+                "reamer_worker_latency_p99_seconds",
+                "gauge",
+                "99th percentile request latency since start.",
+                seconds(percentile(&hist, 0.99)),
+            ),
+            (
+                "reamer_worker_batches_total",
+                "counter",
+                "Batches run.",
+                count(&self.batches),
+            ),
+            (
+                "reamer_worker_inferences_total",
+                "counter",
+                "Items inferred (the sum of batch sizes).",
+                count(&self.batch_items),
+            ),
+            (
+                "reamer_worker_model_reloads_total",
+                "counter",
+                "Model files swapped in while serving.",
+                count(&self.reloads),
+            ),
+            (
+                "reamer_worker_model_reload_failures_total",
+                "counter",
+                "New model files that could not be loaded (the old model kept serving).",
+                count(&self.reload_failures),
+            ),
+            (
+                "reamer_worker_model_version",
+                "gauge",
+                "Version of the model serving now (1 at start, +1 per reload).",
+                gauges.model_version as f64,
+            ),
+            (
+                "reamer_worker_queue_items",
+                "gauge",
+                "Items waiting in the request queue.",
+                gauges.queue_items as f64,
+            ),
+            (
+                "reamer_worker_threads",
+                "gauge",
+                "Inference threads running.",
+                gauges.threads as f64,
+            ),
+            (
+                "reamer_worker_granted_cpus",
+                "gauge",
+                "CPUs granted to this worker.",
+                gauges.cpus as f64,
+            ),
+            (
+                "reamer_worker_max_batch",
+                "gauge",
+                "Largest batch the dynamic batcher forms now.",
+                gauges.max_batch as f64,
+            ),
+            (
+                "reamer_worker_batch_delay_seconds",
+                "gauge",
+                "Longest time the batcher holds a request to fill a batch.",
+                gauges.batch_delay.as_secs_f64(),
+            ),
+        ];
+        let mut out = String::new();
+        for (name, kind, help, value) in rows {
             let _ = writeln!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
-        };
-        metric(
-            "reamer_worker_requests_ok_total",
-            "counter",
-            "Inference requests answered with outputs.",
-            self.ok.load(Relaxed).to_string(),
-        );
-        metric(
-            "reamer_worker_requests_within_slo_total",
-            "counter",
-            "Requests answered within the latency SLO.",
-            self.within_slo.load(Relaxed).to_string(),
-        );
-        metric(
-            "reamer_worker_requests_rejected_total",
-            "counter",
-            "Requests refused with 429 because the queue was full.",
-            self.rejected.load(Relaxed).to_string(),
-        );
-        metric(
-            "reamer_worker_requests_bad_total",
-            "counter",
-            "Requests refused for bad input (4xx).",
-            self.bad_request.load(Relaxed).to_string(),
-        );
-        metric(
-            "reamer_worker_requests_failed_total",
-            "counter",
-            "Requests whose inference failed (500).",
-            self.failed.load(Relaxed).to_string(),
-        );
-        metric(
-            "reamer_worker_slo_seconds",
-            "gauge",
-            "The latency SLO.",
-            self.slo.as_secs_f64().to_string(),
-        );
-        metric(
-            "reamer_worker_slo_attainment_ratio",
-            "gauge",
-            "Share of requests (overload refusals and failures included) answered within the SLO.",
-            self.slo_attainment_pct()
-                .map_or(f64::NAN, |p| p / 100.0)
-                .to_string(),
-        );
-        metric(
-            "reamer_worker_latency_p50_seconds",
-            "gauge",
-            "Median request latency since start.",
-            seconds(percentile(&hist, 0.5)).to_string(),
-        );
-        metric(
-            "reamer_worker_latency_p99_seconds",
-            "gauge",
-            "99th percentile request latency since start.",
-            seconds(percentile(&hist, 0.99)).to_string(),
-        );
-        metric(
-            "reamer_worker_batches_total",
-            "counter",
-            "Batches run.",
-            self.batches.load(Relaxed).to_string(),
-        );
-        metric(
-            "reamer_worker_inferences_total",
-            "counter",
-            "Items inferred (the sum of batch sizes).",
-            self.batch_items.load(Relaxed).to_string(),
-        );
-        metric(
-            "reamer_worker_model_reloads_total",
-            "counter",
-            "Model files swapped in while serving.",
-            self.reloads.load(Relaxed).to_string(),
-        );
-        metric(
-            "reamer_worker_model_reload_failures_total",
-            "counter",
-            "New model files that could not be loaded (the old model kept serving).",
-            self.reload_failures.load(Relaxed).to_string(),
-        );
-        metric(
-            "reamer_worker_model_version",
-            "gauge",
-            "Version of the model serving now (1 at start, +1 per reload).",
-            gauges.model_version.to_string(),
-        );
-        metric(
-            "reamer_worker_queue_items",
-            "gauge",
-            "Items waiting in the request queue.",
-            gauges.queue_items.to_string(),
-        );
-        metric(
-            "reamer_worker_threads",
-            "gauge",
-            "Inference threads running.",
-            gauges.threads.to_string(),
-        );
-        metric(
-            "reamer_worker_granted_cpus",
-            "gauge",
-            "CPUs granted to this worker.",
-            gauges.cpus.to_string(),
-        );
-        metric(
-            "reamer_worker_max_batch",
-            "gauge",
-            "Largest batch the dynamic batcher forms now.",
-            gauges.max_batch.to_string(),
-        );
-        metric(
-            "reamer_worker_batch_delay_seconds",
-            "gauge",
-            "Longest time the batcher holds a request to fill a batch.",
-            gauges.batch_delay.as_secs_f64().to_string(),
-        );
+        }
         out
     }
 }

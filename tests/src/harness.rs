@@ -233,3 +233,14 @@ pub fn wait_ok(mut child: Child, what: &str) {
         }
     }
 }
+
+/// Removes what a test's instance left in the cgroup hierarchies (its processes gone by now):
+/// the pool's cgroup, the instance's, and the `reamer` parent once empty.
+pub fn remove_test_cgroups(instance: &str, pool: &str) {
+    for controller in ["cpu", "cpuset", "freezer"] {
+        let base = format!("/sys/fs/cgroup/{controller}/reamer");
+        let _ = std::fs::remove_dir(format!("{base}/{instance}/{pool}"));
+        let _ = std::fs::remove_dir(format!("{base}/{instance}"));
+        let _ = std::fs::remove_dir(&base);
+    }
+}

@@ -31,6 +31,14 @@ pub fn scratch(test: &str) -> PathBuf {
     dir
 }
 
+/// A scratch directory for `test` holding the tiny model of version 1: (directory, model).
+pub fn scratch_with_tiny_model(test: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch(test);
+    let model = dir.join("tiny.onnx");
+    write_tiny_model(&model, 1);
+    (dir, model)
+}
+
 /// Writes the tiny model of `version` to `path` (see inference-worker's tiny_model).
 pub fn write_tiny_model(path: &Path, version: u32) {
     let status = Command::new(worker_bin())
@@ -64,6 +72,13 @@ impl OnlineWorker {
     /// `inference-worker online --listen 127.0.0.1:0 ARGS…`, waiting for its address.
     pub fn start(args: &[&str], log: PathBuf) -> Self {
         Self::start_with(Command::new(worker_bin()), args, log)
+    }
+
+    /// Serves `model` with ARGS, logging to DIR/worker.log.
+    pub fn serve(dir: &Path, model: &Path, args: &[&str]) -> Self {
+        let mut all = vec!["--model", model.to_str().expect("utf-8 path")];
+        all.extend_from_slice(args);
+        Self::start(&all, dir.join("worker.log"))
     }
 
     /// As `start`, with a prepared command (an `enforcer launch … --` prefix, say).

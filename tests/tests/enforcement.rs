@@ -4,7 +4,7 @@
 
 use std::{process::Command, time::Duration};
 
-use reamer_tests::harness::{Daemon, privileged, u64_of, wait_ok};
+use reamer_tests::harness::{Daemon, privileged, remove_test_cgroups, u64_of, wait_ok};
 
 const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
@@ -23,16 +23,6 @@ fn cgroup_of(pid: u32, controller: &str) -> String {
                 .then(|| path.to_owned())
         })
         .unwrap_or_default()
-}
-
-/// Removes what a test's instance left in the cgroup hierarchies (processes gone by now).
-fn remove_test_cgroups(instance: &str) {
-    for controller in ["cpu", "cpuset", "freezer"] {
-        let base = format!("/sys/fs/cgroup/{controller}/reamer");
-        let _ = std::fs::remove_dir(format!("{base}/{instance}/batch"));
-        let _ = std::fs::remove_dir(format!("{base}/{instance}"));
-        let _ = std::fs::remove_dir(&base);
-    }
 }
 
 fn online_cpus() -> String {
@@ -128,7 +118,7 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     let mut hog = hog;
     let _ = hog.kill();
     let _ = hog.wait();
-    remove_test_cgroups(instance);
+    remove_test_cgroups(instance, "batch");
 }
 
 fn steps_per_s(output: std::process::Output) -> f64 {
@@ -191,7 +181,7 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
         wait_ok(hog, "cpu-hog (pool)");
         daemon.stop();
     }
-    remove_test_cgroups(instance);
+    remove_test_cgroups(instance, "batch");
     let base = median(alone.clone());
     let slowdown = |arm: &[f64]| (1.0 - median(arm.to_vec()) / base) * 100.0;
     let (unmanaged_pct, enforced_pct) = (slowdown(&unmanaged), slowdown(&enforced));
@@ -299,7 +289,7 @@ fn a_training_job_that_exits_frees_its_cores() {
         std::thread::sleep(Duration::from_millis(100));
     }
     daemon.stop();
-    remove_test_cgroups(instance);
+    remove_test_cgroups(instance, "batch");
 }
 
 #[test]
@@ -330,7 +320,7 @@ fn a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on() {
     }
     let log = daemon.stop();
     assert!(log.contains("sensor detached, pins removed"), "{log}");
-    remove_test_cgroups(instance);
+    remove_test_cgroups(instance, "batch");
 }
 
 const GRANT_CLIENT: &str = env!("CARGO_BIN_EXE_grant-client");
@@ -401,5 +391,5 @@ fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
         "cores did not come back after training left: {grants:?}"
     );
     daemon.stop();
-    remove_test_cgroups(instance);
+    remove_test_cgroups(instance, "batch");
 }

@@ -14,10 +14,10 @@ use std::{
 };
 
 use reamer_tests::{
-    harness::{Daemon, privileged, wait_ok},
+    harness::{Daemon, privileged, remove_test_cgroups, wait_ok},
     worker::{
-        OnlineWorker, agent, check_tiny_answer, get, metric, post, scratch, tiny_expected,
-        tiny_request, worker_bin, write_tiny_model,
+        OnlineWorker, agent, check_tiny_answer, get, metric, post, scratch,
+        scratch_with_tiny_model, tiny_expected, tiny_request, worker_bin, write_tiny_model,
     },
 };
 use serde_json::Value;
@@ -32,20 +32,8 @@ fn items(n: usize, seed: f32) -> Vec<[f32; 4]> {
 
 #[test]
 fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
-    let dir = scratch("kserve");
-    let model = dir.join("tiny.onnx");
-    write_tiny_model(&model, 1);
-    let worker = OnlineWorker::start(
-        &[
-            "--model",
-            model.to_str().unwrap(),
-            "--max-body-bytes",
-            "4096",
-            "--cpus",
-            "0",
-        ],
-        dir.join("worker.log"),
-    );
+    let (dir, model) = scratch_with_tiny_model("kserve");
+    let worker = OnlineWorker::serve(&dir, &model, &["--max-body-bytes", "4096", "--cpus", "0"]);
     let http = agent();
     let url = |path: &str| format!("{}{path}", worker.base);
     assert_eq!(get(&http, &url("/v2/health/live")).0, 200);
@@ -165,19 +153,11 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[test]
 fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
-    let dir = scratch("overload");
-    let model = dir.join("tiny.onnx");
-    write_tiny_model(&model, 1);
-    let worker = OnlineWorker::start(
-        &[
-            "--model",
-            model.to_str().unwrap(),
-            "--max-concurrent-bodies",
-            "1",
-            "--cpus",
-            "0",
-        ],
-        dir.join("worker.log"),
+    let (dir, model) = scratch_with_tiny_model("overload");
+    let worker = OnlineWorker::serve(
+        &dir,
+        &model,
+        &["--max-concurrent-bodies", "1", "--cpus", "0"],
     );
     let pid = worker.child.id();
     let http = agent();
@@ -240,13 +220,8 @@ fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
 
 #[test]
 fn a_new_model_file_is_swapped_in_without_dropping_a_request() {
-    let dir = scratch("reload");
-    let model = dir.join("tiny.onnx");
-    write_tiny_model(&model, 1);
-    let worker = OnlineWorker::start(
-        &["--model", model.to_str().unwrap(), "--reload-poll-ms", "50"],
-        dir.join("worker.log"),
-    );
+    let (dir, model) = scratch_with_tiny_model("reload");
+    let worker = OnlineWorker::serve(&dir, &model, &["--reload-poll-ms", "50"]);
     let infer = format!("{}/v2/models/tiny/infer", worker.base);
     let stop = Arc::new(AtomicBool::new(false));
     // Two clients send requests back to back the whole time.
@@ -400,9 +375,7 @@ fn check_results(job: &std::path::Path, lines: usize) {
 
 #[test]
 fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
-    let dir = scratch("offline-kill");
-    let model = dir.join("tiny.onnx");
-    write_tiny_model(&model, 1);
+    let (dir, model) = scratch_with_tiny_model("offline-kill");
     let job = dir.join("job");
     let lines = 200_000;
     let status = Command::new(worker_bin())
@@ -489,9 +462,7 @@ fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
 
 #[test]
 fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouched() {
-    let dir = scratch("offline-bad");
-    let model = dir.join("tiny.onnx");
-    write_tiny_model(&model, 1);
+    let (dir, model) = scratch_with_tiny_model("offline-bad");
     let job = dir.join("job");
     std::fs::create_dir_all(&job).unwrap();
     std::fs::write(
@@ -571,9 +542,7 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
     let config = "[[pool]]\nname = \"serve\"\nkind = \"offline\"\n\
                   [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
     let daemon = Daemon::start(instance, config);
-    let dir = scratch("worker-grants");
-    let model = dir.join("tiny.onnx");
-    write_tiny_model(&model, 1);
+    let (dir, model) = scratch_with_tiny_model("worker-grants");
     let mut launch = Command::new(reamer_tests::harness::enforcer_bin());
     launch
         .args(["launch", "--pool", "serve", "--instance", instance, "--"])
@@ -618,12 +587,7 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
     check_tiny_answer(&body, &batch);
     assert!(worker.stop().success());
     daemon.stop();
-    for controller in ["cpu", "cpuset", "freezer"] {
-        let base = format!("/sys/fs/cgroup/{controller}/reamer");
-        let _ = std::fs::remove_dir(format!("{base}/{instance}/serve"));
-        let _ = std::fs::remove_dir(format!("{base}/{instance}"));
-        let _ = std::fs::remove_dir(&base);
-    }
+    remove_test_cgroups(instance, "serve");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -649,10 +613,10 @@ fn the_shipped_pp_ocr_classifier_serves_through_kserve() {
         return;
     };
     let dir = scratch("pp-ocr");
-    let worker = OnlineWorker::start(
+    let worker = OnlineWorker::serve(
+        &dir,
+        &model,
         &[
-            "--model",
-            model.to_str().unwrap(),
             "--name",
             "cls",
             "--input-shape",
@@ -664,7 +628,6 @@ fn the_shipped_pp_ocr_classifier_serves_through_kserve() {
             "--cpus",
             "0",
         ],
-        dir.join("worker.log"),
     );
     let http = agent();
     let (status, meta) = get(&http, &format!("{}/v2/models/cls", worker.base));

@@ -149,34 +149,35 @@ pub fn run(
         // Per batch size: the p50 of each repetition, per engine.
         let mut tract: Vec<Vec<(usize, f64)>> = Vec::new();
         let mut ort: Vec<Vec<(usize, f64)>> = Vec::new();
+        // Both engines take the same options; tract through its `bench` subcommand, ONNX
+        // Runtime through the script.
+        let engine_args = |runs: usize| {
+            let runs = runs.to_string();
+            [
+                "--model",
+                path,
+                "--input-shape",
+                model.input_shape,
+                "--batches",
+                BATCHES,
+                "--runs",
+                &runs,
+                "--cpu",
+                cpu,
+            ]
+            .map(str::to_owned)
+        };
         let tract_command = |runs: usize| {
             let mut command = Command::new(release_bin("inference-worker"));
             command
-                .args(["bench", "--model", path, "--input-shape", model.input_shape])
-                .args([
-                    "--batches",
-                    BATCHES,
-                    "--runs",
-                    &runs.to_string(),
-                    "--cpu",
-                    cpu,
-                ])
+                .arg("bench")
+                .args(engine_args(runs))
                 .env("RUST_LOG", "warn");
             command
         };
         let ort_command = |runs: usize| {
             let mut command = Command::new(&python);
-            command
-                .arg(&script)
-                .args(["--model", path, "--input-shape", model.input_shape])
-                .args([
-                    "--batches",
-                    BATCHES,
-                    "--runs",
-                    &runs.to_string(),
-                    "--cpu",
-                    cpu,
-                ]);
+            command.arg(&script).args(engine_args(runs));
             command
         };
         for rep in 0..repetitions {
