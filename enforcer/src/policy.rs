@@ -9,8 +9,9 @@
 //! - Cores go back only after the estimate has stayed below the reservation for
 //!   `give_back_after`, one core per period (hysteresis: the grants do not oscillate).
 //! - Online pools keep their guaranteed minimum of cores even against training; offline
-//!   pools get the rest. An offline pool left with no free core shares training's cores under
-//!   SCHED_IDLE (`cpu.idle`), where the kernel preempts it for training at every wakeup.
+//!   pools get the rest. An offline pool left with no free core shares every core under
+//!   SCHED_IDLE (`cpu.idle`), where the kernel preempts it for training or online inference
+//!   at every wakeup.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -227,22 +228,21 @@ impl Policy {
             .filter(|c| !self.training.contains(c))
             .collect();
         let mut pools = BTreeMap::new();
-        let mut online_cpus = BTreeSet::new();
         for pool in &self.pools {
             if let PoolKind::Online { min_cores } = pool.kind {
                 let take = min_cores.min(free.len());
                 let cpus: BTreeSet<u32> = free.drain(..take).flat_map(core_cpus).collect();
-                online_cpus.extend(cpus.iter().copied());
                 pools.insert(pool.name.clone(), cpus);
             }
         }
         let rest: BTreeSet<u32> = free.into_iter().flat_map(core_cpus).collect();
+        // With no free core left, offline shares every CPU under SCHED_IDLE: the kernel
+        // preempts it at once for any normal task's wakeup, training's or online inference's.
+        // Keeping it off the online pool's cores instead left most of those cores idle in the
+        // co-location benchmark (online used a quarter of its core; offline got about half the
+        // idle CPU).
         let offline = if rest.is_empty() {
-            self.topology
-                .cpus
-                .difference(&online_cpus)
-                .copied()
-                .collect()
+            self.topology.cpus.clone()
         } else {
             rest
         };
@@ -378,8 +378,15 @@ mod tests {
         );
         assert_eq!(allocation.pools["web"].len(), 1);
         assert!(allocation.pools["web"].is_disjoint(&allocation.training));
-        // No free core left: offline shares training's cores (it runs under cpu.idle).
-        assert_eq!(allocation.pools["batch"], allocation.training);
+        // No free core left: offline shares every core under cpu.idle, the online pool's too.
+        assert_eq!(
+            allocation.pools["batch"],
+            allocation
+                .training
+                .union(&allocation.pools["web"])
+                .copied()
+                .collect()
+        );
         // Contention on the online pool's own core cannot take it: the guarantee holds.
         let web_cpu = *allocation.pools["web"].iter().next().unwrap();
         assert!(policy.contended(MS, web_cpu).is_none());

@@ -9,6 +9,7 @@ use inference_worker::{
     executor::{Config, Executor},
     grants::{self, GrantSource},
     metrics::Metrics,
+    mlp_model,
     model::Model,
     offline, online,
     queue::JobQueue,
@@ -48,6 +49,21 @@ enum Command {
         /// Weight version: another version gives other weights with the same signature.
         #[arg(long, default_value_t = 1)]
         version: u32,
+    },
+    /// Write a synthetic MLP (x [N,inputs] → layers × width, ReLU → y [N,outputs]) to a file:
+    /// a CPU-bound model whose cost is set by width and depth while its input stays small.
+    MlpModel {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=65536))]
+        inputs: u32,
+        #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=8192))]
+        width: u32,
+        /// Hidden layers.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(0..=64))]
+        layers: u32,
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=65536))]
+        outputs: u32,
     },
     /// Write a job directory of random inputs for a model (fixed seed).
     MakeJob {
@@ -276,6 +292,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Offline(args) => run_offline(args),
         Command::TinyModel { out, version } => {
             std::fs::write(&out, tiny_model::encode(version))
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::MlpModel {
+            out,
+            inputs,
+            width,
+            layers,
+            outputs,
+        } => {
+            let shape = mlp_model::MlpShape {
+                inputs: inputs as usize,
+                width: width as usize,
+                layers: layers as usize,
+                outputs: outputs as usize,
+            };
+            std::fs::write(&out, mlp_model::encode(shape))
                 .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
             Ok(ExitCode::SUCCESS)
         }

@@ -5,17 +5,12 @@
 //! W[i][j] = version · (3i + j + 1) / 10 and b[j] = −j / 2. A new `version` gives new weights
 //! with the same signature: the hot-reload tests write one over the other.
 
-use prost::Message as _;
-use tract_onnx::pb::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, tensor_shape_proto::Dimension, tensor_shape_proto::dimension,
-    type_proto,
-};
+use tract_onnx::pb::GraphProto;
+
+use crate::onnx_build::{batch_dim, dim, encode_model, initializer, node, value_info};
 
 pub const INPUTS: usize = 4;
 pub const OUTPUTS: usize = 3;
-/// ONNX TensorProto.DataType for float32.
-const FLOAT: i32 = 1;
 
 /// W[i][j] of the model of `version`.
 pub fn weight(version: u32, i: usize, j: usize) -> f32 {
@@ -33,54 +28,6 @@ pub fn expected(version: u32, x: &[f32; INPUTS]) -> [f32; OUTPUTS] {
         let sum: f32 = (0..INPUTS).map(|i| x[i] * weight(version, i, j)).sum();
         (sum + bias(j)).max(0.0)
     })
-}
-
-fn value_info(name: &str, dims: &[Dimension]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.to_owned(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: FLOAT,
-                shape: Some(TensorShapeProto { dim: dims.to_vec() }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn dim(value: i64) -> Dimension {
-    Dimension {
-        value: Some(dimension::Value::DimValue(value)),
-        ..Default::default()
-    }
-}
-
-fn batch_dim() -> Dimension {
-    Dimension {
-        value: Some(dimension::Value::DimParam("N".to_owned())),
-        ..Default::default()
-    }
-}
-
-fn initializer(name: &str, dims: &[i64], values: Vec<f32>) -> TensorProto {
-    TensorProto {
-        name: name.to_owned(),
-        dims: dims.to_vec(),
-        data_type: FLOAT,
-        float_data: values,
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], output: &str) -> NodeProto {
-    NodeProto {
-        op_type: op.to_owned(),
-        name: output.to_owned(),
-        input: inputs.iter().map(|s| (*s).to_owned()).collect(),
-        output: vec![output.to_owned()],
-        ..Default::default()
-    }
 }
 
 /// The model of `version`, encoded as an ONNX file's bytes.
@@ -103,18 +50,11 @@ pub fn encode(version: u32) -> Vec<u8> {
         output: vec![value_info("y", &[batch_dim(), dim(OUTPUTS as i64)])],
         ..Default::default()
     };
-    ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        producer_name: "reamer inference-worker tiny-model".to_owned(),
-        model_version: i64::from(version),
-        graph: Some(graph),
-        ..Default::default()
-    }
-    .encode_to_vec()
+    encode_model(
+        graph,
+        "reamer inference-worker tiny-model",
+        i64::from(version),
+    )
 }
 
 #[cfg(test)]

@@ -95,6 +95,11 @@ impl Daemon {
         daemon
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn socket(&self) -> PathBuf {
         PathBuf::from(format!("/run/reamer/{}.sock", self.instance))
     }
@@ -237,10 +242,5 @@ pub fn wait_ok(mut child: Child, what: &str) {
 /// Removes what a test's instance left in the cgroup hierarchies (its processes gone by now):
 /// the pool's cgroup, the instance's, and the `reamer` parent once empty.
 pub fn remove_test_cgroups(instance: &str, pool: &str) {
-    for controller in ["cpu", "cpuset", "freezer"] {
-        let base = format!("/sys/fs/cgroup/{controller}/reamer");
-        let _ = std::fs::remove_dir(format!("{base}/{instance}/{pool}"));
-        let _ = std::fs::remove_dir(format!("{base}/{instance}"));
-        let _ = std::fs::remove_dir(&base);
-    }
+    crate::bench_cgroup::remove_groups(instance, &[pool]);
 }

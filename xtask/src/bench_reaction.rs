@@ -12,7 +12,10 @@ use anyhow::{Context as _, bail};
 use reamer_tests::harness::Daemon;
 use serde::Serialize;
 
-use crate::{cargo::release_bin, stats::median};
+use crate::{
+    cargo::release_bin,
+    stats::{median, quantile},
+};
 
 const INSTANCE: &str = "bench-reaction";
 const CONFIG: &str = "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n[policy]\n\
@@ -31,11 +34,6 @@ pub struct ReactionBench {
     pub ran_samples: usize,
     pub ran_p50_us: f64,
     pub ran_p99_us: f64,
-}
-
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 #[expect(

@@ -1,13 +1,17 @@
 //! reamer's developer tasks. `cargo xtask --help` lists them.
 
+mod bench_colocation;
 mod bench_reaction;
 mod bench_sensor;
 mod bench_worker;
 mod bootstrap;
 mod cargo;
+mod colocation_plot;
+mod colocation_report;
 mod demo;
 mod docs;
 mod models;
+mod progress_bar;
 mod stats;
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
@@ -30,6 +34,7 @@ enum Section {
     Sensor,
     Reaction,
     Worker,
+    Colocation,
 }
 
 #[derive(Subcommand)]
@@ -55,14 +60,26 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Benchmarks: the sensor's cost per event and its effect on context-switch-heavy
-    /// workloads, the enforcer's reaction time from kernel event to cgroup write (these two
-    /// need root), and the inference worker's latency against ONNX Runtime on the shipped
-    /// PP-OCR models; written to docs/benchmarks.md.
+    /// Benchmarks, written to docs/benchmarks.md: the sensor's cost per event and its effect
+    /// on context-switch-heavy workloads, the enforcer's reaction time from kernel event to
+    /// cgroup write, the inference worker's latency against ONNX Runtime on the shipped PP-OCR
+    /// models, and the co-location benchmark: training beside online and offline inference
+    /// under seven scenarios (alone, plain CFS, static partition, low shares, a 1 s
+    /// utilization poller, a PSI trigger, reamer). All but the worker's need root.
     Bench {
         /// The sections to run, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "sensor,reaction,worker")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "sensor,reaction,worker,colocation"
+        )]
         only: Vec<Section>,
+        /// Rounds of the co-location benchmark (each runs every scenario once).
+        #[arg(long, default_value_t = 12)]
+        colocation_rounds: usize,
+        /// Seconds of training per co-location window.
+        #[arg(long, default_value_t = 4.0)]
+        window: f64,
         /// Interleaved repetitions per engine in the worker section.
         #[arg(long, default_value_t = 3)]
         worker_reps: usize,
@@ -78,7 +95,8 @@ enum Task {
         /// Training bursts for the reaction measurement.
         #[arg(long, default_value_t = 60)]
         bursts: usize,
-        /// A short smoke run: 3 rounds of 1 s, 10 bursts; does not touch docs/benchmarks.md.
+        /// A short smoke run (3 rounds of 1 s, 10 bursts, 1 worker repetition, 3 co-location
+        /// rounds of 1.5 s windows); does not touch docs/benchmarks.md.
         #[arg(long)]
         quick: bool,
         /// Also write the figures as JSON to this file.
@@ -134,6 +152,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Task::Bench {
             only,
+            colocation_rounds,
+            window,
             worker_reps,
             worker_runs,
             rounds,
@@ -144,12 +164,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             no_docs,
         } => {
             bootstrap::ensure()?;
-            let kernel = only.contains(&Section::Sensor) || only.contains(&Section::Reaction);
-            if kernel && !cargo::is_root() {
+            let privileged = only.iter().any(|s| *s != Section::Worker);
+            if privileged && !cargo::is_root() {
                 anyhow::bail!(
-                    "the sensor and reaction benchmarks load eBPF programs: run them as root \
-                     (sudo -E cargo xtask bench), or only the worker's with --only worker"
+                    "the sensor, reaction and co-location benchmarks load eBPF programs and \
+                     write cgroups: run them as root (sudo -E cargo xtask bench), or only the \
+                     worker's with --only worker"
                 );
+            }
+            if !(window >= 1.0 && window.is_finite()) || colocation_rounds == 0 {
+                anyhow::bail!(
+                    "--window must be at least 1 second and --colocation-rounds at least 1"
+                );
+            }
+            if only.contains(&Section::Colocation) {
+                // The online inference there serves the PP-OCR classifier.
+                models::ensure_models()?;
             }
             cargo::build_release()?;
             let (rounds, seconds, hackbench_loops) = if quick {
@@ -164,6 +194,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 (worker_reps, worker_runs)
             };
+            let (colocation_rounds, window) = if quick {
+                (3, 1.5)
+            } else {
+                (colocation_rounds, window)
+            };
             // The command that reproduces this run, with only the options that mattered to it.
             let mut command = "cargo xtask bench".to_owned();
             if quick {
@@ -173,12 +208,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (Section::Sensor, "sensor"),
                 (Section::Reaction, "reaction"),
                 (Section::Worker, "worker"),
+                (Section::Colocation, "colocation"),
             ]
             .iter()
             .filter(|(section, _)| only.contains(section))
             .map(|(_, name)| *name)
             .collect();
-            if names.len() < 3 {
+            if names.len() < 4 {
                 command.push_str(&format!(" --only {}", names.join(",")));
             }
             if !quick && only.contains(&Section::Sensor) {
@@ -190,6 +226,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if !quick && only.contains(&Section::Worker) {
                 command.push_str(&format!(
                     " --worker-reps {worker_reps} --worker-runs {worker_runs}"
+                ));
+            }
+            if !quick && only.contains(&Section::Colocation) {
+                command.push_str(&format!(
+                    " --colocation-rounds {colocation_rounds} --window {window}"
                 ));
             }
             let machine = docs::machine_description();
@@ -218,6 +259,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     bench_worker::markdown(&worker, &command, &machine),
                 ));
                 body["worker"] = serde_json::to_value(&worker)?;
+            }
+            if only.contains(&Section::Colocation) {
+                let measured = bench_colocation::run(colocation_rounds, window, &progress)?;
+                let figures = colocation_report::figures(&measured);
+                // The plot goes beside benchmarks.md when the run updates it.
+                let plot = if quick || no_docs {
+                    cargo::workspace_root().join("target/bench/colocation.svg")
+                } else {
+                    cargo::workspace_root().join("docs/colocation.svg")
+                };
+                std::fs::write(
+                    &plot,
+                    colocation_plot::svg(&figures, &format!("reamer co-location: {machine}")),
+                )
+                .with_context(|| format!("writing {}", plot.display()))?;
+                eprintln!("[bench] plot written to {}", plot.display());
+                sections.push((
+                    "colocation",
+                    colocation_report::markdown(
+                        &figures,
+                        &measured,
+                        &command,
+                        &machine,
+                        "colocation.svg",
+                    ),
+                ));
+                body["scenarios"] = colocation_report::scenarios_json(&figures);
+                // Every window, for a second look at the figures.
+                body["colocation"] = serde_json::to_value(&measured)?;
             }
             for (_, section) in &sections {
                 println!("{section}");

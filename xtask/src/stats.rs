@@ -11,6 +11,15 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// The value at quantile `q` of `sorted` (nearest rank); NaN when empty.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
 pub fn min_max(values: &[f64]) -> (f64, f64) {
     values
         .iter()

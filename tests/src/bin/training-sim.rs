@@ -60,6 +60,8 @@ struct Report {
     step_ms_p50: f64,
     step_ms_p99: f64,
     step_ms_max: f64,
+    /// CPU time all its threads used, s: what training takes from the machine.
+    cpu_s: f64,
     /// Per-step times, ms, for paired comparisons.
     step_ms: Vec<f64>,
 }
@@ -70,6 +72,14 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     }
     let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
     sorted[index.min(sorted.len() - 1)]
+}
+
+fn process_cpu_seconds() -> f64 {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we own.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 fn main() {
@@ -140,6 +150,7 @@ fn main() {
         step_ms_p50: quantile(&sorted, 0.5),
         step_ms_p99: quantile(&sorted, 0.99),
         step_ms_max: sorted.last().copied().unwrap_or(0.0),
+        cpu_s: process_cpu_seconds(),
         step_ms,
     };
     if args.json {

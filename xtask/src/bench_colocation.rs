@@ -1,0 +1,636 @@
+//! The co-location benchmark: the training simulator beside online and offline inference,
+//! under seven scenarios, in short windows interleaved round by round.
+//!
+//! - Training: `training-sim`, one window's length, its seed fixed per round.
+//! - Online: `inference-worker online` serving the PP-OCR text-direction classifier (a real
+//!   model, ~6 ms per item here) under an open-loop Poisson load from `load-gen`, with an SLO.
+//!   One worker serves the whole run (its start-up profile takes seconds).
+//! - Offline: `inference-worker offline` over a job of a synthetic MLP (small inputs, ~0.5 ms
+//!   per item), started afresh in each window on a reset job.
+//!
+//! Every round runs each scenario once, in an order rotated by the round, so that the VM's
+//! drift spreads over all of them, and first measures offline inference alone (its
+//! inferences per CPU-second, the yardstick of "what the idle CPU allows"). Slowdowns are
+//! paired within a round: the same seed, minutes apart at most.
+
+use std::{
+    io::Read as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use reamer_tests::{
+    baseline_controllers::{self, Controller, process_jiffies},
+    bench_cgroup::{self, Group},
+    harness::Daemon,
+    worker::OnlineWorker,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    cargo::{release_bin, workspace_root},
+    colocation_report::{Scenario, Window},
+};
+
+const INSTANCE: &str = "bench-colo";
+/// The online SLO and load: about a quarter of one CPU of classifier work at this rate.
+pub const SLO_MS: f64 = 50.0;
+pub const ONLINE_RATE: f64 = 40.0;
+/// Koordinator's default CPU suppress threshold.
+const SUPPRESS_THRESHOLD: f64 = 0.65;
+/// Offline inference runs this long before training starts, so that training arrives on a
+/// machine already full of inference.
+const OFFLINE_LEAD: Duration = Duration::from_millis(600);
+/// The offline job: enough lines for the longest window at the fastest rate seen here
+/// (~3,600 items/s on 2 CPUs).
+const JOB_LINES: u64 = 60_000;
+/// Kernel clock ticks per second for /proc jiffies (USER_HZ, 100 on Linux).
+const JIFFIES_PER_S: f64 = 100.0;
+
+/// The training simulator's report (the fields the benchmark uses).
+#[derive(Deserialize)]
+struct TrainingReport {
+    steps_per_s: f64,
+    step_ms_p50: f64,
+    step_ms_p99: f64,
+    cpu_s: f64,
+    seconds: f64,
+}
+
+/// `load-gen`'s report.
+#[derive(Deserialize, Serialize, Debug, Clone)]
+pub struct LoadReport {
+    pub sent: u64,
+    pub within_slo: u64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+/// Files the benchmark generates once: the offline model and job, the online request.
+struct Inputs {
+    classifier: PathBuf,
+    request: PathBuf,
+    mlp: PathBuf,
+    job: PathBuf,
+}
+
+fn worker_bin() -> PathBuf {
+    release_bin("inference-worker")
+}
+
+fn run_ok(command: &mut Command, what: &str) -> anyhow::Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+fn prepare_inputs() -> anyhow::Result<Inputs> {
+    let root = workspace_root();
+    let dir = root.join("target/bench/colocation");
+    std::fs::create_dir_all(&dir)?;
+    let classifier = root.join("target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+    if !classifier.exists() {
+        bail!(
+            "{} is missing: the bench fetches it first",
+            classifier.display()
+        );
+    }
+    // One 3×48×192 "image" (a horizontal gradient, normalized the way PP-OCR feeds it).
+    let request = dir.join("cls-request.json");
+    let item = 3 * 48 * 192;
+    let data: Vec<f32> = (0..item)
+        .map(|i| ((i % 192) as f32 / 191.0 - 0.5) / 0.5)
+        .collect();
+    std::fs::write(
+        &request,
+        serde_json::json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192],
+            "datatype": "FP32", "data": data}]})
+        .to_string(),
+    )?;
+    let mlp = dir.join("mlp-1024x8.onnx");
+    run_ok(
+        Command::new(worker_bin())
+            .args(["mlp-model", "--width", "1024", "--layers", "8", "--out"])
+            .arg(&mlp),
+        "inference-worker mlp-model",
+    )?;
+    let job = dir.join("job");
+    let lines = std::fs::read(job.join("inputs.jsonl"))
+        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+        .unwrap_or(0);
+    if lines != JOB_LINES {
+        let _ = std::fs::remove_dir_all(&job);
+        run_ok(
+            Command::new(worker_bin())
+                .args(["make-job", "--model"])
+                .arg(&mlp)
+                .arg("--dir")
+                .arg(&job)
+                .args(["--lines", &JOB_LINES.to_string(), "--seed", "1"]),
+            "inference-worker make-job",
+        )?;
+    }
+    Ok(Inputs {
+        classifier,
+        request,
+        mlp,
+        job,
+    })
+}
+
+fn cpu_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The upper half of the CPUs (at least one): where the static partition pins inference.
+fn upper_half_cpus(cpus: usize) -> String {
+    let first = cpus / 2;
+    if first + 1 >= cpus {
+        format!("{}", cpus - 1)
+    } else {
+        format!("{first}-{}", cpus - 1)
+    }
+}
+
+/// Lines in the job's results so far: items the offline worker finished.
+fn results_lines(job: &Path) -> u64 {
+    std::fs::read(job.join("results.jsonl"))
+        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+        .unwrap_or(0)
+}
+
+fn reset_job(job: &Path) {
+    let _ = std::fs::remove_file(job.join("results.jsonl"));
+    let _ = std::fs::remove_file(job.join("checkpoint.json"));
+}
+
+fn offline_args(inputs: &Inputs) -> Vec<String> {
+    vec![
+        "offline".into(),
+        "--model".into(),
+        inputs.mlp.display().to_string(),
+        "--job".into(),
+        inputs.job.display().to_string(),
+        "--batch".into(),
+        "8".into(),
+    ]
+}
+
+/// A child process that is killed and reaped when dropped, so that a failed window leaves no
+/// offline worker running behind it.
+struct Reaped(Child);
+
+impl Reaped {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn resident_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
+fn decision_log() -> PathBuf {
+    PathBuf::from(format!("/run/reamer/{INSTANCE}.decisions.jsonl"))
+}
+
+/// Event-to-cgroup-write latencies (µs) of the fast-path decisions in the daemon's log.
+fn fast_path_reactions_us() -> Vec<f64> {
+    std::fs::read_to_string(decision_log())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|d| d["trigger"] == "contended")
+        .filter_map(|d| d["event_to_write_ns"].as_u64())
+        .map(|ns| ns as f64 / 1e3)
+        .collect()
+}
+
+/// The persistent parts of a run: the online worker and the groups.
+struct Bench {
+    inputs: Inputs,
+    cpus: usize,
+    window: Duration,
+    online: OnlineWorker,
+    online_pid: u32,
+    online_group: Group,
+    offline_group: Group,
+    /// training's cgroup2 group, for PSI; None where no cgroup2 tree is mounted.
+    training_group: Option<PathBuf>,
+    /// How the baselines ran where that varies by host (the PSI controller's source).
+    notes: Vec<&'static str>,
+}
+
+/// How a window's scenario is held in place while it runs.
+enum Control {
+    None,
+    Daemon(Daemon),
+    Controller(Controller),
+}
+
+impl Bench {
+    fn start(window: Duration, progress: &dyn Fn(&str)) -> anyhow::Result<Self> {
+        let inputs = prepare_inputs()?;
+        progress("starting the online worker (PP-OCR cls; it profiles itself first)");
+        let log = workspace_root().join("target/bench/colocation/online-worker.log");
+        let online = OnlineWorker::start_with(
+            Command::new(worker_bin()),
+            &[
+                "--model",
+                inputs.classifier.to_str().context("utf-8 path")?,
+                "--name",
+                "cls",
+                "--input-shape",
+                "3,48,192",
+                "--max-batch",
+                "2",
+                "--slo-ms",
+                &SLO_MS.to_string(),
+            ],
+            log,
+        );
+        let online_pid = online.child.id();
+        let online_group = Group::ensure(INSTANCE, "online")?;
+        online_group.reset()?;
+        online_group.add_process(online_pid)?;
+        let offline_group = Group::ensure(INSTANCE, "offline")?;
+        offline_group.reset()?;
+        let training_group = bench_cgroup::unified_group(INSTANCE, "training").ok();
+        Ok(Self {
+            inputs,
+            cpus: cpu_count(),
+            window,
+            online,
+            online_pid,
+            online_group,
+            offline_group,
+            training_group,
+            notes: Vec::new(),
+        })
+    }
+
+    /// Offline inference alone on the machine for one window: its inferences per CPU-second.
+    fn calibrate_offline(&mut self) -> anyhow::Result<f64> {
+        self.reset_groups()?;
+        reset_job(&self.inputs.job);
+        let offline = self.spawn_offline(None)?;
+        std::thread::sleep(OFFLINE_LEAD);
+        let (items, jiffies) = (
+            results_lines(&self.inputs.job),
+            process_jiffies(offline.id()),
+        );
+        std::thread::sleep(self.window.min(Duration::from_secs(2)));
+        let items = results_lines(&self.inputs.job) - items;
+        let cpu_s = (process_jiffies(offline.id()) - jiffies) as f64 / JIFFIES_PER_S;
+        drop(offline);
+        if cpu_s <= 0.0 || items == 0 {
+            bail!("offline inference made no progress alone: is the job readable?");
+        }
+        Ok(items as f64 / cpu_s)
+    }
+
+    /// Starts the offline worker in its group, directly or through the daemon's launcher.
+    fn spawn_offline(&self, daemon: Option<&Daemon>) -> anyhow::Result<Reaped> {
+        let args = offline_args(&self.inputs);
+        let child = match daemon {
+            Some(daemon) => {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                Reaped(daemon.launch(
+                    "--pool",
+                    "offline",
+                    worker_bin().to_str().context("utf-8 path")?,
+                    &args,
+                ))
+            }
+            None => {
+                let child = Reaped(
+                    Command::new(worker_bin())
+                        .args(&args)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .context("spawning the offline worker")?,
+                );
+                self.offline_group.add_process(child.id())?;
+                child
+            }
+        };
+        Ok(child)
+    }
+
+    fn reset_groups(&mut self) -> anyhow::Result<()> {
+        // An enforcer that found a group empty at shutdown removed it.
+        self.online_group = Group::ensure(INSTANCE, "online")?;
+        self.offline_group = Group::ensure(INSTANCE, "offline")?;
+        self.online_group.reset()?;
+        self.offline_group.reset()?;
+        Ok(())
+    }
+
+    fn daemon_config(&self) -> String {
+        format!(
+            "[[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = {}\n\
+             pids = [{}]\n\n[[pool]]\nname = \"offline\"\nkind = \"offline\"\n",
+            SLO_MS as u64, self.online_pid
+        )
+    }
+
+    /// One window of `scenario`, with the seed of `round`.
+    fn window(&mut self, scenario: Scenario, round: usize) -> anyhow::Result<Window> {
+        self.reset_groups()?;
+        reset_job(&self.inputs.job);
+        let inference = scenario != Scenario::Alone;
+        match scenario {
+            Scenario::StaticPartition => {
+                let cpus = upper_half_cpus(self.cpus);
+                self.online_group.set_cpus(&cpus)?;
+                self.offline_group.set_cpus(&cpus)?;
+            }
+            Scenario::LowShares => {
+                // The smallest weight cgroup v1 takes (what Kubernetes gives best-effort pods).
+                self.online_group.set_shares(2)?;
+                self.offline_group.set_shares(2)?;
+            }
+            _ => {}
+        }
+        let daemon = if scenario == Scenario::Reamer {
+            let _ = std::fs::remove_file(decision_log());
+            Some(Daemon::start_bin(
+                &release_bin("enforcer"),
+                INSTANCE,
+                &self.daemon_config(),
+            ))
+        } else {
+            None
+        };
+        let offline = if inference {
+            Some(self.spawn_offline(daemon.as_ref())?)
+        } else {
+            None
+        };
+        let mut control = match (daemon, &offline, scenario) {
+            (Some(daemon), _, _) => Control::Daemon(daemon),
+            (None, Some(offline), Scenario::UtilizationPoller) => {
+                Control::Controller(baseline_controllers::utilization_poller(
+                    self.offline_group.clone(),
+                    offline.id(),
+                    self.cpus,
+                    SUPPRESS_THRESHOLD,
+                    Duration::from_secs(1),
+                ))
+            }
+            (None, Some(_), Scenario::PsiTrigger) => {
+                let group = self
+                    .training_group
+                    .as_ref()
+                    .context("the PSI scenario needs a cgroup2 tree for training's pressure")?;
+                Control::Controller(baseline_controllers::psi_trigger(
+                    group.join("cpu.pressure"),
+                    self.offline_group.clone(),
+                    Duration::from_millis(50),
+                    Duration::from_millis(500),
+                    Duration::from_secs(1),
+                ))
+            }
+            _ => Control::None,
+        };
+        if inference {
+            std::thread::sleep(OFFLINE_LEAD);
+        }
+
+        let seed = (round + 1).to_string();
+        let seconds = format!("{:.3}", self.window.as_secs_f64());
+        let sim = release_bin("training-sim");
+        let sim_args = ["--seconds", &seconds, "--json", "--seed", &seed];
+        let offline_items_before = results_lines(&self.inputs.job);
+        let online_jiffies = process_jiffies(self.online_pid);
+        let daemon_pid = match &control {
+            Control::Daemon(daemon) => Some(daemon.pid()),
+            _ => None,
+        };
+        let daemon_jiffies = daemon_pid.map(process_jiffies);
+        let steal_before = steal_jiffies();
+        let started = Instant::now();
+        let training = match &control {
+            Control::Daemon(daemon) => daemon.launch(
+                "--training",
+                "train",
+                sim.to_str().context("utf-8 path")?,
+                &sim_args,
+            ),
+            _ => Command::new(&sim)
+                .args(sim_args)
+                .stdout(Stdio::piped())
+                .spawn()
+                .context("spawning training-sim")?,
+        };
+        if let Some(group) = &self.training_group {
+            // Membership only: no controller, so scheduling is unchanged; PSI reads it.
+            let _ = std::fs::write(group.join("cgroup.procs"), training.id().to_string());
+        }
+        let load = inference
+            .then(|| {
+                Command::new(release_bin("load-gen"))
+                    .args([
+                        "--url",
+                        &format!("{}/v2/models/cls/infer", self.online.base),
+                    ])
+                    .arg("--body")
+                    .arg(&self.inputs.request)
+                    .args([
+                        "--rate",
+                        &ONLINE_RATE.to_string(),
+                        "--slo-ms",
+                        &SLO_MS.to_string(),
+                        "--seed",
+                        &seed,
+                        "--seconds",
+                        &format!("{:.3}", (self.window.as_secs_f64() - 0.3).max(0.5)),
+                    ])
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .context("spawning load-gen")
+            })
+            .transpose()?;
+        let output = training.wait_with_output()?;
+        let elapsed = started.elapsed().as_secs_f64();
+        let steal_after = steal_jiffies();
+        let steal_pct = (steal_after.0 - steal_before.0) as f64
+            / (steal_after.1 - steal_before.1).max(1) as f64
+            * 100.0;
+        let offline_items = results_lines(&self.inputs.job) - offline_items_before;
+        let online_cpu_s =
+            (process_jiffies(self.online_pid) - online_jiffies) as f64 / JIFFIES_PER_S;
+        let enforcer_cpu_pct = daemon_pid.zip(daemon_jiffies).map(|(pid, before)| {
+            (process_jiffies(pid) - before) as f64 / JIFFIES_PER_S / elapsed * 100.0
+        });
+        let enforcer_rss_mib = daemon_pid.and_then(resident_mib);
+        if !output.status.success() {
+            bail!(
+                "training-sim failed in scenario {} ({})",
+                scenario.name(),
+                output.status
+            );
+        }
+        let report: TrainingReport =
+            serde_json::from_slice(&output.stdout).context("reading training-sim's report")?;
+        let online = match load {
+            Some(mut load) => {
+                let mut text = String::new();
+                load.stdout
+                    .take()
+                    .context("load-gen stdout")?
+                    .read_to_string(&mut text)?;
+                load.wait()?;
+                Some(
+                    serde_json::from_str::<LoadReport>(&text)
+                        .with_context(|| format!("reading load-gen's report {text:?}"))?,
+                )
+            }
+            None => None,
+        };
+        drop(offline);
+        let (mut reaction_us, mut controller_cpu_pct) = (Vec::new(), None);
+        match std::mem::replace(&mut control, Control::None) {
+            Control::Daemon(daemon) => {
+                daemon.stop();
+                reaction_us = fast_path_reactions_us();
+            }
+            Control::Controller(controller) => {
+                let report = controller.stop(&self.offline_group)?;
+                // How long after training started the controller first tightened the quota.
+                reaction_us.extend(
+                    report
+                        .tightened_at
+                        .iter()
+                        .find(|t| **t >= started)
+                        .map(|t| t.duration_since(started).as_secs_f64() * 1e6),
+                );
+                controller_cpu_pct = Some(report.cpu_s / elapsed * 100.0);
+                if let Some(note) = report.note
+                    && !self.notes.contains(&note)
+                {
+                    self.notes.push(note);
+                }
+            }
+            Control::None => {}
+        }
+        Ok(Window {
+            scenario,
+            round,
+            steps_per_s: report.steps_per_s,
+            step_ms_p50: report.step_ms_p50,
+            step_ms_p99: report.step_ms_p99,
+            training_cpus: report.cpu_s / report.seconds,
+            online,
+            online_cpus: online_cpu_s / elapsed,
+            offline_items_per_s: inference.then(|| offline_items as f64 / elapsed),
+            reaction_us,
+            enforcer_cpu_pct: enforcer_cpu_pct.or(controller_cpu_pct),
+            enforcer_rss_mib,
+            steal_pct,
+        })
+    }
+
+    fn finish(self) {
+        let _ = self.online.stop();
+        bench_cgroup::remove_groups(INSTANCE, &["online", "offline", "training"]);
+    }
+}
+
+/// Everything one run measured.
+#[derive(Serialize)]
+pub struct Measured {
+    pub windows: Vec<Window>,
+    /// Per round: offline inferences per CPU-second, alone.
+    pub offline_per_cpu_s: Vec<f64>,
+    pub cpus: usize,
+    pub rounds: usize,
+    pub window_s: f64,
+    pub notes: Vec<&'static str>,
+}
+
+/// Steal and total jiffies of the whole machine (/proc/stat): time the hypervisor gave this
+/// VM's vCPUs to someone else. Measured idle here: about a fifth of the time.
+fn steal_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("cpu "))
+        .unwrap_or("")
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    (
+        fields.get(7).copied().unwrap_or(0),
+        fields.iter().take(8).sum(),
+    )
+}
+
+pub fn run(rounds: usize, window_s: f64, progress: &dyn Fn(&str)) -> anyhow::Result<Measured> {
+    let window = Duration::from_secs_f64(window_s);
+    let mut bench = Bench::start(window, progress)?;
+    let total = rounds * (Scenario::ALL.len() + 1);
+    let started = Instant::now();
+    let mut done = 0;
+    let mut windows = Vec::new();
+    let mut offline_per_cpu_s = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        for round in 0..rounds {
+            let bar = |done: usize, what: &str| {
+                crate::progress_bar::draw(
+                    done,
+                    total,
+                    started.elapsed(),
+                    &format!("round {}/{rounds}: {what}", round + 1),
+                );
+            };
+            bar(done, "offline alone");
+            offline_per_cpu_s.push(bench.calibrate_offline()?);
+            done += 1;
+            // Rotate the order every round: drift over the run hits every scenario alike.
+            for k in 0..Scenario::ALL.len() {
+                let scenario = Scenario::ALL[(k + round) % Scenario::ALL.len()];
+                bar(done, scenario.name());
+                windows.push(bench.window(scenario, round)?);
+                done += 1;
+            }
+        }
+        crate::progress_bar::finish(total, started.elapsed());
+        Ok(())
+    })();
+    let (cpus, notes) = (bench.cpus, bench.notes.clone());
+    bench.finish();
+    result?;
+    Ok(Measured {
+        windows,
+        offline_per_cpu_s,
+        cpus,
+        rounds,
+        window_s,
+        notes,
+    })
+}

@@ -1,0 +1,353 @@
+//! The co-location benchmark's figures: per scenario, from its windows, paired by round; and
+//! their JSON and Markdown forms.
+
+use serde::Serialize;
+
+use crate::{
+    bench_colocation::{LoadReport, Measured, ONLINE_RATE, SLO_MS},
+    stats::{bootstrap_median_ci, median, min_max, quantile},
+};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(into = "&'static str")]
+pub enum Scenario {
+    Alone,
+    PlainCfs,
+    StaticPartition,
+    LowShares,
+    UtilizationPoller,
+    PsiTrigger,
+    Reamer,
+}
+
+impl Scenario {
+    pub const ALL: [Self; 7] = [
+        Self::Alone,
+        Self::PlainCfs,
+        Self::StaticPartition,
+        Self::LowShares,
+        Self::UtilizationPoller,
+        Self::PsiTrigger,
+        Self::Reamer,
+    ];
+
+    /// The key in the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Alone => "alone",
+            Self::PlainCfs => "plain_cfs",
+            Self::StaticPartition => "static_partition",
+            Self::LowShares => "low_shares",
+            Self::UtilizationPoller => "utilization_poller_1s",
+            Self::PsiTrigger => "psi_trigger_500ms",
+            Self::Reamer => "reamer",
+        }
+    }
+
+    /// What it is, for the table and the plot.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Alone => "training alone",
+            Self::PlainCfs => "plain CFS",
+            Self::StaticPartition => "static partition",
+            Self::LowShares => "low shares",
+            Self::UtilizationPoller => "1 s util. poller",
+            Self::PsiTrigger => "PSI 500 ms",
+            Self::Reamer => "reamer",
+        }
+    }
+}
+
+impl From<Scenario> for &'static str {
+    fn from(scenario: Scenario) -> Self {
+        scenario.name()
+    }
+}
+
+/// What one window of one scenario measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    pub scenario: Scenario,
+    pub round: usize,
+    pub steps_per_s: f64,
+    pub step_ms_p50: f64,
+    pub step_ms_p99: f64,
+    /// CPUs training used on average.
+    pub training_cpus: f64,
+    pub online: Option<LoadReport>,
+    /// CPUs the online worker used on average.
+    pub online_cpus: f64,
+    pub offline_items_per_s: Option<f64>,
+    /// reamer: event to cgroup write of each fast-path decision; the reactive baselines: from
+    /// training's start to their first tightening.
+    pub reaction_us: Vec<f64>,
+    /// The enforcer daemon's, or a baseline controller thread's, CPU use, % of one CPU.
+    pub enforcer_cpu_pct: Option<f64>,
+    pub enforcer_rss_mib: Option<f64>,
+    /// Share of the machine's CPU time the hypervisor stole during the window, %.
+    pub steal_pct: f64,
+}
+
+/// The figures of one scenario. Fields that do not apply are null.
+#[derive(Debug, Serialize)]
+pub struct Figures {
+    pub training_steps_per_s: f64,
+    pub training_slowdown_pct: f64,
+    /// 95% bootstrap interval of the median paired slowdown.
+    pub training_slowdown_ci95_pct: [f64; 2],
+    /// The smallest and largest paired slowdown of a round.
+    pub training_slowdown_range_pct: [f64; 2],
+    pub training_step_ms_p50: f64,
+    pub training_step_ms_p99: f64,
+    pub online_slo_attainment_pct: Option<f64>,
+    pub online_requests_within_slo: Option<u64>,
+    pub online_p50_ms: Option<f64>,
+    pub online_p99_ms: Option<f64>,
+    pub offline_inferences_per_s: Option<f64>,
+    pub offline_idle_capacity_pct: Option<f64>,
+    pub reaction_us_p50: Option<f64>,
+    pub reaction_us_p99: Option<f64>,
+    pub reaction_samples: usize,
+    pub enforcer_cpu_pct: Option<f64>,
+    pub enforcer_rss_mib: Option<f64>,
+    /// CPU time stolen by the hypervisor during its windows, median %.
+    pub host_steal_pct: f64,
+    pub windows: usize,
+}
+
+fn some_median(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| median(values))
+}
+
+/// Every scenario's figures, in `Scenario::ALL` order.
+pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
+    let alone = |round: usize| {
+        measured
+            .windows
+            .iter()
+            .find(|w| w.scenario == Scenario::Alone && w.round == round)
+    };
+    Scenario::ALL
+        .iter()
+        .map(|&scenario| {
+            let windows: Vec<&Window> = measured
+                .windows
+                .iter()
+                .filter(|w| w.scenario == scenario)
+                .collect();
+            let of = |f: fn(&Window) -> f64| windows.iter().map(|w| f(w)).collect::<Vec<_>>();
+            // Paired with training alone in the same round (same seed).
+            let slowdowns: Vec<f64> = windows
+                .iter()
+                .filter_map(|w| {
+                    let base = alone(w.round)?;
+                    Some((1.0 - w.steps_per_s / base.steps_per_s) * 100.0)
+                })
+                .collect();
+            let (ci_low, ci_high) = bootstrap_median_ci(&slowdowns, 7);
+            let (low, high) = min_max(&slowdowns);
+            let loads: Vec<&LoadReport> =
+                windows.iter().filter_map(|w| w.online.as_ref()).collect();
+            let sent: u64 = loads.iter().map(|l| l.sent).sum();
+            let within: u64 = loads.iter().map(|l| l.within_slo).sum();
+            let p50s: Vec<f64> = loads.iter().filter_map(|l| l.p50_ms).collect();
+            let p99s: Vec<f64> = loads.iter().filter_map(|l| l.p99_ms).collect();
+            // Offline against what the CPU left idle by training (as it runs alone) and by
+            // online inference allows, at offline's own rate per CPU-second.
+            let capacity: Vec<f64> = windows
+                .iter()
+                .filter_map(|w| {
+                    let rate = w.offline_items_per_s?;
+                    let idle_cpus =
+                        measured.cpus as f64 - alone(w.round)?.training_cpus - w.online_cpus;
+                    let allowed = measured.offline_per_cpu_s.get(w.round)? * idle_cpus.max(0.0);
+                    (allowed > 0.0).then(|| rate / allowed * 100.0)
+                })
+                .collect();
+            let mut reactions: Vec<f64> =
+                windows.iter().flat_map(|w| w.reaction_us.clone()).collect();
+            reactions.sort_by(f64::total_cmp);
+            let enforcer_cpu: Vec<f64> =
+                windows.iter().filter_map(|w| w.enforcer_cpu_pct).collect();
+            let rss = windows
+                .iter()
+                .filter_map(|w| w.enforcer_rss_mib)
+                .reduce(f64::max);
+            let figures = Figures {
+                training_steps_per_s: median(&of(|w| w.steps_per_s)),
+                training_slowdown_pct: median(&slowdowns),
+                training_slowdown_ci95_pct: [ci_low, ci_high],
+                training_slowdown_range_pct: [low, high],
+                training_step_ms_p50: median(&of(|w| w.step_ms_p50)),
+                training_step_ms_p99: median(&of(|w| w.step_ms_p99)),
+                online_slo_attainment_pct: (sent > 0).then(|| within as f64 * 100.0 / sent as f64),
+                online_requests_within_slo: (sent > 0).then_some(within),
+                online_p50_ms: some_median(&p50s),
+                online_p99_ms: some_median(&p99s),
+                offline_inferences_per_s: some_median(
+                    &windows
+                        .iter()
+                        .filter_map(|w| w.offline_items_per_s)
+                        .collect::<Vec<_>>(),
+                ),
+                offline_idle_capacity_pct: some_median(&capacity),
+                reaction_us_p50: (!reactions.is_empty()).then(|| quantile(&reactions, 0.5)),
+                reaction_us_p99: (!reactions.is_empty()).then(|| quantile(&reactions, 0.99)),
+                reaction_samples: reactions.len(),
+                enforcer_cpu_pct: some_median(&enforcer_cpu),
+                enforcer_rss_mib: rss,
+                host_steal_pct: median(&of(|w| w.steal_pct)),
+                windows: windows.len(),
+            };
+            (scenario, figures)
+        })
+        .collect()
+}
+
+/// The JSON object `{"<scenario>": {...}}`.
+pub fn scenarios_json(figures: &[(Scenario, Figures)]) -> serde_json::Value {
+    serde_json::Value::Object(
+        figures
+            .iter()
+            .map(|(s, f)| {
+                (
+                    s.name().to_owned(),
+                    serde_json::to_value(f).expect("serialize"),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn cell(value: Option<f64>, digits: usize, unit: &str) -> String {
+    value.map_or("–".to_owned(), |v| format!("{v:.digits$}{unit}"))
+}
+
+fn find(figures: &[(Scenario, Figures)], scenario: Scenario) -> &Figures {
+    &figures
+        .iter()
+        .find(|(s, _)| *s == scenario)
+        .expect("every scenario")
+        .1
+}
+
+pub fn markdown(
+    figures: &[(Scenario, Figures)],
+    measured: &Measured,
+    command: &str,
+    machine: &str,
+    plot: &str,
+) -> String {
+    let mut out = format!(
+        "Command: `{command}`\n\nMachine: {machine}\n\n\
+         {} rounds of {} windows of {:.1} s (offline alone, then the seven scenarios in an order \
+         rotated every round); training-sim seeded by round; online: PP-OCR cls at {} \
+         requests/s (Poisson), SLO {} ms; offline: a 1024×8 MLP job, batch 8.\n\n\
+         ![co-location scenarios side by side]({plot})\n\n\
+         | scenario | training steps/s | training slowdown, median [95% CI] (range) | \
+         online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
+         reaction p50 / p99 | enforcer CPU / RSS | host steal |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+        measured.rounds,
+        Scenario::ALL.len() + 1,
+        measured.window_s,
+        ONLINE_RATE,
+        SLO_MS
+    );
+    for (scenario, f) in figures {
+        let slowdown = if *scenario == Scenario::Alone {
+            "(baseline)".to_owned()
+        } else {
+            format!(
+                "{:.1}% [{:.1}, {:.1}] ({:.1} to {:.1})",
+                f.training_slowdown_pct,
+                f.training_slowdown_ci95_pct[0],
+                f.training_slowdown_ci95_pct[1],
+                f.training_slowdown_range_pct[0],
+                f.training_slowdown_range_pct[1]
+            )
+        };
+        let reaction = match (f.reaction_us_p50, f.reaction_us_p99) {
+            (Some(p50), Some(p99)) if p99 >= 10_000.0 => {
+                format!("{:.0} / {:.0} ms", p50 / 1e3, p99 / 1e3)
+            }
+            (Some(p50), Some(p99)) => format!("{p50:.0} / {p99:.0} µs"),
+            _ => "–".to_owned(),
+        };
+        out.push_str(&format!(
+            "| {} | {:.1} | {slowdown} | {} | {} / {} | {} | {} | {reaction} | {} / {} | {:.0}% |\n",
+            scenario.label(),
+            f.training_steps_per_s,
+            cell(f.online_slo_attainment_pct, 1, "%"),
+            cell(f.online_p50_ms, 1, ""),
+            cell(f.online_p99_ms, 1, " ms"),
+            cell(f.offline_inferences_per_s, 0, ""),
+            cell(f.offline_idle_capacity_pct, 0, "%"),
+            cell(f.enforcer_cpu_pct, 1, "%"),
+            cell(f.enforcer_rss_mib, 0, " MiB"),
+            f.host_steal_pct,
+        ));
+    }
+    let faster_than_alone = figures
+        .iter()
+        .filter(|(s, f)| *s != Scenario::Alone && f.training_slowdown_pct < 0.0)
+        .count();
+    if faster_than_alone > 0 {
+        out.push_str(&format!(
+            "\nIn {faster_than_alone} of 6 scenarios training ran faster beside inference than \
+             alone (a negative slowdown): on this host the reference itself is not stable, see \
+             the host steal column.\n"
+        ));
+    }
+    for note in &measured.notes {
+        out.push_str(&format!("\nOn this host: {note}.\n"));
+    }
+    let reamer = find(figures, Scenario::Reamer);
+    let static_partition = find(figures, Scenario::StaticPartition);
+    let more_within = match (
+        reamer.online_requests_within_slo,
+        static_partition.online_requests_within_slo,
+    ) {
+        (Some(r), Some(s)) if s > 0 => Some((r as f64 / s as f64 - 1.0) * 100.0),
+        _ => None,
+    };
+    let verdict = |met: Option<bool>| match met {
+        Some(true) => "met",
+        Some(false) => "**missed**",
+        None => "not measured",
+    };
+    // Met only when the whole interval is within the target; missed when all of it is past.
+    let [ci_low, ci_high] = reamer.training_slowdown_ci95_pct;
+    let slowdown_verdict = if ci_high <= 1.0 {
+        "met"
+    } else if ci_low > 1.0 {
+        "**missed**"
+    } else {
+        "**not resolved**: the interval spans 1%"
+    };
+    let attainment_met = reamer.online_slo_attainment_pct.map(|a| a >= 99.0);
+    let more_met = more_within.map(|m| m >= 46.0);
+    let offline_met = reamer.offline_idle_capacity_pct.map(|c| c >= 90.0);
+    let reaction_met = reamer.reaction_us_p99.map(|p| p <= 500.0);
+    out.push_str(&format!(
+        "\nreamer against its targets:\n\n| target | anchor | reamer | |\n|---|---|---|---|\n\
+         | training slowdown ≤ 1% | Cloud Reamer 3.2% | {:.1}% [{:.1}, {:.1}] | {} |\n\
+         | online attainment ≥ 99% | | {} | {} |\n\
+         | ≥ 46% more requests within the SLO than the static partition | Cloud Reamer +46% | {} | {} |\n\
+         | offline ≥ 90% of the idle CPU | | {} | {} |\n\
+         | reaction p99 ≤ 500 µs | Koordinator 1 s | {} | {} |\n",
+        reamer.training_slowdown_pct,
+        reamer.training_slowdown_ci95_pct[0],
+        reamer.training_slowdown_ci95_pct[1],
+        slowdown_verdict,
+        cell(reamer.online_slo_attainment_pct, 1, "%"),
+        verdict(attainment_met),
+        more_within.map_or("–".to_owned(), |m| format!("{m:+.0}%")),
+        verdict(more_met),
+        cell(reamer.offline_idle_capacity_pct, 0, "%"),
+        verdict(offline_met),
+        cell(reamer.reaction_us_p99, 0, " µs"),
+        verdict(reaction_met),
+    ));
+    out
+}
