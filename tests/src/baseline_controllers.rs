@@ -22,7 +22,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::bench_cgroup::Group;
+use crate::{
+    bench_cgroup::Group,
+    proc_stats::{node_jiffies, process_jiffies},
+};
 
 /// What best effort keeps when throttled: a tenth of a CPU.
 pub const FLOOR_CPUS: f64 = 0.1;
@@ -87,43 +90,6 @@ fn thread_cpu_seconds() -> f64 {
     time.tv_sec as f64 + time.tv_nsec as f64 / 1e9
 }
 
-/// Busy and total jiffies of the whole node, from /proc/stat.
-fn node_jiffies() -> anyhow::Result<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("cpu "))
-        .ok_or_else(|| anyhow::anyhow!("/proc/stat has no cpu line"))?
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let total: u64 = fields.iter().take(8).sum();
-    // idle and iowait are the 4th and 5th fields.
-    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
-    Ok((total - idle, total))
-}
-
-/// Jiffies process `pid` has used (user + system, all its threads), from /proc/PID/stat;
-/// a process that is gone counts 0.
-pub fn process_jiffies(pid: u32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    // Fields after the command (which may hold spaces): state is field 3, utime 14, stime 15.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let parse = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    parse(11) + parse(12)
-}
-
 /// Koordinator-style CPU suppress: every `period`, best effort may use
 /// `cpus × threshold − (node busy − best effort's own use)` CPUs, at least `FLOOR_CPUS`.
 /// Koordinator's default threshold is 65%.
@@ -136,7 +102,7 @@ pub fn utilization_poller(
 ) -> Controller {
     spawn("util-poller", move |stop| {
         let mut tightened = Vec::new();
-        let (mut busy, mut total) = node_jiffies()?;
+        let mut node = node_jiffies()?;
         let mut best_effort = process_jiffies(offline_pid);
         let mut quota = f64::INFINITY;
         let mut next = Instant::now() + period;
@@ -147,18 +113,19 @@ pub fn utilization_poller(
                 continue;
             }
             next += period;
-            let (now_busy, now_total) = node_jiffies()?;
+            let now = node_jiffies()?;
             let now_best_effort = process_jiffies(offline_pid);
-            let elapsed = (now_total - total).max(1) as f64 / cpus as f64;
-            let others =
-                (now_busy - busy).saturating_sub(now_best_effort - best_effort) as f64 / elapsed;
+            let elapsed = (now.total - node.total).max(1) as f64 / cpus as f64;
+            let others = (now.busy - node.busy).saturating_sub(now_best_effort - best_effort)
+                as f64
+                / elapsed;
             let allowed = (cpus as f64 * threshold - others).max(FLOOR_CPUS);
             offline.set_quota(Some(allowed))?;
             if allowed < quota {
                 tightened.push(Instant::now());
             }
             quota = allowed;
-            (busy, total, best_effort) = (now_busy, now_total, now_best_effort);
+            (node, best_effort) = (now, now_best_effort);
         }
         Ok((tightened, None))
     })

@@ -8,9 +8,10 @@ use std::{
 };
 
 use reamer_tests::{
-    baseline_controllers::{FLOOR_CPUS, process_jiffies, utilization_poller},
+    baseline_controllers::{FLOOR_CPUS, utilization_poller},
     bench_cgroup::{Group, remove_groups},
     harness::privileged,
+    proc_stats::{JIFFIES_PER_S, process_jiffies},
 };
 
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
@@ -27,7 +28,7 @@ fn hog(threads: &str) -> Child {
 fn cpus_used(pid: u32, during: Duration) -> f64 {
     let before = process_jiffies(pid);
     std::thread::sleep(during);
-    (process_jiffies(pid) - before) as f64 / 100.0 / during.as_secs_f64()
+    (process_jiffies(pid) - before) as f64 / JIFFIES_PER_S / during.as_secs_f64()
 }
 
 #[test]

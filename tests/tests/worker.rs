@@ -15,6 +15,7 @@ use std::{
 
 use reamer_tests::{
     harness::{Daemon, privileged, remove_test_cgroups, wait_ok},
+    proc_stats::resident_kib,
     worker::{
         OnlineWorker, agent, check_tiny_answer, get, metric, post, scratch,
         scratch_with_tiny_model, tiny_expected, tiny_request, worker_bin, write_tiny_model,
@@ -137,18 +138,7 @@ fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("VmRSS:")?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap()
+    resident_kib(pid).expect("the worker is running")
 }
 
 #[test]

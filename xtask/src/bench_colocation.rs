@@ -22,9 +22,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use reamer_tests::{
-    baseline_controllers::{self, Controller, process_jiffies},
+    baseline_controllers::{self, Controller},
     bench_cgroup::{self, Group},
     harness::Daemon,
+    proc_stats::{JIFFIES_PER_S, node_jiffies, process_jiffies, resident_kib},
     worker::OnlineWorker,
 };
 use serde::{Deserialize, Serialize};
@@ -46,8 +47,6 @@ const OFFLINE_LEAD: Duration = Duration::from_millis(600);
 /// The offline job: enough lines for the longest window at the fastest rate seen here
 /// (~3,600 items/s on 2 CPUs).
 const JOB_LINES: u64 = 60_000;
-/// Kernel clock ticks per second for /proc jiffies (USER_HZ, 100 on Linux).
-const JIFFIES_PER_S: f64 = 100.0;
 
 /// The training simulator's report (the fields the benchmark uses).
 #[derive(Deserialize)]
@@ -199,19 +198,6 @@ impl Drop for Reaped {
     }
 }
 
-fn resident_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib / 1024.0)
-}
-
 fn decision_log() -> PathBuf {
     PathBuf::from(format!("/run/reamer/{INSTANCE}.decisions.jsonl"))
 }
@@ -234,7 +220,6 @@ struct Bench {
     cpus: usize,
     window: Duration,
     online: OnlineWorker,
-    online_pid: u32,
     online_group: Group,
     offline_group: Group,
     /// training's cgroup2 group, for PSI; None where no cgroup2 tree is mounted.
@@ -271,10 +256,9 @@ impl Bench {
             ],
             log,
         );
-        let online_pid = online.child.id();
         let online_group = Group::ensure(INSTANCE, "online")?;
         online_group.reset()?;
-        online_group.add_process(online_pid)?;
+        online_group.add_process(online.child.id())?;
         let offline_group = Group::ensure(INSTANCE, "offline")?;
         offline_group.reset()?;
         let training_group = bench_cgroup::unified_group(INSTANCE, "training").ok();
@@ -283,7 +267,6 @@ impl Bench {
             cpus: cpu_count(),
             window,
             online,
-            online_pid,
             online_group,
             offline_group,
             training_group,
@@ -353,7 +336,8 @@ impl Bench {
         format!(
             "[[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = {}\n\
              pids = [{}]\n\n[[pool]]\nname = \"offline\"\nkind = \"offline\"\n",
-            SLO_MS as u64, self.online_pid
+            SLO_MS as u64,
+            self.online.child.id()
         )
     }
 
@@ -425,13 +409,13 @@ impl Bench {
         let sim = release_bin("training-sim");
         let sim_args = ["--seconds", &seconds, "--json", "--seed", &seed];
         let offline_items_before = results_lines(&self.inputs.job);
-        let online_jiffies = process_jiffies(self.online_pid);
+        let online_jiffies = process_jiffies(self.online.child.id());
         let daemon_pid = match &control {
             Control::Daemon(daemon) => Some(daemon.pid()),
             _ => None,
         };
         let daemon_jiffies = daemon_pid.map(process_jiffies);
-        let steal_before = steal_jiffies();
+        let node_before = node_jiffies()?;
         let started = Instant::now();
         let training = match &control {
             Control::Daemon(daemon) => daemon.launch(
@@ -476,17 +460,20 @@ impl Bench {
             .transpose()?;
         let output = training.wait_with_output()?;
         let elapsed = started.elapsed().as_secs_f64();
-        let steal_after = steal_jiffies();
-        let steal_pct = (steal_after.0 - steal_before.0) as f64
-            / (steal_after.1 - steal_before.1).max(1) as f64
+        // The share of the machine's CPU time the hypervisor gave to other guests.
+        let node_after = node_jiffies()?;
+        let steal_pct = (node_after.steal - node_before.steal) as f64
+            / (node_after.total - node_before.total).max(1) as f64
             * 100.0;
         let offline_items = results_lines(&self.inputs.job) - offline_items_before;
         let online_cpu_s =
-            (process_jiffies(self.online_pid) - online_jiffies) as f64 / JIFFIES_PER_S;
+            (process_jiffies(self.online.child.id()) - online_jiffies) as f64 / JIFFIES_PER_S;
         let enforcer_cpu_pct = daemon_pid.zip(daemon_jiffies).map(|(pid, before)| {
             (process_jiffies(pid) - before) as f64 / JIFFIES_PER_S / elapsed * 100.0
         });
-        let enforcer_rss_mib = daemon_pid.and_then(resident_mib);
+        let enforcer_rss_mib = daemon_pid
+            .and_then(resident_kib)
+            .map(|kib| kib as f64 / 1024.0);
         if !output.status.success() {
             bail!(
                 "training-sim failed in scenario {} ({})",
@@ -570,24 +557,6 @@ pub struct Measured {
     pub rounds: usize,
     pub window_s: f64,
     pub notes: Vec<&'static str>,
-}
-
-/// Steal and total jiffies of the whole machine (/proc/stat): time the hypervisor gave this
-/// VM's vCPUs to someone else. Measured idle here: about a fifth of the time.
-fn steal_jiffies() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("cpu "))
-        .unwrap_or("")
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    (
-        fields.get(7).copied().unwrap_or(0),
-        fields.iter().take(8).sum(),
-    )
 }
 
 pub fn run(rounds: usize, window_s: f64, progress: &dyn Fn(&str)) -> anyhow::Result<Measured> {
