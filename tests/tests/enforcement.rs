@@ -121,10 +121,21 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     remove_test_cgroups(instance, "batch");
 }
 
-fn steps_per_s(output: std::process::Output) -> f64 {
+/// What one training-sim run reports: its step rate, and its threads' run-queue wait per
+/// CPU-second they used.
+struct TrainingRun {
+    steps_per_s: f64,
+    wait_per_cpu_s: f64,
+}
+
+fn training_run(output: std::process::Output) -> TrainingRun {
     assert!(output.status.success(), "training-sim failed");
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("report");
-    report["steps_per_s"].as_f64().expect("steps_per_s")
+    let field = |name: &str| report[name].as_f64().unwrap_or_else(|| panic!("no {name}"));
+    TrainingRun {
+        steps_per_s: field("steps_per_s"),
+        wait_per_cpu_s: field("runqueue_wait_s") / field("cpu_s").max(1e-3),
+    }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -132,9 +143,14 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// The same CPU-hungry work beside the training simulator: unmanaged (plain CFS) it slows
-/// training down; in an offline pool under the enforcer it must not. Rounds are interleaved
-/// so that the VM's drift hits every arm.
+/// The same CPU-hungry work beside the training simulator: unmanaged (plain CFS) it keeps
+/// training's threads waiting in the run queue; in an offline pool under the enforcer it must
+/// not. The assertion is on run-queue wait, not on step rate. The step rate here moves with
+/// the host (0-40% between runs), and a bound on it failed CI once at 8.1% against 8%. Even a
+/// hog under `chrt -i` (SCHED_IDLE, no cgroup) cut the step rate by 12% here while adding no
+/// run-queue wait and no steal: the two vCPUs interfere below the guest's scheduler, which no
+/// enforcer can prevent short of leaving a CPU idle. Rounds are interleaved so that drift hits
+/// every arm.
 #[test]
 fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
     let instance = "it-slowdown";
@@ -143,8 +159,8 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
     }
     let seconds = "2.5";
     let (mut alone, mut unmanaged, mut enforced) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..3 {
-        alone.push(steps_per_s(
+    for _ in 0..5 {
+        alone.push(training_run(
             Command::new(SIM)
                 .args(["--seconds", seconds, "--json"])
                 .output()
@@ -155,7 +171,7 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
             .args(["--threads", "2", "--seconds", "3"])
             .spawn()
             .unwrap();
-        unmanaged.push(steps_per_s(
+        unmanaged.push(training_run(
             Command::new(SIM)
                 .args(["--seconds", seconds, "--json"])
                 .output()
@@ -177,26 +193,35 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
             SIM,
             &["--seconds", seconds, "--json"],
         );
-        enforced.push(steps_per_s(sim.wait_with_output().unwrap()));
+        enforced.push(training_run(sim.wait_with_output().unwrap()));
         wait_ok(hog, "cpu-hog (pool)");
         daemon.stop();
     }
     remove_test_cgroups(instance, "batch");
-    let base = median(alone.clone());
-    let slowdown = |arm: &[f64]| (1.0 - median(arm.to_vec()) / base) * 100.0;
-    let (unmanaged_pct, enforced_pct) = (slowdown(&unmanaged), slowdown(&enforced));
+    let summary = |arm: &[TrainingRun]| {
+        (
+            median(arm.iter().map(|run| run.steps_per_s).collect()),
+            median(arm.iter().map(|run| run.wait_per_cpu_s).collect()),
+        )
+    };
+    let (alone, unmanaged, enforced) = (summary(&alone), summary(&unmanaged), summary(&enforced));
     println!(
-        "steps/s alone {alone:?}, unmanaged hog {unmanaged:?}, enforced {enforced:?}: \
-         slowdown unmanaged {unmanaged_pct:.1}%, enforced {enforced_pct:.1}%"
+        "median steps/s, run-queue wait per CPU-second: alone {alone:.3?}, \
+         unmanaged hog {unmanaged:.3?}, enforced {enforced:.3?}"
     );
-    // Bounds from runs here: unmanaged about 17%, enforced about 0% (the VM's noise is ~5%).
+    // Training's three threads share two CPUs, so it waits even alone (0.27-0.46 s per
+    // CPU-second here); what the hog adds is the excess over that. Runs here: unmanaged added
+    // 0.8-0.95, enforced 0.04-0.33.
+    let added = |arm: (f64, f64)| (arm.1 - alone.1).max(0.0);
     assert!(
-        enforced_pct < 8.0,
-        "training {enforced_pct:.1}% slower with the enforcer (bound 8%)"
+        added(unmanaged) > 0.2,
+        "the unmanaged hog added no run-queue wait to prevent: {unmanaged:?} vs alone {alone:?}"
     );
     assert!(
-        unmanaged_pct > enforced_pct + 5.0,
-        "no slowdown to prevent: unmanaged {unmanaged_pct:.1}% vs enforced {enforced_pct:.1}%"
+        added(enforced) < added(unmanaged) / 2.0,
+        "the enforcer left training waiting: {:.3} s per CPU-second added, unmanaged {:.3}",
+        added(enforced),
+        added(unmanaged)
     );
 }
 

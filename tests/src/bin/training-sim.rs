@@ -62,6 +62,10 @@ struct Report {
     step_ms_max: f64,
     /// CPU time all its threads used, s: what training takes from the machine.
     cpu_s: f64,
+    /// Time its threads spent runnable but waiting for a CPU, s (schedstat run_delay summed
+    /// over the threads). Unlike step time, the hypervisor's steal does not enter it: it is
+    /// the wait that co-located work on this kernel imposes, which the enforcer must prevent.
+    runqueue_wait_s: f64,
     /// Per-step times, ms, for paired comparisons.
     step_ms: Vec<f64>,
 }
@@ -80,6 +84,14 @@ fn process_cpu_seconds() -> f64 {
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// The calling thread's run-queue wait so far, s: field 2 of /proc/thread-self/schedstat.
+fn thread_runqueue_wait_seconds() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|text| text.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0.0, |ns| ns as f64 / 1e9)
 }
 
 fn main() {
@@ -105,9 +117,10 @@ fn main() {
                         // The launch thread publishes the last step before this barrier.
                         barrier.wait();
                         if last_step.load(Ordering::Acquire) == step {
-                            return;
+                            return thread_runqueue_wait_seconds();
                         }
                     }
+                    unreachable!("the step counter ran out")
                 })
                 .expect("spawn loader")
         })
@@ -137,8 +150,9 @@ fn main() {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let mut runqueue_wait_s = thread_runqueue_wait_seconds();
     for loader in loaders {
-        loader.join().expect("loader panicked");
+        runqueue_wait_s += loader.join().expect("loader panicked");
     }
 
     let mut sorted = step_ms.clone();
@@ -151,6 +165,7 @@ fn main() {
         step_ms_p99: quantile(&sorted, 0.99),
         step_ms_max: sorted.last().copied().unwrap_or(0.0),
         cpu_s: process_cpu_seconds(),
+        runqueue_wait_s,
         step_ms,
     };
     if args.json {
