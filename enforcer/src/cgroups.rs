@@ -123,6 +123,50 @@ impl PoolCgroup {
     }
 }
 
+/// The freezer of one pool's cgroup, for the GPU duty cycle: a handle of its own, so that the
+/// gating thread never waits on the enforcer's lock.
+pub struct PoolFreezer {
+    pub pool: String,
+    cgroup: Cgroup,
+}
+
+impl PoolFreezer {
+    /// The freezer of `reamer/<instance>/<pool>`, which `PoolCgroup::create_or_adopt` made.
+    pub fn open(instance: &str, pool: &str) -> Result<Self, CgroupError> {
+        let path = format!("reamer/{instance}/{pool}");
+        let cgroup = Cgroup::load(hierarchies::auto(), &path);
+        if cgroup.controller_of::<FreezerController>().is_none() {
+            return Err(CgroupError::Op {
+                path,
+                message: "no freezer controller (cgroup v1 freezer or v2 cgroup.freeze)".to_owned(),
+            });
+        }
+        Ok(Self {
+            pool: pool.to_owned(),
+            cgroup,
+        })
+    }
+
+    fn freezer(&self) -> &FreezerController {
+        self.cgroup.controller_of().expect("checked in open")
+    }
+
+    /// Stops every process of the pool where it stands (v1: FROZEN; v2: cgroup.freeze 1).
+    pub fn freeze(&self) -> Result<(), CgroupError> {
+        self.freezer().freeze().map_err(|e| CgroupError::Op {
+            path: self.pool.clone(),
+            message: format!("freezing: {e}"),
+        })
+    }
+
+    pub fn thaw(&self) -> Result<(), CgroupError> {
+        self.freezer().thaw().map_err(|e| CgroupError::Op {
+            path: self.pool.clone(),
+            message: format!("thawing: {e}"),
+        })
+    }
+}
+
 /// Removes `reamer/<instance>` and `reamer` in every hierarchy where they are empty. Fails
 /// harmlessly (rmdir refuses) where another instance or an adoptable pool still lives.
 pub fn remove_instance_dirs(instance: &str) {

@@ -40,6 +40,8 @@ pub struct Config {
     #[serde(default)]
     pub metrics: MetricsSection,
     #[serde(default)]
+    pub gpu: crate::gpu::config::GpuSection,
+    #[serde(default)]
     pub training: Vec<GroupConfig>,
     #[serde(default)]
     pub pool: Vec<GroupConfig>,
@@ -145,12 +147,20 @@ pub struct GroupConfig {
     /// size themselves to it).
     #[serde(default)]
     pub slo_ms: Option<Spanned<u64>>,
+    /// Pools only: its processes use the GPU, so the GPU policy gates, limits and guards them.
+    #[serde(default)]
+    pub gpu: Option<Spanned<bool>>,
 }
 
 impl GroupConfig {
     /// Guaranteed cores of an online pool.
     pub fn min_cores(&self) -> usize {
         self.min_cores.as_ref().map_or(1, |m| *m.get_ref())
+    }
+
+    /// Whether a pool's processes use the GPU.
+    pub fn uses_gpu(&self) -> bool {
+        self.gpu.as_ref().is_some_and(|g| *g.get_ref())
     }
 
     /// The pool kind; `validate` guarantees it is set for every `[[pool]]`.
@@ -237,6 +247,10 @@ impl Config {
             let message = format!("{listen:?} is not an address like 127.0.0.1:9464, nor \"off\"");
             return Err(invalid(self.metrics.listen.span(), "listen", message));
         }
+        if let Err((field, message)) = self.gpu.validate() {
+            let offset = gpu_key_offset(text, field);
+            return Err(invalid(offset..offset, field, message));
+        }
         let mut seen = std::collections::HashSet::new();
         let groups = self.training.iter().map(|g| ("training", g));
         let pools = self.pool.iter().map(|p| ("pool", p));
@@ -252,6 +266,14 @@ impl Config {
                     return Err(invalid(group.name.span(), "kind", message));
                 }
                 _ => {}
+            }
+            if let Some(gpu) = &group.gpu
+                && section == "training"
+            {
+                let message = "`gpu` applies to [[pool]] entries only: training's GPU use is \
+                               measured, never limited"
+                    .to_owned();
+                return Err(invalid(gpu.span(), "gpu", message));
             }
             let offline = group
                 .kind
@@ -356,6 +378,25 @@ pub fn check_cgroup(dir: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Where `field` is set inside the `[gpu]` table, for the error's line number (the table's
+/// header when the field takes its default).
+fn gpu_key_offset(text: &str, field: &str) -> usize {
+    let Some(table) = text.find("[gpu]") else {
+        return 0;
+    };
+    let section_end = text[table + 5..]
+        .find("\n[")
+        .map_or(text.len(), |i| table + 5 + i);
+    let mut offset = table;
+    for line in text[table..section_end].split_inclusive('\n') {
+        if line.trim_start().starts_with(field) {
+            return offset;
+        }
+        offset += line.len();
+    }
+    table
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -510,6 +551,41 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("test.toml:3") && err.contains("kind"), "{err}");
+    }
+
+    #[test]
+    fn gpu_section_takes_defaults_and_names_bad_values_by_line() {
+        let config = parse("").unwrap();
+        assert_eq!(config.gpu.enabled, crate::gpu::config::GpuSwitch::Auto);
+        assert_eq!(config.gpu.mps, crate::gpu::config::MpsMode::Attach);
+        let err = parse("[gpu]\nmps = \"start\"\nclamp_run_fraction = 1.5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("test.toml:3: field `clamp_run_fraction`") && err.contains("1.5"),
+            "{err}"
+        );
+        let err = parse("[gpu]\nmps = \"sometimes\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("test.toml:2: field `mps`"), "{err}");
+        let err = parse("[gpu]\nmin_run_fraction = 0.5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("above clamp_run_fraction"), "{err}");
+    }
+
+    #[test]
+    fn gpu_flag_belongs_to_pools() {
+        let config = parse("[[pool]]\nname = \"g\"\nkind = \"online\"\ngpu = true\n").unwrap();
+        assert!(config.pool[0].uses_gpu());
+        let pid = std::process::id();
+        let err = parse(&format!(
+            "[[training]]\nname = \"t\"\npids = [{pid}]\ngpu = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("test.toml:4: field `gpu`"), "{err}");
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub enum Response {
         name: String,
         id: u32,
         threads: usize,
+        /// Environment the registered process should start with (a GPU pool's MPS limits).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<(String, String)>,
     },
     Snapshot(Box<Snapshot>),
     Grant(Grant),

@@ -2,6 +2,7 @@
 //! consumes events, serves the control socket, and cleans up on SIGINT/SIGTERM.
 
 use std::{
+    collections::HashMap,
     os::unix::fs::PermissionsExt as _,
     path::Path,
     sync::{Arc, Mutex},
@@ -22,6 +23,7 @@ use crate::{
     control::{self, GroupKind, Request, Response},
     enforce::Enforcer,
     events::{self, EventTally},
+    gpu::service::{GpuService, OwnersFn},
     paths, preflight,
     registry::Registry,
     sensor::{
@@ -41,6 +43,8 @@ struct Shared {
     tally: Arc<Mutex<EventTally>>,
     enforcer: Arc<Mutex<Enforcer>>,
     metrics_addr: Option<String>,
+    /// Set once, right after `Shared` exists: its NVML sampler reads the registry.
+    gpu: std::sync::OnceLock<GpuService>,
 }
 
 /// Settings for the sensor from the config.
@@ -101,7 +105,19 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         tally: Arc::new(Mutex::new(EventTally::default())),
         enforcer: Arc::new(Mutex::new(enforcer)),
         metrics_addr: metrics_addr.clone(),
+        gpu: std::sync::OnceLock::new(),
     });
+    let owners: OwnersFn = {
+        let shared = Arc::downgrade(&shared);
+        Arc::new(move || {
+            shared.upgrade().map_or_else(HashMap::new, |shared| {
+                crate::gpu::attribution::owners(&shared.registry.lock().expect("registry poisoned"))
+            })
+        })
+    };
+    let _ = shared
+        .gpu
+        .set(GpuService::start(&config, instance, decision_log, owners));
 
     let listener = bind(&socket_path)?;
     let stop_events = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -143,6 +159,9 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
 
     stop_events.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = consumer.join();
+    if let Some(gpu) = shared.gpu.get() {
+        gpu.shutdown();
+    }
     for task in [server, reconciler, ticker].into_iter().chain(metrics) {
         task.abort();
         let _ = task.await;
@@ -202,24 +221,35 @@ fn bind(socket: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-/// The slow path: every `period`, training's total run + wait time goes to the policy.
+/// The slow path: every `period`, training's total run + wait time goes to the CPU policy,
+/// and its CPU use over the period to the GPU policy (the fast signal of a rise).
 async fn tick_forever(shared: Arc<Shared>, period: Duration) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut previous: Option<(u64, u64)> = None;
     loop {
         tick.tick().await;
         let registry = shared.registry.lock().expect("registry poisoned");
         let sensor = shared.sensor.lock().expect("sensor poisoned");
-        let run_wait = registry
+        let (run, wait) = registry
             .training
             .iter()
             .filter_map(|job| snapshot::read_job(&sensor.maps, job.id).ok())
-            .map(|stats| stats.run_ns + stats.wait_ns)
-            .sum();
+            .fold((0, 0), |(run, wait), stats| {
+                (run + stats.run_ns, wait + stats.wait_ns)
+            });
         let now = snapshot::monotonic_ns();
-        let mut enforcer = shared.enforcer.lock().expect("enforcer poisoned");
         drop((registry, sensor));
-        enforcer.on_tick(now, run_wait);
+        shared
+            .enforcer
+            .lock()
+            .expect("enforcer poisoned")
+            .on_tick(now, run + wait);
+        if let (Some(gpu), Some((then, run_then))) = (shared.gpu.get(), previous) {
+            let cpus = run.saturating_sub(run_then) as f64 / now.saturating_sub(then).max(1) as f64;
+            gpu.on_training_cpu(now, cpus);
+        }
+        previous = Some((now, run));
     }
 }
 
@@ -329,6 +359,15 @@ fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response 
                     ),
                 };
             }
+            // A GPU pool admits a process only where a CUDA context fits beside training;
+            // the process starts with the pool's MPS limits.
+            let env = match (kind, shared.gpu.get()) {
+                (GroupKind::Pool, Some(gpu)) => match gpu.client_env(&name) {
+                    Ok(env) => env,
+                    Err(message) => return Response::Error { message },
+                },
+                _ => Vec::new(),
+            };
             let mut registry = shared.registry.lock().expect("registry poisoned");
             let added = match kind {
                 GroupKind::Training => registry.add_training_process(&name, pid),
@@ -363,7 +402,12 @@ fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response 
                 .find(|g| g.name == name)
                 .map_or(0, |g| g.threads);
             info!(?kind, name, pid, threads, "registered");
-            Response::Registered { name, id, threads }
+            Response::Registered {
+                name,
+                id,
+                threads,
+                env,
+            }
         }
     }
 }
@@ -421,6 +465,7 @@ fn take_snapshot(shared: &Shared) -> Snapshot {
         programs: sensor.program_stats(),
         enforcement: Some(enforcement),
         metrics_addr: shared.metrics_addr.clone(),
+        gpu: shared.gpu.get().map(GpuService::report),
     }
 }
 

@@ -10,7 +10,13 @@ use anyhow::Context as _;
 
 use crate::control::{Client, GroupKind, Request, Response};
 
-pub async fn register_self(socket: &Path, kind: GroupKind, name: &str) -> anyhow::Result<()> {
+/// Registers this process; returns the environment the daemon wants the command to start
+/// with (a GPU pool's MPS limits).
+pub async fn register_self(
+    socket: &Path,
+    kind: GroupKind,
+    name: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
     let mut client = Client::connect(socket).await?;
     let request = Request::Register {
         kind,
@@ -18,7 +24,7 @@ pub async fn register_self(socket: &Path, kind: GroupKind, name: &str) -> anyhow
         pid: std::process::id(),
     };
     match client.call(&request).await? {
-        Response::Registered { .. } => Ok(()),
+        Response::Registered { env, .. } => Ok(env),
         other => anyhow::bail!("unexpected answer from the daemon: {other:?}"),
     }
 }
@@ -50,7 +56,7 @@ pub fn run(socket: &Path, kind: GroupKind, name: &str, command: &[String]) -> an
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(register_self(socket, kind, name))?;
+    let daemon_env = runtime.block_on(register_self(socket, kind, name))?;
     // The runtime's threads must be gone before exec; a current-thread runtime has none.
     drop(runtime);
     let socket = socket.to_string_lossy();
@@ -58,5 +64,6 @@ pub fn run(socket: &Path, kind: GroupKind, name: &str, command: &[String]) -> an
     if kind == GroupKind::Pool {
         envs.push((POOL_ENV, name));
     }
+    envs.extend(daemon_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     Err(exec(command, &envs))
 }

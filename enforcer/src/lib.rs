@@ -8,6 +8,7 @@ pub mod control;
 pub mod daemon;
 pub mod enforce;
 pub mod events;
+pub mod gpu;
 pub mod launch;
 pub mod metrics;
 pub mod observe;

@@ -224,7 +224,87 @@ pub fn render(snapshot: &Snapshot) -> String {
             );
         }
     }
+    if let Some(gpu) = &snapshot.gpu {
+        render_gpu(&mut out, gpu);
+    }
     out
+}
+
+/// The GPU side's gauges: whether it runs, each device's load and memory by owner, and the
+/// gate on inference.
+fn render_gpu(out: &mut String, gpu: &crate::gpu::report::GpuReport) {
+    use crate::gpu::report::GpuReport;
+    header(
+        out,
+        "reamer_gpu_enabled",
+        "gauge",
+        "1 when NVML found a GPU and the GPU policy runs; 0 when off or disabled.",
+    );
+    let GpuReport::Active(active) = gpu else {
+        let _ = writeln!(out, "reamer_gpu_enabled 0");
+        return;
+    };
+    let _ = writeln!(out, "reamer_gpu_enabled 1");
+    header(
+        out,
+        "reamer_gpu_utilization_ratio",
+        "gauge",
+        "Share of NVML's last sample period during which a kernel ran.",
+    );
+    for device in &active.devices {
+        let _ = writeln!(
+            out,
+            "reamer_gpu_utilization_ratio{{gpu=\"{}\"}} {}",
+            device.index,
+            f64::from(device.utilization_pct) / 100.0
+        );
+    }
+    header(
+        out,
+        "reamer_gpu_memory_bytes",
+        "gauge",
+        "GPU memory held, by owner (training, inference, other), and the device total.",
+    );
+    for device in &active.devices {
+        for (owner, mib) in [
+            ("training", device.training_mib),
+            ("inference", device.inference_mib),
+            ("other", device.other_mib),
+            ("total", device.memory_total_mib),
+        ] {
+            let _ = writeln!(
+                out,
+                "reamer_gpu_memory_bytes{{gpu=\"{}\",owner=\"{owner}\"}} {}",
+                device.index,
+                mib * 1024 * 1024
+            );
+        }
+    }
+    header(
+        out,
+        "reamer_gpu_inference_run_fraction",
+        "gauge",
+        "Share of each duty-cycle period the GPU pools run (1: not gated).",
+    );
+    let _ = writeln!(
+        out,
+        "reamer_gpu_inference_run_fraction {}",
+        active.gate.run_fraction
+    );
+    header(
+        out,
+        "reamer_gpu_freezes_total",
+        "counter",
+        "Times the GPU pools were frozen by the duty cycle.",
+    );
+    let _ = writeln!(out, "reamer_gpu_freezes_total {}", active.gate.freezes);
+    header(
+        out,
+        "reamer_gpu_evictions_total",
+        "counter",
+        "Inference processes evicted to keep training's GPU memory.",
+    );
+    let _ = writeln!(out, "reamer_gpu_evictions_total {}", active.evictions);
 }
 
 /// Serves `/metrics` on `listener` with snapshots from `snapshot`, until the task is dropped.

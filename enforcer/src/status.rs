@@ -57,6 +57,10 @@ pub fn render(snapshot: &Snapshot) -> String {
     for decision in &enforcement.recent_decisions {
         out.push_str(&format!("  {decision}\n"));
     }
+    if let Some(gpu) = &snapshot.gpu {
+        out.push('\n');
+        out.push_str(&crate::gpu::report::render(gpu));
+    }
     out
 }
 

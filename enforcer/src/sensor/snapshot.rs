@@ -60,6 +60,9 @@ pub struct Snapshot {
     /// Where /metrics is served, if anywhere.
     #[serde(default)]
     pub metrics_addr: Option<String>,
+    /// The GPU side: off, disabled (and why) or what it sees and does.
+    #[serde(default)]
+    pub gpu: Option<crate::gpu::report::GpuReport>,
 }
 
 /// Sums one job's per-CPU statistics.

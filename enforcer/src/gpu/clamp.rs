@@ -1,0 +1,370 @@
+//! The GPU policy: how much of the time the GPU inference pools may run while training uses
+//! the GPU. Pure: it sees signals and a clock, and answers with decisions; `service` applies
+//! them (the freezer duty cycle, the MPS percentage).
+//!
+//! Two signals, of different speeds:
+//! - the sensor's CPU-side one, every policy tick (100 ms): training's threads started running
+//!   on the CPU, which is how a training step starts issuing kernels. It only detects the rise,
+//!   at once: CUDA's default synchronisation spins, so training's CPU use does not fall when
+//!   its kernels slow down and says nothing about GPU throughput.
+//! - NVML's samples (the driver updates them every 1/6 s to 1 s): training's SM utilization,
+//!   which does fall when inference takes the GPU from it. This is the feedback.
+//!
+//! On a rise, inference is clamped to `clamp_run_fraction` of each period at once (GPUColo's
+//! fine-grained tier, applied to inference instead of training). Then, once per
+//! `adjust_every`, the run fraction grows by `step` while training keeps its SM utilization
+//! within `tolerance` of the best it showed, and halves when it does not (additive increase,
+//! multiplicative decrease: a wrong probe costs training one adjustment period). After
+//! `idle_after` without either signal, inference runs freely again. A fraction held for
+//! `retarget_after` becomes an MPS active-thread percentage for the next clients: the lasting
+//! form of the same limit, which costs no freezing.
+
+/// Tunables, from the config's `[gpu]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClampConfig {
+    /// Inference's run fraction right after training's demand rises.
+    pub clamp_run_fraction: f64,
+    /// The lowest run fraction a back-off goes to.
+    pub min_run_fraction: f64,
+    /// How much a probe adds to the run fraction.
+    pub step: f64,
+    /// The share of its best SM utilization training may lose before inference backs off.
+    pub tolerance: f64,
+    /// Time between two adjustments, ns: at least one fresh NVML sample.
+    pub adjust_every_ns: u64,
+    /// Training's CPU use (CPUs) at or above which it counts as active.
+    pub active_cpus: f64,
+    /// Training's SM utilization (%) at or above which it counts as active.
+    pub active_sm_pct: f64,
+    /// Without either signal for this long, ns, inference is ungated.
+    pub idle_after_ns: u64,
+    /// A run fraction held this long, ns, becomes an MPS percentage.
+    pub retarget_after_ns: u64,
+}
+
+impl Default for ClampConfig {
+    fn default() -> Self {
+        const MS: u64 = 1_000_000;
+        Self {
+            clamp_run_fraction: 0.1,
+            min_run_fraction: 0.1,
+            step: 0.1,
+            tolerance: 0.05,
+            // NVML's utilization counters cover 1/6 s to 1 s depending on the GPU.
+            adjust_every_ns: 1000 * MS,
+            active_cpus: 0.05,
+            active_sm_pct: 5.0,
+            idle_after_ns: 2000 * MS,
+            retarget_after_ns: 10_000 * MS,
+        }
+    }
+}
+
+/// Which signal saw training's demand rise.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    Cpu,
+    Nvml,
+}
+
+/// Why inference's run fraction changed.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum ClampReason {
+    TrainingRose {
+        signal: Signal,
+    },
+    /// Training kept its SM utilization: inference may run more.
+    Probe {
+        training_sm_pct: f64,
+    },
+    /// Training lost SM utilization: inference runs less.
+    TrainingSlowed {
+        training_sm_pct: f64,
+        best_sm_pct: f64,
+    },
+    TrainingIdle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum GpuDecision {
+    /// Run inference for this fraction of each duty-cycle period (1: never frozen).
+    Gate { run_fraction: f64, why: ClampReason },
+    /// Give new inference clients this MPS active-thread percentage.
+    Retarget { percentage: u32 },
+}
+
+#[derive(Debug)]
+pub struct GpuPolicy {
+    config: ClampConfig,
+    run_fraction: f64,
+    /// When either signal last saw training active; None: training idle.
+    last_active_ns: Option<u64>,
+    last_adjust_ns: u64,
+    /// Training's best SM utilization since it became active.
+    best_sm_pct: Option<f64>,
+    /// When the run fraction last changed.
+    changed_ns: u64,
+    /// The percentage last recommended.
+    percentage: u32,
+}
+
+impl GpuPolicy {
+    pub fn new(config: ClampConfig) -> Self {
+        Self {
+            config,
+            run_fraction: 1.0,
+            last_active_ns: None,
+            last_adjust_ns: 0,
+            best_sm_pct: None,
+            changed_ns: 0,
+            percentage: 100,
+        }
+    }
+
+    pub fn run_fraction(&self) -> f64 {
+        self.run_fraction
+    }
+
+    pub fn training_active(&self) -> bool {
+        self.last_active_ns.is_some()
+    }
+
+    fn gate(&mut self, now_ns: u64, run_fraction: f64, why: ClampReason) -> GpuDecision {
+        self.run_fraction = run_fraction.clamp(0.0, 1.0);
+        self.changed_ns = now_ns;
+        GpuDecision::Gate {
+            run_fraction: self.run_fraction,
+            why,
+        }
+    }
+
+    /// Training became (or stayed) active by `signal`.
+    fn active(&mut self, now_ns: u64, signal: Signal) -> Option<GpuDecision> {
+        let was_idle = self.last_active_ns.is_none();
+        self.last_active_ns = Some(now_ns);
+        if !was_idle {
+            return None;
+        }
+        self.best_sm_pct = None;
+        self.last_adjust_ns = now_ns;
+        let clamp = self.config.clamp_run_fraction;
+        Some(self.gate(now_ns, clamp, ClampReason::TrainingRose { signal }))
+    }
+
+    /// Ungates inference after `idle_after` without activity.
+    fn idle_check(&mut self, now_ns: u64) -> Option<GpuDecision> {
+        let last = self.last_active_ns?;
+        if now_ns.saturating_sub(last) < self.config.idle_after_ns {
+            return None;
+        }
+        self.last_active_ns = None;
+        self.best_sm_pct = None;
+        Some(self.gate(now_ns, 1.0, ClampReason::TrainingIdle))
+    }
+
+    /// The fast signal: training's CPU use over the last tick, in CPUs.
+    pub fn on_training_cpu(&mut self, now_ns: u64, cpus: f64) -> Vec<GpuDecision> {
+        let decision = if cpus >= self.config.active_cpus {
+            self.active(now_ns, Signal::Cpu)
+        } else {
+            self.idle_check(now_ns)
+        };
+        let mut decisions: Vec<_> = decision.into_iter().collect();
+        decisions.extend(self.retarget(now_ns));
+        decisions
+    }
+
+    /// The slow signal: training's SM utilization from NVML, None where NVML cannot attribute
+    /// it (per-process samples unsupported, or hidden behind an MPS server).
+    pub fn on_nvml(&mut self, now_ns: u64, training_sm_pct: Option<f64>) -> Vec<GpuDecision> {
+        let mut decisions = Vec::new();
+        match training_sm_pct {
+            Some(sm) if sm >= self.config.active_sm_pct => {
+                decisions.extend(self.active(now_ns, Signal::Nvml));
+                decisions.extend(self.adjust(now_ns, sm));
+            }
+            _ => decisions.extend(self.idle_check(now_ns)),
+        }
+        decisions.extend(self.retarget(now_ns));
+        decisions
+    }
+
+    /// Probe up or back off, once per adjustment period, on training's SM utilization.
+    fn adjust(&mut self, now_ns: u64, training_sm_pct: f64) -> Option<GpuDecision> {
+        if now_ns.saturating_sub(self.last_adjust_ns) < self.config.adjust_every_ns {
+            return None;
+        }
+        self.last_adjust_ns = now_ns;
+        let Some(best) = self.best_sm_pct else {
+            // The first sample under the clamp is the reference: training nearly alone.
+            self.best_sm_pct = Some(training_sm_pct);
+            return None;
+        };
+        self.best_sm_pct = Some(best.max(training_sm_pct));
+        if training_sm_pct < best * (1.0 - self.config.tolerance) {
+            let lower = (self.run_fraction / 2.0).max(self.config.min_run_fraction);
+            if lower == self.run_fraction {
+                return None;
+            }
+            let why = ClampReason::TrainingSlowed {
+                training_sm_pct,
+                best_sm_pct: best,
+            };
+            return Some(self.gate(now_ns, lower, why));
+        }
+        if self.run_fraction >= 1.0 {
+            return None;
+        }
+        let higher = (self.run_fraction + self.config.step).min(1.0);
+        Some(self.gate(now_ns, higher, ClampReason::Probe { training_sm_pct }))
+    }
+
+    /// Turns a run fraction held long enough into an MPS percentage, once per level.
+    fn retarget(&mut self, now_ns: u64) -> Option<GpuDecision> {
+        let percentage = ((self.run_fraction * 100.0).round() as u32).clamp(1, 100);
+        let held = now_ns.saturating_sub(self.changed_ns) >= self.config.retarget_after_ns;
+        let ungated = self.run_fraction >= 1.0;
+        if percentage == self.percentage || !(held || ungated) {
+            return None;
+        }
+        self.percentage = percentage;
+        Some(GpuDecision::Retarget { percentage })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn gates(decisions: &[GpuDecision]) -> Vec<f64> {
+        decisions
+            .iter()
+            .filter_map(|d| match d {
+                GpuDecision::Gate { run_fraction, .. } => Some(*run_fraction),
+                GpuDecision::Retarget { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_cpu_side_rise_clamps_inference_at_once_and_repeats_do_nothing() {
+        let mut policy = GpuPolicy::new(ClampConfig::default());
+        assert!(policy.on_training_cpu(0, 0.0).is_empty());
+        let decisions = policy.on_training_cpu(100 * MS, 1.5);
+        assert_eq!(
+            decisions,
+            vec![GpuDecision::Gate {
+                run_fraction: 0.1,
+                why: ClampReason::TrainingRose {
+                    signal: Signal::Cpu
+                },
+            }]
+        );
+        assert!(policy.on_training_cpu(200 * MS, 1.5).is_empty());
+        assert!(policy.training_active());
+    }
+
+    #[test]
+    fn nvml_alone_also_detects_the_rise() {
+        let mut policy = GpuPolicy::new(ClampConfig::default());
+        let decisions = policy.on_nvml(0, Some(80.0));
+        assert_eq!(gates(&decisions), vec![0.1]);
+        assert!(matches!(
+            decisions[0],
+            GpuDecision::Gate {
+                why: ClampReason::TrainingRose {
+                    signal: Signal::Nvml
+                },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn inference_probes_up_while_training_keeps_its_share_and_halves_when_it_drops() {
+        let mut policy = GpuPolicy::new(ClampConfig::default());
+        policy.on_training_cpu(0, 1.0);
+        let mut t = 0;
+        let mut step = |policy: &mut GpuPolicy, sm: f64| {
+            t += 1000 * MS;
+            policy.on_training_cpu(t, 1.0);
+            gates(&policy.on_nvml(t, Some(sm)))
+        };
+        // First sample under the clamp: the reference, no change.
+        assert!(step(&mut policy, 90.0).is_empty());
+        let probes: Vec<f64> = (0..4).flat_map(|_| step(&mut policy, 89.0)).collect();
+        assert_eq!(probes.len(), 4);
+        assert!((policy.run_fraction() - 0.5).abs() < 1e-9, "{probes:?}");
+        // Training lost more than 5% of its best: back off by half.
+        assert_eq!(step(&mut policy, 80.0), vec![0.25]);
+        assert_eq!(step(&mut policy, 70.0), vec![0.125]);
+        // The floor holds.
+        assert_eq!(step(&mut policy, 60.0), vec![0.1]);
+        assert!(step(&mut policy, 50.0).is_empty());
+        assert!((policy.run_fraction() - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn adjustments_wait_for_a_fresh_nvml_period() {
+        let mut policy = GpuPolicy::new(ClampConfig::default());
+        policy.on_nvml(0, Some(90.0));
+        policy.on_nvml(1000 * MS, Some(90.0)); // reference
+        assert_eq!(gates(&policy.on_nvml(2000 * MS, Some(90.0))), vec![0.2]);
+        assert!(gates(&policy.on_nvml(2200 * MS, Some(90.0))).is_empty());
+    }
+
+    #[test]
+    fn without_per_process_samples_the_clamp_holds() {
+        let mut policy = GpuPolicy::new(ClampConfig::default());
+        policy.on_training_cpu(0, 1.0);
+        for i in 1..5 {
+            policy.on_training_cpu(i * 1000 * MS, 1.0);
+            assert!(gates(&policy.on_nvml(i * 1000 * MS, None)).is_empty());
+        }
+        assert!((policy.run_fraction() - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn training_idle_for_the_hold_time_ungates_inference() {
+        let mut policy = GpuPolicy::new(ClampConfig::default());
+        policy.on_training_cpu(0, 1.0);
+        assert!(gates(&policy.on_training_cpu(1900 * MS, 0.0)).is_empty());
+        let decisions = policy.on_training_cpu(2100 * MS, 0.0);
+        assert_eq!(gates(&decisions), vec![1.0]);
+        assert!(!policy.training_active());
+        // The percentage was never lowered: nothing to restore.
+        assert!(
+            !decisions
+                .iter()
+                .any(|d| matches!(d, GpuDecision::Retarget { .. }))
+        );
+    }
+
+    #[test]
+    fn a_fraction_held_long_enough_becomes_an_mps_percentage_once() {
+        let mut policy = GpuPolicy::new(ClampConfig::default());
+        policy.on_training_cpu(0, 1.0);
+        let retargets = |d: Vec<GpuDecision>| {
+            d.into_iter()
+                .filter(|d| matches!(d, GpuDecision::Retarget { .. }))
+                .collect::<Vec<_>>()
+        };
+        assert!(retargets(policy.on_training_cpu(9_900 * MS, 1.0)).is_empty());
+        assert_eq!(
+            retargets(policy.on_training_cpu(10_000 * MS, 1.0)),
+            vec![GpuDecision::Retarget { percentage: 10 }]
+        );
+        assert!(retargets(policy.on_training_cpu(20_000 * MS, 1.0)).is_empty());
+        // Training goes idle: the next clients get the whole GPU again, at once.
+        policy.on_training_cpu(21_000 * MS, 0.0);
+        assert_eq!(
+            retargets(policy.on_training_cpu(22_000 * MS, 0.0)),
+            vec![GpuDecision::Retarget { percentage: 100 }]
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! Duty-cycle gating of the GPU inference pools: within each period they are frozen (their
+//! cgroup's freezer) for `1 - run_fraction` and thawed for the rest. A frozen process issues
+//! no kernels, so training has the GPU to itself for that share of the time. This is the one
+//! lever that acts on running CUDA clients at once: an MPS percentage only binds clients
+//! created after it is set.
+//!
+//! The thread wakes at once on a new fraction and starts the new cycle frozen, so a clamp
+//! takes effect within one cgroup write, not at the next period boundary. At shutdown every
+//! pool is thawed: no inference is left frozen without the daemon.
+
+use std::{
+    sync::{Arc, Condvar, Mutex},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use tracing::warn;
+
+use crate::cgroups::PoolFreezer;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Target {
+    run_fraction: f64,
+    /// Bumped on every change, so the thread knows to start a new cycle.
+    generation: u64,
+    stop: bool,
+}
+
+/// Figures the status reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GateStats {
+    pub run_fraction: f64,
+    pub freezes: u64,
+    /// The latest freeze's cgroup writes, µs (every gated pool).
+    pub last_freeze_write_us: f64,
+}
+
+struct Shared {
+    target: Mutex<Target>,
+    changed: Condvar,
+    stats: Mutex<GateStats>,
+}
+
+pub struct DutyCycle {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl DutyCycle {
+    /// Starts the gating thread over `pools`, ungated.
+    pub fn start(
+        pools: Vec<PoolFreezer>,
+        period: Duration,
+        rt_priority: i32,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            target: Mutex::new(Target {
+                run_fraction: 1.0,
+                generation: 0,
+                stop: false,
+            }),
+            changed: Condvar::new(),
+            stats: Mutex::new(GateStats {
+                run_fraction: 1.0,
+                ..GateStats::default()
+            }),
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("reamer-gpu-gate".to_owned())
+                .spawn(move || {
+                    crate::events::run_as_fifo(rt_priority, "GPU gating thread");
+                    gate_forever(&shared, &pools, period);
+                })?
+        };
+        Ok(Self {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Sets the share of each period the pools run (1: never frozen, 0: frozen until changed).
+    pub fn set(&self, run_fraction: f64) {
+        let mut target = self.shared.target.lock().unwrap_or_else(|e| e.into_inner());
+        let run_fraction = run_fraction.clamp(0.0, 1.0);
+        if target.run_fraction != run_fraction {
+            target.run_fraction = run_fraction;
+            target.generation += 1;
+            self.shared.changed.notify_all();
+        }
+    }
+
+    pub fn stats(&self) -> GateStats {
+        *self.shared.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops gating and thaws every pool; returns once they are thawed.
+    pub fn stop(&self) {
+        {
+            let mut target = self.shared.target.lock().unwrap_or_else(|e| e.into_inner());
+            target.stop = true;
+            self.shared.changed.notify_all();
+        }
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for DutyCycle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Waits until `deadline` or a change of generation; returns the target then.
+fn wait_until(shared: &Shared, generation: u64, deadline: Option<Instant>) -> Target {
+    let mut target = shared.target.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if target.stop || target.generation != generation {
+            return *target;
+        }
+        match deadline {
+            None => {
+                target = shared
+                    .changed
+                    .wait(target)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            Some(deadline) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return *target;
+                }
+                target = shared
+                    .changed
+                    .wait_timeout(target, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+    }
+}
+
+fn set_all(pools: &[PoolFreezer], frozen: bool, shared: &Shared) {
+    let start = Instant::now();
+    for pool in pools {
+        let result = if frozen { pool.freeze() } else { pool.thaw() };
+        if let Err(err) = result {
+            warn!(pool = pool.pool, "GPU gating: {err}");
+        }
+    }
+    if frozen {
+        let mut stats = shared.stats.lock().unwrap_or_else(|e| e.into_inner());
+        stats.freezes += 1;
+        stats.last_freeze_write_us = start.elapsed().as_secs_f64() * 1e6;
+    }
+}
+
+fn gate_forever(shared: &Shared, pools: &[PoolFreezer], period: Duration) {
+    let mut target = *shared.target.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if target.stop {
+            set_all(pools, false, shared);
+            return;
+        }
+        shared
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .run_fraction = target.run_fraction;
+        let generation = target.generation;
+        if target.run_fraction >= 1.0 {
+            set_all(pools, false, shared);
+            target = wait_until(shared, generation, None);
+            continue;
+        }
+        // One cycle, frozen first: a clamp acts at once.
+        set_all(pools, true, shared);
+        let frozen_for = period.mul_f64(1.0 - target.run_fraction);
+        let next = wait_until(shared, generation, Some(Instant::now() + frozen_for));
+        if next.stop || next.generation != generation {
+            target = next;
+            continue;
+        }
+        if target.run_fraction <= 0.0 {
+            target = wait_until(shared, generation, None);
+            continue;
+        }
+        set_all(pools, false, shared);
+        let run_for = period.mul_f64(target.run_fraction);
+        target = wait_until(shared, generation, Some(Instant::now() + run_for));
+    }
+}

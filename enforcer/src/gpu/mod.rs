@@ -1,0 +1,14 @@
+//! GPU sharing: NVML telemetry with each process attributed to its training job or pool, MPS
+//! limits for inference clients, an instant freezer clamp of the GPU pools when training's
+//! GPU demand rises, and a memory guard. Without NVML everything here reports itself
+//! disabled and the CPU side runs unchanged.
+
+pub mod attribution;
+pub mod clamp;
+pub mod config;
+pub mod duty_cycle;
+pub mod memory_guard;
+pub mod mps;
+pub mod report;
+pub mod service;
+pub mod telemetry;

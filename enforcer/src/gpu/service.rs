@@ -1,0 +1,502 @@
+//! The GPU side of the daemon: samples NVML, attributes processes, runs the GPU policy and
+//! the memory guard, gates the GPU pools with the freezer, and keeps MPS limits in force.
+//!
+//! Without NVML (no driver, no GPU) it logs one line saying so and reports `disabled`; the
+//! CPU side never depends on it. NVML and the MPS control program are blocking calls, so the
+//! sampling runs on a thread of its own, off the async runtime and off the event thread.
+
+use std::{
+    collections::{BTreeSet, HashMap, VecDeque},
+    io::Write as _,
+    path::Path,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use tracing::{info, warn};
+
+use super::{
+    attribution::{self, Owner},
+    clamp::{GpuDecision, GpuPolicy},
+    config::{GpuSwitch, MpsMode},
+    duty_cycle::{DutyCycle, GateStats},
+    memory_guard::{self, Eviction},
+    mps::{self, MemLimitMib, MpsControl},
+    report::{DeviceReport, GpuActive, GpuDecisionRecord, GpuReport, MpsReport, ProcessReport},
+    telemetry::GpuTelemetry,
+};
+use crate::{cgroups::PoolFreezer, config::Config, sensor::snapshot::monotonic_ns};
+
+/// Decisions kept for the status.
+const RECENT: usize = 8;
+/// How often MPS settings are re-applied to new servers and read back.
+const MPS_RECONCILE: Duration = Duration::from_secs(5);
+/// An evicted process gets this long to exit on SIGTERM before SIGKILL.
+const EVICTION_GRACE: Duration = Duration::from_secs(10);
+/// A new inference client needs at least this much GPU memory to start a CUDA context.
+const MIN_CLIENT_MIB: u64 = 512;
+
+/// Who owns which thread id, read from the registry when asked.
+pub type OwnersFn = Arc<dyn Fn() -> HashMap<u32, Owner> + Send + Sync>;
+
+pub struct GpuService {
+    inner: Option<Arc<Inner>>,
+    /// Set when the GPU side is not running: off, or disabled with a reason.
+    inactive: Option<GpuReport>,
+    sampler: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Inner {
+    policy: Mutex<GpuPolicy>,
+    gate: Option<DutyCycle>,
+    gpu_pools: BTreeSet<String>,
+    mps: Option<MpsControl>,
+    mps_set_defaults: bool,
+    reserve_mib: u64,
+    evict: bool,
+    state: Mutex<State>,
+    log: Mutex<Option<std::fs::File>>,
+    stop: AtomicBool,
+}
+
+struct State {
+    driver: String,
+    devices: Vec<DeviceReport>,
+    device_errors: Vec<String>,
+    client_percentage: u32,
+    mps: MpsReport,
+    mps_due: bool,
+    evictions: u64,
+    /// Processes sent SIGTERM, and when.
+    evicted: HashMap<u32, Instant>,
+    recent: VecDeque<GpuDecisionRecord>,
+}
+
+impl GpuService {
+    /// Starts the GPU side as configured; never fails. The pools' cgroups must exist already
+    /// (the enforcer creates them).
+    pub fn start(config: &Config, instance: &str, decision_log: &Path, owners: OwnersFn) -> Self {
+        let section = &config.gpu;
+        if section.enabled == GpuSwitch::Off {
+            info!("GPU features off by configuration ([gpu] enabled = \"off\")");
+            return Self::inactive(GpuReport::Off);
+        }
+        let telemetry = match GpuTelemetry::open() {
+            Ok(telemetry) => telemetry,
+            Err(reason) => {
+                warn!("GPU features disabled: {reason}. CPU enforcement is unaffected.");
+                return Self::inactive(GpuReport::Disabled { reason });
+            }
+        };
+        let driver = telemetry.driver_version();
+        info!(
+            gpus = telemetry.device_count(),
+            driver, "GPU telemetry on (NVML)"
+        );
+
+        let gpu_pools: BTreeSet<String> = config
+            .pool
+            .iter()
+            .filter(|p| p.uses_gpu())
+            .map(|p| p.name.get_ref().clone())
+            .collect();
+        let freezers: Vec<PoolFreezer> = gpu_pools
+            .iter()
+            .filter_map(|pool| match PoolFreezer::open(instance, pool) {
+                Ok(freezer) => Some(freezer),
+                Err(err) => {
+                    warn!(pool, "GPU gating off for this pool: {err}");
+                    None
+                }
+            })
+            .collect();
+        let gate = if freezers.is_empty() {
+            info!("no [[pool]] has gpu = true: GPU telemetry only, nothing to gate");
+            None
+        } else {
+            let period = Duration::from_millis(section.gate_period_ms);
+            match DutyCycle::start(freezers, period, config.policy.event_thread_rt_priority) {
+                Ok(gate) => Some(gate),
+                Err(err) => {
+                    warn!("GPU gating off: cannot start its thread: {err}");
+                    None
+                }
+            }
+        };
+        let (mps, mps_report) = attach_mps(section);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(decision_log)
+            .ok();
+        let inner = Arc::new(Inner {
+            policy: Mutex::new(GpuPolicy::new(section.clamp_config())),
+            gate,
+            gpu_pools,
+            mps,
+            mps_set_defaults: section.mps_set_defaults,
+            reserve_mib: section.training_memory_reserve_mib,
+            evict: section.evict,
+            state: Mutex::new(State {
+                driver,
+                devices: Vec::new(),
+                device_errors: Vec::new(),
+                client_percentage: 100,
+                mps: mps_report,
+                mps_due: true,
+                evictions: 0,
+                evicted: HashMap::new(),
+                recent: VecDeque::new(),
+            }),
+            log: Mutex::new(log),
+            stop: AtomicBool::new(false),
+        });
+        let period = Duration::from_millis(section.sample_ms);
+        let sampler = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("reamer-gpu".to_owned())
+                .spawn(move || sample_forever(&inner, telemetry, &owners, period))
+        };
+        let sampler = match sampler {
+            Ok(handle) => Some(handle),
+            Err(err) => {
+                warn!("GPU sampling off: cannot start its thread: {err}");
+                None
+            }
+        };
+        Self {
+            inner: Some(inner),
+            inactive: None,
+            sampler: Mutex::new(sampler),
+        }
+    }
+
+    fn inactive(report: GpuReport) -> Self {
+        Self {
+            inner: None,
+            inactive: Some(report),
+            sampler: Mutex::new(None),
+        }
+    }
+
+    /// The fast signal, every policy tick: training's CPU use over the tick.
+    pub fn on_training_cpu(&self, now_ns: u64, cpus: f64) {
+        if let Some(inner) = &self.inner {
+            let decisions = lock(&inner.policy).on_training_cpu(now_ns, cpus);
+            for decision in decisions {
+                inner.apply(now_ns, decision);
+            }
+        }
+    }
+
+    /// The environment a process joining `pool` starts with: its MPS limits when the pool
+    /// uses the GPU and MPS is attached. Refuses the process when no device has room for a
+    /// CUDA context beside training.
+    pub fn client_env(&self, pool: &str) -> Result<Vec<(String, String)>, String> {
+        let Some(inner) = &self.inner else {
+            return Ok(Vec::new());
+        };
+        if !inner.gpu_pools.contains(pool) {
+            return Ok(Vec::new());
+        }
+        let state = lock(&inner.state);
+        let limits: Vec<(u32, MemLimitMib)> = state
+            .devices
+            .iter()
+            .map(|d| (d.index, MemLimitMib(d.new_client_limit_mib)))
+            .collect();
+        if !limits.is_empty() && limits.iter().all(|(_, l)| l.0 < MIN_CLIENT_MIB) {
+            return Err(format!(
+                "GPU pool {pool:?} is full: no GPU has {MIN_CLIENT_MIB} MiB left for a new \
+                 inference client beside training and its reserve ({})",
+                limits
+                    .iter()
+                    .map(|(d, l)| format!("GPU {d}: {} MiB", l.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if !matches!(state.mps, MpsReport::Attached { .. }) {
+            return Ok(Vec::new());
+        }
+        Ok(mps::client_env(state.client_percentage, &limits))
+    }
+
+    pub fn report(&self) -> GpuReport {
+        if let Some(report) = &self.inactive {
+            return report.clone();
+        }
+        let inner = self.inner.as_ref().expect("active without inner");
+        let state = lock(&inner.state);
+        GpuReport::Active(Box::new(GpuActive {
+            driver: state.driver.clone(),
+            devices: state.devices.clone(),
+            device_errors: state.device_errors.clone(),
+            gated_pools: inner.gpu_pools.iter().cloned().collect(),
+            gate: inner.gate.as_ref().map_or(
+                GateStats {
+                    run_fraction: 1.0,
+                    ..GateStats::default()
+                },
+                DutyCycle::stats,
+            ),
+            training_active: lock(&inner.policy).training_active(),
+            client_percentage: state.client_percentage,
+            mps: state.mps.clone(),
+            evictions: state.evictions,
+            recent: state.recent.iter().cloned().collect(),
+        }))
+    }
+
+    /// Stops sampling and gating; the gated pools are thawed when this returns.
+    pub fn shutdown(&self) {
+        let Some(inner) = &self.inner else { return };
+        inner.stop.store(true, Ordering::Relaxed);
+        if let Some(sampler) = lock(&self.sampler).take() {
+            let _ = sampler.join();
+        }
+        if let Some(gate) = &inner.gate {
+            gate.stop();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn attach_mps(section: &super::config::GpuSection) -> (Option<MpsControl>, MpsReport) {
+    if section.mps == MpsMode::Off {
+        return (None, MpsReport::Off);
+    }
+    let control = MpsControl::new(&section.mps_control, section.mps_pipe_dir.clone());
+    match control.start_or_attach(section.mps == MpsMode::Start) {
+        Ok(started) => {
+            info!(started, "MPS control daemon in use");
+            let report = MpsReport::Attached {
+                started,
+                in_force: None,
+                last_error: None,
+            };
+            (Some(control), report)
+        }
+        Err(err) => {
+            warn!("MPS limits disabled: {err}. Gating and the memory guard still act.");
+            (
+                None,
+                MpsReport::Unavailable {
+                    reason: err.to_string(),
+                },
+            )
+        }
+    }
+}
+
+impl Inner {
+    fn apply(&self, now_ns: u64, decision: GpuDecision) {
+        match decision {
+            GpuDecision::Gate { run_fraction, why } => {
+                if let Some(gate) = &self.gate {
+                    gate.set(run_fraction);
+                }
+                info!(run_fraction, ?why, "GPU inference gate changed");
+            }
+            GpuDecision::Retarget { percentage } => {
+                let mut state = lock(&self.state);
+                state.client_percentage = percentage;
+                state.mps_due = true;
+                info!(
+                    percentage,
+                    "new GPU inference clients get this MPS percentage"
+                );
+            }
+        }
+        let record = GpuDecisionRecord {
+            at_ns: now_ns,
+            decision,
+        };
+        if let Some(log) = lock(&self.log).as_mut()
+            && let Ok(line) = serde_json::to_string(&serde_json::json!({ "gpu": &record }))
+        {
+            let _ = writeln!(log, "{line}");
+        }
+        let mut state = lock(&self.state);
+        if state.recent.len() == RECENT {
+            state.recent.pop_front();
+        }
+        state.recent.push_back(record);
+    }
+
+    /// SIGTERM, then SIGKILL after the grace period, to processes of the GPU pools only.
+    fn evict(&self, eviction: &Eviction, state: &mut State) {
+        if !self.gpu_pools.contains(&eviction.pool) {
+            return;
+        }
+        if !self.evict {
+            if state.evicted.insert(eviction.pid, Instant::now()).is_none() {
+                warn!("{} (not done: [gpu] evict = false)", eviction.message);
+            }
+            return;
+        }
+        match state.evicted.get(&eviction.pid) {
+            None => {
+                warn!("{}", eviction.message);
+                // SAFETY: plain signal to a pid the registry places in a GPU pool.
+                unsafe { libc::kill(eviction.pid as i32, libc::SIGTERM) };
+                state.evicted.insert(eviction.pid, Instant::now());
+                state.evictions += 1;
+            }
+            Some(since) if since.elapsed() >= EVICTION_GRACE => {
+                warn!(
+                    pid = eviction.pid,
+                    "still holding GPU memory after SIGTERM: SIGKILL"
+                );
+                // SAFETY: as above.
+                unsafe { libc::kill(eviction.pid as i32, libc::SIGKILL) };
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Sets inference's limits on servers that serve inference only (and the defaults when
+    /// configured), then reads back what is in force.
+    fn reconcile_mps(&self, owners: &HashMap<u32, Owner>) {
+        let Some(control) = &self.mps else { return };
+        let (percentage, limits, devices) = {
+            let state = lock(&self.state);
+            let limits: Vec<(u32, MemLimitMib)> = state
+                .devices
+                .iter()
+                .map(|d| (d.index, MemLimitMib(d.new_client_limit_mib)))
+                .collect();
+            let devices: Vec<u32> = state.devices.iter().map(|d| d.index).collect();
+            (state.client_percentage, limits, devices)
+        };
+        let is_inference = |pid: &u32| matches!(owners.get(pid), Some(Owner::Pool(pool)) if self.gpu_pools.contains(pool));
+        let result = (|| -> Result<_, mps::MpsError> {
+            if self.mps_set_defaults {
+                control.set_default_thread_percentage(percentage)?;
+                for (device, limit) in &limits {
+                    control.set_default_mem_limit(*device, *limit)?;
+                }
+            }
+            for server in control.server_list()? {
+                let clients = control.client_list(server)?;
+                if clients.is_empty() || !clients.iter().all(is_inference) {
+                    continue;
+                }
+                control.set_thread_percentage(server, percentage)?;
+                for (device, limit) in &limits {
+                    control.set_mem_limit(server, *device, *limit)?;
+                }
+            }
+            control.limits_in_force(&devices)
+        })();
+        let mut state = lock(&self.state);
+        if let MpsReport::Attached {
+            in_force,
+            last_error,
+            ..
+        } = &mut state.mps
+        {
+            match result {
+                Ok(force) => {
+                    *in_force = Some(force);
+                    *last_error = None;
+                }
+                Err(err) => {
+                    if last_error.as_deref() != Some(&err.to_string()) {
+                        warn!("MPS: {err}");
+                    }
+                    *last_error = Some(err.to_string());
+                }
+            }
+        }
+    }
+}
+
+fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn, period: Duration) {
+    let mut last_mps = Instant::now();
+    while !inner.stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let owners = owners();
+        let mut devices = Vec::new();
+        let mut device_errors = Vec::new();
+        let mut evictions = Vec::new();
+        let mut training_sm: Option<f64> = None;
+        for sample in telemetry.sample() {
+            let sample = match sample {
+                Ok(sample) => sample,
+                Err(err) => {
+                    device_errors.push(err);
+                    continue;
+                }
+            };
+            let attributed = attribution::attribute(&sample, &owners);
+            if let Some(sm) = attributed.training_sm_pct {
+                *training_sm.get_or_insert(0.0) += sm;
+            }
+            let verdict = memory_guard::judge(&attributed.memory, inner.reserve_mib);
+            evictions.extend(verdict.evict.iter().cloned());
+            devices.push(DeviceReport {
+                index: sample.index,
+                name: sample.name.clone(),
+                utilization_pct: sample.utilization_pct,
+                memory_used_mib: sample.memory_used_mib,
+                memory_total_mib: sample.memory_total_mib,
+                training_mib: attributed.memory.training_mib,
+                inference_mib: attributed.memory.inference.iter().map(|p| p.used_mib).sum(),
+                other_mib: attributed.memory.other_mib,
+                training_sm_pct: attributed.training_sm_pct,
+                new_client_limit_mib: verdict.new_client_limit.0,
+                processes: sample
+                    .processes
+                    .iter()
+                    .zip(attributed.processes)
+                    .map(|(process, (_, owner))| ProcessReport {
+                        pid: process.pid,
+                        owner,
+                        used_mib: process.used_mib,
+                        sm_pct: process.sm_pct,
+                    })
+                    .collect(),
+            });
+        }
+        let now = monotonic_ns();
+        let decisions = lock(&inner.policy).on_nvml(now, training_sm);
+        for decision in decisions {
+            inner.apply(now, decision);
+        }
+        let mps_due = {
+            let mut state = lock(&inner.state);
+            state.devices = devices;
+            state.device_errors = device_errors;
+            let on_gpu: BTreeSet<u32> = state
+                .devices
+                .iter()
+                .flat_map(|d| d.processes.iter().map(|p| p.pid))
+                .collect();
+            state.evicted.retain(|pid, _| on_gpu.contains(pid));
+            for eviction in &evictions {
+                inner.evict(eviction, &mut state);
+            }
+            state.mps_due || last_mps.elapsed() >= MPS_RECONCILE
+        };
+        if mps_due {
+            inner.reconcile_mps(&owners);
+            lock(&inner.state).mps_due = false;
+            last_mps = Instant::now();
+        }
+        let rest = period.saturating_sub(started.elapsed());
+        // Sleep in short slices so that shutdown does not wait a whole period.
+        let until = Instant::now() + rest;
+        while Instant::now() < until && !inner.stop.load(Ordering::Relaxed) {
+            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(50)));
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! GPU telemetry through NVML (nvml-wrapper): per-GPU utilization and memory, and per-process
+//! memory and SM utilization. nvml-wrapper loads `libnvidia-ml.so` at run time, so the
+//! enforcer builds and runs on machines without the driver; `open` then says why not.
+
+use std::collections::HashMap;
+
+use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory};
+
+const MIB: u64 = 1024 * 1024;
+
+/// One GPU process, as NVML sees it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    /// None where the driver does not report it.
+    pub used_mib: Option<u64>,
+    /// SM utilization (%) over the samples since the previous read; None when NVML has no
+    /// sample for it (idle, or unsupported: under MPS the server is what NVML sees).
+    pub sm_pct: Option<u32>,
+}
+
+/// One GPU, sampled.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GpuSample {
+    pub index: u32,
+    pub name: String,
+    /// Percent of the last sample period during which a kernel ran.
+    pub utilization_pct: u32,
+    pub memory_used_mib: u64,
+    pub memory_total_mib: u64,
+    pub processes: Vec<GpuProcess>,
+}
+
+pub struct GpuTelemetry {
+    nvml: Nvml,
+    count: u32,
+    /// Per device: the timestamp of the newest process-utilization sample read, so each read
+    /// covers only what is new.
+    last_seen_us: HashMap<u32, u64>,
+}
+
+impl GpuTelemetry {
+    /// Loads NVML and counts the GPUs. The error is the one line an operator needs: whether
+    /// the library, the driver or the GPUs are missing.
+    pub fn open() -> Result<Self, String> {
+        let nvml = Nvml::init().map_err(|err| describe_init_error(&err))?;
+        let count = nvml
+            .device_count()
+            .map_err(|err| format!("NVML cannot count the GPUs: {err}"))?;
+        if count == 0 {
+            return Err("NVML found no GPU on this machine".to_owned());
+        }
+        Ok(Self {
+            nvml,
+            count,
+            last_seen_us: HashMap::new(),
+        })
+    }
+
+    pub fn device_count(&self) -> u32 {
+        self.count
+    }
+
+    pub fn driver_version(&self) -> String {
+        self.nvml
+            .sys_driver_version()
+            .unwrap_or_else(|e| format!("unknown ({e})"))
+    }
+
+    /// Samples every GPU. A device that fails a call is reported with what could be read, so
+    /// that one lost GPU does not blind the enforcer to the others.
+    pub fn sample(&mut self) -> Vec<Result<GpuSample, String>> {
+        (0..self.count)
+            .map(|index| self.sample_one(index))
+            .collect()
+    }
+
+    fn sample_one(&mut self, index: u32) -> Result<GpuSample, String> {
+        let device = self
+            .nvml
+            .device_by_index(index)
+            .map_err(|e| format!("GPU {index}: {e}"))?;
+        let name = device.name().unwrap_or_else(|_| format!("GPU {index}"));
+        let utilization_pct = device
+            .utilization_rates()
+            .map(|u| u.gpu)
+            .map_err(|e| format!("GPU {index} utilization: {e}"))?;
+        let memory = device
+            .memory_info()
+            .map_err(|e| format!("GPU {index} memory: {e}"))?;
+        let since = self.last_seen_us.get(&index).copied();
+        // Unsupported on some GPUs and under MPS: then no per-process SM figure, not an error.
+        let samples = device.process_utilization_stats(since).unwrap_or_default();
+        if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {
+            self.last_seen_us.insert(index, newest);
+        }
+        let mut sm_by_pid: HashMap<u32, (u64, u32)> = HashMap::new();
+        for sample in &samples {
+            let entry = sm_by_pid.entry(sample.pid).or_default();
+            entry.0 += u64::from(sample.sm_util);
+            entry.1 += 1;
+        }
+        let processes = device
+            .running_compute_processes()
+            .map_err(|e| format!("GPU {index} processes: {e}"))?
+            .into_iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                used_mib: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(bytes) => Some(bytes.div_ceil(MIB)),
+                    UsedGpuMemory::Unavailable => None,
+                },
+                sm_pct: sm_by_pid
+                    .get(&p.pid)
+                    .map(|(sum, n)| (*sum / u64::from((*n).max(1))) as u32),
+            })
+            .collect();
+        Ok(GpuSample {
+            index,
+            name,
+            utilization_pct,
+            memory_used_mib: memory.used.div_ceil(MIB),
+            memory_total_mib: memory.total / MIB,
+            processes,
+        })
+    }
+}
+
+/// NVML's init errors, in the operator's words.
+fn describe_init_error(err: &nvml_wrapper::error::NvmlError) -> String {
+    use nvml_wrapper::error::NvmlError;
+    match err {
+        NvmlError::LibloadingError(inner) => {
+            format!("libnvidia-ml.so cannot be loaded ({inner}): no NVIDIA driver is installed")
+        }
+        NvmlError::DriverNotLoaded => {
+            "the NVIDIA driver is installed but not loaded (no GPU, or its module is missing)"
+                .to_owned()
+        }
+        NvmlError::NoPermission => "NVML refused access to the driver (permissions)".to_owned(),
+        other => format!("NVML failed to start: {other}"),
+    }
+}

@@ -1,0 +1,99 @@
+//! The GPU duty cycle on real cgroups: a pool's process is frozen within one write of a
+//! clamp, runs about its share of each period while gated, and is thawed when gating stops.
+//! No GPU is needed: the freezer is the same for any process, and a frozen process issues no
+//! kernels. Privileged: skips with a reason elsewhere (fails with REAMER_REQUIRE_PRIVILEGED=1).
+
+use std::{
+    collections::BTreeSet,
+    process::{Child, Command},
+    time::Duration,
+};
+
+use enforcer::{
+    cgroups::{PoolCgroup, PoolFreezer, remove_instance_dirs},
+    gpu::duty_cycle::DutyCycle,
+};
+use reamer_tests::{
+    harness::privileged,
+    proc_stats::{JIFFIES_PER_S, process_jiffies},
+};
+
+const INSTANCE: &str = "it-gpu-gate";
+
+/// A busy shell loop, killed on drop: the stand-in for a GPU inference process.
+struct Spinner(Child);
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// CPUs the process used over `window`.
+fn cpus_over(pid: u32, window: Duration) -> f64 {
+    let before = process_jiffies(pid);
+    std::thread::sleep(window);
+    (process_jiffies(pid) - before) as f64 / JIFFIES_PER_S / window.as_secs_f64()
+}
+
+#[test]
+fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
+    if !privileged("the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop") {
+        return;
+    }
+    let pool = PoolCgroup::create_or_adopt(INSTANCE, "gpu", false).expect("pool cgroup");
+    let all: BTreeSet<u32> =
+        (0..std::thread::available_parallelism().unwrap().get() as u32).collect();
+    pool.set_cpus(&all).unwrap();
+    let spinner = Spinner(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
+    let pid = spinner.0.id();
+    pool.add_process(pid).unwrap();
+    let freezer = PoolFreezer::open(INSTANCE, "gpu").unwrap();
+    let gate = DutyCycle::start(vec![freezer], Duration::from_millis(100), 0).unwrap();
+
+    let ungated = cpus_over(pid, Duration::from_millis(1000));
+    gate.set(0.0);
+    std::thread::sleep(Duration::from_millis(50));
+    let frozen = cpus_over(pid, Duration::from_millis(500));
+    gate.set(0.3);
+    let gated = cpus_over(pid, Duration::from_millis(2000));
+    let stats = gate.stats();
+    gate.stop();
+    let thawed = cpus_over(pid, Duration::from_millis(500));
+    println!(
+        "spinner CPUs: ungated {ungated:.2}, frozen {frozen:.2}, gated at 30% {gated:.2}, after \
+         stop {thawed:.2}; {} freezes, last freeze write {:.0} µs",
+        stats.freezes, stats.last_freeze_write_us
+    );
+    drop(spinner);
+    pool.remove_if_empty();
+    remove_instance_dirs(INSTANCE);
+
+    assert!(
+        ungated > 0.3,
+        "the spinner did not run ungated: {ungated:.2}"
+    );
+    // One jiffy of slack: the freeze may land just after the window opens.
+    assert!(
+        frozen <= 0.02,
+        "not frozen at a 0 run fraction: {frozen:.2} CPUs"
+    );
+    let share = gated / ungated;
+    assert!(
+        (0.1..=0.6).contains(&share),
+        "gated at 30% of each 100 ms period, the spinner ran {:.0}% of its ungated rate",
+        share * 100.0
+    );
+    assert!(
+        stats.freezes >= 15,
+        "only {} freezes in 2 s at 100 ms",
+        stats.freezes
+    );
+    assert!(thawed > 0.3, "not thawed after stop: {thawed:.2} CPUs");
+}
