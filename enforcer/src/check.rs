@@ -184,15 +184,21 @@ fn cgroups() -> Result<String, String> {
     }
 }
 
+/// NVML, the GPUs it sees, and whether the MPS control program is on PATH.
 fn gpu() -> Result<String, String> {
-    if Path::new("/dev/nvidiactl").exists() {
-        Ok("NVIDIA device nodes present; GPU limits are not built yet (a later stage)".to_owned())
+    let telemetry = crate::gpu::telemetry::GpuTelemetry::open()
+        .map_err(|reason| format!("GPU features disabled: {reason}; CPU enforcement unaffected"))?;
+    let mps = crate::gpu::mps::MpsControl::new(crate::gpu::mps::CONTROL_PROGRAM, None);
+    let mps_state = if mps.is_running() {
+        "an MPS control daemon answers"
     } else {
-        Err(
-            "no NVIDIA GPU (/dev/nvidiactl): GPU features disabled; CPU enforcement unaffected"
-                .to_owned(),
-        )
-    }
+        "no MPS control daemon answers (MPS limits off unless [gpu] mps = \"start\")"
+    };
+    Ok(format!(
+        "{} GPU(s) through NVML, driver {}; {mps_state}",
+        telemetry.device_count(),
+        telemetry.driver_version()
+    ))
 }
 
 /// Runs every check.

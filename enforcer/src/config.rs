@@ -576,6 +576,18 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_config_parses_with_its_stated_defaults() {
+        let config = parse(include_str!("../../deploy/enforcer.example.toml")).unwrap();
+        let defaults = crate::gpu::config::GpuSection::default();
+        assert_eq!(config.gpu.sample_ms, defaults.sample_ms);
+        assert_eq!(config.gpu.clamp_config(), defaults.clamp_config());
+        assert_eq!(
+            config.gpu.training_memory_reserve_mib,
+            defaults.training_memory_reserve_mib
+        );
+    }
+
+    #[test]
     fn gpu_flag_belongs_to_pools() {
         let config = parse("[[pool]]\nname = \"g\"\nkind = \"online\"\ngpu = true\n").unwrap();
         assert!(config.pool[0].uses_gpu());
