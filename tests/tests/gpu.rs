@@ -27,12 +27,20 @@ fn without_nvml_the_gpu_side_says_so_once_and_cpu_enforcement_goes_on() {
         return;
     }
     let daemon = Daemon::start(instance, GPU_POOL);
-    let hog = daemon.launch("--pool", "serve", HOG, &["--threads", "1", "--seconds", "2"]);
+    let hog = daemon.launch(
+        "--pool",
+        "serve",
+        HOG,
+        &["--threads", "1", "--seconds", "2"],
+    );
     std::thread::sleep(Duration::from_millis(300));
     let snapshot = daemon.snapshot();
     let gpu = &snapshot["gpu"];
     let status = status_text(instance);
-    let pools = snapshot["enforcement"]["pools"].as_array().cloned().unwrap_or_default();
+    let pools = snapshot["enforcement"]["pools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let serve = pools
         .iter()
         .find(|p| p["name"] == "serve")
@@ -58,7 +66,10 @@ fn without_nvml_the_gpu_side_says_so_once_and_cpu_enforcement_goes_on() {
                 log.contains("CPU enforcement is unaffected"),
                 "the line must say the CPU side goes on:\n{log}"
             );
-            assert!(status.contains(&format!("GPU: disabled: {reason}")), "{status}");
+            assert!(
+                status.contains(&format!("GPU: disabled: {reason}")),
+                "{status}"
+            );
         }
         Some("active") => {
             assert!(log.contains("GPU telemetry on"), "{log}");

@@ -109,6 +109,9 @@ pub struct GpuPolicy {
     changed_ns: u64,
     /// The percentage last recommended.
     percentage: u32,
+    /// Whether NVML's latest sample showed a training process on a GPU. Until it does, the
+    /// CPU signal is training's CPU work, not a GPU step starting, and clamps nothing.
+    training_on_gpu: bool,
 }
 
 impl GpuPolicy {
@@ -121,6 +124,7 @@ impl GpuPolicy {
             best_sm_pct: None,
             changed_ns: 0,
             percentage: 100,
+            training_on_gpu: false,
         }
     }
 
@@ -165,9 +169,10 @@ impl GpuPolicy {
         Some(self.gate(now_ns, 1.0, ClampReason::TrainingIdle))
     }
 
-    /// The fast signal: training's CPU use over the last tick, in CPUs.
+    /// The fast signal: training's CPU use over the last tick, in CPUs. It counts only once
+    /// NVML has seen training on a GPU: a CPU-only training job must not gate GPU inference.
     pub fn on_training_cpu(&mut self, now_ns: u64, cpus: f64) -> Vec<GpuDecision> {
-        let decision = if cpus >= self.config.active_cpus {
+        let decision = if self.training_on_gpu && cpus >= self.config.active_cpus {
             self.active(now_ns, Signal::Cpu)
         } else {
             self.idle_check(now_ns)
@@ -177,9 +182,16 @@ impl GpuPolicy {
         decisions
     }
 
-    /// The slow signal: training's SM utilization from NVML, None where NVML cannot attribute
-    /// it (per-process samples unsupported, or hidden behind an MPS server).
-    pub fn on_nvml(&mut self, now_ns: u64, training_sm_pct: Option<f64>) -> Vec<GpuDecision> {
+    /// The slow signal: whether training has a process on a GPU, and its SM utilization, None
+    /// where NVML cannot attribute it (per-process samples unsupported, or hidden behind an
+    /// MPS server).
+    pub fn on_nvml(
+        &mut self,
+        now_ns: u64,
+        training_on_gpu: bool,
+        training_sm_pct: Option<f64>,
+    ) -> Vec<GpuDecision> {
+        self.training_on_gpu = training_on_gpu;
         let mut decisions = Vec::new();
         match training_sm_pct {
             Some(sm) if sm >= self.config.active_sm_pct => {
@@ -251,9 +263,26 @@ mod tests {
             .collect()
     }
 
+    /// A policy whose last NVML sample showed training on a GPU, not yet busy.
+    fn on_gpu() -> GpuPolicy {
+        let mut policy = GpuPolicy::new(ClampConfig::default());
+        assert!(policy.on_nvml(0, true, Some(0.0)).is_empty());
+        policy
+    }
+
+    #[test]
+    fn cpu_only_training_never_gates_gpu_inference() {
+        let mut policy = GpuPolicy::new(ClampConfig::default());
+        assert!(policy.on_nvml(0, false, None).is_empty());
+        for t in 1..50 {
+            assert!(policy.on_training_cpu(t * 100 * MS, 2.0).is_empty());
+        }
+        assert_eq!(policy.run_fraction(), 1.0);
+    }
+
     #[test]
     fn a_cpu_side_rise_clamps_inference_at_once_and_repeats_do_nothing() {
-        let mut policy = GpuPolicy::new(ClampConfig::default());
+        let mut policy = on_gpu();
         assert!(policy.on_training_cpu(0, 0.0).is_empty());
         let decisions = policy.on_training_cpu(100 * MS, 1.5);
         assert_eq!(
@@ -272,7 +301,7 @@ mod tests {
     #[test]
     fn nvml_alone_also_detects_the_rise() {
         let mut policy = GpuPolicy::new(ClampConfig::default());
-        let decisions = policy.on_nvml(0, Some(80.0));
+        let decisions = policy.on_nvml(0, true, Some(80.0));
         assert_eq!(gates(&decisions), vec![0.1]);
         assert!(matches!(
             decisions[0],
@@ -287,13 +316,13 @@ mod tests {
 
     #[test]
     fn inference_probes_up_while_training_keeps_its_share_and_halves_when_it_drops() {
-        let mut policy = GpuPolicy::new(ClampConfig::default());
+        let mut policy = on_gpu();
         policy.on_training_cpu(0, 1.0);
         let mut t = 0;
         let mut step = |policy: &mut GpuPolicy, sm: f64| {
             t += 1000 * MS;
             policy.on_training_cpu(t, 1.0);
-            gates(&policy.on_nvml(t, Some(sm)))
+            gates(&policy.on_nvml(t, true, Some(sm)))
         };
         // First sample under the clamp: the reference, no change.
         assert!(step(&mut policy, 90.0).is_empty());
@@ -312,26 +341,29 @@ mod tests {
     #[test]
     fn adjustments_wait_for_a_fresh_nvml_period() {
         let mut policy = GpuPolicy::new(ClampConfig::default());
-        policy.on_nvml(0, Some(90.0));
-        policy.on_nvml(1000 * MS, Some(90.0)); // reference
-        assert_eq!(gates(&policy.on_nvml(2000 * MS, Some(90.0))), vec![0.2]);
-        assert!(gates(&policy.on_nvml(2200 * MS, Some(90.0))).is_empty());
+        policy.on_nvml(0, true, Some(90.0));
+        policy.on_nvml(1000 * MS, true, Some(90.0)); // reference
+        assert_eq!(
+            gates(&policy.on_nvml(2000 * MS, true, Some(90.0))),
+            vec![0.2]
+        );
+        assert!(gates(&policy.on_nvml(2200 * MS, true, Some(90.0))).is_empty());
     }
 
     #[test]
     fn without_per_process_samples_the_clamp_holds() {
-        let mut policy = GpuPolicy::new(ClampConfig::default());
+        let mut policy = on_gpu();
         policy.on_training_cpu(0, 1.0);
         for i in 1..5 {
             policy.on_training_cpu(i * 1000 * MS, 1.0);
-            assert!(gates(&policy.on_nvml(i * 1000 * MS, None)).is_empty());
+            assert!(gates(&policy.on_nvml(i * 1000 * MS, true, None)).is_empty());
         }
         assert!((policy.run_fraction() - 0.1).abs() < 1e-9);
     }
 
     #[test]
     fn training_idle_for_the_hold_time_ungates_inference() {
-        let mut policy = GpuPolicy::new(ClampConfig::default());
+        let mut policy = on_gpu();
         policy.on_training_cpu(0, 1.0);
         assert!(gates(&policy.on_training_cpu(1900 * MS, 0.0)).is_empty());
         let decisions = policy.on_training_cpu(2100 * MS, 0.0);
@@ -347,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_fraction_held_long_enough_becomes_an_mps_percentage_once() {
-        let mut policy = GpuPolicy::new(ClampConfig::default());
+        let mut policy = on_gpu();
         policy.on_training_cpu(0, 1.0);
         let retargets = |d: Vec<GpuDecision>| {
             d.into_iter()

@@ -429,6 +429,7 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
         let mut device_errors = Vec::new();
         let mut evictions = Vec::new();
         let mut training_sm: Option<f64> = None;
+        let mut training_on_gpu = false;
         for sample in telemetry.sample() {
             let sample = match sample {
                 Ok(sample) => sample,
@@ -438,6 +439,10 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
                 }
             };
             let attributed = attribution::attribute(&sample, &owners);
+            training_on_gpu |= attributed
+                .processes
+                .iter()
+                .any(|(_, owner)| matches!(owner, Some(Owner::Training(_))));
             if let Some(sm) = attributed.training_sm_pct {
                 *training_sm.get_or_insert(0.0) += sm;
             }
@@ -468,7 +473,7 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
             });
         }
         let now = monotonic_ns();
-        let decisions = lock(&inner.policy).on_nvml(now, training_sm);
+        let decisions = lock(&inner.policy).on_nvml(now, training_on_gpu, training_sm);
         for decision in decisions {
             inner.apply(now, decision);
         }
