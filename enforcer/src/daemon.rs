@@ -299,7 +299,7 @@ async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
             }
             Ok(Some(Ok(Request::Subscribe { pool }))) => {
                 let pid = peer.and_then(|c| c.pid()).map_or(0, |p| p as u32);
-                stream_grants(&shared, &pool, pid, &mut write).await;
+                stream_grants(&shared, &pool, pid, &mut reader, &mut write).await;
                 return;
             }
             Ok(Some(Ok(request))) => (handle(&shared, request, peer_uid), true),
@@ -319,13 +319,17 @@ async fn send_line(
     write.write_all(&line).await
 }
 
-/// Sends a subscribed worker its grants until it goes away.
+/// Sends a subscribed worker its grants until it goes away. A worker that dies closes its
+/// end: the read side sees it at once, so the subscription is dropped then, not at the next
+/// grant change, which may be hours away.
 async fn stream_grants(
     shared: &Shared,
     pool: &str,
     pid: u32,
+    reader: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
     write: &mut tokio::net::unix::OwnedWriteHalf,
 ) {
+    use tokio::io::AsyncReadExt as _;
     let (sender, mut grants) = tokio::sync::mpsc::unbounded_channel();
     let subscribed = shared
         .enforcer
@@ -337,9 +341,23 @@ async fn stream_grants(
         return;
     }
     info!(pool, pid, "worker subscribed to grants");
-    while let Some(grant) = grants.recv().await {
-        if send_line(write, &Response::Grant(grant)).await.is_err() {
-            return;
+    let mut byte = [0u8; 1];
+    loop {
+        tokio::select! {
+            grant = grants.recv() => {
+                let Some(grant) = grant else { return };
+                if send_line(write, &Response::Grant(grant)).await.is_err() {
+                    info!(pool, pid, "worker gone: grant subscription dropped");
+                    return;
+                }
+            }
+            // A subscriber has nothing more to say: anything read is ignored, EOF ends it.
+            read = reader.read(&mut byte) => {
+                if matches!(read, Ok(0) | Err(_)) {
+                    info!(pool, pid, "worker gone: grant subscription dropped");
+                    return;
+                }
+            }
         }
     }
 }

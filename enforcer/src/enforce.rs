@@ -74,6 +74,9 @@ pub struct PoolStatus {
     pub kind: String,
     pub cpus: String,
     pub processes: Vec<u32>,
+    /// Workers subscribed to the pool's grants, whose connection is still open.
+    #[serde(default)]
+    pub subscribers: usize,
 }
 
 pub struct Enforcer {
@@ -189,10 +192,9 @@ impl Enforcer {
         worker
             .send(grant)
             .map_err(|_| "worker went away".to_owned())?;
-        self.subscribers
-            .entry(pool.to_owned())
-            .or_default()
-            .push(worker);
+        let workers = self.subscribers.entry(pool.to_owned()).or_default();
+        workers.retain(|w| !w.is_closed());
+        workers.push(worker);
         Ok(())
     }
 
@@ -334,6 +336,9 @@ impl Enforcer {
                 },
                 cpus: cgroup.cpus().unwrap_or_else(|| "?".to_owned()),
                 processes: cgroup.processes(),
+                subscribers: self.subscribers.get(name).map_or(0, |workers| {
+                    workers.iter().filter(|w| !w.is_closed()).count()
+                }),
             })
             .collect();
         EnforcementStatus {

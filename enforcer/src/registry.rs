@@ -191,6 +191,12 @@ impl Registry {
     pub fn reconcile(&mut self, map: &mut HashMap<MapData, u32, ThreadState>) -> Reconciled {
         let mut report = Reconciled::default();
         for group in self.training.iter_mut().chain(self.pools.iter_mut()) {
+            // A registered process that has exited leaves the group: its pid may be reused by
+            // an unrelated process, which must not be classified as training or inference.
+            group.sources.retain(|source| match source {
+                Source::Process(pid) => process_alive(*pid),
+                Source::Cgroup(_) => true,
+            });
             let tids = group_threads(&group.sources);
             group.threads = tids.len();
             for tid in tids {
@@ -215,6 +221,19 @@ impl Registry {
         }
         report
     }
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie waiting to be reaped).
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rfind(')')
+                .map(|i| stat[i + 1..].trim_start().chars().next())?;
+            state.map(|c| c != 'Z' && c != 'X')
+        })
+        .unwrap_or(false)
 }
 
 fn check_process(pid: u32) -> Result<(), RegistryError> {
