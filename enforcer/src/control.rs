@@ -32,7 +32,9 @@ pub enum Request {
     },
     /// A worker of pool `pool` asks for its core grants: the current one at once, then every
     /// change, a shrink announced before the cgroup is rewritten. Only a process inside the
-    /// pool's cgroup may subscribe for it (checked with the socket's peer credentials).
+    /// pool's cgroup may subscribe for it (checked with the socket's peer credentials). The
+    /// subscription lasts while the connection is open both ways: closing it, or only its
+    /// write half, ends the subscription.
     Subscribe { pool: String },
     /// Reads the sensor's totals.
     Snapshot,
