@@ -363,6 +363,27 @@ fn a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on() {
 
 const GRANT_CLIENT: &str = env!("CARGO_BIN_EXE_grant-client");
 
+/// `grant-client` launched into pool "batch": it subscribes for the pool's grants and exits
+/// after `count` of them, or after `seconds`.
+fn launch_batch_subscriber(daemon: &Daemon, count: &str, seconds: &str) -> std::process::Child {
+    let socket = daemon.socket().display().to_string();
+    daemon.launch(
+        "--pool",
+        "batch",
+        GRANT_CLIENT,
+        &[
+            "--socket",
+            &socket,
+            "--pool",
+            "batch",
+            "--count",
+            count,
+            "--seconds",
+            seconds,
+        ],
+    )
+}
+
 #[test]
 fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
     let instance = "it-grants";
@@ -385,21 +406,7 @@ fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
     assert!(String::from_utf8_lossy(&outsider.stdout).contains("is not in pool"));
 
     // Inside: the current grant, then a shrink when training arrives, then growth when it leaves.
-    let worker = daemon.launch(
-        "--pool",
-        "batch",
-        GRANT_CLIENT,
-        &[
-            "--socket",
-            &socket,
-            "--pool",
-            "batch",
-            "--count",
-            "3",
-            "--seconds",
-            "15",
-        ],
-    );
+    let worker = launch_batch_subscriber(&daemon, "3", "15");
     std::thread::sleep(Duration::from_millis(300));
     let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);
     wait_ok(sim, "training-sim");
@@ -465,18 +472,7 @@ fn a_worker_that_dies_is_cleaned_up_and_its_pool_serves_the_next_one() {
         return;
     }
     let daemon = Daemon::start(instance, OFFLINE_POOL);
-    let socket = daemon.socket().display().to_string();
-    let subscribe = [
-        "--socket",
-        &socket,
-        "--pool",
-        "batch",
-        "--count",
-        "1000",
-        "--seconds",
-        "30",
-    ];
-    let mut worker = daemon.launch("--pool", "batch", GRANT_CLIENT, &subscribe);
+    let mut worker = launch_batch_subscriber(&daemon, "1000", "30");
     let pid = u64::from(worker.id());
     eventually("the worker subscribed", || {
         pool_state(&daemon, "batch").0["subscribers"] == 1
@@ -495,21 +491,7 @@ fn a_worker_that_dies_is_cleaned_up_and_its_pool_serves_the_next_one() {
         !listed && classified["threads"] == 0
     });
     // The pool serves the next worker as before.
-    let next = daemon.launch(
-        "--pool",
-        "batch",
-        GRANT_CLIENT,
-        &[
-            "--socket",
-            &socket,
-            "--pool",
-            "batch",
-            "--count",
-            "1",
-            "--seconds",
-            "5",
-        ],
-    );
+    let next = launch_batch_subscriber(&daemon, "1", "5");
     wait_ok(next, "the next worker's grant");
     let log = daemon.stop();
     remove_test_cgroups(instance, "batch");
