@@ -9,7 +9,7 @@
 use std::{collections::BTreeSet, path::PathBuf};
 
 use cgroups_rs::{
-    CgroupPid,
+    CgroupPid, FreezerState,
     fs::{
         Cgroup, Controller as _, cpu::CpuController, cpuset::CpuSetController,
         freezer::FreezerController, hierarchies,
@@ -36,6 +36,8 @@ pub struct PoolCgroup {
 
 impl PoolCgroup {
     /// Creates the pool's cgroup, or adopts it if a previous daemon left it with its processes.
+    /// An adopted pool left frozen (a daemon that died in the middle of a GPU duty cycle) is
+    /// thawed: no daemon holds it frozen any more.
     pub fn create_or_adopt(instance: &str, pool: &str, idle: bool) -> Result<Self, CgroupError> {
         let path = format!("reamer/{instance}/{pool}");
         let controllers = CONTROLLERS.iter().map(|c| (*c).to_owned()).collect();
@@ -47,7 +49,30 @@ impl PoolCgroup {
             })?;
         let pool = Self { path, cgroup };
         pool.set_idle(idle)?;
+        pool.thaw_if_frozen()?;
         Ok(pool)
+    }
+
+    fn thaw_if_frozen(&self) -> Result<(), CgroupError> {
+        let Some(freezer) = self.cgroup.controller_of::<FreezerController>() else {
+            return Ok(());
+        };
+        if matches!(freezer.state(), Ok(FreezerState::Thawed)) {
+            return Ok(());
+        }
+        freezer.thaw().map_err(|e| self.error("thawing", e))?;
+        tracing::warn!(
+            pool = self.path,
+            "the pool was left frozen by a previous daemon: thawed"
+        );
+        Ok(())
+    }
+
+    /// The directory whose thread list (`tasks` on v1, `cgroup.threads` on v2) names every
+    /// thread in the pool.
+    pub fn member_dir(&self) -> Option<PathBuf> {
+        let cpuset: &CpuSetController = self.cgroup.controller_of()?;
+        Some(cpuset.path().to_owned())
     }
 
     fn error(&self, what: &str, e: impl std::fmt::Display) -> CgroupError {

@@ -24,6 +24,7 @@ use crate::{
     enforce::Enforcer,
     events::{self, EventTally},
     gpu::service::{GpuService, OwnersFn},
+    journal::Journal,
     paths, preflight,
     registry::Registry,
     sensor::{
@@ -39,6 +40,8 @@ const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 struct Shared {
     instance: String,
     registry: Mutex<Registry>,
+    /// Training processes launched through this daemon, for a restarted one to find.
+    journal: Mutex<Journal>,
     sensor: Mutex<Sensor>,
     tally: Arc<Mutex<EventTally>>,
     enforcer: Arc<Mutex<Enforcer>>,
@@ -74,6 +77,11 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         enforcer.set_reserved_map(reserved);
     }
     let mut registry = Registry::from_config(&config);
+    for (pool, dir) in enforcer.pool_member_dirs() {
+        registry.add_pool_cgroup(&pool, dir);
+    }
+    let mut journal = Journal::open(&paths::launched_journal(instance));
+    readopt_launched(&mut registry, &mut journal);
     // Configured pool members move into their pool's cgroup.
     for pool in &registry.pools {
         for pid in crate::registry::group_processes(&pool.sources) {
@@ -101,6 +109,7 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     let shared = Arc::new(Shared {
         instance: instance.to_owned(),
         registry: Mutex::new(registry),
+        journal: Mutex::new(journal),
         sensor: Mutex::new(sensor),
         tally: Arc::new(Mutex::new(EventTally::default())),
         enforcer: Arc::new(Mutex::new(enforcer)),
@@ -177,6 +186,11 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         .shutdown();
     info!("inference pools released: every CPU, no idle class, thawed");
     shared
+        .journal
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .close();
+    shared
         .sensor
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -191,6 +205,30 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     }
     info!("sensor detached, pins removed");
     Ok(())
+}
+
+/// Registers again the training processes launched through a previous daemon of this
+/// instance that still run. Their threads keep the classification they had where the
+/// previous daemon's pinned `thread_state` was taken over; the registry makes sure of it.
+fn readopt_launched(registry: &mut Registry, journal: &mut Journal) {
+    for launched in journal.entries() {
+        match registry.add_training_process(&launched.job, launched.pid) {
+            Ok(job) => info!(
+                job = job.name,
+                id = job.id,
+                pid = launched.pid,
+                "re-adopted a training process launched before this daemon started"
+            ),
+            Err(err) => {
+                warn!(
+                    job = launched.job,
+                    pid = launched.pid,
+                    "cannot re-adopt a training process launched before this daemon: {err}"
+                );
+                journal.forget(launched.pid);
+            }
+        }
+    }
 }
 
 /// Refuses to start a second daemon of the same instance (its pins would be torn down), and
@@ -261,6 +299,12 @@ async fn reconcile_forever(shared: Arc<Shared>) {
         let mut registry = shared.registry.lock().expect("registry poisoned");
         let mut sensor = shared.sensor.lock().expect("sensor poisoned");
         let report = registry.reconcile(&mut sensor.maps.thread_state);
+        drop((registry, sensor));
+        shared
+            .journal
+            .lock()
+            .expect("journal poisoned")
+            .retain_running();
         if report.failed > 0 {
             warn!(
                 failed = report.failed,
@@ -399,6 +443,13 @@ fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response 
                     };
                 }
             };
+            if kind == GroupKind::Training {
+                shared
+                    .journal
+                    .lock()
+                    .expect("journal poisoned")
+                    .record(&name, id, pid);
+            }
             // A pool member moves into the pool's cgroup before its threads are classified
             // (which also makes offline threads SCHED_IDLE).
             if kind == GroupKind::Pool {

@@ -5,7 +5,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
     io::Write as _,
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use enforcer_common::{
@@ -227,6 +227,15 @@ impl Enforcer {
     }
 
     /// Writes the pools whose CPUs changed; returns their names.
+    /// Each pool's name and the directory listing its threads: every thread in a pool's
+    /// cgroup is a member, whoever put it there and whichever daemon did.
+    pub fn pool_member_dirs(&self) -> Vec<(String, PathBuf)> {
+        self.pools
+            .iter()
+            .filter_map(|(name, (_, cgroup))| Some((name.clone(), cgroup.member_dir()?)))
+            .collect()
+    }
+
     fn write(&mut self, allocation: &Allocation) -> Vec<String> {
         if !self.enforcing {
             return Vec::new();

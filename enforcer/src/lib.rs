@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod enforce;
 pub mod events;
 pub mod gpu;
+pub mod journal;
 pub mod launch;
 pub mod metrics;
 pub mod observe;

@@ -35,6 +35,12 @@ pub fn decision_log(instance: &str) -> PathBuf {
     PathBuf::from(RUN_DIR).join(format!("{instance}.decisions.jsonl"))
 }
 
+/// Training processes launched through this instance's daemon, for its successor to find:
+/// `/run/reamer/<instance>.launched.json`.
+pub fn launched_journal(instance: &str) -> PathBuf {
+    PathBuf::from(RUN_DIR).join(format!("{instance}.launched.json"))
+}
+
 /// Checks an instance name: it becomes a directory and a file name.
 pub fn validate_instance(instance: &str) -> Result<(), String> {
     let ok = !instance.is_empty()

@@ -186,6 +186,16 @@ impl Registry {
         Ok(pool)
     }
 
+    /// Makes every thread in `dir` (a pool's own cgroup) a member of pool `name`.
+    pub fn add_pool_cgroup(&mut self, name: &str, dir: PathBuf) {
+        if let Some(pool) = self.pools.iter_mut().find(|p| p.name == name) {
+            let source = Source::Cgroup(dir);
+            if !pool.sources.contains(&source) {
+                pool.sources.push(source);
+            }
+        }
+    }
+
     /// Writes every member thread's class into `thread_state`. Threads already classified the
     /// same way are left alone, so a wait in progress (`runnable_since_ns`) is not lost.
     pub fn reconcile(&mut self, map: &mut HashMap<MapData, u32, ThreadState>) -> Reconciled {

@@ -168,6 +168,15 @@ impl Daemon {
             .expect("spawn enforcer launch")
     }
 
+    /// Kills the daemon with SIGKILL, as a crash or the OOM killer would: it cleans up
+    /// nothing. Returns its log.
+    pub fn crash(mut self) -> String {
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("SIGKILL the enforcer");
+        child.wait().expect("wait for the killed enforcer");
+        self.log()
+    }
+
     /// Sends SIGTERM and waits for a clean exit; returns the log.
     pub fn stop(mut self) -> String {
         let child = self.child.take().expect("running");
@@ -243,4 +252,34 @@ pub fn wait_ok(mut child: Child, what: &str) {
 /// the pool's cgroup, the instance's, and the `reamer` parent once empty.
 pub fn remove_test_cgroups(instance: &str, pool: &str) {
     crate::bench_cgroup::remove_groups(instance, &[pool]);
+}
+
+/// The cgroup path of `pid` in the v1 hierarchy named `controller`.
+pub fn cgroup_of(pid: u32, controller: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, names, path) = (parts.next()?, parts.next()?, parts.next()?);
+            names
+                .split(',')
+                .any(|n| n == controller)
+                .then(|| path.to_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// `bpftool -j ARGS…`, parsed.
+pub fn bpftool(args: &[&str]) -> Value {
+    let output = Command::new("bpftool")
+        .arg("-j")
+        .args(args)
+        .output()
+        .expect("run bpftool (is it installed?)");
+    assert!(
+        output.status.success(),
+        "bpftool {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("bpftool JSON")
 }

@@ -4,26 +4,11 @@
 
 use std::{process::Command, time::Duration};
 
-use reamer_tests::harness::{Daemon, privileged, remove_test_cgroups, u64_of, wait_ok};
+use reamer_tests::harness::{Daemon, cgroup_of, privileged, remove_test_cgroups, u64_of, wait_ok};
 
 const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
 const OFFLINE_POOL: &str = "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n";
-
-/// The cgroup path of `pid` in the v1 hierarchy named `controller`.
-fn cgroup_of(pid: u32, controller: &str) -> String {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    text.lines()
-        .find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, names, path) = (parts.next()?, parts.next()?, parts.next()?);
-            names
-                .split(',')
-                .any(|n| n == controller)
-                .then(|| path.to_owned())
-        })
-        .unwrap_or_default()
-}
 
 fn online_cpus() -> String {
     std::fs::read_to_string("/sys/devices/system/cpu/online")

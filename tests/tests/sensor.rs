@@ -10,7 +10,7 @@ use std::{
 };
 
 use reamer_tests::{
-    harness::{Daemon, job, privileged, u64_of, wait_ok},
+    harness::{Daemon, bpftool, job, privileged, u64_of, wait_ok},
     schedstat,
 };
 use serde_json::{Value, json};
@@ -224,20 +224,6 @@ fn classified_threads(daemon: &Daemon) -> std::collections::HashMap<u64, (u64, u
             )
         })
         .collect()
-}
-
-fn bpftool(args: &[&str]) -> Value {
-    let output = Command::new("bpftool")
-        .arg("-j")
-        .args(args)
-        .output()
-        .expect("run bpftool (is it installed?)");
-    assert!(
-        output.status.success(),
-        "bpftool {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("bpftool JSON")
 }
 
 /// Ids of the loaded programs, as bpftool lists them.

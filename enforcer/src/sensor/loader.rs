@@ -10,7 +10,11 @@ use aya::{
 use enforcer_common::{CpuState, JobStats, Settings, ThreadState, maps as names};
 use tracing::{info, warn};
 
-use super::{btf::Btf, object, offsets};
+use super::{
+    btf::Btf,
+    object, offsets,
+    readopt::{self, Readopted},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SensorError {
@@ -68,17 +72,30 @@ pub struct Sensor {
     /// Taken by the enforcer, which publishes training's CPUs in it.
     reserved_cpus: Option<Array<MapData, u32>>,
     pub maps: SensorMaps,
+    /// What was taken over from a previous daemon's pins (empty on a first start).
+    pub readopted: Readopted,
 }
 
 impl Sensor {
-    /// Loads and attaches the sensor, pins its maps in `pin_dir` and applies `settings`.
+    /// Loads and attaches the sensor, pins its maps in `pin_dir` and applies `settings`. The
+    /// state maps a previous daemon of this instance left pinned there are taken over
+    /// (`readopt`); the others are made afresh.
     pub fn load(pin_dir: &Path, settings: Settings) -> Result<Self, SensorError> {
         let object = object::object().ok_or(SensorError::NotBuilt)?;
         let btf = Btf::from_sys_fs().map_err(offsets::OffsetError::from)?;
         let offsets = offsets::resolve(&btf)?;
+        let readopted = readopt::prepare(pin_dir);
+        std::fs::create_dir_all(pin_dir).map_err(|e| SensorError::Pin {
+            path: pin_dir.to_owned(),
+            message: e.to_string(),
+        })?;
         let mut loader = EbpfLoader::new();
         for (global, offset) in &offsets {
             loader.override_global(global, offset, true);
+        }
+        // Opened from their pin when it is there, created and pinned there otherwise.
+        for name in readopt::state_map_names() {
+            loader.map_pin_path(name, pin_dir.join(name));
         }
         let mut ebpf = loader
             .load(object)
@@ -105,6 +122,7 @@ impl Sensor {
             events: Some(events),
             reserved_cpus: Some(reserved_cpus),
             maps,
+            readopted,
         };
         sensor.apply_settings(settings)?;
         info!(pin_dir = %pin_dir.display(), "sensor attached to {} tracepoints", names::PROGRAMS.len());
@@ -186,18 +204,17 @@ pub(super) fn attach_program(
     Ok(())
 }
 
+/// Pins the maps the loader did not (the state maps are pinned where they were opened).
 fn pin_all(ebpf: &Ebpf, pin_dir: &Path) -> Result<(), SensorError> {
     let pin_error = |message: String| SensorError::Pin {
         path: pin_dir.to_owned(),
         message,
     };
-    if pin_dir.exists() {
-        // A daemon that died without cleaning up left these; its programs are gone with it.
-        warn!(pin_dir = %pin_dir.display(), "removing stale pins of a previous run");
-        remove_pins(pin_dir);
-    }
-    std::fs::create_dir_all(pin_dir).map_err(|e| pin_error(e.to_string()))?;
+    let state_maps: Vec<&str> = readopt::state_map_names().collect();
     for name in names::ALL_MAPS {
+        if state_maps.contains(&name) {
+            continue;
+        }
         let map = ebpf
             .map(name)
             .ok_or(SensorError::Missing { what: "map", name })?;

@@ -5,6 +5,7 @@ pub mod calibration;
 pub mod loader;
 pub mod object;
 pub mod offsets;
+pub mod readopt;
 pub mod snapshot;
 
 pub use loader::{Sensor, SensorError};

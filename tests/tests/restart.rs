@@ -1,0 +1,256 @@
+//! A daemon that dies and is started again (privileged tests): its successor finds what it
+//! knew, and the running workers notice nothing but a reconnect.
+
+use std::{
+    path::PathBuf,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use reamer_tests::{
+    harness::{
+        Daemon, bpftool, cgroup_of, enforcer_bin, job, privileged, remove_test_cgroups, u64_of,
+        wait_ok,
+    },
+    worker::{
+        OnlineWorker, agent, check_tiny_answer, post, scratch_with_tiny_model, tiny_request,
+        worker_bin,
+    },
+};
+use serde_json::Value;
+
+const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
+const CONFIG: &str = "[[pool]]\nname = \"serve\"\nkind = \"offline\"\n\
+                      [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
+
+/// Polls `check` for up to 5 s: the registry re-reads its groups every second, a worker
+/// reconnects a second after losing its daemon.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what}: not within 5 s");
+}
+
+/// The kernel's id of a pinned map: the same id is the same map.
+fn pinned_map_id(daemon: &Daemon, map: &str) -> u64 {
+    let path = daemon.pin_dir().join(map);
+    let info = bpftool(&["map", "show", "pinned", path.to_str().expect("utf-8 path")]);
+    u64_of(&info, "id")
+}
+
+/// Pool `name` as the daemon sees it: (its enforcement status, its classification).
+fn pool(snapshot: &Value, name: &str) -> (Value, Value) {
+    let find = |list: &Value| {
+        list.as_array()
+            .and_then(|pools| pools.iter().find(|p| p["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("no pool {name} in {list}"))
+    };
+    (
+        find(&snapshot["enforcement"]["pools"]),
+        find(&snapshot["pools"]),
+    )
+}
+
+/// Freezes the cgroup `pid` is in, as a daemon that died in the middle of a GPU duty cycle
+/// leaves it: the v1 freezer where there is one, `cgroup.freeze` on v2.
+fn freeze_cgroup_of(pid: u32) -> PathBuf {
+    let v1 = cgroup_of(pid, "freezer");
+    let (file, value) = if v1.is_empty() {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let path = text
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .expect("a cgroup v2 path")
+            .to_owned();
+        (format!("/sys/fs/cgroup{path}/cgroup.freeze"), "1")
+    } else {
+        (
+            format!("/sys/fs/cgroup/freezer{v1}/freezer.state"),
+            "FROZEN",
+        )
+    };
+    std::fs::write(&file, value).unwrap_or_else(|e| panic!("freezing {file}: {e}"));
+    PathBuf::from(file)
+}
+
+#[test]
+fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_workers() {
+    let instance = "it-restart";
+    if !privileged(
+        "a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_workers",
+    ) {
+        return;
+    }
+    let first = Daemon::start(instance, CONFIG);
+    let (dir, model) = scratch_with_tiny_model("restart");
+    let mut launch = Command::new(enforcer_bin());
+    launch
+        .args(["launch", "--pool", "serve", "--instance", instance, "--"])
+        .arg(worker_bin());
+    let worker = OnlineWorker::start_with(
+        launch,
+        &["--model", model.to_str().unwrap()],
+        dir.join("worker.log"),
+    );
+    let worker_pid = worker.child.id();
+    let worker_cgroup = cgroup_of(worker_pid, "cpuset");
+    assert!(
+        worker_cgroup.ends_with("reamer/it-restart/serve"),
+        "{worker_cgroup}"
+    );
+    // Launched through the daemon, so only the daemon (and its journal) knows it is training.
+    let sim = first.launch("--training", "t", SIM, &["--seconds", "10"]);
+    eventually("training ran and the worker subscribed", || {
+        let snapshot = first.snapshot();
+        let registered = snapshot["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "t" && u64_of(t, "threads") > 0 && u64_of(t, "run_ns") > 0);
+        registered && pool(&snapshot, "serve").0["subscribers"] == 1
+    });
+    let before = first.snapshot();
+    let job_id = u64_of(job(&before, "t"), "id");
+    let maps_before = ["thread_state", "job_stats"].map(|m| pinned_map_id(&first, m));
+
+    let crashed_log = first.crash();
+    assert!(
+        PathBuf::from(format!("/sys/fs/bpf/reamer/v2/{instance}/thread_state")).exists(),
+        "a killed daemon's pins should outlive it:\n{crashed_log}"
+    );
+    let frozen = freeze_cgroup_of(worker_pid);
+    let run_at_crash = u64_of(job(&before, "t"), "run_ns");
+
+    let second = Daemon::start(instance, CONFIG);
+    let log = second.log();
+    assert!(
+        log.contains("taking over the pinned sensor state of a previous run"),
+        "{log}"
+    );
+    assert!(
+        log.contains("re-adopted a training process launched before this daemon started"),
+        "{log}"
+    );
+    assert!(
+        log.contains("left frozen by a previous daemon: thawed"),
+        "{log}"
+    );
+    let frozen_state = std::fs::read_to_string(&frozen).unwrap();
+    assert!(
+        matches!(frozen_state.trim(), "THAWED" | "0"),
+        "{}: {frozen_state}",
+        frozen.display()
+    );
+
+    // The very maps the first daemon made, so its per-job totals go on.
+    let maps_after = ["thread_state", "job_stats"].map(|m| pinned_map_id(&second, m));
+    assert_eq!(
+        maps_before, maps_after,
+        "the pinned maps were not taken over"
+    );
+    let after = second.snapshot();
+    let t = job(&after, "t");
+    assert_eq!(
+        u64_of(t, "id"),
+        job_id,
+        "the job came back under another id"
+    );
+    assert!(
+        u64_of(t, "run_ns") >= run_at_crash,
+        "the job's run time restarted from zero: {} < {run_at_crash}",
+        u64_of(t, "run_ns")
+    );
+    println!(
+        "job t: run {} ms at the crash, {} ms after the restart; map ids {maps_after:?}",
+        run_at_crash / 1_000_000,
+        u64_of(t, "run_ns") / 1_000_000
+    );
+    eventually("the re-adopted job is sensed", || {
+        let t = job(&second.snapshot(), "t").clone();
+        u64_of(&t, "threads") > 0 && u64_of(&t, "run_ns") > run_at_crash
+    });
+
+    // The worker: the same process in the same cgroup, classified from the pool's cgroup,
+    // subscribed again on its own, serving throughout.
+    assert_eq!(cgroup_of(worker_pid, "cpuset"), worker_cgroup);
+    eventually(
+        "the worker is back as a pool member and a subscriber",
+        || {
+            let (enforced, classified) = pool(&second.snapshot(), "serve");
+            enforced["subscribers"] == 1 && u64_of(&classified, "threads") > 0
+        },
+    );
+    assert!(
+        worker.log_text().contains("lost the enforcer's grants"),
+        "{}",
+        worker.log_text()
+    );
+    let http = agent();
+    let items = [[0.5, -1.0, 2.0, 0.25]];
+    let (status, body) = post(
+        &http,
+        &format!("{}/v2/models/tiny/infer", worker.base),
+        &tiny_request("after-restart", &items),
+    );
+    assert_eq!(status, 200, "{body}");
+    check_tiny_answer(&body, &items);
+
+    wait_ok(sim, "training-sim across the restart");
+    assert!(worker.stop().success());
+    let log = second.stop();
+    assert!(log.contains("pins removed"), "{log}");
+    assert!(
+        !PathBuf::from(format!("/run/reamer/{instance}.launched.json")).exists(),
+        "no launched process runs: the journal should be gone"
+    );
+    remove_test_cgroups(instance, "serve");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_pinned_map_of_another_shape_is_not_taken_over() {
+    let instance = "it-restart-shape";
+    if !privileged("a_pinned_map_of_another_shape_is_not_taken_over") {
+        return;
+    }
+    // What a build with another `ThreadState` would have left: 8-byte values.
+    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/reamer/v2/{instance}"));
+    std::fs::create_dir_all(&pin_dir).unwrap();
+    let stale = pin_dir.join("thread_state");
+    let created = Command::new("bpftool")
+        .args(["map", "create", stale.to_str().unwrap()])
+        .args(["type", "hash", "key", "4", "value", "8", "entries", "16"])
+        .args(["name", "thread_state"])
+        .output()
+        .expect("run bpftool");
+    assert!(
+        created.status.success(),
+        "bpftool map create: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let stale_id = bpftool(&["map", "show", "pinned", stale.to_str().unwrap()])["id"].clone();
+
+    let daemon = Daemon::start(instance, CONFIG);
+    let log = daemon.log();
+    assert!(
+        log.contains("not taking over the pinned map") && log.contains("this build's"),
+        "{log}"
+    );
+    assert_ne!(
+        pinned_map_id(&daemon, "thread_state"),
+        stale_id.as_u64().unwrap(),
+        "the stale map is still in use"
+    );
+    // The sensor works on its fresh map: a launched job is classified and sensed.
+    let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);
+    wait_ok(sim, "training-sim");
+    assert!(u64_of(job(&daemon.snapshot(), "t"), "run_ns") > 0);
+    let log = daemon.stop();
+    assert!(log.contains("pins removed"), "{log}");
+    remove_test_cgroups(instance, "serve");
+}
