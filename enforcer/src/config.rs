@@ -158,6 +158,11 @@ impl GroupConfig {
         self.min_cores.as_ref().map_or(1, |m| *m.get_ref())
     }
 
+    /// An online pool's latency SLO, where the config gives one.
+    pub fn slo_ms(&self) -> Option<u64> {
+        self.slo_ms.as_ref().map(|m| *m.get_ref())
+    }
+
     /// Whether a pool's processes use the GPU.
     pub fn uses_gpu(&self) -> bool {
         self.gpu.as_ref().is_some_and(|g| *g.get_ref())

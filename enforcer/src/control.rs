@@ -36,6 +36,12 @@ pub enum Request {
     /// subscription lasts while the connection is open both ways: closing it, or only its
     /// write half, ends the subscription.
     Subscribe { pool: String },
+    /// Sent by a subscribed worker of an online pool, on its subscription: it needs `cpus`
+    /// CPUs to meet its SLO at its current load. The pool's need is the sum over its workers;
+    /// beyond the pool's `min_cores` it is granted from the cores training leaves free. No
+    /// answer: the grants that follow are the answer. A worker holds a smaller need for a few
+    /// seconds before it sends it, so the grants do not follow every wobble of the load.
+    Need { cpus: usize },
     /// Reads the sensor's totals.
     Snapshot,
 }

@@ -46,6 +46,8 @@ struct Shared {
     tally: Arc<Mutex<EventTally>>,
     enforcer: Arc<Mutex<Enforcer>>,
     metrics_addr: Option<String>,
+    /// The SLO of each pool whose config gives one, for the processes launched into it.
+    pool_slo_ms: HashMap<String, u64>,
     /// Set once, right after `Shared` exists: its NVML sampler reads the registry.
     gpu: std::sync::OnceLock<GpuService>,
 }
@@ -114,6 +116,11 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         tally: Arc::new(Mutex::new(EventTally::default())),
         enforcer: Arc::new(Mutex::new(enforcer)),
         metrics_addr: metrics_addr.clone(),
+        pool_slo_ms: config
+            .pool
+            .iter()
+            .filter_map(|p| Some((p.name.get_ref().clone(), p.slo_ms()?)))
+            .collect(),
         gpu: std::sync::OnceLock::new(),
     });
     let owners: OwnersFn = {
@@ -363,9 +370,10 @@ async fn send_line(
     write.write_all(&line).await
 }
 
-/// Sends a subscribed worker its grants until it goes away. A worker that dies closes its
-/// end: the read side sees it at once, so the subscription is dropped then, not at the next
-/// grant change, which may be hours away.
+/// Sends a subscribed worker its grants until it goes away, and takes the SLO needs it sends
+/// on the same connection. A worker that dies closes its end: the read side sees it at once,
+/// so the subscription (and its need) is dropped then, not at the next grant change, which may
+/// be hours away.
 async fn stream_grants(
     shared: &Shared,
     pool: &str,
@@ -373,7 +381,7 @@ async fn stream_grants(
     reader: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
     write: &mut tokio::net::unix::OwnedWriteHalf,
 ) {
-    use tokio::io::AsyncReadExt as _;
+    use tokio::io::AsyncBufReadExt as _;
     let (sender, mut grants) = tokio::sync::mpsc::unbounded_channel();
     let subscribed = shared
         .enforcer
@@ -385,24 +393,51 @@ async fn stream_grants(
         return;
     }
     info!(pool, pid, "worker subscribed to grants");
-    let mut byte = [0u8; 1];
+    // Kept across iterations: read_until is cancel-safe, a line cut by a grant goes on.
+    let mut line = Vec::new();
     loop {
         tokio::select! {
             grant = grants.recv() => {
-                let Some(grant) = grant else { return };
+                let Some(grant) = grant else { break };
                 if send_line(write, &Response::Grant(grant)).await.is_err() {
-                    info!(pool, pid, "worker gone: grant subscription dropped");
-                    return;
+                    break;
                 }
             }
-            // A subscriber has nothing more to say: anything read is ignored, EOF ends it.
-            read = reader.read(&mut byte) => {
-                if matches!(read, Ok(0) | Err(_)) {
-                    info!(pool, pid, "worker gone: grant subscription dropped");
-                    return;
+            read = reader.read_until(b'\n', &mut line) => {
+                if matches!(read, Ok(0) | Err(_)) || line.len() > control::MAX_REQUEST_BYTES {
+                    break;
+                }
+                if line.ends_with(b"\n") {
+                    on_subscriber_line(shared, pool, pid, &line);
+                    line.clear();
                 }
             }
         }
+    }
+    info!(pool, pid, "worker gone: grant subscription dropped");
+    shared
+        .enforcer
+        .lock()
+        .expect("enforcer poisoned")
+        .set_need(pool, pid, None);
+}
+
+/// A line from a subscribed worker: a need, or something the daemon logs and ignores (the
+/// stream carries grants only, so no error goes back on it).
+fn on_subscriber_line(shared: &Shared, pool: &str, pid: u32, line: &[u8]) {
+    match serde_json::from_slice::<Request>(line) {
+        Ok(Request::Need { cpus }) => {
+            shared
+                .enforcer
+                .lock()
+                .expect("enforcer poisoned")
+                .set_need(pool, pid, Some(cpus))
+        }
+        Ok(other) => warn!(
+            pool,
+            pid, "ignored on a grant subscription (only needs are read there): {other:?}"
+        ),
+        Err(err) => warn!(pool, pid, "malformed line on a grant subscription: {err}"),
     }
 }
 
@@ -411,6 +446,10 @@ fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response 
         Request::Snapshot => Response::Snapshot(Box::new(take_snapshot(shared))),
         Request::Subscribe { .. } => Response::Error {
             message: "subscriptions are served as a stream, one per connection".to_owned(),
+        },
+        Request::Need { .. } => Response::Error {
+            message: "a need is sent on a grant subscription, after subscribing for the pool"
+                .to_owned(),
         },
         Request::Register { kind, name, pid } => {
             if peer_uid != Some(0) {
@@ -423,13 +462,17 @@ fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response 
             }
             // A GPU pool admits a process only where a CUDA context fits beside training;
             // the process starts with the pool's MPS limits.
-            let env = match (kind, shared.gpu.get()) {
+            let mut env = match (kind, shared.gpu.get()) {
                 (GroupKind::Pool, Some(gpu)) => match gpu.client_env(&name) {
                     Ok(env) => env,
                     Err(message) => return Response::Error { message },
                 },
                 _ => Vec::new(),
             };
+            // The pool's SLO, for an inference worker that is not told another.
+            if let (GroupKind::Pool, Some(slo)) = (kind, shared.pool_slo_ms.get(&name)) {
+                env.push((crate::launch::SLO_ENV.to_owned(), slo.to_string()));
+            }
             let mut registry = shared.registry.lock().expect("registry poisoned");
             let added = match kind {
                 GroupKind::Training => registry.add_training_process(&name, pid),

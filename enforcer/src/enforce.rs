@@ -77,6 +77,9 @@ pub struct PoolStatus {
     /// Workers subscribed to the pool's grants, whose connection is still open.
     #[serde(default)]
     pub subscribers: usize,
+    /// CPUs its workers said their SLO needs (online pools; 0 where none said).
+    #[serde(default)]
+    pub need_cpus: usize,
 }
 
 pub struct Enforcer {
@@ -98,6 +101,8 @@ pub struct Enforcer {
     published: BTreeSet<u32>,
     /// Workers subscribed to each pool's grants.
     subscribers: BTreeMap<String, Vec<tokio::sync::mpsc::UnboundedSender<Grant>>>,
+    /// CPUs each worker of an online pool said its SLO needs: pool → pid → CPUs.
+    needs: BTreeMap<String, BTreeMap<u32, usize>>,
 }
 
 impl Enforcer {
@@ -153,6 +158,7 @@ impl Enforcer {
             reaction_sum_ns: 0,
             last_demand: None,
             subscribers: BTreeMap::new(),
+            needs: BTreeMap::new(),
             reserved_map: None,
             published: BTreeSet::new(),
         };
@@ -198,6 +204,43 @@ impl Enforcer {
         Ok(())
     }
 
+    /// Worker `pid` of `pool` needs `cpus` CPUs for its SLO (None: it went away). The pool's
+    /// need, summed over its workers and rounded up to whole cores, goes to the policy; an
+    /// offline pool has no SLO and gets what is left, so its workers' needs are only logged.
+    pub fn set_need(&mut self, pool: &str, pid: u32, cpus: Option<usize>) {
+        let online = matches!(self.pools.get(pool), Some((PoolKind::Online { .. }, _)));
+        if !online {
+            if let Some(cpus) = cpus {
+                info!(
+                    pool,
+                    pid, cpus, "need noted, not granted: an offline pool gets what is left"
+                );
+            }
+            return;
+        }
+        let needs = self.needs.entry(pool.to_owned()).or_default();
+        let changed = match cpus {
+            Some(cpus) => needs.insert(pid, cpus) != Some(cpus),
+            None => needs.remove(&pid).is_some(),
+        };
+        if !changed {
+            return;
+        }
+        let total: usize = needs.values().sum();
+        let threads_per_core = (self.topology.cpus.len() / self.topology.cores.len().max(1)).max(1);
+        let cores = total.div_ceil(threads_per_core);
+        info!(
+            pool,
+            pid,
+            ?cpus,
+            pool_cores = cores,
+            "online pool's SLO need"
+        );
+        if let Some(decision) = self.policy.set_online_need(pool, cores) {
+            self.apply(decision, None);
+        }
+    }
+
     /// Hands the enforcer the sensor's `reserved_cpus` map, where it publishes training's CPUs.
     pub fn set_reserved_map(&mut self, map: aya::maps::Array<aya::maps::MapData, u32>) {
         self.reserved_map = Some(map);
@@ -226,7 +269,6 @@ impl Enforcer {
         Ok(cgroup.add_process(pid)?)
     }
 
-    /// Writes the pools whose CPUs changed; returns their names.
     /// Each pool's name and the directory listing its threads: every thread in a pool's
     /// cgroup is a member, whoever put it there and whichever daemon did.
     pub fn pool_member_dirs(&self) -> Vec<(String, PathBuf)> {
@@ -236,6 +278,7 @@ impl Enforcer {
             .collect()
     }
 
+    /// Writes the pools whose CPUs changed; returns their names.
     fn write(&mut self, allocation: &Allocation) -> Vec<String> {
         if !self.enforcing {
             return Vec::new();
@@ -348,6 +391,7 @@ impl Enforcer {
                 subscribers: self.subscribers.get(name).map_or(0, |workers| {
                     workers.iter().filter(|w| !w.is_closed()).count()
                 }),
+                need_cpus: self.needs.get(name).map_or(0, |n| n.values().sum()),
             })
             .collect();
         EnforcementStatus {

@@ -32,6 +32,9 @@ pub async fn register_self(
 /// Set for a command launched into a pool: the pool's name, so that an inference worker
 /// subscribes to its grants without being told twice.
 pub const POOL_ENV: &str = "REAMER_POOL";
+/// Set for a command launched into a pool whose config gives `slo_ms`: the inference worker
+/// takes it as its `--slo-ms` unless the command line says otherwise.
+pub const SLO_ENV: &str = "REAMER_SLO_MS";
 /// Set for every launched command: the control socket of the daemon it registered with.
 pub const SOCKET_ENV: &str = "REAMER_SOCKET";
 

@@ -8,8 +8,9 @@
 //!   reservation at once (the fast path).
 //! - Cores go back only after the estimate has stayed below the reservation for
 //!   `give_back_after`, one core per period (hysteresis: the grants do not oscillate).
-//! - Online pools keep their guaranteed minimum of cores even against training; offline
-//!   pools get the rest. An offline pool left with no free core shares every core under
+//! - Online pools keep their guaranteed minimum of cores even against training. Beyond it
+//!   they get the cores their workers say their SLO needs at the current load, from the cores
+//!   training leaves free (training comes first); offline pools get the rest. An offline pool left with no free core shares every core under
 //!   SCHED_IDLE (`cpu.idle`), where the kernel preempts it for training or online inference
 //!   at every wakeup.
 
@@ -59,6 +60,8 @@ pub enum Trigger {
     DemandRose { estimate_cpus: f64 },
     /// The estimate stayed below the reservation for the hold time.
     DemandFell { estimate_cpus: f64 },
+    /// The workers of online pool `pool` need `cores` cores for their SLO at their load.
+    OnlineNeed { pool: String, cores: usize },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -85,6 +88,8 @@ pub struct Policy {
     training: Vec<usize>,
     /// Since when the estimate has wanted fewer cores than reserved.
     low_since_ns: Option<u64>,
+    /// Cores each online pool's workers need for their SLO, where they said so.
+    online_need: BTreeMap<String, usize>,
 }
 
 impl Policy {
@@ -97,6 +102,7 @@ impl Policy {
             last_sample_ns: None,
             training: Vec::new(),
             low_since_ns: None,
+            online_need: BTreeMap::new(),
         }
     }
 
@@ -166,6 +172,32 @@ impl Policy {
         Some(self.decision(Trigger::Contended { cpu }, before))
     }
 
+    /// The workers of online pool `pool` need `cores` cores to meet its SLO at their current
+    /// load (0: no more than the guaranteed minimum). A decision when the allocation changes.
+    /// The workers themselves hold a smaller need for a few seconds before they report it, so
+    /// a noisy load does not make the grants oscillate.
+    pub fn set_online_need(&mut self, pool: &str, cores: usize) -> Option<Decision> {
+        let is_online = self
+            .pools
+            .iter()
+            .any(|p| p.name == pool && matches!(p.kind, PoolKind::Online { .. }));
+        if !is_online || self.online_need.get(pool).copied().unwrap_or(0) == cores {
+            return None;
+        }
+        let before = self.allocation();
+        self.online_need.insert(pool.to_owned(), cores);
+        if self.allocation() == before {
+            return None;
+        }
+        Some(self.decision(
+            Trigger::OnlineNeed {
+                pool: pool.to_owned(),
+                cores,
+            },
+            self.training.len(),
+        ))
+    }
+
     /// Slow path: a new demand sample (average CPUs runnable or running over the last
     /// interval). Grows the reservation at once, shrinks it after the hold time.
     pub fn observe_demand(&mut self, now_ns: u64, demand_cpus: f64) -> Option<Decision> {
@@ -228,12 +260,25 @@ impl Policy {
             .filter(|c| !self.training.contains(c))
             .collect();
         let mut pools = BTreeMap::new();
+        // Every online pool's minimum first, then what their SLOs need beyond it.
+        let mut online: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for pool in &self.pools {
             if let PoolKind::Online { min_cores } = pool.kind {
                 let take = min_cores.min(free.len());
-                let cpus: BTreeSet<u32> = free.drain(..take).flat_map(core_cpus).collect();
-                pools.insert(pool.name.clone(), cpus);
+                online.insert(&pool.name, free.drain(..take).collect());
             }
+        }
+        for pool in &self.pools {
+            if let PoolKind::Online { min_cores } = pool.kind {
+                let need = self.online_need.get(&pool.name).copied().unwrap_or(0);
+                let take = need.saturating_sub(min_cores).min(free.len());
+                let extra = free.drain(..take);
+                online.entry(&pool.name).or_default().extend(extra);
+            }
+        }
+        for (name, cores) in online {
+            let cpus: BTreeSet<u32> = cores.into_iter().flat_map(core_cpus).collect();
+            pools.insert(name.to_owned(), cpus);
         }
         let rest: BTreeSet<u32> = free.into_iter().flat_map(core_cpus).collect();
         // With no free core left, offline shares every CPU under SCHED_IDLE: the kernel
@@ -391,6 +436,39 @@ mod tests {
         let web_cpu = *allocation.pools["web"].iter().next().unwrap();
         assert!(policy.contended(MS, web_cpu).is_none());
         assert_eq!(policy.allocation().pools["web"], allocation.pools["web"]);
+    }
+
+    #[test]
+    fn an_online_slo_need_takes_free_cores_and_yields_them_to_training_but_not_the_minimum() {
+        let mut policy = Policy::new(config(), Topology::flat(4), pools());
+        policy.observe_demand(0, 0.0);
+        assert_eq!(policy.allocation().pools["web"].len(), 1);
+        // The workers need 3 cores: web grows to 3, offline keeps the one left.
+        let decision = policy.set_online_need("web", 3).expect("a decision");
+        assert_eq!(
+            decision.trigger,
+            Trigger::OnlineNeed {
+                pool: "web".into(),
+                cores: 3
+            }
+        );
+        assert_eq!(decision.allocation.pools["web"].len(), 3);
+        assert_eq!(decision.allocation.pools["batch"].len(), 1);
+        assert!(policy.set_online_need("web", 3).is_none(), "no change");
+        // Training wants 2 cores: they come out of web's extra cores, not its minimum.
+        policy.observe_demand(100 * MS, 1.5);
+        let allocation = policy.allocation();
+        assert_eq!(allocation.training.len(), 2);
+        assert_eq!(allocation.pools["web"].len(), 2);
+        assert!(allocation.training.is_disjoint(&allocation.pools["web"]));
+        // Training wants everything: web keeps its guaranteed core.
+        policy.observe_demand(200 * MS, 10.0);
+        let allocation = policy.allocation();
+        assert_eq!(allocation.training.len(), 3);
+        assert_eq!(allocation.pools["web"].len(), 1);
+        // Offline pools state no need; an unknown pool neither.
+        assert!(policy.set_online_need("batch", 4).is_none());
+        assert!(policy.set_online_need("nope", 4).is_none());
     }
 
     #[test]

@@ -35,8 +35,13 @@ pub fn render(snapshot: &Snapshot) -> String {
         out.push_str("  (none: add [[pool]] entries to the config)\n");
     }
     for pool in &enforcement.pools {
+        let need = if pool.need_cpus > 0 {
+            format!("  SLO needs {} CPUs", pool.need_cpus)
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "  {:<20} {:<8} CPUs [{}]  processes {:?}\n",
+            "  {:<20} {:<8} CPUs [{}]  processes {:?}{need}\n",
             pool.name, pool.kind, pool.cpus, pool.processes
         ));
     }

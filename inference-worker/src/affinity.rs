@@ -32,6 +32,14 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
     Ok(cpus)
 }
 
+/// CPUs online on the machine: the most a worker can ever be granted. (Not
+/// `available_parallelism`, which counts only the CPUs this process's cpuset allows.)
+pub fn machine_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(online).unwrap_or(1).max(1)
+}
+
 /// The CPUs this process may run on now.
 pub fn allowed_cpus() -> std::io::Result<Vec<u32>> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity fills at most its size.

@@ -6,11 +6,17 @@
 //! just before the pool's cpuset is rewritten, so the worker moves its threads first. The
 //! enforcer accepts a subscription only from a process inside the pool's cgroup (it checks the
 //! socket's peer credentials): start the worker with `enforcer launch --pool P -- …`.
+//!
+//! On the same connection an online worker tells the enforcer how many CPUs its SLO needs at
+//! its current load (`{"op":"need","cpus":N}`); for an online pool the enforcer grants them
+//! beyond the pool's minimum from the cores training leaves free. After a reconnect the last
+//! need is sent again.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     os::unix::net::UnixStream,
     path::PathBuf,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -39,11 +45,60 @@ enum Message {
 /// How long to wait before connecting again after the enforcer went away.
 const RECONNECT: Duration = Duration::from_secs(1);
 
+/// Sends the worker's SLO need to the enforcer on its grant subscription. Without one (a
+/// fixed grant) it keeps the need and sends nothing.
+#[derive(Clone, Default)]
+pub struct NeedReporter {
+    inner: Arc<Mutex<NeedState>>,
+}
+
+#[derive(Default)]
+struct NeedState {
+    /// The subscription's connection, for writing; None while there is none.
+    stream: Option<UnixStream>,
+    last: Option<usize>,
+}
+
+impl NeedReporter {
+    /// Tells the enforcer the worker needs `cpus` CPUs; only a change is sent.
+    pub fn report(&self, cpus: usize) {
+        let mut state = self.inner.lock().expect("need lock");
+        if state.last == Some(cpus) {
+            return;
+        }
+        state.last = Some(cpus);
+        state.send();
+    }
+
+    /// The connection of a new subscription: the last need goes out on it at once.
+    fn attach(&self, stream: &UnixStream) {
+        let mut state = self.inner.lock().expect("need lock");
+        state.stream = stream.try_clone().ok();
+        state.send();
+    }
+}
+
+impl NeedState {
+    fn send(&mut self) {
+        let (Some(stream), Some(cpus)) = (&mut self.stream, self.last) else {
+            return;
+        };
+        let line = serde_json::json!({"op": "need", "cpus": cpus});
+        if let Err(err) = writeln!(stream, "{line}") {
+            // The grants thread sees the broken connection too and reconnects.
+            tracing::debug!("sending the need to the enforcer: {err}");
+            self.stream = None;
+        }
+    }
+}
+
 /// Waits for the first grant from the enforcer (up to `timeout`), then keeps following it on a
 /// thread of its own, calling `apply` for every later grant. A fixed source grants once.
+/// `needs` is attached to every subscription, the first and those after a reconnect.
 pub fn follow(
     source: &GrantSource,
     timeout: Duration,
+    needs: &NeedReporter,
     apply: impl Fn(&Grant) + Send + 'static,
 ) -> anyhow::Result<Grant> {
     let (socket, pool) = match source {
@@ -59,6 +114,8 @@ pub fn follow(
     let first = next_grant(&mut reader, Some(timeout)).map_err(|e| {
         anyhow::anyhow!("no grant for pool '{pool}' from {}: {e}", socket.display())
     })?;
+    needs.attach(reader.get_ref());
+    let needs = needs.clone();
     std::thread::Builder::new()
         .name("grants".into())
         .spawn(move || {
@@ -74,6 +131,7 @@ pub fn follow(
                             match subscribe(&socket, &pool) {
                                 Ok(new) => {
                                     reader = new;
+                                    needs.attach(reader.get_ref());
                                     break;
                                 }
                                 Err(err) => tracing::debug!("reconnecting: {err:#}"),

@@ -153,8 +153,9 @@ struct OnlineArgs {
     /// Address to serve on (loopback by default).
     #[arg(long, default_value = "127.0.0.1:8000")]
     listen: SocketAddr,
-    /// Latency SLO per request, in milliseconds.
-    #[arg(long, default_value_t = 100.0)]
+    /// Latency SLO per request, in milliseconds. `enforcer launch` into a pool whose config
+    /// gives `slo_ms` sets REAMER_SLO_MS.
+    #[arg(long, env = "REAMER_SLO_MS", default_value_t = 100.0)]
     slo_ms: f64,
     /// Largest batch the dynamic batcher may form (rounded down to a power of two).
     #[arg(long, default_value_t = 8)]
@@ -220,7 +221,9 @@ fn run_offline(args: OfflineArgs) -> anyhow::Result<ExitCode> {
     let model = load(&args.model, args.batch.max(1))?;
     let source = args.grants.source()?;
     let (tx, rx) = std::sync::mpsc::channel::<grants::Grant>();
-    let first = grants::follow(&source, Duration::from_secs(10), move |grant| {
+    // An offline job has no SLO: it takes what it is granted and states no need.
+    let no_need = grants::NeedReporter::default();
+    let first = grants::follow(&source, Duration::from_secs(10), &no_need, move |grant| {
         let _ = tx.send(grant.clone());
     })?;
     let executor = Arc::new(Executor::start(

@@ -29,6 +29,8 @@ pub struct Metrics {
     pub batch_items: AtomicU64,
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
+    /// CPUs the SLO needs at the measured load, as last told to the enforcer.
+    pub needed_cpus: AtomicU64,
 }
 
 /// Gauges read from elsewhere at render time.
@@ -56,6 +58,7 @@ impl Metrics {
             batch_items: AtomicU64::new(0),
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
+            needed_cpus: AtomicU64::new(0),
         }
     }
 
@@ -89,7 +92,7 @@ impl Metrics {
         let seconds = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| ns as f64 / 1e9);
         let count = |c: &AtomicU64| c.load(Relaxed) as f64;
         // Name, type, help, value: one row per metric.
-        let rows: [(&str, &str, &str, f64); 19] = [
+        let rows: [(&str, &str, &str, f64); 20] = [
             (
                 "reamer_worker_requests_ok_total",
                 "counter",
@@ -123,7 +126,7 @@ impl Metrics {
             (
                 "reamer_worker_slo_seconds",
                 "gauge",
-                "The latency SLO.",
+                "The latency SLO this worker serves (--slo-ms, or its pool's slo_ms).",
                 self.slo.as_secs_f64(),
             ),
             (
@@ -191,6 +194,12 @@ impl Metrics {
                 "gauge",
                 "CPUs granted to this worker.",
                 gauges.cpus as f64,
+            ),
+            (
+                "reamer_worker_needed_cpus",
+                "gauge",
+                "CPUs the SLO needs at the measured load (told to the enforcer).",
+                self.needed_cpus.load(Relaxed) as f64,
             ),
             (
                 "reamer_worker_max_batch",

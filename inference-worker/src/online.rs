@@ -4,6 +4,11 @@
 //! start-up profile, the SLO and the arrival rate it measured: the fewest threads that keep
 //! up, within the granted CPUs. Threads are added at once and removed only after the smaller
 //! choice held for `SHRINK_AFTER` checks, so the worker does not flap on a noisy rate.
+//!
+//! Each check also works out how many CPUs the SLO needs at the measured rate, whatever the
+//! grant is now, and tells the enforcer (a rise at once, a fall after `SHRINK_AFTER` checks):
+//! for an online pool the enforcer grants them beyond the pool's minimum where training
+//! leaves cores free.
 
 use std::{
     net::SocketAddr,
@@ -14,8 +19,9 @@ use std::{
 use tokio::sync::Semaphore;
 
 use crate::{
+    affinity,
     executor::{Config, Executor},
-    grants::{self, Grant, GrantSource},
+    grants::{self, Grant, GrantSource, NeedReporter},
     http::{self, AppState},
     metrics::Metrics,
     model::Model,
@@ -43,9 +49,15 @@ const ADAPT_EVERY: Duration = Duration::from_secs(1);
 
 pub fn run(options: Options) -> anyhow::Result<()> {
     let (grant_tx, grant_rx) = mpsc::channel::<Grant>();
-    let first = grants::follow(&options.grants, Duration::from_secs(10), move |grant| {
-        let _ = grant_tx.send(grant.clone());
-    })?;
+    let needs = NeedReporter::default();
+    let first = grants::follow(
+        &options.grants,
+        Duration::from_secs(10),
+        &needs,
+        move |grant| {
+            let _ = grant_tx.send(grant.clone());
+        },
+    )?;
     tracing::info!(cpus = ?first.cpus, "granted");
     let model = options.model.clone();
     let started = Instant::now();
@@ -86,7 +98,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         let (executor, metrics) = (executor.clone(), metrics.clone());
         std::thread::Builder::new()
             .name("adapt".into())
-            .spawn(move || adapt(&executor, &metrics, &profile, grant_rx))?;
+            .spawn(move || adapt(&executor, &metrics, &profile, grant_rx, &needs))?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -123,10 +135,18 @@ async fn shutdown_signal() {
     }
 }
 
-fn adapt(executor: &Executor, metrics: &Metrics, profile: &Profile, grants: mpsc::Receiver<Grant>) {
+fn adapt(
+    executor: &Executor,
+    metrics: &Metrics,
+    profile: &Profile,
+    grants: mpsc::Receiver<Grant>,
+    needs: &NeedReporter,
+) {
     let arrivals = || metrics.arrived_items.load(Relaxed);
     let mut last = (Instant::now(), arrivals());
     let mut smaller_for = 0;
+    let machine_cpus = affinity::machine_cpus();
+    let mut need = Hysteresis::default();
     loop {
         let mut config = executor.config();
         match grants.recv_timeout(ADAPT_EVERY) {
@@ -143,6 +163,9 @@ fn adapt(executor: &Executor, metrics: &Metrics, profile: &Profile, grants: mpsc
         let now = (Instant::now(), arrivals());
         let rate = (now.1 - last.1) as f64 / now.0.duration_since(last.0).as_secs_f64().max(1e-3);
         last = now;
+        let needed = need.update(profile.cpus_needed(metrics.slo(), rate, machine_cpus));
+        metrics.needed_cpus.store(needed as u64, Relaxed);
+        needs.report(needed);
         let choice = profile.choose(metrics.slo(), rate, config.cpus.len());
         let mut wanted = Config {
             threads: choice.threads,
@@ -168,5 +191,51 @@ fn adapt(executor: &Executor, metrics: &Metrics, profile: &Profile, grants: mpsc
             );
             executor.reconfigure(wanted);
         }
+    }
+}
+
+/// A value that rises at once and falls only after a smaller one held for `SHRINK_AFTER`
+/// checks.
+#[derive(Default)]
+struct Hysteresis {
+    value: usize,
+    lower_for: u32,
+}
+
+impl Hysteresis {
+    fn update(&mut self, now: usize) -> usize {
+        if now >= self.value {
+            self.lower_for = 0;
+            self.value = now;
+        } else {
+            self.lower_for += 1;
+            if self.lower_for >= SHRINK_AFTER {
+                self.lower_for = 0;
+                self.value = now;
+            }
+        }
+        self.value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_need_rises_at_once_and_falls_after_holding() {
+        let mut need = Hysteresis::default();
+        assert_eq!(need.update(1), 1);
+        assert_eq!(need.update(3), 3);
+        // Two lower checks are a wobble, the third a fall.
+        assert_eq!(need.update(1), 3);
+        assert_eq!(need.update(2), 3);
+        assert_eq!(need.update(2), 2);
+        // A rise in between restarts the count.
+        assert_eq!(need.update(1), 2);
+        assert_eq!(need.update(2), 2);
+        assert_eq!(need.update(1), 2);
+        assert_eq!(need.update(1), 2);
+        assert_eq!(need.update(1), 1);
     }
 }

@@ -116,10 +116,10 @@ impl Profile {
             let fill = Duration::from_secs_f64((p.batch - 1) as f64 / arrivals_per_s);
             fill.min(budget.saturating_sub(p.batch_latency))
         };
-        let usable: Vec<&Point> = self
-            .points
+        let points = self.points_up_to(max_threads.max(1));
+        let usable: Vec<&Point> = points
             .iter()
-            .filter(|p| p.threads <= max_threads.max(1) && p.batch_latency <= budget)
+            .filter(|p| p.batch_latency <= budget)
             .collect();
         let mut by_threads = usable.clone();
         by_threads.sort_by_key(|p| (p.threads, p.batch));
@@ -149,6 +149,34 @@ impl Profile {
             batch_delay: delay_for(&best),
             meets_slo: false,
         }
+    }
+}
+
+impl Profile {
+    /// The CPUs (one inference thread each) that keep up with `arrivals_per_s` within the
+    /// SLO, whatever the grant is now: what the worker asks the enforcer for. At most
+    /// `machine_cpus`, which is also the answer when nothing keeps up.
+    pub fn cpus_needed(&self, slo: Duration, arrivals_per_s: f64, machine_cpus: usize) -> usize {
+        self.choose(slo, arrivals_per_s, machine_cpus).threads
+    }
+
+    /// The points for 1 to `max_threads` threads. Beyond the thread counts measured (the
+    /// first grant's CPUs), a batch is taken to cost what it cost with the most threads
+    /// measured: with tract one batch runs on one thread, so a thread on another CPU adds a
+    /// batch's worth of capacity, and the contention the measured count showed is kept.
+    fn points_up_to(&self, max_threads: usize) -> Vec<Point> {
+        let measured = self.points.iter().map(|p| p.threads).max().unwrap_or(0);
+        let mut points: Vec<Point> = self
+            .points
+            .iter()
+            .filter(|p| p.threads <= max_threads)
+            .copied()
+            .collect();
+        for threads in measured + 1..=max_threads {
+            let widest = self.points.iter().filter(|p| p.threads == measured);
+            points.extend(widest.map(|p| Point { threads, ..*p }));
+        }
+        points
     }
 }
 
@@ -206,6 +234,28 @@ mod tests {
         let choice = profile().choose(ms(10.0), 1000.0, 4);
         assert!(choice.batch <= 2, "{choice:?}");
         assert!(choice.threads >= 3, "{choice:?}");
+    }
+
+    #[test]
+    fn beyond_the_measured_threads_capacity_is_extrapolated_and_the_need_follows_the_load() {
+        // Measured on a grant of one CPU only.
+        let one = Profile {
+            points: profile()
+                .points
+                .into_iter()
+                .filter(|p| p.threads == 1)
+                .collect(),
+        };
+        // 1 thread tops out at 800/s; 1000/s needs a second one, which was never measured.
+        let choice = one.choose(ms(50.0), 1000.0, 4);
+        assert_eq!(choice.threads, 2);
+        assert!(choice.meets_slo);
+        assert_eq!(one.cpus_needed(ms(50.0), 0.0, 16), 1);
+        assert_eq!(one.cpus_needed(ms(50.0), 1000.0, 16), 2);
+        // 2000/s with headroom is 2500/s: batch 8 on one thread is 800/s, so 4 threads.
+        assert_eq!(one.cpus_needed(ms(50.0), 2000.0, 16), 4);
+        // More than the machine can do: all of it.
+        assert_eq!(one.cpus_needed(ms(50.0), 1e9, 16), 16);
     }
 
     #[test]

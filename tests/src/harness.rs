@@ -283,3 +283,18 @@ pub fn bpftool(args: &[&str]) -> Value {
     );
     serde_json::from_slice(&output.stdout).expect("bpftool JSON")
 }
+
+/// How many CPUs a kernel CPU list names ("0-1,3" is 3).
+pub fn cpu_list_len(list: &str) -> usize {
+    list.trim()
+        .split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| match part.split_once('-') {
+            Some((from, to)) => {
+                let (from, to) = (from.parse::<usize>(), to.parse::<usize>());
+                to.unwrap_or(0).saturating_sub(from.unwrap_or(0)) + 1
+            }
+            None => 1,
+        })
+        .sum()
+}

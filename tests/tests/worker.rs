@@ -14,7 +14,7 @@ use std::{
 };
 
 use reamer_tests::{
-    harness::{Daemon, privileged, remove_test_cgroups, wait_ok},
+    harness::{Daemon, privileged, remove_test_cgroups, u64_of, wait_ok},
     proc_stats::resident_kib,
     worker::{
         OnlineWorker, agent, check_tiny_answer, get, metric, post, scratch,
@@ -578,6 +578,149 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
     assert!(worker.stop().success());
     daemon.stop();
     remove_test_cgroups(instance, "serve");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Items per second one inference thread serves at best within half the SLO, from the
+/// start-up profile the worker logs (`profile: [{"threads":..,"batch":..,
+/// "batch_latency_ms":..}, ...]`).
+fn one_thread_capacity(worker_log: &str, slo_ms: f64) -> f64 {
+    let json = worker_log
+        .split("profile: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no profile in the worker's log:\n{worker_log}"));
+    let points: Value = serde_json::Deserializer::from_str(json)
+        .into_iter::<Value>()
+        .next()
+        .expect("a profile")
+        .expect("profile JSON");
+    points
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["threads"] == 1)
+        .filter_map(|p| {
+            let latency_ms = p["batch_latency_ms"].as_f64()?;
+            (latency_ms <= slo_ms / 2.0).then(|| p["batch"].as_f64().unwrap() * 1e3 / latency_ms)
+        })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
+    let instance = "it-slo-need";
+    if !privileged("an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back") {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        eprintln!("SKIPPED: an online pool cannot grow past one core on a 1-CPU machine");
+        return;
+    }
+    // The worker is not told its SLO: it takes the pool's, which `enforcer launch` passes on.
+    let slo_ms = 80.0;
+    let config = format!(
+        "[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = {slo_ms}\n\
+         [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\
+         [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n"
+    );
+    let decision_log = format!("/run/reamer/{instance}.decisions.jsonl");
+    let _ = std::fs::remove_file(&decision_log);
+    let daemon = Daemon::start(instance, &config);
+    // A CPU-bound model, so that a modest request rate needs more than one thread.
+    let dir = scratch("slo-need");
+    let model = dir.join("mlp.onnx");
+    let made = Command::new(worker_bin())
+        .args(["mlp-model", "--width", "1024", "--layers", "8", "--out"])
+        .arg(&model)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut launch = Command::new(reamer_tests::harness::enforcer_bin());
+    launch
+        .args(["launch", "--pool", "web", "--instance", instance, "--"])
+        .arg(worker_bin());
+    let worker = OnlineWorker::start_with(
+        launch,
+        &["--model", model.to_str().unwrap(), "--name", "mlp"],
+        dir.join("worker.log"),
+    );
+    let web = || {
+        let snapshot = daemon.snapshot();
+        snapshot["enforcement"]["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "web")
+            .cloned()
+            .unwrap()
+    };
+    let web_cpus =
+        |pool: &Value| reamer_tests::harness::cpu_list_len(pool["cpus"].as_str().unwrap_or(""));
+    let http = agent();
+    let granted = || {
+        metric(
+            &get(&http, &format!("{}/metrics", worker.base)).1,
+            "reamer_worker_granted_cpus",
+        )
+    };
+    assert_eq!(web_cpus(&web()), 1, "an idle online pool holds its minimum");
+    let page = get(&http, &format!("{}/metrics", worker.base)).1;
+    assert_eq!(metric(&page, "reamer_worker_slo_seconds"), slo_ms / 1e3);
+
+    // 1.5 times what one thread serves: the SLO needs a second CPU.
+    let capacity = one_thread_capacity(&worker.log_text(), slo_ms);
+    let items_per_request = 8;
+    let rate = 1.5 * capacity / items_per_request as f64;
+    let data: Vec<f32> = (0..items_per_request * 16)
+        .map(|i| (i as f32 * 0.1).sin())
+        .collect();
+    let body = serde_json::json!({"inputs": [{
+        "name": "x", "shape": [items_per_request, 16], "datatype": "FP32", "data": data,
+    }]});
+    std::fs::write(dir.join("body.json"), body.to_string()).unwrap();
+    println!("one thread serves {capacity:.0} items/s; offering {rate:.0} requests/s of 8 items");
+    let load = Command::new(env!("CARGO_BIN_EXE_load-gen"))
+        .args(["--url", &format!("{}/v2/models/mlp/infer", worker.base)])
+        .arg("--body")
+        .arg(dir.join("body.json"))
+        .args(["--rate", &format!("{rate:.1}"), "--seconds", "6"])
+        .args(["--slo-ms", &slo_ms.to_string()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = |what: &str, seconds: u64, check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {seconds} s\n{}",
+                worker.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    until("the pool grew to the worker's need", 5, &|| {
+        let pool = web();
+        u64_of(&pool, "need_cpus") >= 2 && web_cpus(&pool) >= 2 && granted() >= 2.0
+    });
+    println!("under load: {}", web());
+    wait_ok(load, "load-gen");
+    // The need falls once the lower rate held for 3 checks; the cores go back to offline.
+    until("the pool shrank back to its minimum", 8, &|| {
+        let pool = web();
+        u64_of(&pool, "need_cpus") == 1 && web_cpus(&pool) == 1
+    });
+    assert!(worker.stop().success());
+    let log = daemon.stop();
+    assert!(log.contains("online pool's SLO need"), "{log}");
+    let decisions = std::fs::read_to_string(&decision_log).unwrap_or_default();
+    assert!(
+        decisions.contains("\"trigger\":\"online_need\""),
+        "{decisions}"
+    );
+    remove_test_cgroups(instance, "web");
+    remove_test_cgroups(instance, "batch");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
