@@ -396,6 +396,9 @@ async fn stream_grants(
     // Kept across iterations: read_until is cancel-safe, a line cut by a grant goes on.
     let mut line = Vec::new();
     loop {
+        // At most one request's length, whether or not a newline comes.
+        let room = (control::MAX_REQUEST_BYTES + 1).saturating_sub(line.len()) as u64;
+        let mut limited = tokio::io::AsyncReadExt::take(&mut *reader, room);
         tokio::select! {
             grant = grants.recv() => {
                 let Some(grant) = grant else { break };
@@ -403,7 +406,7 @@ async fn stream_grants(
                     break;
                 }
             }
-            read = reader.read_until(b'\n', &mut line) => {
+            read = limited.read_until(b'\n', &mut line) => {
                 if matches!(read, Ok(0) | Err(_)) || line.len() > control::MAX_REQUEST_BYTES {
                     break;
                 }

@@ -226,7 +226,8 @@ impl Enforcer {
         if !changed {
             return;
         }
-        let total: usize = needs.values().sum();
+        // Saturating: a worker may claim any number; the policy caps it at the free cores.
+        let total = needs.values().fold(0usize, |sum, n| sum.saturating_add(*n));
         let threads_per_core = (self.topology.cpus.len() / self.topology.cores.len().max(1)).max(1);
         let cores = total.div_ceil(threads_per_core);
         info!(
@@ -391,7 +392,9 @@ impl Enforcer {
                 subscribers: self.subscribers.get(name).map_or(0, |workers| {
                     workers.iter().filter(|w| !w.is_closed()).count()
                 }),
-                need_cpus: self.needs.get(name).map_or(0, |n| n.values().sum()),
+                need_cpus: self.needs.get(name).map_or(0, |needs| {
+                    needs.values().fold(0usize, |sum, n| sum.saturating_add(*n))
+                }),
             })
             .collect();
         EnforcementStatus {

@@ -298,3 +298,28 @@ pub fn cpu_list_len(list: &str) -> usize {
         })
         .sum()
 }
+
+/// Polls `check` every 100 ms until it holds; panics after `within`.
+pub fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what}: not within {within:?}");
+}
+
+/// Pool `name` in a snapshot: (its enforcement status, its classification).
+pub fn pool_in(snapshot: &Value, name: &str) -> (Value, Value) {
+    let find = |list: &Value| {
+        list.as_array()
+            .and_then(|pools| pools.iter().find(|p| p["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("no pool {name} in {list}"))
+    };
+    (
+        find(&snapshot["enforcement"]["pools"]),
+        find(&snapshot["pools"]),
+    )
+}

@@ -4,7 +4,9 @@
 
 use std::{process::Command, time::Duration};
 
-use reamer_tests::harness::{Daemon, cgroup_of, privileged, remove_test_cgroups, u64_of, wait_ok};
+use reamer_tests::harness::{
+    Daemon, cgroup_of, eventually, pool_in, privileged, remove_test_cgroups, u64_of, wait_ok,
+};
 
 const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
@@ -346,6 +348,9 @@ fn a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on() {
     remove_test_cgroups(instance, "batch");
 }
 
+/// The registry re-reads its groups every second.
+const REREAD: Duration = Duration::from_secs(3);
+
 const GRANT_CLIENT: &str = env!("CARGO_BIN_EXE_grant-client");
 
 /// `grant-client` launched into pool "batch": it subscribes for the pool's grants and exits
@@ -424,32 +429,6 @@ fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
     remove_test_cgroups(instance, "batch");
 }
 
-/// The state of pool `name` in a snapshot.
-fn pool_state(daemon: &Daemon, name: &str) -> (serde_json::Value, serde_json::Value) {
-    let snapshot = daemon.snapshot();
-    let find = |list: &serde_json::Value| {
-        list.as_array()
-            .and_then(|pools| pools.iter().find(|p| p["name"] == name).cloned())
-            .unwrap_or_else(|| panic!("no pool {name} in {list}"))
-    };
-    (
-        find(&snapshot["enforcement"]["pools"]),
-        find(&snapshot["pools"]),
-    )
-}
-
-/// Polls `check` for up to 3 s (the registry re-reads its groups every second).
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    while std::time::Instant::now() < deadline {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what}: not within 3 s");
-}
-
 #[test]
 fn a_worker_that_dies_is_cleaned_up_and_its_pool_serves_the_next_one() {
     let instance = "it-worker-death";
@@ -459,17 +438,17 @@ fn a_worker_that_dies_is_cleaned_up_and_its_pool_serves_the_next_one() {
     let daemon = Daemon::start(instance, OFFLINE_POOL);
     let mut worker = launch_batch_subscriber(&daemon, "1000", "30");
     let pid = u64::from(worker.id());
-    eventually("the worker subscribed", || {
-        pool_state(&daemon, "batch").0["subscribers"] == 1
+    eventually("the worker subscribed", REREAD, || {
+        pool_in(&daemon.snapshot(), "batch").0["subscribers"] == 1
     });
     // SIGKILL: the worker gets no chance to say goodbye.
     worker.kill().unwrap();
     worker.wait().unwrap();
-    eventually("the dead worker's subscription dropped", || {
-        pool_state(&daemon, "batch").0["subscribers"] == 0
+    eventually("the dead worker's subscription dropped", REREAD, || {
+        pool_in(&daemon.snapshot(), "batch").0["subscribers"] == 0
     });
-    eventually("the dead worker left the pool", || {
-        let (enforced, classified) = pool_state(&daemon, "batch");
+    eventually("the dead worker left the pool", REREAD, || {
+        let (enforced, classified) = pool_in(&daemon.snapshot(), "batch");
         let listed = enforced["processes"]
             .as_array()
             .is_some_and(|p| p.iter().any(|x| x.as_u64() == Some(pid)));

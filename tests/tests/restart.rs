@@ -1,59 +1,31 @@
 //! A daemon that dies and is started again (privileged tests): its successor finds what it
 //! knew, and the running workers notice nothing but a reconnect.
 
-use std::{
-    path::PathBuf,
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{path::PathBuf, process::Command, time::Duration};
 
 use reamer_tests::{
     harness::{
-        Daemon, bpftool, cgroup_of, enforcer_bin, job, privileged, remove_test_cgroups, u64_of,
-        wait_ok,
+        Daemon, bpftool, cgroup_of, enforcer_bin, eventually, job, pool_in, privileged,
+        remove_test_cgroups, u64_of, wait_ok,
     },
     worker::{
         OnlineWorker, agent, check_tiny_answer, post, scratch_with_tiny_model, tiny_request,
         worker_bin,
     },
 };
-use serde_json::Value;
 
 const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
+/// The registry re-reads its groups every second; a worker reconnects a second after losing
+/// its daemon.
+const REREAD_AND_RECONNECT: Duration = Duration::from_secs(5);
 const CONFIG: &str = "[[pool]]\nname = \"serve\"\nkind = \"offline\"\n\
                       [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
-
-/// Polls `check` for up to 5 s: the registry re-reads its groups every second, a worker
-/// reconnects a second after losing its daemon.
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what}: not within 5 s");
-}
 
 /// The kernel's id of a pinned map: the same id is the same map.
 fn pinned_map_id(daemon: &Daemon, map: &str) -> u64 {
     let path = daemon.pin_dir().join(map);
     let info = bpftool(&["map", "show", "pinned", path.to_str().expect("utf-8 path")]);
     u64_of(&info, "id")
-}
-
-/// Pool `name` as the daemon sees it: (its enforcement status, its classification).
-fn pool(snapshot: &Value, name: &str) -> (Value, Value) {
-    let find = |list: &Value| {
-        list.as_array()
-            .and_then(|pools| pools.iter().find(|p| p["name"] == name).cloned())
-            .unwrap_or_else(|| panic!("no pool {name} in {list}"))
-    };
-    (
-        find(&snapshot["enforcement"]["pools"]),
-        find(&snapshot["pools"]),
-    )
 }
 
 /// Freezes the cgroup `pid` is in, as a daemon that died in the middle of a GPU duty cycle
@@ -105,15 +77,18 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
     );
     // Launched through the daemon, so only the daemon (and its journal) knows it is training.
     let sim = first.launch("--training", "t", SIM, &["--seconds", "10"]);
-    eventually("training ran and the worker subscribed", || {
-        let snapshot = first.snapshot();
-        let registered = snapshot["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t["name"] == "t" && u64_of(t, "threads") > 0 && u64_of(t, "run_ns") > 0);
-        registered && pool(&snapshot, "serve").0["subscribers"] == 1
-    });
+    eventually(
+        "training ran and the worker subscribed",
+        REREAD_AND_RECONNECT,
+        || {
+            let snapshot = first.snapshot();
+            let registered =
+                snapshot["jobs"].as_array().unwrap().iter().any(|t| {
+                    t["name"] == "t" && u64_of(t, "threads") > 0 && u64_of(t, "run_ns") > 0
+                });
+            registered && pool_in(&snapshot, "serve").0["subscribers"] == 1
+        },
+    );
     let before = first.snapshot();
     let job_id = u64_of(job(&before, "t"), "id");
     let maps_before = ["thread_state", "job_stats"].map(|m| pinned_map_id(&first, m));
@@ -170,7 +145,7 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
         run_at_crash / 1_000_000,
         u64_of(t, "run_ns") / 1_000_000
     );
-    eventually("the re-adopted job is sensed", || {
+    eventually("the re-adopted job is sensed", REREAD_AND_RECONNECT, || {
         let t = job(&second.snapshot(), "t").clone();
         u64_of(&t, "threads") > 0 && u64_of(&t, "run_ns") > run_at_crash
     });
@@ -180,8 +155,9 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
     assert_eq!(cgroup_of(worker_pid, "cpuset"), worker_cgroup);
     eventually(
         "the worker is back as a pool member and a subscriber",
+        REREAD_AND_RECONNECT,
         || {
-            let (enforced, classified) = pool(&second.snapshot(), "serve");
+            let (enforced, classified) = pool_in(&second.snapshot(), "serve");
             enforced["subscribers"] == 1 && u64_of(&classified, "threads") > 0
         },
     );

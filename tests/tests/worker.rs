@@ -645,16 +645,7 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
         &["--model", model.to_str().unwrap(), "--name", "mlp"],
         dir.join("worker.log"),
     );
-    let web = || {
-        let snapshot = daemon.snapshot();
-        snapshot["enforcement"]["pools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "web")
-            .cloned()
-            .unwrap()
-    };
+    let web = || reamer_tests::harness::pool_in(&daemon.snapshot(), "web").0;
     let web_cpus =
         |pool: &Value| reamer_tests::harness::cpu_list_len(pool["cpus"].as_str().unwrap_or(""));
     let http = agent();
