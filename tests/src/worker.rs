@@ -107,6 +107,16 @@ impl OnlineWorker {
         Self { child, base, log }
     }
 
+    /// `enforcer launch --pool POOL --instance INSTANCE -- inference-worker online ARGS…`:
+    /// the launcher tells the worker its pool, control socket and SLO.
+    pub fn launch_into(instance: &str, pool: &str, args: &[&str], log: PathBuf) -> Self {
+        let mut launch = Command::new(crate::harness::enforcer_bin());
+        launch
+            .args(["launch", "--pool", pool, "--instance", instance, "--"])
+            .arg(worker_bin());
+        Self::start_with(launch, args, log)
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -5,13 +5,10 @@ use std::{path::PathBuf, process::Command, time::Duration};
 
 use reamer_tests::{
     harness::{
-        Daemon, bpftool, cgroup_of, enforcer_bin, eventually, job, pool_in, privileged,
-        remove_test_cgroups, u64_of, wait_ok,
+        Daemon, bpftool, cgroup_of, eventually, job, pool_in, privileged, remove_test_cgroups,
+        u64_of, wait_ok,
     },
-    worker::{
-        OnlineWorker, agent, check_tiny_answer, post, scratch_with_tiny_model, tiny_request,
-        worker_bin,
-    },
+    worker::{OnlineWorker, agent, check_tiny_answer, post, scratch_with_tiny_model, tiny_request},
 };
 
 const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
@@ -60,12 +57,9 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
     }
     let first = Daemon::start(instance, CONFIG);
     let (dir, model) = scratch_with_tiny_model("restart");
-    let mut launch = Command::new(enforcer_bin());
-    launch
-        .args(["launch", "--pool", "serve", "--instance", instance, "--"])
-        .arg(worker_bin());
-    let worker = OnlineWorker::start_with(
-        launch,
+    let worker = OnlineWorker::launch_into(
+        instance,
+        "serve",
         &["--model", model.to_str().unwrap()],
         dir.join("worker.log"),
     );

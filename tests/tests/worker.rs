@@ -533,13 +533,10 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
                   [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
     let daemon = Daemon::start(instance, config);
     let (dir, model) = scratch_with_tiny_model("worker-grants");
-    let mut launch = Command::new(reamer_tests::harness::enforcer_bin());
-    launch
-        .args(["launch", "--pool", "serve", "--instance", instance, "--"])
-        .arg(worker_bin());
     // No --pool or --enforcer-socket: the launcher tells the worker both.
-    let worker = OnlineWorker::start_with(
-        launch,
+    let worker = OnlineWorker::launch_into(
+        instance,
+        "serve",
         &["--model", model.to_str().unwrap()],
         dir.join("worker.log"),
     );
@@ -636,12 +633,9 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
         .status()
         .unwrap();
     assert!(made.success());
-    let mut launch = Command::new(reamer_tests::harness::enforcer_bin());
-    launch
-        .args(["launch", "--pool", "web", "--instance", instance, "--"])
-        .arg(worker_bin());
-    let worker = OnlineWorker::start_with(
-        launch,
+    let worker = OnlineWorker::launch_into(
+        instance,
+        "web",
         &["--model", model.to_str().unwrap(), "--name", "mlp"],
         dir.join("worker.log"),
     );
