@@ -3,10 +3,14 @@
 //!
 //! Only cgroups the enforcer created are touched, and only processes it was asked to place.
 //! `cpu.idle` (SCHED_IDLE for the whole group, kernel 5.15+) is written directly: cgroups-rs
-//! has no setter for it. Measured here (DESIGN.md): a cpuset.cpus write takes about 1 µs, a
-//! cpu.idle write under 1 µs; CFS quota writes take ~130 µs and stay off the fast path.
+//! has no setter for it. Measured here (DESIGN.md): a cpu.idle write takes under 1 µs; CFS
+//! quota writes take ~130 µs and stay off the fast path. A cpuset.cpus write is the fast path's
+//! one cgroup write, and costs more than DESIGN.md's figure for an empty cgroup once the pool
+//! holds running threads: the kernel moves every thread off a removed CPU before the write
+//! returns, and a thread running there is moved by that CPU's stopper thread, woken by an IPI,
+//! while the writer waits. The reaction benchmark shows the write's share (docs/benchmarks.md).
 
-use std::{collections::BTreeSet, path::PathBuf};
+use std::{collections::BTreeSet, fs::File, io::Write as _, path::PathBuf};
 
 use cgroups_rs::{
     CgroupPid, FreezerState,
@@ -32,6 +36,10 @@ pub struct PoolCgroup {
     /// `reamer/<instance>/<pool>`, relative to each hierarchy's root.
     pub path: String,
     cgroup: Cgroup,
+    /// `cpuset.cpus`, held open from creation: the fast path's write then skips walking the
+    /// path and opening and closing a cgroup file, which together cost as much as the write
+    /// itself on this VM (kernfs lookups and allocations on a cold cache).
+    cpus_file: Option<File>,
 }
 
 impl PoolCgroup {
@@ -47,7 +55,19 @@ impl PoolCgroup {
                 path: path.clone(),
                 message: e.to_string(),
             })?;
-        let pool = Self { path, cgroup };
+        let cpus_file = cgroup
+            .controller_of::<CpuSetController>()
+            .and_then(|cpuset| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(cpuset.path().join("cpuset.cpus"))
+                    .ok()
+            });
+        let pool = Self {
+            path,
+            cgroup,
+            cpus_file,
+        };
         pool.set_idle(idle)?;
         pool.thaw_if_frozen()?;
         Ok(pool)
@@ -97,14 +117,22 @@ impl PoolCgroup {
             .map_err(|e| self.error("writing cpu.idle (kernel 5.15+)", e))
     }
 
-    /// Restricts the pool to `cpus`.
+    /// Restricts the pool to `cpus`: one write(2) on the held `cpuset.cpus`. Where that fails
+    /// (the cgroup was removed underneath: ENODEV) the write goes by path, as a cgroup made
+    /// again at the same path would be found there, and its error names what is wrong.
     pub fn set_cpus(&self, cpus: &BTreeSet<u32>) -> Result<(), CgroupError> {
+        let list = format_cpu_list(cpus);
+        if let Some(mut file) = self.cpus_file.as_ref()
+            && file.write_all(list.as_bytes()).is_ok()
+        {
+            return Ok(());
+        }
         let cpuset: &CpuSetController = self
             .cgroup
             .controller_of()
             .ok_or_else(|| self.error("cpuset", "no cpuset controller"))?;
         cpuset
-            .set_cpus(&format_cpu_list(cpus))
+            .set_cpus(&list)
             .map_err(|e| self.error("writing cpuset.cpus", e))
     }
 

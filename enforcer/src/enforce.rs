@@ -24,6 +24,14 @@ use crate::{
     topology::{Topology, format_cpu_list},
 };
 
+/// When the sensor event behind a fast-path decision happened and when the event thread read
+/// it, both CLOCK_MONOTONIC (the kernel's `bpf_ktime_get_ns` is the same clock).
+#[derive(Debug, Clone, Copy)]
+struct EventTiming {
+    ts_ns: u64,
+    read_ns: u64,
+}
+
 /// Recent decisions kept for `status`.
 const RECENT_DECISIONS: usize = 32;
 /// One logged decision.
@@ -37,6 +45,9 @@ pub struct DecisionRecord {
     pub rewritten: Vec<String>,
     /// From the sensor event's timestamp to the last cgroup write done (fast path only).
     pub event_to_write_ns: Option<u64>,
+    /// The first part of it: from the event's timestamp to the event thread reading it, which
+    /// is the ring buffer's wakeup of the sleeping thread (fast path only).
+    pub event_to_read_ns: Option<u64>,
 }
 
 /// What `status` shows of enforcement.
@@ -317,13 +328,14 @@ impl Enforcer {
         rewritten
     }
 
-    fn apply(&mut self, decision: Decision, event_ts_ns: Option<u64>) {
+    fn apply(&mut self, decision: Decision, event: Option<EventTiming>) {
         let rewritten = self.write(&decision.allocation);
         let at_ns = monotonic_ns();
         if self.enforcing {
             self.publish_reserved(&decision.allocation.training.clone());
         }
-        let event_to_write_ns = event_ts_ns.map(|ts| at_ns.saturating_sub(ts));
+        let event_to_write_ns = event.map(|e| at_ns.saturating_sub(e.ts_ns));
+        let event_to_read_ns = event.map(|e| e.read_ns.saturating_sub(e.ts_ns));
         if let Some(ns) = event_to_write_ns {
             self.reaction_hist[bucket_of(ns)] += 1;
             self.reaction_sum_ns += ns;
@@ -333,6 +345,7 @@ impl Enforcer {
             decision,
             rewritten,
             event_to_write_ns,
+            event_to_read_ns,
         };
         if let Some(log) = &mut self.log
             && let Ok(line) = serde_json::to_string(&record)
@@ -351,15 +364,19 @@ impl Enforcer {
         self.recent.push_back(record);
     }
 
-    /// Fast path: a sensor event.
-    pub fn on_event(&mut self, event: &SensorEvent) {
+    /// Fast path: a sensor event, read from the ring buffer at `read_ns` (CLOCK_MONOTONIC).
+    pub fn on_event(&mut self, event: &SensorEvent, read_ns: u64) {
         if event.kind != EVENT_ENQUEUED_BEHIND_INFERENCE
             && event.kind != EVENT_PREEMPTED_BY_INFERENCE
         {
             return;
         }
         if let Some(decision) = self.policy.contended(event.ts_ns, event.cpu) {
-            self.apply(decision, Some(event.ts_ns));
+            let timing = EventTiming {
+                ts_ns: event.ts_ns,
+                read_ns,
+            };
+            self.apply(decision, Some(timing));
         }
     }
 

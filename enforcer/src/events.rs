@@ -139,7 +139,10 @@ pub fn consume_blocking(
             // SAFETY: the sensor writes whole SensorEvents; read_unaligned copes with any
             // alignment of the ring's data.
             let event: SensorEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-            enforcer.lock().expect("enforcer poisoned").on_event(&event);
+            enforcer
+                .lock()
+                .expect("enforcer poisoned")
+                .on_event(&event, now);
             debug!(
                 kind = kind_name(event.kind),
                 job = event.job,

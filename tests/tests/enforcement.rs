@@ -65,7 +65,12 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
         .cloned()
         .expect("no fast-path decision while training ran behind the pool");
     let reaction = u64_of(&contended, "event_to_write_ns");
-    println!("event to cgroup write: {reaction} ns");
+    let read = u64_of(&contended, "event_to_read_ns");
+    println!("event to cgroup write: {reaction} ns, of which until the event was read: {read} ns");
+    assert!(
+        read <= reaction,
+        "the event was read ({read} ns) after the write it caused was done ({reaction} ns)"
+    );
     assert!(
         reaction < 50_000_000,
         "reaction of {reaction} ns is not a fast path"

@@ -29,6 +29,12 @@ pub struct ReactionBench {
     pub p50_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
+    /// Its two parts, per decision: until the event thread read the event (the ring buffer's
+    /// wakeup), and from reading it to the cgroup write done (policy, grants, the write).
+    pub event_to_read_p50_us: f64,
+    pub event_to_read_p99_us: f64,
+    pub read_to_write_p50_us: f64,
+    pub read_to_write_p99_us: f64,
     /// From a report behind inference to the training thread's next switch-in, over every
     /// report userspace received (upper bounds of the sensor's histogram buckets).
     pub ran_samples: usize,
@@ -89,13 +95,27 @@ pub fn run(bursts: usize, progress: &dyn Fn(&str)) -> anyhow::Result<ReactionBen
 
     let text =
         std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
-    let mut latencies: Vec<f64> = text
+    // (event to write, event to read) of each fast-path decision, in µs.
+    let reactions: Vec<(f64, f64)> = text
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter(|d| d["trigger"] == "contended")
-        .filter_map(|d| d["event_to_write_ns"].as_u64())
-        .map(|ns| ns as f64 / 1e3)
+        .filter_map(|d| {
+            Some((
+                d["event_to_write_ns"].as_u64()?,
+                d["event_to_read_ns"].as_u64()?,
+            ))
+        })
+        .map(|(write, read)| (write as f64 / 1e3, read as f64 / 1e3))
         .collect();
+    let mut latencies: Vec<f64> = reactions.iter().map(|(write, _)| *write).collect();
+    let sorted_of = |values: Vec<f64>| {
+        let mut values = values;
+        values.sort_by(f64::total_cmp);
+        values
+    };
+    let to_read = sorted_of(reactions.iter().map(|(_, read)| *read).collect());
+    let read_to_write = sorted_of(reactions.iter().map(|(write, read)| write - read).collect());
     if latencies.is_empty() {
         bail!(
             "no fast-path decision in {}: the bursts never met inference",
@@ -111,6 +131,10 @@ pub fn run(bursts: usize, progress: &dyn Fn(&str)) -> anyhow::Result<ReactionBen
         p50_us: median(&sorted),
         p99_us: quantile(&sorted, 0.99),
         max_us: *sorted.last().expect("non-empty"),
+        event_to_read_p50_us: median(&to_read),
+        event_to_read_p99_us: quantile(&to_read, 0.99),
+        read_to_write_p50_us: median(&read_to_write),
+        read_to_write_p99_us: quantile(&read_to_write, 0.99),
         ran_samples: ran_samples as usize,
         ran_p50_us,
         ran_p99_us,
@@ -126,6 +150,8 @@ pub fn markdown(bench: &ReactionBench, command: &str, machine: &str) -> String {
          | event to cgroup write, p50 | {:.0} µs | ≤ 100 µs |\n\
          | event to cgroup write, p99 | {:.0} µs | ≤ 500 µs |\n\
          | event to cgroup write, max | {:.0} µs | |\n\
+         | of which: event to the event thread reading it (the ring buffer's wakeup), p50 / p99 | {:.0} / {:.0} µs | |\n\
+         | of which: read to cgroup write done (policy, grants, the write), p50 / p99 | {:.0} / {:.0} µs | |\n\
          | report to the waiting training thread running, p50 ({} reports; bucket upper bound) | {:.0} µs | |\n\
          | report to the waiting training thread running, p99 | {:.0} µs | |\n",
         bench.bursts,
@@ -133,6 +159,10 @@ pub fn markdown(bench: &ReactionBench, command: &str, machine: &str) -> String {
         bench.p50_us,
         bench.p99_us,
         bench.max_us,
+        bench.event_to_read_p50_us,
+        bench.event_to_read_p99_us,
+        bench.read_to_write_p50_us,
+        bench.read_to_write_p99_us,
         bench.ran_samples,
         bench.ran_p50_us,
         bench.ran_p99_us
