@@ -36,13 +36,14 @@ pub static EVENTS: RingBuf<SensorEvent, { EVENTS_RING_BYTES as usize }> = RingBu
 #[btf_map(name = "settings")]
 pub static SETTINGS: Array<Settings, 1> = Array::new();
 
-/// 1 for each CPU the enforcer reserved for training (written by userspace only).
+/// 1 for each CPU where a contention report would change nothing (written by userspace
+/// only): training holds it already, or training holds every core the enforcer may give it.
 #[btf_map(name = "reserved_cpus")]
 pub static RESERVED_CPUS: Array<u32, { MAX_CPUS as usize }> = Array::new();
 
-/// Whether training holds `cpu` already, so a contention report there would change nothing.
+/// Whether a contention report for `cpu` would change nothing, so none is sent.
 #[inline(always)]
-pub fn reserved_for_training(cpu: u32) -> bool {
+pub fn report_changes_nothing(cpu: u32) -> bool {
     RESERVED_CPUS.get(cpu).is_some_and(|r| *r != 0)
 }
 

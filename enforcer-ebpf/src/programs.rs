@@ -17,7 +17,7 @@ use enforcer_common::{
 
 use crate::{
     classify, events,
-    maps::{CPU_STATE, JOB_STATS, SETTINGS, count, reserved_for_training},
+    maps::{CPU_STATE, JOB_STATS, SETTINGS, count, report_changes_nothing},
     task::Task,
 };
 
@@ -93,8 +93,8 @@ fn on_wakeup(tid: u32, target_cpu: u32) {
     if let Some(stats) = job_stats_here(job) {
         stats.behind_inference += 1;
     }
-    // Training holds this CPU already: the enforcer has acted, a report would only wake it.
-    if reserved_for_training(target_cpu) {
+    // Training holds this CPU already, or all it may: a report would only wake the enforcer.
+    if report_changes_nothing(target_cpu) {
         return;
     }
     if let Some(here) = this_cpu_state() {
@@ -229,8 +229,8 @@ fn on_switch(switch: &Switch) {
         if let Some(stats) = job_stats_here(prev_job) {
             stats.behind_inference += 1;
         }
-        // As at wakeup: no report where training already holds the CPU.
-        if !reserved_for_training(cpu) {
+        // As at wakeup: no report where it would change nothing.
+        if !report_changes_nothing(cpu) {
             let event = SensorEvent {
                 ts_ns: now,
                 wait_ns: 0,

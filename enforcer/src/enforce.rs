@@ -107,7 +107,8 @@ pub struct Enforcer {
     reaction_sum_ns: u64,
     /// Last (time, training run+wait total) for the demand rate.
     last_demand: Option<(u64, u64)>,
-    /// The sensor's `reserved_cpus` map and what was last published in it.
+    /// The sensor's `reserved_cpus` map (the CPUs where it sends no contention report) and
+    /// what was last published in it.
     reserved_map: Option<aya::maps::Array<aya::maps::MapData, u32>>,
     published: BTreeSet<u32>,
     /// Workers subscribed to each pool's grants.
@@ -253,23 +254,28 @@ impl Enforcer {
         }
     }
 
-    /// Hands the enforcer the sensor's `reserved_cpus` map, where it publishes training's CPUs.
+    /// Hands the enforcer the sensor's `reserved_cpus` map, where it publishes the CPUs whose
+    /// contention reports would change nothing (`Policy::quiet_cpus`).
     pub fn set_reserved_map(&mut self, map: aya::maps::Array<aya::maps::MapData, u32>) {
         self.reserved_map = Some(map);
+        if self.enforcing {
+            self.publish_quiet_cpus();
+        }
     }
 
-    /// Tells the sensor which CPUs training holds (only the changes), after the cgroup writes:
-    /// it stops reporting contention where the enforcer has nothing left to do.
-    fn publish_reserved(&mut self, training: &BTreeSet<u32>) {
+    /// Tells the sensor where to stay quiet (only the changes), after the cgroup writes: where
+    /// training holds the CPU, or holds all the cores it may, the enforcer has nothing to do.
+    fn publish_quiet_cpus(&mut self) {
         let Some(map) = &mut self.reserved_map else {
             return;
         };
-        for &cpu in self.published.symmetric_difference(training) {
-            if let Err(err) = map.set(cpu, u32::from(training.contains(&cpu)), 0) {
-                warn!("publishing reserved CPU {cpu}: {err}");
+        let quiet = self.policy.quiet_cpus();
+        for &cpu in self.published.symmetric_difference(&quiet) {
+            if let Err(err) = map.set(cpu, u32::from(quiet.contains(&cpu)), 0) {
+                warn!("publishing quiet CPU {cpu}: {err}");
             }
         }
-        self.published = training.clone();
+        self.published = quiet;
     }
 
     /// Moves process `pid` into pool `name`'s cgroup.
@@ -332,7 +338,7 @@ impl Enforcer {
         let rewritten = self.write(&decision.allocation);
         let at_ns = monotonic_ns();
         if self.enforcing {
-            self.publish_reserved(&decision.allocation.training.clone());
+            self.publish_quiet_cpus();
         }
         let event_to_write_ns = event.map(|e| at_ns.saturating_sub(e.ts_ns));
         let event_to_read_ns = event.map(|e| e.read_ns.saturating_sub(e.ts_ns));

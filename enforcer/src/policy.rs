@@ -77,6 +77,7 @@ pub struct Decision {
 /// housekeeping threads use.
 const IDLE_DEMAND_CPUS: f64 = 0.02;
 
+#[derive(Clone)]
 pub struct Policy {
     config: PolicyConfig,
     topology: Topology,
@@ -119,6 +120,18 @@ impl Policy {
                 PoolKind::Offline => 0,
             })
             .sum()
+    }
+
+    /// CPUs where a report of training queued behind inference would change nothing, so that
+    /// the sensor does not send it: the cores training holds, and every CPU once training holds
+    /// all the cores the online minimums leave it (`contended` declines exactly these). Each
+    /// report wakes the real-time event thread, which preempts whoever runs, often the training
+    /// thread just queued, so a report that can change nothing only costs training.
+    pub fn quiet_cpus(&self) -> BTreeSet<u32> {
+        if self.training.len() >= self.max_training_cores() {
+            return self.topology.cpus.clone();
+        }
+        self.allocation().training
     }
 
     fn max_training_cores(&self) -> usize {
@@ -409,6 +422,44 @@ mod tests {
         // A low sample right after does not give it back.
         assert!(policy.observe_demand(200 * MS, 0.5).is_none());
         assert!(policy.allocation().training.contains(&2));
+    }
+
+    /// For every CPU: whether `contended` would decline there, on a copy of the policy.
+    fn declined_cpus(policy: &Policy) -> BTreeSet<u32> {
+        policy
+            .topology
+            .cpus
+            .iter()
+            .copied()
+            .filter(|&cpu| policy.clone().contended(0, cpu).is_none())
+            .collect()
+    }
+
+    #[test]
+    fn the_sensor_is_quiet_exactly_where_contention_would_change_nothing() {
+        // Four cores, one guaranteed to the online pool: training may take three.
+        let mut policy = Policy::new(config(), Topology::flat(4), pools());
+        policy.observe_demand(0, 0.0);
+        assert!(policy.quiet_cpus().is_empty(), "training holds nothing yet");
+        let mut quiet_sizes = Vec::new();
+        for cpu in [0, 1, 2] {
+            assert_eq!(policy.quiet_cpus(), declined_cpus(&policy));
+            policy.contended(MS, cpu).expect("a free core is taken");
+            quiet_sizes.push(policy.quiet_cpus().len());
+        }
+        // Training holds its three cores: a report from anywhere, the online core included,
+        // would change nothing.
+        assert_eq!(quiet_sizes, [1, 2, 4]);
+        assert_eq!(policy.quiet_cpus(), declined_cpus(&policy));
+
+        // Every core guaranteed to online pools: no report could ever be acted on.
+        let all_online = vec![PoolSpec {
+            name: "web".into(),
+            kind: PoolKind::Online { min_cores: 2 },
+        }];
+        let policy = Policy::new(config(), Topology::flat(2), all_online);
+        assert_eq!(policy.quiet_cpus(), BTreeSet::from([0, 1]));
+        assert_eq!(policy.quiet_cpus(), declined_cpus(&policy));
     }
 
     #[test]
