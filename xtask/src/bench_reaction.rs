@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::{
     cargo::release_bin,
-    stats::{median, quantile},
+    stats::{median, quantile, sorted},
 };
 
 const INSTANCE: &str = "bench-reaction";
@@ -108,29 +108,23 @@ pub fn run(bursts: usize, progress: &dyn Fn(&str)) -> anyhow::Result<ReactionBen
         })
         .map(|(write, read)| (write as f64 / 1e3, read as f64 / 1e3))
         .collect();
-    let mut latencies: Vec<f64> = reactions.iter().map(|(write, _)| *write).collect();
-    let sorted_of = |values: Vec<f64>| {
-        let mut values = values;
-        values.sort_by(f64::total_cmp);
-        values
-    };
-    let to_read = sorted_of(reactions.iter().map(|(_, read)| *read).collect());
-    let read_to_write = sorted_of(reactions.iter().map(|(write, read)| write - read).collect());
-    if latencies.is_empty() {
+    if reactions.is_empty() {
         bail!(
             "no fast-path decision in {}: the bursts never met inference",
             log.display()
         );
     }
-    let mut sorted = latencies.clone();
-    sorted.sort_by(f64::total_cmp);
+    let mut latencies: Vec<f64> = reactions.iter().map(|(write, _)| *write).collect();
+    let to_write = sorted(latencies.iter().copied());
+    let to_read = sorted(reactions.iter().map(|(_, read)| *read));
+    let read_to_write = sorted(reactions.iter().map(|(write, read)| write - read));
     latencies.truncate(10_000);
     Ok(ReactionBench {
         bursts,
-        reactions: sorted.len(),
-        p50_us: median(&sorted),
-        p99_us: quantile(&sorted, 0.99),
-        max_us: *sorted.last().expect("non-empty"),
+        reactions: to_write.len(),
+        p50_us: median(&to_write),
+        p99_us: quantile(&to_write, 0.99),
+        max_us: *to_write.last().expect("non-empty"),
         event_to_read_p50_us: median(&to_read),
         event_to_read_p99_us: quantile(&to_read, 0.99),
         read_to_write_p50_us: median(&read_to_write),

@@ -1,9 +1,15 @@
 //! Small statistics for benchmark reports: medians, spreads and bootstrap confidence
 //! intervals of paired ratios (fixed seed, so a report is reproducible from its samples).
 
+/// `values` in ascending order (NaN last), for `quantile`.
+pub fn sorted(values: impl IntoIterator<Item = f64>) -> Vec<f64> {
+    let mut values: Vec<f64> = values.into_iter().collect();
+    values.sort_by(f64::total_cmp);
+    values
+}
+
 pub fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
+    let sorted = sorted(values.iter().copied());
     match sorted.len() {
         0 => f64::NAN,
         n if n % 2 == 1 => sorted[n / 2],
