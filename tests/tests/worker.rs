@@ -412,7 +412,13 @@ fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
     assert_eq!(checkpoint(&job)["lines_done"].as_u64().unwrap(), frozen_at);
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    std::thread::sleep(Duration::from_millis(100));
+    // Thawed, it checkpoints again. Wait for that rather than for a fixed
+    // time: a CI run once saw no checkpoint 100 ms after SIGCONT.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while checkpoint(&job)["lines_done"].as_u64().unwrap_or(frozen_at) == frozen_at {
+        assert!(Instant::now() < deadline, "no progress after SIGCONT");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // Killed without warning, mid-job.
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGKILL) };
