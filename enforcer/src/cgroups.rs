@@ -3,7 +3,15 @@
 //!
 //! Only cgroups the enforcer created are touched, and only processes it was asked to place.
 //! `cpu.idle` (SCHED_IDLE for the whole group, kernel 5.15+) is written directly: cgroups-rs
-//! has no setter for it. Measured here (DESIGN.md): a cpu.idle write takes under 1 µs; CFS
+//! has no setter for it. The kernel ranks an idle group only against its siblings, so an idle
+//! pool under a normal `reamer` group still competed with training at `reamer`'s full weight:
+//! measured here, a spinning thread in such a pool cut the training simulator's step rate as
+//! much as the same thread at normal priority (140 against 139 steps/s; 189 alone), and with
+//! `reamer` idle it cost nothing (194). So the enforcer marks the top `reamer` group idle in
+//! the cpu hierarchy and, on v1, leaves online pools out of that hierarchy: they keep their own
+//! cpu group and the normal class against training, while offline pools rank below everything
+//! else on the machine. On v2 one tree holds every controller, so online pools sit under the
+//! idle `reamer` group too: normal against offline, below the rest of the machine. Measured here (DESIGN.md): a cpu.idle write takes under 1 µs; CFS
 //! quota writes take ~130 µs and stay off the fast path. A cpuset.cpus write is the fast path's
 //! one cgroup write, and costs more than DESIGN.md's figure for an empty cgroup once the pool
 //! holds running threads: the kernel moves every thread off a removed CPU before the write
@@ -28,12 +36,15 @@ pub enum CgroupError {
     Op { path: String, message: String },
 }
 
-/// Controllers a pool needs.
+/// Controllers an offline pool needs; an online pool on v1 joins all but `cpu` (above).
 const CONTROLLERS: [&str; 3] = ["cpu", "cpuset", "freezer"];
+/// The top of every instance's tree, idle in the cpu hierarchy while a daemon runs.
+const TREE: &str = "reamer";
 
 /// One pool's cgroup.
 pub struct PoolCgroup {
-    /// `reamer/<instance>/<pool>`, relative to each hierarchy's root.
+    /// `reamer/<instance>/<pool>`, relative to each hierarchy's root (an online pool on v1 has
+    /// none in the cpu hierarchy).
     pub path: String,
     cgroup: Cgroup,
     /// `cpuset.cpus`, held open from creation: the fast path's write then skips walking the
@@ -47,11 +58,15 @@ impl PoolCgroup {
     /// An adopted pool left frozen (a daemon that died in the middle of a GPU duty cycle) is
     /// thawed: no daemon holds it frozen any more.
     pub fn create_or_adopt(instance: &str, pool: &str, idle: bool) -> Result<Self, CgroupError> {
-        let path = format!("reamer/{instance}/{pool}");
-        let controllers = CONTROLLERS.iter().map(|c| (*c).to_owned()).collect();
-        let cgroup =
-            Cgroup::new_with_specified_controllers(hierarchies::auto(), &path, Some(controllers))
-                .map_err(|e| CgroupError::Op {
+        let path = format!("{TREE}/{instance}/{pool}");
+        let hierarchy = hierarchies::auto();
+        let controllers = CONTROLLERS
+            .iter()
+            .filter(|&&c| idle || hierarchy.v2() || c != "cpu")
+            .map(|c| (*c).to_owned())
+            .collect();
+        let cgroup = Cgroup::new_with_specified_controllers(hierarchy, &path, Some(controllers))
+            .map_err(|e| CgroupError::Op {
                 path: path.clone(),
                 message: e.to_string(),
             })?;
@@ -68,7 +83,9 @@ impl PoolCgroup {
             cgroup,
             cpus_file,
         };
-        pool.set_idle(idle)?;
+        if pool.cpu_dir().is_some() {
+            pool.set_idle(idle)?;
+        }
         pool.thaw_if_frozen()?;
         Ok(pool)
     }
@@ -107,8 +124,9 @@ impl PoolCgroup {
         Some(cpu.path().to_owned())
     }
 
-    /// SCHED_IDLE for the whole group (offline pools): the kernel preempts it for any other
-    /// task at wakeup.
+    /// SCHED_IDLE for the whole group (offline pools): the kernel preempts it for any sibling
+    /// at wakeup, online pools included; against training it is the idle `reamer` group
+    /// (`set_tree_idle`) that ranks it below.
     pub fn set_idle(&self, idle: bool) -> Result<(), CgroupError> {
         let dir = self
             .cpu_dir()
@@ -161,7 +179,9 @@ impl PoolCgroup {
     /// that no inference is left frozen or starved without the daemon.
     pub fn release(&self, all_cpus: &BTreeSet<u32>) -> Result<(), CgroupError> {
         self.set_cpus(all_cpus)?;
-        self.set_idle(false)?;
+        if self.cpu_dir().is_some() {
+            self.set_idle(false)?;
+        }
         if let Some(freezer) = self.cgroup.controller_of::<FreezerController>() {
             freezer.thaw().map_err(|e| self.error("thawing", e))?;
         }
@@ -186,7 +206,7 @@ pub struct PoolFreezer {
 impl PoolFreezer {
     /// The freezer of `reamer/<instance>/<pool>`, which `PoolCgroup::create_or_adopt` made.
     pub fn open(instance: &str, pool: &str) -> Result<Self, CgroupError> {
-        let path = format!("reamer/{instance}/{pool}");
+        let path = format!("{TREE}/{instance}/{pool}");
         let cgroup = Cgroup::load(hierarchies::auto(), &path);
         if cgroup.controller_of::<FreezerController>().is_none() {
             return Err(CgroupError::Op {
@@ -220,13 +240,48 @@ impl PoolFreezer {
     }
 }
 
-/// Removes `reamer/<instance>` and `reamer` in every hierarchy where they are empty. Fails
-/// harmlessly (rmdir refuses) where another instance or an adoptable pool still lives.
-pub fn remove_instance_dirs(instance: &str) {
-    for path in [format!("reamer/{instance}"), "reamer".to_owned()] {
+/// The top `reamer` group's directory in the cpu hierarchy, where it exists.
+fn tree_cpu_dir() -> Option<PathBuf> {
+    let cgroup = Cgroup::load(hierarchies::auto(), TREE);
+    let cpu: &CpuController = cgroup.controller_of()?;
+    Some(cpu.path().to_owned()).filter(|dir| dir.is_dir())
+}
+
+/// Marks the top `reamer` group idle, or normal again: what ranks offline inference below
+/// training (see the module's comment). Does nothing where no pool made the group.
+pub fn set_tree_idle(idle: bool) -> Result<(), CgroupError> {
+    let Some(dir) = tree_cpu_dir() else {
+        return Ok(());
+    };
+    std::fs::write(dir.join("cpu.idle"), if idle { "1" } else { "0" }).map_err(|e| {
+        CgroupError::Op {
+            path: TREE.to_owned(),
+            message: format!("writing cpu.idle (kernel 5.15+): {e}"),
+        }
+    })
+}
+
+/// At shutdown: removes `reamer/<instance>` and `reamer` in every hierarchy where they are
+/// empty (rmdir refuses harmlessly where another instance or an adoptable pool still lives),
+/// and leaves `reamer` normal again unless another instance's tree is under it, so that no
+/// process left behind stays idle without the daemon.
+pub fn release_tree(instance: &str) -> Result<(), CgroupError> {
+    for path in [format!("{TREE}/{instance}"), TREE.to_owned()] {
         let cgroup = Cgroup::load(hierarchies::auto(), &path);
         for subsystem in cgroup.subsystems() {
             let _ = std::fs::remove_dir(subsystem.to_controller().path());
         }
     }
+    let Some(dir) = tree_cpu_dir() else {
+        return Ok(());
+    };
+    let another_instance = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| entry.path().is_dir() && entry.file_name() != instance);
+    if another_instance {
+        return Ok(());
+    }
+    set_tree_idle(false)
 }

@@ -142,6 +142,9 @@ impl Enforcer {
             });
             pools.insert(name, (kind, cgroup));
         }
+        if !pools.is_empty() {
+            crate::cgroups::set_tree_idle(true)?;
+        }
         let policy_config = PolicyConfig {
             demand_half_life_ns: config.policy.demand_half_life_ms.saturating_mul(1_000_000),
             give_back_after_ns: config.policy.give_back_after_ms.saturating_mul(1_000_000),
@@ -453,6 +456,8 @@ impl Enforcer {
 
             cgroup.remove_if_empty();
         }
-        crate::cgroups::remove_instance_dirs(&self.instance);
+        if let Err(err) = crate::cgroups::release_tree(&self.instance) {
+            warn!("releasing the reamer cgroup tree at shutdown: {err}");
+        }
     }
 }

@@ -10,7 +10,7 @@ use std::{
 };
 
 use enforcer::{
-    cgroups::{PoolCgroup, PoolFreezer, remove_instance_dirs},
+    cgroups::{PoolCgroup, PoolFreezer, release_tree},
     gpu::duty_cycle::DutyCycle,
 };
 use reamer_tests::{
@@ -73,7 +73,7 @@ fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
     );
     drop(spinner);
     pool.remove_if_empty();
-    remove_instance_dirs(INSTANCE);
+    release_tree(INSTANCE).unwrap();
 
     assert!(
         ungated > 0.3,

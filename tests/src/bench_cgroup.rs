@@ -151,10 +151,11 @@ impl Group {
 
     /// No control: every CPU, the default weight, no quota, the normal scheduling class.
     pub fn reset(&self) -> io::Result<()> {
+        // cpu.idle first: the kernel refuses a weight for an idle group (EINVAL).
+        write(&self.cpu.join("cpu.idle"), "0")?;
         self.set_cpus(&online_cpus()?)?;
         self.set_shares(DEFAULT_SHARES)?;
-        self.set_quota(None)?;
-        write(&self.cpu.join("cpu.idle"), "0")
+        self.set_quota(None)
     }
 }
 

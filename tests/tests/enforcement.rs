@@ -52,6 +52,10 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     );
     let idle = std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{pool_path}/cpu.idle")).unwrap();
     assert_eq!(idle.trim(), "1", "offline pool is not SCHED_IDLE");
+    // The kernel ranks an idle group only against its siblings: against training (outside the
+    // tree) it is the top `reamer` group that must be idle.
+    let tree_idle = std::fs::read_to_string("/sys/fs/cgroup/cpu/reamer/cpu.idle").unwrap();
+    assert_eq!(tree_idle.trim(), "1", "the reamer tree is not idle");
 
     let sim = daemon.launch("--training", "train", SIM, &["--seconds", "2"]);
     wait_ok(sim, "training-sim");
@@ -102,6 +106,12 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     );
     let idle = std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{pool_path}/cpu.idle")).unwrap();
     assert_eq!(idle.trim(), "0", "pool left SCHED_IDLE at shutdown");
+    let tree_idle = std::fs::read_to_string("/sys/fs/cgroup/cpu/reamer/cpu.idle").unwrap();
+    assert_eq!(
+        tree_idle.trim(),
+        "0",
+        "the reamer tree left idle at shutdown"
+    );
     let state = std::fs::read_to_string(format!("/proc/{}/stat", hog.id())).unwrap();
     assert!(
         !state.contains(") T "),

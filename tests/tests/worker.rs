@@ -656,6 +656,17 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
         )
     };
     assert_eq!(web_cpus(&web()), 1, "an idle online pool holds its minimum");
+    if std::path::Path::new("/sys/fs/cgroup/cpu/reamer").is_dir() {
+        // cgroup v1: the online worker keeps its own cpu group, out of the idle `reamer` tree
+        // where the offline pool is, so that it stays in the normal class against training.
+        let group = reamer_tests::harness::cgroup_of(worker.child.id(), "cpu");
+        assert!(
+            !group.starts_with("/reamer"),
+            "the online worker is under the idle tree: {group}"
+        );
+        let tree_idle = std::fs::read_to_string("/sys/fs/cgroup/cpu/reamer/cpu.idle").unwrap();
+        assert_eq!(tree_idle.trim(), "1", "the offline pool's tree is not idle");
+    }
     let page = get(&http, &format!("{}/metrics", worker.base)).1;
     assert_eq!(metric(&page, "reamer_worker_slo_seconds"), slo_ms / 1e3);
 
