@@ -86,6 +86,9 @@ impl PoolCgroup {
         if pool.cpu_dir().is_some() {
             pool.set_idle(idle)?;
         }
+        for pid in pool.processes() {
+            pool.keep_out_of_idle_tree(pid)?;
+        }
         pool.thaw_if_frozen()?;
         Ok(pool)
     }
@@ -167,7 +170,32 @@ impl PoolCgroup {
     pub fn add_process(&self, pid: u32) -> Result<(), CgroupError> {
         self.cgroup
             .add_task_by_tgid(CgroupPid::from(u64::from(pid)))
-            .map_err(|e| self.error(&format!("moving pid {pid} in"), e))
+            .map_err(|e| self.error(&format!("moving pid {pid} in"), e))?;
+        self.keep_out_of_idle_tree(pid)
+    }
+
+    /// A pool without a cpu group (online, v1) must not leave its process in the idle
+    /// `reamer` tree of the cpu hierarchy, where something placed it before (an older daemon,
+    /// or a benchmark's own group): it goes to the hierarchy's root, the normal class.
+    fn keep_out_of_idle_tree(&self, pid: u32) -> Result<(), CgroupError> {
+        let (None, Some(tree)) = (self.cpu_dir(), tree_cpu_dir()) else {
+            return Ok(());
+        };
+        let Some(root) = tree.parent() else {
+            return Ok(());
+        };
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let in_tree = cgroups.lines().any(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next(), fields.next(), fields.next());
+            controllers.is_some_and(|c| c.split(',').any(|c| c == "cpu"))
+                && path.is_some_and(|p| p.starts_with(&format!("/{TREE}/")))
+        });
+        if !in_tree {
+            return Ok(());
+        }
+        std::fs::write(root.join("cgroup.procs"), pid.to_string())
+            .map_err(|e| self.error(&format!("moving pid {pid} out of the idle cpu tree"), e))
     }
 
     /// Processes in the pool.

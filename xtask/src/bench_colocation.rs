@@ -329,6 +329,9 @@ impl Bench {
         self.offline_group = Group::ensure(INSTANCE, "offline")?;
         self.online_group.reset()?;
         self.offline_group.reset()?;
+        // The enforcer takes an online worker out of the idle `reamer` tree of the cpu
+        // hierarchy; every scenario starts with it back in its own group.
+        self.online_group.add_process(self.online.child.id())?;
         Ok(())
     }
 
