@@ -11,8 +11,10 @@
 //! the cpu hierarchy and, on v1, leaves online pools out of that hierarchy: they keep their own
 //! cpu group and the normal class against training, while offline pools rank below everything
 //! else on the machine. On v2 one tree holds every controller, so online pools sit under the
-//! idle `reamer` group too: normal against offline, below the rest of the machine. Measured here (DESIGN.md): a cpu.idle write takes under 1 µs; CFS
-//! quota writes take ~130 µs and stay off the fast path. A cpuset.cpus write is the fast path's
+//! idle `reamer` group too: normal against offline, below the rest of the machine.
+//!
+//! Measured here (DESIGN.md): a cpu.idle write takes under 1 µs; CFS quota writes take
+//! ~130 µs and stay off the fast path. A cpuset.cpus write is the fast path's
 //! one cgroup write, and costs more than DESIGN.md's figure for an empty cgroup once the pool
 //! holds running threads: the kernel moves every thread off a removed CPU before the write
 //! returns, and a thread running there is moved by that CPU's stopper thread, woken by an IPI,
