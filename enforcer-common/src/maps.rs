@@ -53,5 +53,20 @@ pub mod globals {
     /// `task_struct.thread_info.cpu` (or `task_struct.cpu` on kernels that keep it there):
     /// the CPU whose run queue the task is on.
     pub const TASK_CPU_OFFSET: &str = "TASK_CPU_OFFSET";
-    pub const ALL: [&str; 2] = [TASK_PID_OFFSET, TASK_CPU_OFFSET];
+    /// `task_struct.se.cfs_rq`, `cfs_rq.rq` and `rq.clock`: the way from a task to its run
+    /// queue's clock, which the sensor reads instead of calling `bpf_ktime_get_ns`.
+    pub const TASK_CFS_RQ_OFFSET: &str = "TASK_CFS_RQ_OFFSET";
+    pub const CFS_RQ_RQ_OFFSET: &str = "CFS_RQ_RQ_OFFSET";
+    pub const RQ_CLOCK_OFFSET: &str = "RQ_CLOCK_OFFSET";
+    /// 1 when the three offsets above were found (the kernel has CONFIG_FAIR_GROUP_SCHED),
+    /// 0 when the sensor falls back to `bpf_ktime_get_ns`.
+    pub const RQ_CLOCK_READABLE: &str = "RQ_CLOCK_READABLE";
+    pub const ALL: [&str; 6] = [
+        TASK_PID_OFFSET,
+        TASK_CPU_OFFSET,
+        TASK_CFS_RQ_OFFSET,
+        CFS_RQ_RQ_OFFSET,
+        RQ_CLOCK_OFFSET,
+        RQ_CLOCK_READABLE,
+    ];
 }

@@ -24,10 +24,11 @@ pub const NR_CLASSES: usize = 5;
 /// Value of `thread_state`, keyed by tid.
 ///
 /// `group` is the training job id (index into `job_stats`) or the inference pool id.
-/// `runnable_since_ns` is the `bpf_ktime_get_ns()` at which a training thread became runnable
-/// (woken or preempted), or 0 while it runs or sleeps. `report_ran_since_ns` is non-zero when
-/// the thread was reported queued behind inference at that time: its next switch-in adds the
-/// time since the report to its job's `report_to_ran_hist`.
+/// `runnable_since_ns` is the sensor clock's time (the run queue's clock, or CLOCK_MONOTONIC
+/// by configuration: docs/sensor.md) at which a training thread became runnable (woken or
+/// preempted), or 0 while it runs or sleeps. `report_ran_since_ns` is non-zero when the thread
+/// was reported queued behind inference at that CLOCK_MONOTONIC time: its next switch-in adds
+/// the time since the report to its job's `report_to_ran_hist`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
@@ -88,9 +89,11 @@ impl Default for JobStats {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuState {
-    /// Time of the last context switch on this CPU (0 before the first one was seen).
+    /// Time of the last context switch on this CPU, on the sensor clock (0 before the first
+    /// one was seen).
     pub switched_at_ns: u64,
-    /// Time of the last event this CPU sent to userspace, for per-CPU rate limiting.
+    /// CLOCK_MONOTONIC time of the last event this CPU sent to userspace, for per-CPU rate
+    /// limiting.
     pub last_event_ns: u64,
     /// Class, group and tid of the task now running here.
     pub current_class: u32,
@@ -105,11 +108,16 @@ pub struct CpuState {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Settings {
-    /// A training thread that waited longer than this raises an `EVENT_LONG_WAIT`.
+    /// A training thread that waited longer than this raises an `EVENT_LONG_WAIT`; 0: never.
+    /// Waits of at most [`WAIT_THRESHOLD_UNIT_NS`] are not compared, so a threshold is in
+    /// effect a whole number of microseconds (the config's unit).
     pub wait_threshold_ns: u64,
     /// Minimum spacing of events sent by one CPU; closer ones are counted and dropped.
     pub event_min_interval_ns: u64,
 }
+
+/// The unit of `Settings::wait_threshold_ns`: 1 µs.
+pub const WAIT_THRESHOLD_UNIT_NS: u64 = 1000;
 
 /// A training thread was woken onto a CPU whose current task is inference.
 pub const EVENT_ENQUEUED_BEHIND_INFERENCE: u32 = 1;

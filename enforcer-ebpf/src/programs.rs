@@ -11,7 +11,7 @@ use enforcer_common::{
     CLASS_IDLE, CLASS_OFFLINE, CLASS_ONLINE, CLASS_OTHER, CLASS_TRAINING, COUNTER_BAD_JOB_ID,
     COUNTER_FORKS_INHERITED, COUNTER_THREAD_MAP_FULL, COUNTER_WAIT_CLOCK_SKEW, CpuState,
     EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, JobStats,
-    MAX_JOBS, NR_CLASSES, SensorEvent,
+    MAX_JOBS, NR_CLASSES, SensorEvent, WAIT_THRESHOLD_UNIT_NS,
     histogram::{NR_BUCKETS, bucket_of},
 };
 
@@ -48,24 +48,23 @@ fn job_stats_here(job: u32) -> Option<&'static mut JobStats> {
 /// sched_wakeup(struct task_struct *p)
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn reamer_wakeup(ctx: BtfTracePointContext) -> i32 {
-    let task = Task::new(ctx.arg(0));
-    on_wakeup(task.tid(), task.cpu());
+    on_wakeup(Task::new(ctx.arg(0)));
     0
 }
 
 /// sched_wakeup_new(struct task_struct *p)
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn reamer_wake_new(ctx: BtfTracePointContext) -> i32 {
-    let task = Task::new(ctx.arg(0));
-    on_wakeup(task.tid(), task.cpu());
+    on_wakeup(Task::new(ctx.arg(0)));
     0
 }
 
-/// A thread became runnable on `target_cpu`. For a training thread: start its wait, and if
-/// that CPU is running inference, tell userspace now; this is the earliest moment training's
-/// demand for that CPU is visible.
+/// A thread became runnable on its CPU. For a training thread: start its wait, and if that CPU
+/// is running inference, tell userspace now; this is the earliest moment training's demand for
+/// that CPU is visible.
 #[inline(always)]
-fn on_wakeup(tid: u32, target_cpu: u32) {
+fn on_wakeup(task: Task) {
+    let tid = task.tid();
     if tid == 0 {
         return;
     }
@@ -75,10 +74,10 @@ fn on_wakeup(tid: u32, target_cpu: u32) {
     if thread.class != CLASS_TRAINING {
         return;
     }
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    thread.runnable_since_ns = now;
+    // The wait starts at the enqueue: the clock the scheduler just read for it.
+    thread.runnable_since_ns = task.rq_clock();
     let job = thread.group;
+    let target_cpu = task.cpu();
 
     let Some(holder) = CPU_STATE.get(target_cpu) else {
         return;
@@ -99,7 +98,7 @@ fn on_wakeup(tid: u32, target_cpu: u32) {
     }
     if let Some(here) = this_cpu_state() {
         let event = SensorEvent {
-            ts_ns: now,
+            ts_ns: monotonic_ns(),
             wait_ns: 0,
             kind: EVENT_ENQUEUED_BEHIND_INFERENCE,
             job,
@@ -111,13 +110,24 @@ fn on_wakeup(tid: u32, target_cpu: u32) {
         // Time to running is measured for reports that reached userspace, the ones the
         // enforcer may have acted on.
         if events::send(here, &event, true) {
-            thread.report_ran_since_ns = now;
+            thread.report_ran_since_ns = event.ts_ns;
         }
     }
 }
 
+/// CLOCK_MONOTONIC, for what userspace compares with its own clock: event timestamps and the
+/// time from a report to the thread running. Only events and reports read it; everything per
+/// switch uses the run queue's clock ([`Task::rq_clock`]).
+#[inline(always)]
+fn monotonic_ns() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
 /// What the sensor takes from one context switch.
 struct Switch {
+    /// The task switched in: the way to this CPU's run-queue clock.
+    next: Task,
     prev_tid: u32,
     /// prev stays on the run queue: it was preempted, or yielded while TASK_RUNNING.
     prev_stays_runnable: bool,
@@ -134,6 +144,7 @@ pub fn reamer_switch(ctx: BtfTracePointContext) -> i32 {
     let next = Task::new(ctx.arg(2));
     let prev_state: u64 = ctx.arg(3);
     on_switch(&Switch {
+        next,
         prev_tid: prev.tid(),
         prev_stays_runnable: preempt & 1 != 0 || prev_state & 0xffff_ffff == 0,
         next_tid: next.tid(),
@@ -147,8 +158,7 @@ pub fn reamer_switch(ctx: BtfTracePointContext) -> i32 {
 /// is a training thread that stays runnable. A training thread that goes to sleep keeps a
 /// stale `runnable_since_ns`, harmlessly: it can only run again after a wakeup, which
 /// overwrites it. A switch between two tasks of the same class and group, neither training,
-/// does not even read the clock: the CPU's time segment simply goes on (a clock read costs
-/// about 30 ns on this VM, measured by `enforcer calibrate`).
+/// does not even read the clock: the CPU's time segment simply goes on.
 #[inline(always)]
 fn on_switch(switch: &Switch) {
     // SAFETY: helper without preconditions.
@@ -179,20 +189,28 @@ fn on_switch(switch: &Switch) {
         return;
     }
 
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    // What ran since the segment began, charged to the class (and job) that was current.
+    // `__schedule` brought the clock up to date before picking `next`, except right after a
+    // wakeup that preempted (the kernel skips that update as redundant): such a wait reads as
+    // 0 instead of a few microseconds, as in the kernel's own sched_info run delay.
+    let now = switch.next.rq_clock();
     let prev_training = known_prev && here.current_class == CLASS_TRAINING;
+    let prev_job = here.current_group;
+    // Looked up once: the common training switch is between two threads of one job (a map
+    // lookup and its increment took about 10 ns in isolation here, in a throwaway
+    // calibration program).
+    let mut prev_stats = match prev_training {
+        true => job_stats_here(prev_job),
+        false => None,
+    };
+    // What ran since the segment began, charged to the class (and job) that was current.
     if known_prev && now >= here.switched_at_ns {
         let ran = now - here.switched_at_ns;
         let class = here.current_class as usize;
         if class < NR_CLASSES {
             here.class_ns[class] += ran;
         }
-        if prev_training {
-            if let Some(stats) = job_stats_here(here.current_group) {
-                stats.run_ns += ran;
-            }
+        if let Some(stats) = &mut prev_stats {
+            stats.run_ns += ran;
         }
     }
 
@@ -204,7 +222,6 @@ fn on_switch(switch: &Switch) {
     if let Some(prev) = &mut prev_waiting {
         prev.runnable_since_ns = now;
     }
-    let prev_job = here.current_group;
 
     // A training thread switched in: its wait ends now, and the enforcer can tell when a
     // thread it reacted for actually ran.
@@ -214,25 +231,35 @@ fn on_switch(switch: &Switch) {
         if next.report_ran_since_ns != 0 {
             let reported = next.report_ran_since_ns;
             next.report_ran_since_ns = 0;
-            record_report_ran(next.group, reported, now);
+            record_report_ran(next.group, reported, monotonic_ns());
         }
         if next.runnable_since_ns != 0 {
             let since = next.runnable_since_ns;
             next.runnable_since_ns = 0;
-            finish_wait(here, cpu, next.group, switch.next_tid, since, now);
+            let stats = match next.group == prev_job && prev_stats.is_some() {
+                true => prev_stats.as_deref_mut(),
+                false => job_stats_here(next.group),
+            };
+            let wait = Wait {
+                job: next.group,
+                tid: switch.next_tid,
+                since,
+            };
+            finish_wait(here, cpu, stats, &wait, now);
         }
     }
 
     if let Some(prev) = prev_waiting
         && is_inference(next_class)
     {
-        if let Some(stats) = job_stats_here(prev_job) {
+        // prev was training, so these are its job's statistics.
+        if let Some(stats) = &mut prev_stats {
             stats.behind_inference += 1;
         }
         // As at wakeup: no report where it would change nothing.
         if !report_changes_nothing(cpu) {
             let event = SensorEvent {
-                ts_ns: now,
+                ts_ns: monotonic_ns(),
                 wait_ns: 0,
                 kind: EVENT_PREEMPTED_BY_INFERENCE,
                 job: prev_job,
@@ -242,7 +269,7 @@ fn on_switch(switch: &Switch) {
                 holder_group: next_group,
             };
             if events::send(here, &event, true) {
-                prev.report_ran_since_ns = now;
+                prev.report_ran_since_ns = event.ts_ns;
             }
         }
     }
@@ -253,7 +280,8 @@ fn on_switch(switch: &Switch) {
     here.switched_at_ns = now;
 }
 
-/// A thread reported behind inference at `reported` runs now: aggregate the delay.
+/// A thread reported behind inference at `reported` runs `now` (both CLOCK_MONOTONIC):
+/// aggregate the delay.
 #[inline(always)]
 fn record_report_ran(job: u32, reported: u64, now: u64) {
     if now < reported {
@@ -285,16 +313,29 @@ fn count_in(hist: &mut [u64; NR_BUCKETS], ns: u64) {
     }
 }
 
-/// Records a completed run-queue wait of a training thread that starts running now.
+/// A run-queue wait of a training thread of job `job` that began at `since`.
+struct Wait {
+    job: u32,
+    tid: u32,
+    since: u64,
+}
+
+/// Records a wait that ends now, in `stats` (the job's statistics on this CPU).
 #[inline(always)]
-fn finish_wait(here: &mut CpuState, cpu: u32, job: u32, tid: u32, since: u64, now: u64) {
+fn finish_wait(
+    here: &mut CpuState,
+    cpu: u32,
+    stats: Option<&mut JobStats>,
+    wait_of: &Wait,
+    now: u64,
+) {
     // The wait may have started on another CPU; their clocks can disagree by a little.
-    if now < since {
+    if now < wait_of.since {
         count(COUNTER_WAIT_CLOCK_SKEW);
         return;
     }
-    let wait = now - since;
-    let Some(stats) = job_stats_here(job) else {
+    let wait = now - wait_of.since;
+    let Some(stats) = stats else {
         return;
     };
     stats.wait_ns += wait;
@@ -303,18 +344,23 @@ fn finish_wait(here: &mut CpuState, cpu: u32, job: u32, tid: u32, since: u64, no
         stats.max_wait_ns = wait;
     }
     count_in(&mut stats.wait_hist, wait);
+    // Thresholds are whole microseconds, so a shorter wait cannot cross one: no settings
+    // lookup for the many short waits.
+    if wait <= WAIT_THRESHOLD_UNIT_NS {
+        return;
+    }
     let threshold = SETTINGS.get(0).map_or(u64::MAX, |s| s.wait_threshold_ns);
     if threshold != 0 && wait > threshold {
         stats.long_waits += 1;
         let event = SensorEvent {
-            ts_ns: now,
+            ts_ns: monotonic_ns(),
             wait_ns: wait,
             kind: EVENT_LONG_WAIT,
-            job,
-            tid,
+            job: wait_of.job,
+            tid: wait_of.tid,
             cpu,
             holder_class: CLASS_TRAINING,
-            holder_group: job,
+            holder_group: wait_of.job,
         };
         // Informational (the enforcer acts on demand, not on single long waits): no wakeup.
         let _ = events::send(here, &event, false);

@@ -3,7 +3,10 @@
 
 use std::path::Path;
 
-use crate::sensor::{btf::Btf, offsets};
+use crate::{
+    config::SensorClock,
+    sensor::{btf::Btf, offsets},
+};
 
 /// One line of the report.
 pub struct Item {
@@ -63,13 +66,17 @@ fn kernel() -> Result<String, String> {
     }
 }
 
+/// The clock the checks assume: the config's default.
+const DEFAULT_CLOCK: SensorClock = SensorClock::RunQueue;
+
 fn btf() -> Result<String, String> {
     let btf = Btf::from_sys_fs().map_err(|e| e.to_string())?;
-    let values = offsets::resolve(&btf).map_err(|e| e.to_string())?;
+    let values = offsets::resolve(&btf, DEFAULT_CLOCK).map_err(|e| e.to_string())?;
     let shown: Vec<String> = values.iter().map(|(n, v)| format!("{n}={v}")).collect();
     Ok(format!(
-        "/sys/kernel/btf/vmlinux; tracepoint prototypes match; {}",
-        shown.join(", ")
+        "/sys/kernel/btf/vmlinux; tracepoint prototypes match; {}; sensor clock by default: {}",
+        shown.join(", "),
+        offsets::clock_in_use(&values, DEFAULT_CLOCK)
     ))
 }
 
@@ -102,7 +109,18 @@ fn program_types() -> Result<String, String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("cannot try loading tp_btf programs without root".to_owned());
     }
-    let mut ebpf = aya::EbpfLoader::new()
+    // With this kernel's offsets, as the daemon loads them: the verifier then checks every
+    // field the programs read, the run-queue clock's included.
+    let offsets = offsets::resolve(
+        &Btf::from_sys_fs().map_err(|e| e.to_string())?,
+        DEFAULT_CLOCK,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut loader = aya::EbpfLoader::new();
+    for (global, offset) in &offsets {
+        loader.override_global(global, offset, true);
+    }
+    let mut ebpf = loader
         .load(object)
         .map_err(|e| format!("loading the object's maps: {e}"))?;
     let btf = aya::Btf::from_sys_fs().map_err(|e| e.to_string())?;

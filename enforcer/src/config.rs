@@ -7,6 +7,7 @@
 //! [sensor]
 //! wait_threshold_us = 2000       # a training thread waiting longer raises an event
 //! event_min_interval_us = 100    # at most one event per CPU per interval
+//! clock = "run-queue"            # or "monotonic": see SensorClock
 //!
 //! [[training]]
 //! name = "resnet"
@@ -115,6 +116,8 @@ pub struct SensorConfig {
     /// Minimum spacing of events from one CPU. 100 µs bounds the event rate at 10 000/s per
     /// CPU, while the consumer's own wakeup takes 75-80 µs (DESIGN.md).
     pub event_min_interval_us: u64,
+    /// The clock of the sensor's per-switch timestamps.
+    pub clock: SensorClock,
 }
 
 impl Default for SensorConfig {
@@ -122,8 +125,24 @@ impl Default for SensorConfig {
         Self {
             wait_threshold_us: 2000,
             event_min_interval_us: 100,
+            clock: SensorClock::RunQueue,
         }
     }
+}
+
+/// Where the sensor's wait and run-time timestamps come from (docs/sensor.md, "Clock").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SensorClock {
+    /// The run queue's own clock (`rq->clock`), which the scheduler has just read: three
+    /// loads instead of a clock read on every training thread's wakeup and switch, and the
+    /// clock of the kernel's own run delay (schedstat). A wakeup that preempts at once reads
+    /// as a zero wait, as in schedstat. Falls back to `monotonic` on a kernel without
+    /// CONFIG_FAIR_GROUP_SCHED.
+    RunQueue,
+    /// `bpf_ktime_get_ns` on every timestamp: also sees the microseconds between a
+    /// preempting wakeup and the switch, for about 35 ns more per training event on this VM.
+    Monotonic,
 }
 
 /// Members of a training job or an inference pool.
@@ -451,6 +470,21 @@ mod tests {
         assert_eq!(config.training[0].name.get_ref(), "resnet");
         assert_eq!(config.pool[0].pool_kind(), PoolKind::Offline);
         assert_eq!(*config.pool[0].pids[0].get_ref(), pid);
+    }
+
+    #[test]
+    fn sensor_clock_is_run_queue_unless_asked() {
+        assert_eq!(parse("").unwrap().sensor.clock, SensorClock::RunQueue);
+        let config = parse("[sensor]\nclock = \"monotonic\"\n").unwrap();
+        assert_eq!(config.sensor.clock, SensorClock::Monotonic);
+        let err = parse("[sensor]\nclock = \"tsc\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("test.toml:2: field `clock`"), "{err}");
+        assert!(
+            err.contains("run-queue") && err.contains("monotonic"),
+            "{err}"
+        );
     }
 
     #[test]

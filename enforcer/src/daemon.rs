@@ -10,7 +10,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use enforcer_common::Settings;
+use enforcer_common::{Settings, WAIT_THRESHOLD_UNIT_NS};
 use tokio::{
     io::{AsyncWriteExt as _, BufReader},
     net::{UnixListener, UnixStream},
@@ -55,7 +55,10 @@ struct Shared {
 /// Settings for the sensor from the config.
 pub fn sensor_settings(config: &Config) -> Settings {
     Settings {
-        wait_threshold_ns: config.sensor.wait_threshold_us.saturating_mul(1000),
+        wait_threshold_ns: config
+            .sensor
+            .wait_threshold_us
+            .saturating_mul(WAIT_THRESHOLD_UNIT_NS),
         event_min_interval_ns: config.sensor.event_min_interval_us.saturating_mul(1000),
     }
 }
@@ -70,7 +73,7 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     preflight::raise_memlock();
 
     let pin_dir = paths::pin_dir(instance);
-    let mut sensor = Sensor::load(&pin_dir, sensor_settings(&config))?;
+    let mut sensor = Sensor::load(&pin_dir, sensor_settings(&config), config.sensor.clock)?;
     let ring = sensor
         .take_events()
         .context("event ring buffer already taken")?;

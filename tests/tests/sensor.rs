@@ -46,13 +46,25 @@ fn launch_sim(daemon: &Daemon, job_name: &str, seconds: &str) -> std::process::C
 }
 
 /// The sensor's run-queue wait for a training job must agree with the kernel's own per-thread
-/// `run_delay` accounting, read from /proc/PID/task/TID/schedstat over the same window.
+/// `run_delay` accounting, read from /proc/PID/task/TID/schedstat over the same window, with
+/// either sensor clock.
 #[test]
 fn runqueue_wait_agrees_with_schedstat_run_delay() {
     if !privileged("runqueue_wait_agrees_with_schedstat_run_delay") {
         return;
     }
-    let daemon = Daemon::start("it-runqlat", "");
+    for clock in ["run-queue", "monotonic"] {
+        wait_agrees_with_schedstat(clock);
+    }
+}
+
+fn wait_agrees_with_schedstat(clock: &str) {
+    let daemon = Daemon::start("it-runqlat", &format!("[sensor]\nclock = \"{clock}\"\n"));
+    assert!(
+        daemon.log().contains(&format!("clock=\"{clock} (")),
+        "the daemon does not say it uses the {clock} clock:\n{}",
+        daemon.log()
+    );
     // Two spinners on two CPUs: the simulator's threads must queue behind them.
     let hog = Command::new(HOG)
         .args(["--threads", "2", "--seconds", "7"])
@@ -65,15 +77,19 @@ fn runqueue_wait_agrees_with_schedstat_run_delay() {
     let sensor_before = u64_of(job(&daemon.snapshot(), "sim"), "wait_ns");
     std::thread::sleep(Duration::from_secs(3));
     let kernel_after = schedstat::run_delays(sim.id());
-    let sensor_after = u64_of(job(&daemon.snapshot(), "sim"), "wait_ns");
+    let after = daemon.snapshot();
+    let sensor_after = u64_of(job(&after, "sim"), "wait_ns");
 
     let kernel = schedstat::growth(&kernel_before, &kernel_after) as f64;
     let sensor = sensor_after.saturating_sub(sensor_before) as f64;
+    let zero_waits = job(&after, "sim")["wait_hist"][0].as_u64().unwrap_or(0);
     println!(
-        "run-queue wait over 3 s: sensor {:.1} ms, schedstat run_delay {:.1} ms ({} threads)",
+        "{clock} clock: run-queue wait over 3 s: sensor {:.1} ms, schedstat run_delay {:.1} ms \
+         ({} threads); waits read as 0 ns since the start: {zero_waits} of {}",
         sensor / 1e6,
         kernel / 1e6,
-        kernel_after.len()
+        kernel_after.len(),
+        u64_of(job(&after, "sim"), "waits"),
     );
     // The two clocks start a wait at slightly different points (the sensor at the wakeup
     // tracepoint, sched_info at enqueue) and the two reads are not simultaneous: allow 10%

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::config::SensorClock;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
@@ -80,10 +81,18 @@ impl Sensor {
     /// Loads and attaches the sensor, pins its maps in `pin_dir` and applies `settings`. The
     /// state maps a previous daemon of this instance left pinned there are taken over
     /// (`readopt`); the others are made afresh.
-    pub fn load(pin_dir: &Path, settings: Settings) -> Result<Self, SensorError> {
+    pub fn load(
+        pin_dir: &Path,
+        settings: Settings,
+        clock: SensorClock,
+    ) -> Result<Self, SensorError> {
         let object = object::object().ok_or(SensorError::NotBuilt)?;
         let btf = Btf::from_sys_fs().map_err(offsets::OffsetError::from)?;
-        let offsets = offsets::resolve(&btf)?;
+        let offsets = offsets::resolve(&btf, clock)?;
+        info!(
+            clock = offsets::clock_in_use(&offsets, clock),
+            "sensor's wait and run-time clock"
+        );
         let readopted = readopt::prepare(pin_dir);
         std::fs::create_dir_all(pin_dir).map_err(|e| SensorError::Pin {
             path: pin_dir.to_owned(),

@@ -3,6 +3,8 @@
 
 use enforcer_common::maps::{PROGRAMS, globals};
 
+use crate::config::SensorClock;
+
 use super::btf::{Btf, BtfError};
 
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +32,9 @@ fn expected_args(tracepoint: &str) -> &'static [&'static str] {
 }
 
 /// Checks the tracepoint prototypes and returns (global name, value) pairs for the loader.
-pub fn resolve(btf: &Btf) -> Result<Vec<(&'static str, u32)>, OffsetError> {
+/// `clock` is the one asked for; the run queue's needs fields that some kernels lack, and
+/// then the sensor reads the monotonic clock ([`clock_in_use`] says which).
+pub fn resolve(btf: &Btf, clock: SensorClock) -> Result<Vec<(&'static str, u32)>, OffsetError> {
     for (_, tracepoint) in PROGRAMS {
         let found = btf.tracepoint_args(tracepoint)?;
         let expected = expected_args(tracepoint);
@@ -48,10 +52,47 @@ pub fn resolve(btf: &Btf) -> Result<Vec<(&'static str, u32)>, OffsetError> {
     let cpu = btf
         .member_offset("task_struct", &["thread_info", "cpu"])
         .or_else(|_| btf.member_offset("task_struct", &["cpu"]))?;
+    let rq_clock_offsets = match clock {
+        SensorClock::RunQueue => rq_clock_path(btf).ok(),
+        SensorClock::Monotonic => None,
+    };
+    let (rq_clock_readable, [task_cfs_rq, cfs_rq_rq, rq_clock]) = match rq_clock_offsets {
+        Some(offsets) => (1, offsets),
+        None => (0, [0; 3]),
+    };
     Ok(vec![
         (globals::TASK_PID_OFFSET, pid),
         (globals::TASK_CPU_OFFSET, cpu),
+        (globals::TASK_CFS_RQ_OFFSET, task_cfs_rq),
+        (globals::CFS_RQ_RQ_OFFSET, cfs_rq_rq),
+        (globals::RQ_CLOCK_OFFSET, rq_clock),
+        (globals::RQ_CLOCK_READABLE, rq_clock_readable),
     ])
+}
+
+/// The offsets of `task_struct.se.cfs_rq`, `cfs_rq.rq` and `rq.clock`. The first two exist
+/// only with CONFIG_FAIR_GROUP_SCHED (every distribution kernel with cgroups has it).
+fn rq_clock_path(btf: &Btf) -> Result<[u32; 3], BtfError> {
+    Ok([
+        btf.member_offset("task_struct", &["se", "cfs_rq"])?,
+        btf.member_offset("cfs_rq", &["rq"])?,
+        btf.member_offset("rq", &["clock"])?,
+    ])
+}
+
+/// Which clock the sensor's per-switch timestamps come from, for logs and `enforcer check`.
+pub fn clock_in_use(values: &[(&str, u32)], asked: SensorClock) -> &'static str {
+    let readable = values
+        .iter()
+        .any(|&(name, value)| name == globals::RQ_CLOCK_READABLE && value == 1);
+    match (readable, asked) {
+        (true, _) => "run-queue (rq->clock)",
+        (false, SensorClock::Monotonic) => "monotonic (bpf_ktime_get_ns), as configured",
+        (false, SensorClock::RunQueue) => {
+            "monotonic (bpf_ktime_get_ns): the kernel's BTF has no task_struct.se.cfs_rq->rq \
+             (CONFIG_FAIR_GROUP_SCHED is off), so the run queue's clock cannot be read"
+        }
+    }
 }
 
 #[cfg(test)]
@@ -64,7 +105,20 @@ mod tests {
             eprintln!("SKIPPED: no /sys/kernel/btf/vmlinux here");
             return;
         };
-        let values = resolve(&btf).expect("this kernel has what the sensor reads");
-        assert_eq!(values.len(), globals::ALL.len());
+        let values = resolve(&btf, SensorClock::RunQueue).expect("the sensor's fields exist");
+        let names: Vec<&str> = values.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, globals::ALL);
+        assert!(
+            rq_clock_path(&btf).is_ok(),
+            "this kernel has FAIR_GROUP_SCHED"
+        );
+        let asked = SensorClock::RunQueue;
+        assert_eq!(clock_in_use(&values, asked), "run-queue (rq->clock)");
+
+        let values = resolve(&btf, SensorClock::Monotonic).expect("the sensor's fields exist");
+        let readable = values
+            .iter()
+            .find(|(n, _)| *n == globals::RQ_CLOCK_READABLE);
+        assert_eq!(readable, Some(&(globals::RQ_CLOCK_READABLE, 0)));
     }
 }
