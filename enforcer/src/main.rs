@@ -72,6 +72,10 @@ enum Command {
     },
     /// Print live figures per training job from a running daemon: run-queue wait p50/p99/max,
     /// CPU demand, events per second.
+    ///
+    /// Waits are measured on the run queue's clock unless the daemon's config says
+    /// `[sensor] clock = "monotonic"`: a wakeup that preempts at once then counts as a 0 µs
+    /// wait, as in the kernel's schedstat, so a p50 of 0 means most waits were of that kind.
     Observe {
         /// Seconds between lines (fractions allowed).
         #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
