@@ -141,7 +141,8 @@ pub enum SensorClock {
     /// CONFIG_FAIR_GROUP_SCHED.
     RunQueue,
     /// `bpf_ktime_get_ns` on every timestamp: also sees the microseconds between a
-    /// preempting wakeup and the switch, for about 35 ns more per training event on this VM.
+    /// preempting wakeup and the switch, for a clock read per training event (the cost of
+    /// both settings is in docs/benchmarks.md).
     Monotonic,
 }
 
