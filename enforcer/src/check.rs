@@ -116,11 +116,7 @@ fn program_types() -> Result<String, String> {
         DEFAULT_CLOCK,
     )
     .map_err(|e| e.to_string())?;
-    let mut loader = aya::EbpfLoader::new();
-    for (global, offset) in &offsets {
-        loader.override_global(global, offset, true);
-    }
-    let mut ebpf = loader
+    let mut ebpf = offsets::loader_with(&offsets)
         .load(object)
         .map_err(|e| format!("loading the object's maps: {e}"))?;
     let btf = aya::Btf::from_sys_fs().map_err(|e| e.to_string())?;

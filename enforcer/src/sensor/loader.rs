@@ -2,14 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::SensorClock;
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, ProgramError},
 };
 use enforcer_common::{CpuState, JobStats, Settings, ThreadState, maps as names};
 use tracing::{info, warn};
+
+use crate::config::SensorClock;
 
 use super::{
     btf::Btf,
@@ -98,10 +99,7 @@ impl Sensor {
             path: pin_dir.to_owned(),
             message: e.to_string(),
         })?;
-        let mut loader = EbpfLoader::new();
-        for (global, offset) in &offsets {
-            loader.override_global(global, offset, true);
-        }
+        let mut loader = offsets::loader_with(&offsets);
         // Opened from their pin when it is there, created and pinned there otherwise.
         for name in readopt::state_map_names() {
             loader.map_pin_path(name, pin_dir.join(name));

@@ -70,6 +70,16 @@ pub fn resolve(btf: &Btf, clock: SensorClock) -> Result<Vec<(&'static str, u32)>
     ])
 }
 
+/// A loader with `values` (from [`resolve`]) set as the object's read-only globals: the
+/// daemon and `enforcer check` load the programs the same way.
+pub fn loader_with<'a>(values: &'a [(&'static str, u32)]) -> aya::EbpfLoader<'a> {
+    let mut loader = aya::EbpfLoader::new();
+    for (global, value) in values {
+        loader.override_global(global, value, true);
+    }
+    loader
+}
+
 /// The offsets of `task_struct.se.cfs_rq`, `cfs_rq.rq` and `rq.clock`. The first two exist
 /// only with CONFIG_FAIR_GROUP_SCHED (every distribution kernel with cgroups has it).
 fn rq_clock_path(btf: &Btf) -> Result<[u32; 3], BtfError> {
