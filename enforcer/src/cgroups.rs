@@ -8,10 +8,22 @@
 //! measured here, a spinning thread in such a pool cut the training simulator's step rate as
 //! much as the same thread at normal priority (140 against 139 steps/s; 189 alone), and with
 //! `reamer` idle it cost nothing (194). So the enforcer marks the top `reamer` group idle in
-//! the cpu hierarchy and, on v1, leaves online pools out of that hierarchy: they keep their own
-//! cpu group and the normal class against training, while offline pools rank below everything
-//! else on the machine. On v2 one tree holds every controller, so online pools sit under the
-//! idle `reamer` group too: normal against offline, below the rest of the machine.
+//! the cpu hierarchy, and offline pools rank below everything else on the machine.
+//!
+//! Online pools stay in the normal class, at a weight below training's (`[[pool]] cpu_weight`):
+//! where an online worker and a training thread want the same CPU, training gets most of it,
+//! and the worker still runs. At the default weight, online inference on its guaranteed core
+//! took a training thread's turn whenever both were runnable there (the co-location benchmark's
+//! training slowdown, docs/benchmarks.md). On v1 an online pool's cpu group is therefore a
+//! top-level group of its own beside the idle one, `reamer-online.<instance>.<pool>`: only a
+//! top-level group's weight counts against training (nested, the pool's weight would only
+//! rank it among its siblings under a parent at the default weight, as measured: no gain), and
+//! under `reamer` it would be idle. Instance names hold no '.', so the name is unambiguous. A cpu
+//! group, not the threads' nice value: nice ranks a thread only within its own group (on a
+//! kernel with autogroup, its session's), so it would not rank the worker below a training
+//! job started from another session. On v2 one tree holds every controller, so online pools
+//! sit under the idle `reamer` group: normal against offline, below the rest of the machine,
+//! training included.
 //!
 //! Measured here (DESIGN.md): a cpu.idle write takes under 1 µs; CFS quota writes take
 //! ~130 µs and stay off the fast path. A cpuset.cpus write is the fast path's
@@ -42,6 +54,28 @@ pub enum CgroupError {
 const CONTROLLERS: [&str; 3] = ["cpu", "cpuset", "freezer"];
 /// The top of every instance's tree, idle in the cpu hierarchy while a daemon runs.
 const TREE: &str = "reamer";
+/// cgroup v1: the prefix of online pools' top-level cpu groups, beside the idle `TREE`
+/// (module comment).
+const ONLINE_CPU_GROUP_PREFIX: &str = "reamer-online";
+/// The scale of `cpu_weight`: cgroup v2's `cpu.weight`, where a default process has 100.
+pub const DEFAULT_CPU_WEIGHT: u32 = 100;
+/// cgroup v1's `cpu.shares` of a default process, the weight `DEFAULT_CPU_WEIGHT` stands for.
+const DEFAULT_CPU_SHARES: u64 = 1024;
+
+/// How a pool ranks for the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuClass {
+    /// SCHED_IDLE for the whole group: offline pools.
+    Idle,
+    /// The normal class at this weight, on cgroup v2's scale (`DEFAULT_CPU_WEIGHT` is a
+    /// default process's): online pools.
+    Weight(u32),
+}
+
+/// cgroup v1's `cpu.shares` for a weight on v2's scale, within the kernel's 2 to 262144.
+fn shares_for_weight(weight: u32) -> u64 {
+    (u64::from(weight) * DEFAULT_CPU_SHARES / u64::from(DEFAULT_CPU_WEIGHT)).clamp(2, 262_144)
+}
 
 /// One pool's cgroup.
 pub struct PoolCgroup {
@@ -49,6 +83,8 @@ pub struct PoolCgroup {
     /// none in the cpu hierarchy).
     pub path: String,
     cgroup: Cgroup,
+    /// cgroup v1, online pools: the pool's cpu group, `reamer-online.<instance>.<pool>`.
+    online_cpu_group: Option<Cgroup>,
     /// `cpuset.cpus`, held open from creation: the fast path's write then skips walking the
     /// path and opening and closing a cgroup file, which together cost as much as the write
     /// itself on this VM (kernfs lookups and allocations on a cold cache).
@@ -59,12 +95,18 @@ impl PoolCgroup {
     /// Creates the pool's cgroup, or adopts it if a previous daemon left it with its processes.
     /// An adopted pool left frozen (a daemon that died in the middle of a GPU duty cycle) is
     /// thawed: no daemon holds it frozen any more.
-    pub fn create_or_adopt(instance: &str, pool: &str, idle: bool) -> Result<Self, CgroupError> {
+    pub fn create_or_adopt(
+        instance: &str,
+        pool: &str,
+        class: CpuClass,
+    ) -> Result<Self, CgroupError> {
         let path = format!("{TREE}/{instance}/{pool}");
         let hierarchy = hierarchies::auto();
+        let v2 = hierarchy.v2();
+        let idle = class == CpuClass::Idle;
         let controllers = CONTROLLERS
             .iter()
-            .filter(|&&c| idle || hierarchy.v2() || c != "cpu")
+            .filter(|&&c| idle || v2 || c != "cpu")
             .map(|c| (*c).to_owned())
             .collect();
         let cgroup = Cgroup::new_with_specified_controllers(hierarchy, &path, Some(controllers))
@@ -72,6 +114,23 @@ impl PoolCgroup {
                 path: path.clone(),
                 message: e.to_string(),
             })?;
+        let online_cpu_group = if idle || v2 {
+            None
+        } else {
+            let cpu_path = format!("{ONLINE_CPU_GROUP_PREFIX}.{instance}.{pool}");
+            let group = Cgroup::new_with_specified_controllers(
+                hierarchies::auto(),
+                &cpu_path,
+                Some(vec!["cpu".to_owned()]),
+            )
+            .map_err(|e| CgroupError::Op {
+                path: cpu_path.clone(),
+                message: e.to_string(),
+            })?;
+            // No cpu hierarchy mounted: nothing to weigh, as before.
+            let has_cpu = group.controller_of::<CpuController>().is_some();
+            has_cpu.then_some(group)
+        };
         let cpus_file = cgroup
             .controller_of::<CpuSetController>()
             .and_then(|cpuset| {
@@ -83,13 +142,17 @@ impl PoolCgroup {
         let pool = Self {
             path,
             cgroup,
+            online_cpu_group,
             cpus_file,
         };
         if pool.cpu_dir().is_some() {
             pool.set_idle(idle)?;
         }
+        if let CpuClass::Weight(weight) = class {
+            pool.set_weight(weight)?;
+        }
         for pid in pool.processes() {
-            pool.keep_out_of_idle_tree(pid)?;
+            pool.place_in_cpu_group(pid)?;
         }
         pool.thaw_if_frozen()?;
         Ok(pool)
@@ -140,6 +203,22 @@ impl PoolCgroup {
             .map_err(|e| self.error("writing cpu.idle (kernel 5.15+)", e))
     }
 
+    /// The weight of the pool's cpu group, on v2's scale (v1: as `cpu.shares`). Where the pool
+    /// has no cpu group (no cpu hierarchy), there is nothing to weigh.
+    pub fn set_weight(&self, weight: u32) -> Result<(), CgroupError> {
+        let group = self.online_cpu_group.as_ref().unwrap_or(&self.cgroup);
+        let Some(cpu) = group.controller_of::<CpuController>() else {
+            return Ok(());
+        };
+        let value = if group.v2() {
+            u64::from(weight)
+        } else {
+            shares_for_weight(weight)
+        };
+        cpu.set_shares(value)
+            .map_err(|e| self.error(&format!("setting the cpu weight to {weight}"), e))
+    }
+
     /// Restricts the pool to `cpus`: one write(2) on the held `cpuset.cpus`. Where that fails
     /// (the cgroup was removed underneath: ENODEV) the write goes by path, as a cgroup made
     /// again at the same path would be found there, and its error names what is wrong.
@@ -173,12 +252,25 @@ impl PoolCgroup {
         self.cgroup
             .add_task_by_tgid(CgroupPid::from(u64::from(pid)))
             .map_err(|e| self.error(&format!("moving pid {pid} in"), e))?;
-        self.keep_out_of_idle_tree(pid)
+        self.place_in_cpu_group(pid)
     }
 
-    /// A pool without a cpu group (online, v1) must not leave its process in the idle
-    /// `reamer` tree of the cpu hierarchy, where something placed it before (an older daemon,
-    /// or a benchmark's own group): it goes to the hierarchy's root, the normal class.
+    /// cgroup v1, online pools: the process joins the pool's cpu group, out of the idle
+    /// `reamer` tree and wherever else it was (its weight is the pool's). Offline pools and v2
+    /// have the cpu controller in the pool's own group, which `add_process` joined.
+    fn place_in_cpu_group(&self, pid: u32) -> Result<(), CgroupError> {
+        let Some(group) = &self.online_cpu_group else {
+            return self.keep_out_of_idle_tree(pid);
+        };
+        group
+            .add_task_by_tgid(CgroupPid::from(u64::from(pid)))
+            .map_err(|e| self.error(&format!("moving pid {pid} into its cpu group"), e))
+    }
+
+    /// A pool without any cpu group (online, v1, no cpu group made) must not leave its
+    /// process in the idle `reamer` tree of the cpu hierarchy, where something placed it
+    /// before (an older daemon, or a benchmark's own group): it goes to the hierarchy's root,
+    /// the normal class.
     fn keep_out_of_idle_tree(&self, pid: u32) -> Result<(), CgroupError> {
         let (None, Some(tree)) = (self.cpu_dir(), tree_cpu_dir()) else {
             return Ok(());
@@ -212,6 +304,8 @@ impl PoolCgroup {
         if self.cpu_dir().is_some() {
             self.set_idle(false)?;
         }
+        // After cpu.idle 0: the kernel refuses a weight for an idle group (EINVAL).
+        self.set_weight(DEFAULT_CPU_WEIGHT)?;
         if let Some(freezer) = self.cgroup.controller_of::<FreezerController>() {
             freezer.thaw().map_err(|e| self.error("thawing", e))?;
         }
@@ -222,6 +316,9 @@ impl PoolCgroup {
     pub fn remove_if_empty(&self) {
         if self.processes().is_empty() {
             let _ = self.cgroup.delete();
+            if let Some(group) = &self.online_cpu_group {
+                let _ = group.delete();
+            }
         }
     }
 }

@@ -18,6 +18,13 @@
 //! name = "ocr"
 //! kind = "offline"                               # or "online"
 //! pids = [5151]
+//!
+//! [[pool]]
+//! name = "web"
+//! kind = "online"
+//! min_cores = 1                                  # guaranteed even against training
+//! slo_ms = 50
+//! cpu_weight = 50                                # against training's 100 (cgroup v2 scale)
 //! ```
 
 use std::{
@@ -30,6 +37,15 @@ use toml::Spanned;
 
 /// Most characters in a job or pool name.
 pub const MAX_NAME_LEN: usize = 63;
+
+/// An online pool's CPU weight, on cgroup v2's scale where training (a default process) has
+/// 100. Half of training's: where a training thread and an online worker want the same CPU,
+/// training gets two thirds of it. In exploratory co-location runs (docs/enforcer.md, "Online
+/// pools: normal, below training") this took training's slowdown from about 2% to none, for
+/// about a point of online SLO attainment; a quarter cost three points.
+pub const DEFAULT_ONLINE_CPU_WEIGHT: u32 = 50;
+/// The range of cgroup v2's `cpu.weight`.
+const CPU_WEIGHT_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,6 +183,10 @@ pub struct GroupConfig {
     /// size themselves to it).
     #[serde(default)]
     pub slo_ms: Option<Spanned<u64>>,
+    /// Online pools: the pool's CPU weight against training where both want a CPU, on cgroup
+    /// v2's `cpu.weight` scale (1 to 10000; a default process has 100).
+    #[serde(default)]
+    pub cpu_weight: Option<Spanned<u32>>,
     /// Pools only: its processes use the GPU, so the GPU policy gates, limits and guards them.
     #[serde(default)]
     pub gpu: Option<Spanned<bool>>,
@@ -181,6 +201,13 @@ impl GroupConfig {
     /// An online pool's latency SLO, where the config gives one.
     pub fn slo_ms(&self) -> Option<u64> {
         self.slo_ms.as_ref().map(|m| *m.get_ref())
+    }
+
+    /// An online pool's CPU weight (`DEFAULT_ONLINE_CPU_WEIGHT` unless the config says).
+    pub fn cpu_weight(&self) -> u32 {
+        self.cpu_weight
+            .as_ref()
+            .map_or(DEFAULT_ONLINE_CPU_WEIGHT, |w| *w.get_ref())
     }
 
     /// Whether a pool's processes use the GPU.
@@ -307,6 +334,7 @@ impl Config {
             for (field, span) in [
                 ("min_cores", group.min_cores.as_ref().map(|m| m.span())),
                 ("slo_ms", group.slo_ms.as_ref().map(|m| m.span())),
+                ("cpu_weight", group.cpu_weight.as_ref().map(|w| w.span())),
             ] {
                 if let Some(span) = span
                     && (section == "training" || offline)
@@ -314,6 +342,16 @@ impl Config {
                     let message = format!("`{field}` applies to online pools only");
                     return Err(invalid(span, field, message));
                 }
+            }
+            if let Some(weight) = &group.cpu_weight
+                && !CPU_WEIGHT_RANGE.contains(weight.get_ref())
+            {
+                let message = format!(
+                    "{} is outside 1 to 10000 (cgroup v2's cpu.weight scale; a default process \
+                     has 100)",
+                    weight.get_ref()
+                );
+                return Err(invalid(weight.span(), "cpu_weight", message));
             }
             if let Err(message) = validate_name(name) {
                 return Err(invalid(group.name.span(), "name", message));
@@ -562,6 +600,31 @@ mod tests {
             .to_string();
         assert!(
             err.starts_with("test.toml:2: field `give_back_after_ms`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn cpu_weight_is_for_online_pools_within_the_kernels_range() {
+        let online = "[[pool]]\nname = \"web\"\nkind = \"online\"\n";
+        let config = parse(online).unwrap();
+        assert_eq!(config.pool[0].cpu_weight(), DEFAULT_ONLINE_CPU_WEIGHT);
+        let config = parse(&format!("{online}cpu_weight = 60\n")).unwrap();
+        assert_eq!(config.pool[0].cpu_weight(), 60);
+        for bad in ["0", "10001"] {
+            let err = parse(&format!("{online}cpu_weight = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("test.toml:4: field `cpu_weight`") && err.contains("1 to 10000"),
+                "{err}"
+            );
+        }
+        let err = parse("[[pool]]\nname = \"b\"\nkind = \"offline\"\ncpu_weight = 50\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("test.toml:4: field `cpu_weight`") && err.contains("online pools only"),
             "{err}"
         );
     }

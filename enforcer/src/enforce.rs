@@ -16,7 +16,7 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::{
-    cgroups::PoolCgroup,
+    cgroups::{CpuClass, PoolCgroup},
     config::{Config, PoolKind as ConfigPoolKind},
     control::Grant,
     policy::{Allocation, Decision, Policy, PolicyConfig, PoolKind, PoolSpec},
@@ -135,7 +135,11 @@ impl Enforcer {
                 },
                 ConfigPoolKind::Offline => PoolKind::Offline,
             };
-            let cgroup = PoolCgroup::create_or_adopt(instance, &name, kind == PoolKind::Offline)?;
+            let class = match kind {
+                PoolKind::Online { .. } => CpuClass::Weight(pool.cpu_weight()),
+                PoolKind::Offline => CpuClass::Idle,
+            };
+            let cgroup = PoolCgroup::create_or_adopt(instance, &name, class)?;
             specs.push(PoolSpec {
                 name: name.clone(),
                 kind: kind.clone(),

@@ -10,7 +10,7 @@ use std::{
 };
 
 use enforcer::{
-    cgroups::{PoolCgroup, PoolFreezer, release_tree},
+    cgroups::{CpuClass, DEFAULT_CPU_WEIGHT, PoolCgroup, PoolFreezer, release_tree},
     gpu::duty_cycle::DutyCycle,
 };
 use reamer_tests::{
@@ -42,7 +42,8 @@ fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
     if !privileged("the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop") {
         return;
     }
-    let pool = PoolCgroup::create_or_adopt(INSTANCE, "gpu", false).expect("pool cgroup");
+    let pool = PoolCgroup::create_or_adopt(INSTANCE, "gpu", CpuClass::Weight(DEFAULT_CPU_WEIGHT))
+        .expect("pool cgroup");
     let all: BTreeSet<u32> =
         (0..std::thread::available_parallelism().unwrap().get() as u32).collect();
     pool.set_cpus(&all).unwrap();

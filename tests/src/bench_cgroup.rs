@@ -181,6 +181,8 @@ pub fn remove_groups(instance: &str, names: &[&str]) {
     for root in roots {
         for name in names {
             let _ = std::fs::remove_dir(root.join(format!("reamer/{instance}/{name}")));
+            // The enforcer's cpu group for an online pool on cgroup v1.
+            let _ = std::fs::remove_dir(root.join(format!("reamer-online.{instance}.{name}")));
         }
         let _ = std::fs::remove_dir(root.join(format!("reamer/{instance}")));
         let _ = std::fs::remove_dir(root.join("reamer"));

@@ -65,6 +65,8 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
     );
     let worker_pid = worker.child.id();
     let worker_cgroup = cgroup_of(worker_pid, "cpuset");
+    // cgroup v1: the online pool's own cpu group, which carries its weight; empty on v2.
+    let worker_cpu_group = cgroup_of(worker_pid, "cpu");
     assert!(
         worker_cgroup.ends_with("reamer/it-restart/serve"),
         "{worker_cgroup}"
@@ -147,6 +149,7 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
     // The worker: the same process in the same cgroup, classified from the pool's cgroup,
     // subscribed again on its own, serving throughout.
     assert_eq!(cgroup_of(worker_pid, "cpuset"), worker_cgroup);
+    assert_eq!(cgroup_of(worker_pid, "cpu"), worker_cpu_group);
     eventually(
         "the worker is back as a pool member and a subscriber",
         REREAD_AND_RECONNECT,

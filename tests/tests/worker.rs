@@ -624,6 +624,7 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
     let slo_ms = 80.0;
     let config = format!(
         "[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = {slo_ms}\n\
+         cpu_weight = 30\n\
          [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\
          [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n"
     );
@@ -657,13 +658,13 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
     };
     assert_eq!(web_cpus(&web()), 1, "an idle online pool holds its minimum");
     if std::path::Path::new("/sys/fs/cgroup/cpu/reamer").is_dir() {
-        // cgroup v1: the online worker keeps its own cpu group, out of the idle `reamer` tree
-        // where the offline pool is, so that it stays in the normal class against training.
+        // cgroup v1: the online worker has the pool's own cpu group, out of the idle `reamer`
+        // tree where the offline pool is, so that it stays in the normal class against
+        // training, at the pool's weight: cpu_weight 30 on v2's scale is 307 shares of 1024.
         let group = reamer_tests::harness::cgroup_of(worker.child.id(), "cpu");
-        assert!(
-            !group.starts_with("/reamer"),
-            "the online worker is under the idle tree: {group}"
-        );
+        assert_eq!(group, format!("/reamer-online.{instance}.web"));
+        let shares = std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{group}/cpu.shares"));
+        assert_eq!(shares.unwrap().trim(), "307", "the online pool's weight");
         let tree_idle = std::fs::read_to_string("/sys/fs/cgroup/cpu/reamer/cpu.idle").unwrap();
         assert_eq!(tree_idle.trim(), "1", "the offline pool's tree is not idle");
     }

@@ -56,6 +56,7 @@ struct TrainingReport {
     step_ms_p99: f64,
     cpu_s: f64,
     seconds: f64,
+    runqueue_wait_s: f64,
 }
 
 /// `load-gen`'s report.
@@ -534,6 +535,7 @@ impl Bench {
             step_ms_p50: report.step_ms_p50,
             step_ms_p99: report.step_ms_p99,
             training_cpus: report.cpu_s / report.seconds,
+            training_runqueue_wait_ms_per_s: report.runqueue_wait_s * 1e3 / report.seconds,
             online,
             online_cpus: online_cpu_s / elapsed,
             offline_items_per_s: inference.then(|| offline_items as f64 / elapsed),

@@ -74,6 +74,10 @@ pub struct Window {
     pub step_ms_p99: f64,
     /// CPUs training used on average.
     pub training_cpus: f64,
+    /// Time training's threads spent runnable but waiting for a CPU, ms per second (schedstat,
+    /// summed over its threads): the part of the slowdown co-located work causes on this
+    /// kernel, without the hypervisor's steal.
+    pub training_runqueue_wait_ms_per_s: f64,
     pub online: Option<LoadReport>,
     /// CPUs the online worker used on average.
     pub online_cpus: f64,
@@ -99,6 +103,8 @@ pub struct Figures {
     pub training_slowdown_range_pct: [f64; 2],
     pub training_step_ms_p50: f64,
     pub training_step_ms_p99: f64,
+    /// Training's threads' run-queue wait, ms per second, median of the windows.
+    pub training_runqueue_wait_ms_per_s: f64,
     pub online_slo_attainment_pct: Option<f64>,
     pub online_requests_within_slo: Option<u64>,
     pub online_p50_ms: Option<f64>,
@@ -180,6 +186,7 @@ pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
                 training_slowdown_range_pct: [low, high],
                 training_step_ms_p50: median(&of(|w| w.step_ms_p50)),
                 training_step_ms_p99: median(&of(|w| w.step_ms_p99)),
+                training_runqueue_wait_ms_per_s: median(&of(|w| w.training_runqueue_wait_ms_per_s)),
                 online_slo_attainment_pct: (sent > 0).then(|| within as f64 * 100.0 / sent as f64),
                 online_requests_within_slo: (sent > 0).then_some(within),
                 online_p50_ms: some_median(&p50s),
@@ -245,9 +252,9 @@ pub fn markdown(
          requests/s (Poisson), SLO {} ms; offline: a 1024×8 MLP job, batch 8.\n\n\
          ![co-location scenarios side by side]({plot})\n\n\
          | scenario | training steps/s | training slowdown, median [95% CI] (range) | \
-         online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
+         training run-queue wait | online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
          reaction p50 / p99 | enforcer CPU / RSS | host steal |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
         measured.rounds,
         Scenario::ALL.len() + 1,
         measured.window_s,
@@ -275,9 +282,11 @@ pub fn markdown(
             _ => "–".to_owned(),
         };
         out.push_str(&format!(
-            "| {} | {:.1} | {slowdown} | {} | {} / {} | {} | {} | {reaction} | {} / {} | {:.0}% |\n",
+            "| {} | {:.1} | {slowdown} | {:.0} ms/s | {} | {} / {} | {} | {} | {reaction} | {} / {} \
+             | {:.0}% |\n",
             scenario.label(),
             f.training_steps_per_s,
+            f.training_runqueue_wait_ms_per_s,
             cell(f.online_slo_attainment_pct, 1, "%"),
             cell(f.online_p50_ms, 1, ""),
             cell(f.online_p99_ms, 1, " ms"),
