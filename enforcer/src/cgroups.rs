@@ -83,6 +83,7 @@ pub struct PoolCgroup {
     /// none in the cpu hierarchy).
     pub path: String,
     cgroup: Cgroup,
+    class: CpuClass,
     /// cgroup v1, online pools: the pool's cpu group, `reamer-online.<instance>.<pool>`.
     online_cpu_group: Option<Cgroup>,
     /// `cpuset.cpus`, held open from creation: the fast path's write then skips walking the
@@ -142,6 +143,7 @@ impl PoolCgroup {
         let pool = Self {
             path,
             cgroup,
+            class,
             online_cpu_group,
             cpus_file,
         };
@@ -153,6 +155,13 @@ impl PoolCgroup {
         }
         for pid in pool.processes() {
             pool.place_in_cpu_group(pid)?;
+        }
+        if pool.online_cpu_group.is_some()
+            && let Some(root) = tree_cpu_dir().as_deref().and_then(std::path::Path::parent)
+        {
+            // An older daemon made a v1 online pool's cpu group under the idle tree; its
+            // processes have just left it, so the empty group goes (rmdir refuses otherwise).
+            let _ = std::fs::remove_dir(root.join(&pool.path));
         }
         pool.thaw_if_frozen()?;
         Ok(pool)
@@ -201,6 +210,11 @@ impl PoolCgroup {
             .ok_or_else(|| self.error("cpu.idle", "no cpu controller"))?;
         std::fs::write(dir.join("cpu.idle"), if idle { "1" } else { "0" })
             .map_err(|e| self.error("writing cpu.idle (kernel 5.15+)", e))
+    }
+
+    /// How the pool ranks for the CPU, as created.
+    pub fn class(&self) -> CpuClass {
+        self.class
     }
 
     /// The weight of the pool's cpu group, on v2's scale (v1: as `cpu.shares`). Where the pool

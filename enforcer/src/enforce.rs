@@ -91,6 +91,9 @@ pub struct PoolStatus {
     /// CPUs its workers said their SLO needs (online pools; 0 where none said).
     #[serde(default)]
     pub need_cpus: usize,
+    /// Online pools: the CPU weight against training's 100 (`[[pool]] cpu_weight`).
+    #[serde(default)]
+    pub cpu_weight: Option<u32>,
 }
 
 pub struct Enforcer {
@@ -425,6 +428,10 @@ impl Enforcer {
                 need_cpus: self.needs.get(name).map_or(0, |needs| {
                     needs.values().fold(0usize, |sum, n| sum.saturating_add(*n))
                 }),
+                cpu_weight: match cgroup.class() {
+                    CpuClass::Weight(weight) => Some(weight),
+                    CpuClass::Idle => None,
+                },
             })
             .collect();
         EnforcementStatus {

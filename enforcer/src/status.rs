@@ -40,8 +40,11 @@ pub fn render(snapshot: &Snapshot) -> String {
         } else {
             String::new()
         };
+        let weight = pool
+            .cpu_weight
+            .map_or(String::new(), |w| format!("  weight {w}"));
         out.push_str(&format!(
-            "  {:<20} {:<8} CPUs [{}]  processes {:?}{need}\n",
+            "  {:<20} {:<8} CPUs [{}]  processes {:?}{weight}{need}\n",
             pool.name, pool.kind, pool.cpus, pool.processes
         ));
     }

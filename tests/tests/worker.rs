@@ -657,6 +657,7 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
         )
     };
     assert_eq!(web_cpus(&web()), 1, "an idle online pool holds its minimum");
+    assert_eq!(web()["cpu_weight"], 30, "status reports the pool's weight");
     if std::path::Path::new("/sys/fs/cgroup/cpu/reamer").is_dir() {
         // cgroup v1: the online worker has the pool's own cpu group, out of the idle `reamer`
         // tree where the offline pool is, so that it stays in the normal class against
