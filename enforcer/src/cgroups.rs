@@ -80,7 +80,7 @@ fn shares_for_weight(weight: u32) -> u64 {
 /// One pool's cgroup.
 pub struct PoolCgroup {
     /// `reamer/<instance>/<pool>`, relative to each hierarchy's root (an online pool on v1 has
-    /// none in the cpu hierarchy).
+    /// its cpu group at `reamer-online.<instance>.<pool>` instead).
     pub path: String,
     cgroup: Cgroup,
     class: CpuClass,
