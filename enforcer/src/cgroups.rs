@@ -271,39 +271,15 @@ impl PoolCgroup {
 
     /// cgroup v1, online pools: the process joins the pool's cpu group, out of the idle
     /// `reamer` tree and wherever else it was (its weight is the pool's). Offline pools and v2
-    /// have the cpu controller in the pool's own group, which `add_process` joined.
+    /// have the cpu controller in the pool's own group, which `add_process` joined; without a
+    /// cpu hierarchy there is no idle tree to leave.
     fn place_in_cpu_group(&self, pid: u32) -> Result<(), CgroupError> {
         let Some(group) = &self.online_cpu_group else {
-            return self.keep_out_of_idle_tree(pid);
+            return Ok(());
         };
         group
             .add_task_by_tgid(CgroupPid::from(u64::from(pid)))
             .map_err(|e| self.error(&format!("moving pid {pid} into its cpu group"), e))
-    }
-
-    /// A pool without any cpu group (online, v1, no cpu group made) must not leave its
-    /// process in the idle `reamer` tree of the cpu hierarchy, where something placed it
-    /// before (an older daemon, or a benchmark's own group): it goes to the hierarchy's root,
-    /// the normal class.
-    fn keep_out_of_idle_tree(&self, pid: u32) -> Result<(), CgroupError> {
-        let (None, Some(tree)) = (self.cpu_dir(), tree_cpu_dir()) else {
-            return Ok(());
-        };
-        let Some(root) = tree.parent() else {
-            return Ok(());
-        };
-        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        let in_tree = cgroups.lines().any(|line| {
-            let mut fields = line.splitn(3, ':');
-            let (_, controllers, path) = (fields.next(), fields.next(), fields.next());
-            controllers.is_some_and(|c| c.split(',').any(|c| c == "cpu"))
-                && path.is_some_and(|p| p.starts_with(&format!("/{TREE}/")))
-        });
-        if !in_tree {
-            return Ok(());
-        }
-        std::fs::write(root.join("cgroup.procs"), pid.to_string())
-            .map_err(|e| self.error(&format!("moving pid {pid} out of the idle cpu tree"), e))
     }
 
     /// Processes in the pool.
