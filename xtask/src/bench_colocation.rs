@@ -44,6 +44,8 @@ const SUPPRESS_THRESHOLD: f64 = 0.65;
 /// Offline inference runs this long before training starts, so that training arrives on a
 /// machine already full of inference.
 const OFFLINE_LEAD: Duration = Duration::from_millis(600);
+/// How long the offline worker may take to finish its first items when alone.
+const OFFLINE_START_LIMIT: Duration = Duration::from_secs(20);
 /// The offline job: enough lines for the longest window at the fastest rate seen here
 /// (~3,600 items/s on 2 CPUs).
 const JOB_LINES: u64 = 60_000;
@@ -199,6 +201,11 @@ impl Drop for Reaped {
     }
 }
 
+/// The stderr of the offline worker started without the enforcer, the last one.
+fn offline_log() -> PathBuf {
+    workspace_root().join("target/bench/colocation/offline-worker.log")
+}
+
 fn decision_log() -> PathBuf {
     PathBuf::from(format!("/run/reamer/{INSTANCE}.decisions.jsonl"))
 }
@@ -281,6 +288,12 @@ impl Bench {
         reset_job(&self.inputs.job);
         let offline = self.spawn_offline(None)?;
         std::thread::sleep(OFFLINE_LEAD);
+        // Under heavy steal the worker's start (model, plan) can outlast the lead: measure
+        // from its first results on.
+        let first_results_by = Instant::now() + OFFLINE_START_LIMIT;
+        while results_lines(&self.inputs.job) == 0 && Instant::now() < first_results_by {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let (items, jiffies) = (
             results_lines(&self.inputs.job),
             process_jiffies(offline.id()),
@@ -290,7 +303,12 @@ impl Bench {
         let cpu_s = (process_jiffies(offline.id()) - jiffies) as f64 / JIFFIES_PER_S;
         drop(offline);
         if cpu_s <= 0.0 || items == 0 {
-            bail!("offline inference made no progress alone: is the job readable?");
+            bail!(
+                "offline inference made no progress alone ({items} items, {cpu_s:.2} CPU-s in \
+                 {:.1} s): see the worker's log, {}",
+                self.window.min(Duration::from_secs(2)).as_secs_f64(),
+                offline_log().display()
+            );
         }
         Ok(items as f64 / cpu_s)
     }
@@ -309,11 +327,13 @@ impl Bench {
                 ))
             }
             None => {
+                let log = std::fs::File::create(offline_log())
+                    .with_context(|| format!("creating {}", offline_log().display()))?;
                 let child = Reaped(
                     Command::new(worker_bin())
                         .args(&args)
                         .stdout(Stdio::null())
-                        .stderr(Stdio::null())
+                        .stderr(log)
                         .spawn()
                         .context("spawning the offline worker")?,
                 );
@@ -555,56 +575,125 @@ impl Bench {
 /// Everything one run measured.
 #[derive(Serialize)]
 pub struct Measured {
+    /// The windows of the kept rounds, numbered 0.. in the order they were kept.
     pub windows: Vec<Window>,
-    /// Per round: offline inferences per CPU-second, alone.
+    /// Per kept round: offline inferences per CPU-second, alone.
     pub offline_per_cpu_s: Vec<f64>,
     pub cpus: usize,
+    /// Rounds kept: at most the rounds asked for, fewer where the attempts ran out.
     pub rounds: usize,
+    pub rounds_asked: usize,
     pub window_s: f64,
+    /// A round with a window where the host stole more than this share of the CPU is run
+    /// again.
+    pub max_steal_pct: f64,
+    /// The rounds run again, with the worst steal of a window of theirs.
+    pub discarded: Vec<DiscardedRound>,
     pub notes: Vec<&'static str>,
 }
 
-pub fn run(rounds: usize, window_s: f64, progress: &dyn Fn(&str)) -> anyhow::Result<Measured> {
+/// A round set aside because the host stole too much CPU during one of its windows.
+#[derive(Serialize)]
+pub struct DiscardedRound {
+    /// The kept round it would have been (its seed and scenario order).
+    pub round: usize,
+    pub worst_steal_pct: f64,
+    pub worst_scenario: Scenario,
+}
+
+/// Attempts per round asked for, at most: a host that stays busy ends the run with fewer
+/// rounds, said in the report, rather than keeping it going for ever.
+const ATTEMPTS_PER_ROUND: usize = 3;
+
+/// Runs `rounds` rounds on a quiet host. A round is kept only if the hypervisor stole at
+/// most `max_steal_pct` of the CPU in each of its windows: on this VM steal comes and goes
+/// within minutes (up to 65% of a window measured here), and a training window that loses a
+/// quarter of its CPU to another guest runs a third slower, which no pairing can undo. A
+/// round over the bound is run again with the same seed and order.
+pub fn run(
+    rounds: usize,
+    window_s: f64,
+    max_steal_pct: f64,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Measured> {
     let window = Duration::from_secs_f64(window_s);
     let mut bench = Bench::start(window, progress)?;
-    let total = rounds * (Scenario::ALL.len() + 1);
+    let per_round = Scenario::ALL.len() + 1;
     let started = Instant::now();
     let mut done = 0;
     let mut windows = Vec::new();
     let mut offline_per_cpu_s = Vec::new();
+    let mut discarded = Vec::new();
     let result = (|| -> anyhow::Result<()> {
-        for round in 0..rounds {
+        let mut kept = 0;
+        for _attempt in 0..rounds * ATTEMPTS_PER_ROUND {
+            if kept == rounds {
+                break;
+            }
+            let round = kept;
+            let total = (rounds + discarded.len()) * per_round;
+            let retry = match discarded.len() {
+                0 => String::new(),
+                n => format!(" ({n} run again for steal)"),
+            };
             let bar = |done: usize, what: &str| {
                 crate::progress_bar::draw(
                     done,
                     total,
                     started.elapsed(),
-                    &format!("round {}/{rounds}: {what}", round + 1),
+                    &format!("round {}/{rounds}{retry}: {what}", round + 1),
                 );
             };
             bar(done, "offline alone");
-            offline_per_cpu_s.push(bench.calibrate_offline()?);
+            let offline_rate = bench.calibrate_offline()?;
             done += 1;
             // Rotate the order every round: drift over the run hits every scenario alike.
+            let mut round_windows = Vec::new();
             for k in 0..Scenario::ALL.len() {
                 let scenario = Scenario::ALL[(k + round) % Scenario::ALL.len()];
                 bar(done, scenario.name());
-                windows.push(bench.window(scenario, round)?);
+                round_windows.push(bench.window(scenario, round)?);
                 done += 1;
             }
+            let worst = round_windows
+                .iter()
+                .max_by(|a, b| a.steal_pct.total_cmp(&b.steal_pct))
+                .expect("a round has windows");
+            if worst.steal_pct > max_steal_pct {
+                discarded.push(DiscardedRound {
+                    round,
+                    worst_steal_pct: worst.steal_pct,
+                    worst_scenario: worst.scenario,
+                });
+                continue;
+            }
+            windows.extend(round_windows);
+            offline_per_cpu_s.push(offline_rate);
+            kept += 1;
         }
-        crate::progress_bar::finish(total, started.elapsed());
+        crate::progress_bar::finish(done, started.elapsed());
+        if kept == 0 {
+            bail!(
+                "the host stole more than {max_steal_pct}% of the CPU in a window of every one \
+                 of {} rounds: the figures would measure the other guests. Run again when the \
+                 host is quieter, or allow more with --max-steal",
+                discarded.len()
+            );
+        }
         Ok(())
     })();
     let (cpus, notes) = (bench.cpus, bench.notes.clone());
     bench.finish();
     result?;
     Ok(Measured {
+        rounds: offline_per_cpu_s.len(),
         windows,
         offline_per_cpu_s,
         cpus,
-        rounds,
+        rounds_asked: rounds,
         window_s,
+        max_steal_pct,
+        discarded,
         notes,
     })
 }

@@ -238,6 +238,39 @@ fn find(figures: &[(Scenario, Figures)], scenario: Scenario) -> &Figures {
         .1
 }
 
+/// Which rounds the figures come from: those with little steal, and what was run again.
+fn rounds_note(measured: &Measured) -> String {
+    let bound = measured.max_steal_pct;
+    let mut note = match measured.discarded.as_slice() {
+        [] => format!(
+            "\nIn every round the host stole at most {bound}% of the CPU in each window: none \
+             was run again.\n"
+        ),
+        discarded => {
+            let worst = discarded
+                .iter()
+                .max_by(|a, b| a.worst_steal_pct.total_cmp(&b.worst_steal_pct))
+                .expect("not empty");
+            format!(
+                "\n{} rounds were run again, with the same seed and order, because the host \
+                 stole more than {bound}% of the CPU in one of their windows (the worst: {:.0}%, \
+                 in {}): the figures come from the rounds kept.\n",
+                discarded.len(),
+                worst.worst_steal_pct,
+                worst.worst_scenario.label()
+            )
+        }
+    };
+    if measured.rounds < measured.rounds_asked {
+        note.push_str(&format!(
+            "\nOnly {} of the {} rounds asked for were kept: the attempts ran out while the host \
+             was busy, and the intervals are the wider for it.\n",
+            measured.rounds, measured.rounds_asked
+        ));
+    }
+    note
+}
+
 pub fn markdown(
     figures: &[(Scenario, Figures)],
     measured: &Measured,
@@ -308,6 +341,7 @@ pub fn markdown(
              the host steal column.\n"
         ));
     }
+    out.push_str(&rounds_note(measured));
     for note in &measured.notes {
         out.push_str(&format!("\nOn this host: {note}.\n"));
     }
@@ -359,4 +393,52 @@ pub fn markdown(
         verdict(reaction_met),
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench_colocation::DiscardedRound;
+
+    fn measured(rounds: usize, discarded: Vec<DiscardedRound>) -> Measured {
+        Measured {
+            windows: Vec::new(),
+            offline_per_cpu_s: vec![100.0; rounds],
+            cpus: 2,
+            rounds,
+            rounds_asked: 4,
+            window_s: 4.0,
+            max_steal_pct: 3.0,
+            discarded,
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_rounds_note_says_none_was_run_again_on_a_quiet_host() {
+        let note = rounds_note(&measured(4, Vec::new()));
+        assert!(note.contains("at most 3% of the CPU"), "{note}");
+        assert!(note.contains("none was run again"), "{note}");
+        assert!(!note.contains("Only"), "{note}");
+    }
+
+    #[test]
+    fn the_rounds_note_names_the_worst_steal_and_the_rounds_missing() {
+        let discarded = vec![
+            DiscardedRound {
+                round: 1,
+                worst_steal_pct: 12.4,
+                worst_scenario: Scenario::PlainCfs,
+            },
+            DiscardedRound {
+                round: 1,
+                worst_steal_pct: 41.0,
+                worst_scenario: Scenario::Alone,
+            },
+        ];
+        let note = rounds_note(&measured(3, discarded));
+        assert!(note.contains("2 rounds were run again"), "{note}");
+        assert!(note.contains("the worst: 41%, in training alone"), "{note}");
+        assert!(note.contains("Only 3 of the 4 rounds"), "{note}");
+    }
 }
