@@ -13,7 +13,7 @@
 use std::process::{Command, Output};
 
 use anyhow::{Context as _, bail};
-use reamer_tests::harness::Daemon;
+use reamer_tests::{harness::Daemon, proc_stats::node_jiffies};
 use serde::Serialize;
 
 use crate::{
@@ -118,6 +118,8 @@ pub struct WorkloadResult {
     pub with: Vec<f64>,
     /// Median of the paired losses (1 - with/without, %), its 95% bootstrap interval, range.
     pub loss_pct: f64,
+    /// Pairs run again because the host stole more than `max_steal_pct` during an arm.
+    pub pairs_run_again: usize,
     pub loss_ci_pct: (f64, f64),
     pub loss_range_pct: (f64, f64),
 }
@@ -132,6 +134,8 @@ pub struct ProgramCost {
 #[derive(Debug, Serialize)]
 pub struct SensorBench {
     pub rounds: usize,
+    /// A pair is kept only if the host stole at most this share of the CPU during both arms.
+    pub max_steal_pct: f64,
     pub workloads: Vec<WorkloadResult>,
     /// Sensor programs' average over all their runs while the ping-pong runs as training.
     pub sensor_ns_per_run: f64,
@@ -282,35 +286,88 @@ fn cost_round(workload: &Workload, seconds: f64) -> anyhow::Result<CostRound> {
     })
 }
 
+/// `f`'s result and the share of the machine's CPU time the hypervisor stole meanwhile, %.
+fn with_steal<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, f64)> {
+    let before = node_jiffies()?;
+    let value = f()?;
+    let after = node_jiffies()?;
+    let steal = (after.steal - before.steal) as f64 / (after.total - before.total).max(1) as f64;
+    Ok((value, steal * 100.0))
+}
+
+/// Attempts per pair asked for, at most: a host that stays busy ends the run with fewer pairs.
+const ATTEMPTS_PER_PAIR: usize = 3;
+
+/// `rounds` pairs per workload, each with and without the sensor. A pair is kept only if the
+/// host stole at most `max_steal_pct` of the CPU during both arms: a one-second arm that
+/// loses a tenth of its CPU to another guest moves the pair's loss by as much, ten times the
+/// target.
 pub fn run(
     rounds: usize,
     seconds: f64,
     hackbench_loops: u32,
+    max_steal_pct: f64,
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<SensorBench> {
     let enforcer = release_bin("enforcer");
     let workloads = workloads(seconds, hackbench_loops);
     let mut samples: Vec<(Vec<f64>, Vec<f64>)> =
         workloads.iter().map(|_| (Vec::new(), Vec::new())).collect();
-    for round in 0..rounds {
+    let mut run_again = vec![0; workloads.len()];
+    for attempt in 0..rounds * ATTEMPTS_PER_PAIR {
+        let pairs = samples.iter().map(|(without, _)| without.len()).min();
+        if pairs >= Some(rounds) {
+            break;
+        }
         progress(&format!(
-            "round {}/{rounds}: with and without the sensor (order alternates)",
-            round + 1
+            "pair {}/{rounds}: with and without the sensor (order alternates; {} run again for \
+             steal)",
+            pairs.unwrap_or(0) + 1,
+            run_again.iter().sum::<usize>()
         ));
-        let with_first = round % 2 == 1;
+        let with_first = attempt % 2 == 1;
+        let mut arms: Vec<[(f64, f64); 2]> = vec![[(0.0, 0.0); 2]; workloads.len()];
         for with_sensor in [with_first, !with_first] {
             if with_sensor {
                 let daemon = Daemon::start_bin(&enforcer, INSTANCE, "");
-                for (workload, (_, with)) in workloads.iter().zip(samples.iter_mut()) {
-                    with.push(run_as_training(&daemon, workload)?);
+                for (workload, arm) in workloads.iter().zip(arms.iter_mut()) {
+                    arm[1] = with_steal(|| run_as_training(&daemon, workload))?;
                 }
                 daemon.stop();
             } else {
-                for (workload, (without, _)) in workloads.iter().zip(samples.iter_mut()) {
-                    without.push(run_alone(workload)?);
+                for (workload, arm) in workloads.iter().zip(arms.iter_mut()) {
+                    arm[0] = with_steal(|| run_alone(workload))?;
                 }
             }
         }
+        for ((arm, (without, with)), again) in arms
+            .iter()
+            .zip(samples.iter_mut())
+            .zip(run_again.iter_mut())
+        {
+            if without.len() == rounds {
+                continue;
+            }
+            if arm[0].1 > max_steal_pct || arm[1].1 > max_steal_pct {
+                *again += 1;
+                continue;
+            }
+            without.push(arm[0].0);
+            with.push(arm[1].0);
+        }
+    }
+    if let Some(((workload, _), again)) = workloads
+        .iter()
+        .zip(&samples)
+        .zip(&run_again)
+        .find(|((_, (without, _)), _)| without.is_empty())
+    {
+        bail!(
+            "{}: the host stole more than {max_steal_pct}% of the CPU during every one of {again} \
+             pairs: the losses would measure the other guests. Run again when the host is \
+             quieter, or allow more with --max-steal",
+            workload.name
+        );
     }
     progress("cost round: bpf_stats on, with the calibration floor alongside");
     let cost = cost_round(&workloads[0], seconds)?;
@@ -318,7 +375,8 @@ pub fn run(
     let results = workloads
         .iter()
         .zip(samples)
-        .map(|(workload, (without, with))| {
+        .zip(run_again)
+        .map(|((workload, (without, with)), pairs_run_again)| {
             let losses: Vec<f64> = with
                 .iter()
                 .zip(&without)
@@ -329,6 +387,7 @@ pub fn run(
                 loss_pct: median(&losses),
                 loss_ci_pct: bootstrap_median_ci(&losses, 42),
                 loss_range_pct: min_max(&losses),
+                pairs_run_again,
                 without,
                 with,
             }
@@ -336,6 +395,7 @@ pub fn run(
         .collect();
     Ok(SensorBench {
         rounds,
+        max_steal_pct,
         workloads: results,
         sensor_ns_per_run: cost.classified.0,
         sensor_programs: cost.classified.1,
@@ -377,9 +437,20 @@ pub fn markdown(bench: &SensorBench, command: &str, machine: &str) -> String {
     for w in &bench.workloads {
         out.push_str(&format!(
             "| throughput lost: {} (median of {} pairs; 95% CI; range) | {:.2}% ({:.2}% to {:.2}%; {:.2}% to {:.2}%) | ≤ 1% |\n",
-            w.name, bench.rounds, w.loss_pct, w.loss_ci_pct.0, w.loss_ci_pct.1, w.loss_range_pct.0, w.loss_range_pct.1
+            w.name, w.without.len(), w.loss_pct, w.loss_ci_pct.0, w.loss_ci_pct.1, w.loss_range_pct.0, w.loss_range_pct.1
         ));
     }
+    let run_again: Vec<String> = bench
+        .workloads
+        .iter()
+        .map(|w| format!("{} for {}", w.pairs_run_again, w.name))
+        .collect();
+    out.push_str(&format!(
+        "\nPairs where the host stole more than {}% of the CPU during either arm were run \
+         again: {}.\n",
+        bench.max_steal_pct,
+        run_again.join(", ")
+    ));
     out.push_str("\n| workload | without (median) | with (median) |\n|---|---|---|\n");
     for w in &bench.workloads {
         out.push_str(&format!(
