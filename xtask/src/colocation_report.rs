@@ -96,6 +96,9 @@ pub struct Window {
 #[derive(Debug, Serialize)]
 pub struct Figures {
     pub training_steps_per_s: f64,
+    /// The slowest and fastest window: for training alone, how far the reference itself
+    /// moves from round to round, which bounds how narrow any slowdown's interval can be.
+    pub training_steps_per_s_range: [f64; 2],
     pub training_slowdown_pct: f64,
     /// 95% bootstrap interval of the median paired slowdown.
     pub training_slowdown_ci95_pct: [f64; 2],
@@ -181,6 +184,7 @@ pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
                 .reduce(f64::max);
             let figures = Figures {
                 training_steps_per_s: median(&of(|w| w.steps_per_s)),
+                training_steps_per_s_range: min_max(&of(|w| w.steps_per_s)).into(),
                 training_slowdown_pct: median(&slowdowns),
                 training_slowdown_ci95_pct: [ci_low, ci_high],
                 training_slowdown_range_pct: [low, high],
@@ -284,7 +288,7 @@ pub fn markdown(
          rotated every round); training-sim seeded by round; online: PP-OCR cls at {} \
          requests/s (Poisson), SLO {} ms; offline: a 1024×8 MLP job, batch 8.\n\n\
          ![co-location scenarios side by side]({plot})\n\n\
-         | scenario | training steps/s | training slowdown, median [95% CI] (range) | \
+         | scenario | training steps/s, median (range) | training slowdown, median [95% CI] (range) | \
          training run-queue wait | online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
          reaction p50 / p99 | enforcer CPU / RSS | host steal |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n",
@@ -315,10 +319,12 @@ pub fn markdown(
             _ => "–".to_owned(),
         };
         out.push_str(&format!(
-            "| {} | {:.1} | {slowdown} | {:.0} ms/s | {} | {} / {} | {} | {} | {reaction} | {} / {} \
+            "| {} | {:.1} ({:.0} to {:.0}) | {slowdown} | {:.0} ms/s | {} | {} / {} | {} | {} | {reaction} | {} / {} \
              | {:.0}% |\n",
             scenario.label(),
             f.training_steps_per_s,
+            f.training_steps_per_s_range[0],
+            f.training_steps_per_s_range[1],
             f.training_runqueue_wait_ms_per_s,
             cell(f.online_slo_attainment_pct, 1, "%"),
             cell(f.online_p50_ms, 1, ""),
