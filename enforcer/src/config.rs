@@ -489,6 +489,11 @@ mod tests {
         Config::parse(Path::new("test.toml"), text)
     }
 
+    /// The error `text` is refused with, as the user reads it.
+    fn error_of(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
     #[test]
     fn empty_config_takes_defaults() {
         let config = parse("").unwrap();
@@ -516,9 +521,7 @@ mod tests {
         assert_eq!(parse("").unwrap().sensor.clock, SensorClock::RunQueue);
         let config = parse("[sensor]\nclock = \"monotonic\"\n").unwrap();
         assert_eq!(config.sensor.clock, SensorClock::Monotonic);
-        let err = parse("[sensor]\nclock = \"tsc\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[sensor]\nclock = \"tsc\"\n");
         assert!(err.starts_with("test.toml:2: field `clock`"), "{err}");
         assert!(
             err.contains("run-queue") && err.contains("monotonic"),
@@ -528,9 +531,7 @@ mod tests {
 
     #[test]
     fn wrong_type_names_file_line_and_field() {
-        let err = parse("[sensor]\n\nwait_threshold_us = \"fast\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[sensor]\n\nwait_threshold_us = \"fast\"\n");
         assert!(
             err.starts_with("test.toml:3: field `wait_threshold_us`"),
             "{err}"
@@ -539,9 +540,7 @@ mod tests {
 
     #[test]
     fn unknown_field_is_named() {
-        let err = parse("[[training]]\nname = \"a\"\ncgruop = \"/x\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[[training]]\nname = \"a\"\ncgruop = \"/x\"\n");
         assert!(
             err.contains("test.toml:3") && err.contains("cgruop"),
             "{err}"
@@ -550,9 +549,7 @@ mod tests {
 
     #[test]
     fn missing_pid_is_named_with_its_line() {
-        let err = parse("[[training]]\nname = \"a\"\npids = [\n  4194305,\n]\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[[training]]\nname = \"a\"\npids = [\n  4194305,\n]\n");
         assert!(
             err.starts_with("test.toml:4: field `pids`: no process with pid 4194305"),
             "{err}"
@@ -561,9 +558,7 @@ mod tests {
 
     #[test]
     fn unknown_cgroup_is_named() {
-        let err = parse("[[training]]\nname = \"a\"\ncgroup = \"/nonexistent/cg\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[[training]]\nname = \"a\"\ncgroup = \"/nonexistent/cg\"\n");
         assert!(
             err.starts_with("test.toml:3: field `cgroup`") && err.contains("not a cgroup"),
             "{err}"
@@ -572,16 +567,13 @@ mod tests {
 
     #[test]
     fn duplicate_and_bad_names_are_rejected() {
-        let err = parse("[[training]]\nname = \"a\"\n[[pool]]\nname = \"a\"\nkind = \"online\"\n")
-            .unwrap_err()
-            .to_string();
+        let err =
+            error_of("[[training]]\nname = \"a\"\n[[pool]]\nname = \"a\"\nkind = \"online\"\n");
         assert!(
             err.starts_with("test.toml:4: field `name`") && err.contains("twice"),
             "{err}"
         );
-        let err = parse("[[training]]\nname = \"a b\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[[training]]\nname = \"a b\"\n");
         assert!(err.contains("field `name`"), "{err}");
     }
 
@@ -591,13 +583,9 @@ mod tests {
         assert!(config.policy.enforce);
         assert_eq!(config.policy.give_back_after_ms, 2000);
         assert_eq!(config.pool[0].min_cores(), 1);
-        let err = parse("[[pool]]\nname = \"b\"\nkind = \"offline\"\nmin_cores = 2\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[[pool]]\nname = \"b\"\nkind = \"offline\"\nmin_cores = 2\n");
         assert!(err.starts_with("test.toml:4: field `min_cores`"), "{err}");
-        let err = parse("[policy]\ngive_back_after_ms = -1\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[policy]\ngive_back_after_ms = -1\n");
         assert!(
             err.starts_with("test.toml:2: field `give_back_after_ms`"),
             "{err}"
@@ -612,17 +600,13 @@ mod tests {
         let config = parse(&format!("{online}cpu_weight = 60\n")).unwrap();
         assert_eq!(config.pool[0].cpu_weight(), 60);
         for bad in ["0", "10001"] {
-            let err = parse(&format!("{online}cpu_weight = {bad}\n"))
-                .unwrap_err()
-                .to_string();
+            let err = error_of(&format!("{online}cpu_weight = {bad}\n"));
             assert!(
                 err.starts_with("test.toml:4: field `cpu_weight`") && err.contains("1 to 10000"),
                 "{err}"
             );
         }
-        let err = parse("[[pool]]\nname = \"b\"\nkind = \"offline\"\ncpu_weight = 50\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[[pool]]\nname = \"b\"\nkind = \"offline\"\ncpu_weight = 50\n");
         assert!(
             err.starts_with("test.toml:4: field `cpu_weight`") && err.contains("online pools only"),
             "{err}"
@@ -642,17 +626,13 @@ mod tests {
                 .address(),
             None
         );
-        let err = parse("[metrics]\nlisten = \"localhost\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[metrics]\nlisten = \"localhost\"\n");
         assert!(err.starts_with("test.toml:2: field `listen`"), "{err}");
     }
 
     #[test]
     fn bad_pool_kind_is_named() {
-        let err = parse("[[pool]]\nname = \"p\"\nkind = \"batch\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[[pool]]\nname = \"p\"\nkind = \"batch\"\n");
         assert!(err.contains("test.toml:3") && err.contains("kind"), "{err}");
     }
 
@@ -661,20 +641,14 @@ mod tests {
         let config = parse("").unwrap();
         assert_eq!(config.gpu.enabled, crate::gpu::config::GpuSwitch::Auto);
         assert_eq!(config.gpu.mps, crate::gpu::config::MpsMode::Attach);
-        let err = parse("[gpu]\nmps = \"start\"\nclamp_run_fraction = 1.5\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[gpu]\nmps = \"start\"\nclamp_run_fraction = 1.5\n");
         assert!(
             err.starts_with("test.toml:3: field `clamp_run_fraction`") && err.contains("1.5"),
             "{err}"
         );
-        let err = parse("[gpu]\nmps = \"sometimes\"\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[gpu]\nmps = \"sometimes\"\n");
         assert!(err.starts_with("test.toml:2: field `mps`"), "{err}");
-        let err = parse("[gpu]\nmin_run_fraction = 0.5\n")
-            .unwrap_err()
-            .to_string();
+        let err = error_of("[gpu]\nmin_run_fraction = 0.5\n");
         assert!(err.contains("above clamp_run_fraction"), "{err}");
     }
 
@@ -695,17 +669,15 @@ mod tests {
         let config = parse("[[pool]]\nname = \"g\"\nkind = \"online\"\ngpu = true\n").unwrap();
         assert!(config.pool[0].uses_gpu());
         let pid = std::process::id();
-        let err = parse(&format!(
+        let err = error_of(&format!(
             "[[training]]\nname = \"t\"\npids = [{pid}]\ngpu = true\n"
-        ))
-        .unwrap_err()
-        .to_string();
+        ));
         assert!(err.starts_with("test.toml:4: field `gpu`"), "{err}");
     }
 
     #[test]
     fn syntax_error_has_a_line() {
-        let err = parse("[sensor\n").unwrap_err().to_string();
+        let err = error_of("[sensor\n");
         assert!(err.starts_with("test.toml:1:"), "{err}");
     }
 }
