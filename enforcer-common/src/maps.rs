@@ -3,8 +3,16 @@
 //! The kernel keeps at most 15 characters of a map or program name (BPF_OBJ_NAME_LEN is 16
 //! with the terminating NUL) and truncates longer ones silently; the contract test checks it.
 
-/// Per-thread classification and run-queue state: `u32` tid → [`crate::ThreadState`].
+/// Per-thread classification: `u32` tid → [`crate::ThreadState`], written by userspace and
+/// the fork hook.
 pub const THREAD_STATE: &str = "thread_state";
+/// Task-local storage ([`crate::TaskCache`]): each thread's class, copied from
+/// `thread_state`, and its wait in progress. Not pinned: a cache, rebuilt by every daemon
+/// (bpftool cannot dump task storage anyway).
+pub const TASK_CACHE: &str = "task_cache";
+/// Single-entry `u64` array: bumped by userspace whenever it changes `thread_state`, so that
+/// the programs copy classes into `task_cache` again.
+pub const CLASSIFY_GEN: &str = "classify_gen";
 /// Per training job, per CPU: [`crate::JobStats`] indexed by job id.
 pub const JOB_STATS: &str = "job_stats";
 /// One [`crate::CpuState`] per CPU, indexed by CPU number; only that CPU writes its slot.
@@ -20,8 +28,9 @@ pub const SETTINGS: &str = "settings";
 pub const RESERVED_CPUS: &str = "reserved_cpus";
 
 /// Every map the sensor pins, in a stable order.
-pub const ALL_MAPS: [&str; 7] = [
+pub const ALL_MAPS: [&str; 8] = [
     RESERVED_CPUS,
+    CLASSIFY_GEN,
     THREAD_STATE,
     JOB_STATS,
     CPU_STATE,

@@ -21,17 +21,31 @@ pub const CLASS_OFFLINE: u32 = 3;
 pub const CLASS_IDLE: u32 = 4;
 pub const NR_CLASSES: usize = 5;
 
-/// Value of `thread_state`, keyed by tid.
+/// Value of `thread_state`, keyed by tid: what userspace (and the fork hook) registered.
 ///
 /// `group` is the training job id (index into `job_stats`) or the inference pool id.
-/// `runnable_since_ns` is the sensor clock's time (the run queue's clock, or CLOCK_MONOTONIC
-/// by configuration: docs/sensor.md) at which a training thread became runnable (woken or
-/// preempted), or 0 while it runs or sleeps. `report_ran_since_ns` is non-zero when the thread
-/// was reported queued behind inference at that CLOCK_MONOTONIC time: its next switch-in adds
-/// the time since the report to its job's `report_to_ran_hist`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
+    pub class: u32,
+    pub group: u32,
+}
+
+/// Value of `task_cache`, the task-local storage the programs reach from a task pointer
+/// without hashing its tid: the thread's class, copied from `thread_state`, and its wait in
+/// progress.
+///
+/// `generation` is the `classify_gen` the class was copied at; 0 (a new entry) or any older
+/// value makes the programs copy it again. `runnable_since_ns` is the sensor clock's time (the
+/// run queue's clock, or CLOCK_MONOTONIC by configuration: docs/sensor.md) at which a training
+/// thread became runnable (woken or preempted), or 0 while it runs or sleeps.
+/// `report_ran_since_ns` is non-zero when the thread was reported queued behind inference at
+/// that CLOCK_MONOTONIC time: its next switch-in adds the time since the report to its job's
+/// `report_to_ran_hist`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskCache {
+    pub generation: u64,
     pub class: u32,
     pub group: u32,
     pub runnable_since_ns: u64,
@@ -160,7 +174,10 @@ pub const COUNTER_THREAD_MAP_FULL: u32 = 4;
 pub const COUNTER_BAD_JOB_ID: u32 = 5;
 /// Children classified at fork by inheriting their parent's class.
 pub const COUNTER_FORKS_INHERITED: u32 = 6;
-pub const NR_COUNTERS: u32 = 7;
+/// Events where a thread's `task_cache` entry could not be had (the kernel could not allocate
+/// it, or the storage was busy on this CPU): the thread counted as unclassified for that event.
+pub const COUNTER_TASK_CACHE_MISSING: u32 = 7;
+pub const NR_COUNTERS: u32 = 8;
 
 /// Human names of the counters, indexed like them.
 pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
@@ -171,9 +188,11 @@ pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
     "thread_map_full",
     "bad_job_id",
     "forks_inherited",
+    "task_cache_missing",
 ];
 
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 24);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 8);
+const _: () = assert!(core::mem::size_of::<TaskCache>() == 32);
 const _: () = assert!(core::mem::size_of::<JobStats>() == 64 + 16 * NR_BUCKETS);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 32 + 8 * NR_CLASSES);
 const _: () = assert!(core::mem::size_of::<Settings>() == 16);
@@ -184,6 +203,7 @@ mod pod {
     // SAFETY: every type is #[repr(C)], made only of fixed-width integers, with no padding
     // (the size assertions above pin the layout).
     unsafe impl aya::Pod for super::ThreadState {}
+    unsafe impl aya::Pod for super::TaskCache {}
     unsafe impl aya::Pod for super::JobStats {}
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::Settings {}

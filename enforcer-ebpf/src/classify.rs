@@ -1,34 +1,69 @@
-//! Thread classification: what userspace registered in `thread_state`, inherited at fork.
+//! Thread classification: what userspace registered in `thread_state`, inherited at fork,
+//! reached through each task's `task_cache` entry.
 //!
 //! In `sched_wakeup` the current task is the waker, not the wakee, so the current cgroup does
-//! not classify the wakee; a tid-keyed map does, and it is the same lookup on every hook.
+//! not classify the wakee; the wakee's own task does. `thread_state` (tid → class) stays the
+//! registry, the map userspace writes, iterates and re-adopts after a restart; the programs
+//! read it once per thread and per `classify_gen`, and otherwise only the task's storage.
 
-use enforcer_common::ThreadState;
+use enforcer_common::{CLASS_OTHER, COUNTER_TASK_CACHE_MISSING, TaskCache, ThreadState};
 
-use crate::maps::THREAD_STATE;
+use crate::{
+    maps::{CLASSIFY_GEN, TASK_CACHE, THREAD_STATE, count},
+    task::Task,
+};
 
-/// The mutable state of a classified thread, or None for "other".
+/// The cache entry of a classified thread, or None for "other".
 #[inline(always)]
-pub fn thread(tid: u32) -> Option<&'static mut ThreadState> {
-    // SAFETY: hash values stay valid for the program's run; a concurrent delete of the same
-    // tid (its exit on another CPU) leaves the element readable until an RCU grace period.
-    THREAD_STATE.get_ptr_mut(tid).map(|p| unsafe { &mut *p })
+pub fn thread(task: Task) -> Option<&'static mut TaskCache> {
+    // SAFETY: the task pointer comes from the tracepoint's arguments.
+    let Some(entry) = (unsafe { TASK_CACHE.get_or_create(task.pointer()) }) else {
+        count(COUNTER_TASK_CACHE_MISSING);
+        return None;
+    };
+    // 0 until userspace has written it: then nothing is cached.
+    let generation = CLASSIFY_GEN.get(0).map_or(0, |g| *g);
+    if entry.generation != generation || generation == 0 {
+        refresh(entry, task.tid(), generation);
+    }
+    match entry.class {
+        CLASS_OTHER => None,
+        _ => Some(entry),
+    }
+}
+
+/// Copies the thread's class from `thread_state`. A thread whose class changed drops the wait
+/// or report it had in progress: it began under the old class.
+#[inline(always)]
+fn refresh(entry: &mut TaskCache, tid: u32, generation: u64) {
+    // SAFETY: the value is copied out at once; hash values stay readable for the program's
+    // run even if the tid's exit on another CPU deletes them.
+    let (class, group) = match unsafe { THREAD_STATE.get(tid) } {
+        Some(state) => (state.class, state.group),
+        None => (CLASS_OTHER, 0),
+    };
+    if class != entry.class || group != entry.group {
+        entry.class = class;
+        entry.group = group;
+        entry.runnable_since_ns = 0;
+        entry.report_ran_since_ns = 0;
+    }
+    entry.generation = generation;
 }
 
 /// Copies the parent's class to the child; Err when the map is full.
 #[inline(always)]
 pub fn inherit(parent: u32, child: u32) -> Option<Result<(), i64>> {
-    let state = thread(parent)?;
+    // SAFETY: as in `refresh`.
+    let state = *unsafe { THREAD_STATE.get(parent) }?;
     let inherited = ThreadState {
         class: state.class,
         group: state.group,
-        runnable_since_ns: 0,
-        report_ran_since_ns: 0,
     };
     Some(THREAD_STATE.insert(child, inherited, 0).map_err(i64::from))
 }
 
-/// Forgets an exited thread.
+/// Forgets an exited thread. Its `task_cache` entry goes with the task.
 #[inline(always)]
 pub fn forget(tid: u32) {
     let _ = THREAD_STATE.remove(tid);

@@ -22,6 +22,8 @@ mod maps;
 mod programs;
 #[cfg(target_arch = "bpf")]
 mod task;
+#[cfg(target_arch = "bpf")]
+mod task_storage;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

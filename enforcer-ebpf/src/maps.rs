@@ -7,13 +7,24 @@ use aya_ebpf::{
 };
 use enforcer_common::{
     CpuState, EVENTS_RING_BYTES, JobStats, MAX_CPUS, MAX_JOBS, MAX_THREADS, NR_COUNTERS,
-    SensorEvent, Settings, ThreadState,
+    SensorEvent, Settings, TaskCache, ThreadState,
 };
 
-/// tid → class, group and runnable-since time. Filled by userspace for registered threads,
-/// extended at fork, pruned at exit.
+use crate::task_storage::TaskStorage;
+
+/// tid → class and group. Filled by userspace for registered threads, extended at fork,
+/// pruned at exit. The programs read it only when a thread's `task_cache` entry is stale.
 #[btf_map(name = "thread_state")]
 pub static THREAD_STATE: HashMap<u32, ThreadState, { MAX_THREADS as usize }> = HashMap::new();
+
+/// Per task: its class copied from `thread_state`, and its wait in progress.
+#[btf_map(name = "task_cache")]
+pub static TASK_CACHE: TaskStorage<TaskCache> = TaskStorage::new();
+
+/// Bumped by userspace after it changes `thread_state`: `task_cache` entries copied at an
+/// older generation are copied again.
+#[btf_map(name = "classify_gen")]
+pub static CLASSIFY_GEN: Array<u64, 1> = Array::new();
 
 /// Per-job statistics, per CPU: no atomics on the switch path, summed by userspace.
 #[btf_map(name = "job_stats")]

@@ -68,7 +68,7 @@ fn on_wakeup(task: Task) {
     if tid == 0 {
         return;
     }
-    let Some(thread) = classify::thread(tid) else {
+    let Some(thread) = classify::thread(task) else {
         return;
     };
     if thread.class != CLASS_TRAINING {
@@ -126,7 +126,9 @@ fn monotonic_ns() -> u64 {
 
 /// What the sensor takes from one context switch.
 struct Switch {
-    /// The task switched in: the way to this CPU's run-queue clock.
+    /// The task switched out, classified only when it may start waiting.
+    prev: Task,
+    /// The task switched in; also the way to this CPU's run-queue clock.
     next: Task,
     prev_tid: u32,
     /// prev stays on the run queue: it was preempted, or yielded while TASK_RUNNING.
@@ -144,6 +146,7 @@ pub fn reamer_switch(ctx: BtfTracePointContext) -> i32 {
     let next = Task::new(ctx.arg(2));
     let prev_state: u64 = ctx.arg(3);
     on_switch(&Switch {
+        prev,
         next,
         prev_tid: prev.tid(),
         prev_stays_runnable: preempt & 1 != 0 || prev_state & 0xffff_ffff == 0,
@@ -154,10 +157,10 @@ pub fn reamer_switch(ctx: BtfTracePointContext) -> i32 {
 
 /// Per-CPU time accounting, the end of one training thread's wait and the start of another's.
 ///
-/// At most two hash lookups, and one on the common path: `next` always, `prev` only when it
-/// is a training thread that stays runnable. A training thread that goes to sleep keeps a
-/// stale `runnable_since_ns`, harmlessly: it can only run again after a wakeup, which
-/// overwrites it. A switch between two tasks of the same class and group, neither training,
+/// At most two classifications (task-storage lookups), and one on the common path: `next`
+/// always, `prev` only when it is a training thread that stays runnable. A training thread
+/// that goes to sleep keeps a stale `runnable_since_ns`, harmlessly: it can only run again
+/// after a wakeup, which overwrites it. A switch between two tasks of the same class and group, neither training,
 /// does not even read the clock: the CPU's time segment simply goes on.
 #[inline(always)]
 fn on_switch(switch: &Switch) {
@@ -173,7 +176,7 @@ fn on_switch(switch: &Switch) {
 
     let next = match switch.next_tid {
         0 => None,
-        tid => classify::thread(tid),
+        _ => classify::thread(switch.next),
     };
     let (next_class, next_group) = match (switch.next_tid, &next) {
         (0, _) => (CLASS_IDLE, 0),
@@ -216,7 +219,7 @@ fn on_switch(switch: &Switch) {
 
     // A preempted training thread: its wait starts now.
     let mut prev_waiting = match prev_training && switch.prev_stays_runnable {
-        true => classify::thread(switch.prev_tid),
+        true => classify::thread(switch.prev),
         false => None,
     };
     if let Some(prev) = &mut prev_waiting {

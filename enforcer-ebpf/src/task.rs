@@ -57,6 +57,12 @@ impl Task {
         unsafe { read_at::<u32>(self.0, offset) }
     }
 
+    /// The pointer itself, for helpers that take a task.
+    #[inline(always)]
+    pub fn pointer(self) -> *const u8 {
+        self.0
+    }
+
     /// The thread id.
     #[inline(always)]
     pub fn tid(self) -> u32 {

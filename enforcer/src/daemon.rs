@@ -26,7 +26,7 @@ use crate::{
     gpu::service::{GpuService, OwnersFn},
     journal::Journal,
     paths, preflight,
-    registry::Registry,
+    registry::{Reconciled, Registry},
     sensor::{
         Sensor, Snapshot,
         snapshot::{self, JobTotals, PoolInfo},
@@ -63,6 +63,18 @@ pub fn sensor_settings(config: &Config) -> Settings {
     }
 }
 
+/// Writes the registry's classes into the sensor's `thread_state` and, when any changed,
+/// tells the programs to copy them again.
+fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
+    let report = registry.reconcile(&mut sensor.maps.thread_state);
+    if report.newly_classified > 0
+        && let Err(err) = sensor.classes_changed()
+    {
+        warn!("new classes stay unseen by the sensor until the next change: {err}");
+    }
+    report
+}
+
 /// Runs the daemon until SIGINT or SIGTERM. Decisions are appended to `decision_log` as JSON
 /// lines.
 pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow::Result<()> {
@@ -95,7 +107,7 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
             }
         }
     }
-    let report = registry.reconcile(&mut sensor.maps.thread_state);
+    let report = classify(&mut registry, &mut sensor);
     info!(
         jobs = registry.training.len(),
         pools = registry.pools.len(),
@@ -308,7 +320,7 @@ async fn reconcile_forever(shared: Arc<Shared>) {
         tick.tick().await;
         let mut registry = shared.registry.lock().expect("registry poisoned");
         let mut sensor = shared.sensor.lock().expect("sensor poisoned");
-        let report = registry.reconcile(&mut sensor.maps.thread_state);
+        let report = classify(&mut registry, &mut sensor);
         drop((registry, sensor));
         shared
             .journal
@@ -510,7 +522,7 @@ fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response 
                 }
             }
             let mut sensor = shared.sensor.lock().expect("sensor poisoned");
-            registry.reconcile(&mut sensor.maps.thread_state);
+            classify(&mut registry, &mut sensor);
             let groups = match kind {
                 GroupKind::Training => &registry.training,
                 GroupKind::Pool => &registry.pools,

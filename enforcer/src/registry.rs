@@ -197,7 +197,8 @@ impl Registry {
     }
 
     /// Writes every member thread's class into `thread_state`. Threads already classified the
-    /// same way are left alone, so a wait in progress (`runnable_since_ns`) is not lost.
+    /// same way are left alone: `newly_classified` counts the writes, and only writes make the
+    /// sensor copy classes again (`Sensor::classes_changed`).
     pub fn reconcile(&mut self, map: &mut HashMap<MapData, u32, ThreadState>) -> Reconciled {
         let mut report = Reconciled::default();
         for group in self.training.iter_mut().chain(self.pools.iter_mut()) {
@@ -220,8 +221,6 @@ impl Registry {
                 let state = ThreadState {
                     class: group.class,
                     group: group.id,
-                    runnable_since_ns: 0,
-                    report_ran_since_ns: 0,
                 };
                 match map.insert(tid, state, 0) {
                     Ok(()) => report.newly_classified += 1,

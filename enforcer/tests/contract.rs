@@ -7,8 +7,12 @@ use std::mem::size_of;
 use enforcer::sensor::object::object;
 use enforcer_common::{
     CpuState, EVENTS_RING_BYTES, JobStats, MAX_CPUS, MAX_JOBS, MAX_THREADS, NR_COUNTERS, Settings,
-    ThreadState, maps,
+    TaskCache, ThreadState, maps,
 };
+
+/// BPF_MAP_TYPE_TASK_STORAGE and BPF_F_NO_PREALLOC, which the kernel requires of it.
+const MAP_TYPE_TASK_STORAGE: u32 = 29;
+const F_NO_PREALLOC: u32 = 1;
 
 /// Kernel object names hold 15 characters and a NUL (BPF_OBJ_NAME_LEN).
 const KERNEL_NAME_MAX: usize = 15;
@@ -55,7 +59,7 @@ fn object_has_every_program_with_a_kernel_sized_name() {
 #[test]
 fn maps_have_kernel_sized_names_and_shared_type_sizes() {
     let object = parsed();
-    let expected: [(&str, usize, usize, u32); 7] = [
+    let expected: [(&str, usize, usize, u32); 8] = [
         (
             maps::THREAD_STATE,
             size_of::<u32>(),
@@ -81,6 +85,7 @@ fn maps_have_kernel_sized_names_and_shared_type_sizes() {
             NR_COUNTERS,
         ),
         (maps::SETTINGS, size_of::<u32>(), size_of::<Settings>(), 1),
+        (maps::CLASSIFY_GEN, size_of::<u32>(), size_of::<u64>(), 1),
         (maps::EVENTS, 0, 0, EVENTS_RING_BYTES),
         (
             maps::RESERVED_CPUS,
@@ -104,7 +109,7 @@ fn maps_have_kernel_sized_names_and_shared_type_sizes() {
     }
     for name in object.maps.keys() {
         // Sections such as .rodata and the aya-log ring are the loader's own, not ours.
-        if name.starts_with('.') || name == "AYA_LOGS" {
+        if name.starts_with('.') || name == "AYA_LOGS" || name == maps::TASK_CACHE {
             continue;
         }
         assert!(
@@ -121,4 +126,20 @@ fn every_offset_global_the_loader_sets_exists_in_the_object() {
     for name in maps::globals::ALL {
         assert!(needle(name), "global {name} is not in the object's symbols");
     }
+}
+
+#[test]
+fn task_cache_is_task_storage_of_the_shared_type() {
+    let object = parsed();
+    let map = object
+        .maps
+        .get(maps::TASK_CACHE)
+        .unwrap_or_else(|| panic!("map {} missing", maps::TASK_CACHE));
+    assert_eq!(map.map_type(), MAP_TYPE_TASK_STORAGE);
+    assert_eq!(map.map_flags() & F_NO_PREALLOC, F_NO_PREALLOC);
+    assert_eq!(map.max_entries(), 0);
+    // The key is the int (a pidfd) that syscalls pass; programs pass the task.
+    assert_eq!(map.key_size() as usize, size_of::<i32>());
+    assert_eq!(map.value_size() as usize, size_of::<TaskCache>());
+    assert!(maps::TASK_CACHE.len() <= KERNEL_NAME_MAX);
 }

@@ -105,7 +105,7 @@ impl Daemon {
     }
 
     pub fn pin_dir(&self) -> PathBuf {
-        PathBuf::from(format!("/sys/fs/bpf/reamer/v2/{}", self.instance))
+        PathBuf::from(format!("/sys/fs/bpf/reamer/v3/{}", self.instance))
     }
 
     pub fn log(&self) -> String {

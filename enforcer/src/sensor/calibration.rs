@@ -21,7 +21,9 @@ use super::{
 /// Runs the calibration programs for `duration` and returns their statistics.
 pub fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
     let object = object::object().ok_or(SensorError::NotBuilt)?;
+    // The object's task-local storage map is one aya has no type for (see `offsets::loader_with`).
     let mut ebpf = EbpfLoader::new()
+        .allow_unsupported_maps()
         .load(object)
         .map_err(|source| SensorError::Load { source })?;
     // Statistics stay on while this fd is open, whatever kernel.bpf_stats_enabled says.

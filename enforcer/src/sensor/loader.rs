@@ -62,6 +62,8 @@ pub struct SensorMaps {
     pub cpu_state: Array<MapData, CpuState>,
     pub counters: PerCpuArray<MapData, u64>,
     pub settings: Array<MapData, Settings>,
+    /// `classify_gen`: bumped after every change to `thread_state`.
+    pub classify_gen: Array<MapData, u64>,
 }
 
 /// The loaded, attached sensor. Dropping it detaches the programs; `unpin` removes the pins.
@@ -132,6 +134,9 @@ impl Sensor {
             readopted,
         };
         sensor.apply_settings(settings)?;
+        // Until this first generation is written the programs cache nothing and read
+        // `thread_state` on every event (a re-adopted one is already filled).
+        sensor.classes_changed()?;
         info!(pin_dir = %pin_dir.display(), "sensor attached to {} tracepoints", names::PROGRAMS.len());
         Ok(sensor)
     }
@@ -145,6 +150,20 @@ impl Sensor {
                 name: names::SETTINGS,
                 source,
             })
+    }
+
+    /// Tells the programs that `thread_state` changed: each thread's class is copied into
+    /// its `task_cache` entry again at its next event.
+    pub fn classes_changed(&mut self) -> Result<(), SensorError> {
+        let failed = |source| SensorError::Map {
+            name: names::CLASSIFY_GEN,
+            source,
+        };
+        let generation = self.maps.classify_gen.get(&0, 0).map_err(failed)?;
+        self.maps
+            .classify_gen
+            .set(0, generation.wrapping_add(1).max(1), 0)
+            .map_err(failed)
     }
 
     /// The `reserved_cpus` map, once.
@@ -264,6 +283,7 @@ fn take_maps(ebpf: &mut Ebpf) -> Result<SensorMaps, SensorError> {
         cpu_state: take(ebpf, names::CPU_STATE)?,
         counters: take(ebpf, names::COUNTERS)?,
         settings: take(ebpf, names::SETTINGS)?,
+        classify_gen: take(ebpf, names::CLASSIFY_GEN)?,
     })
 }
 

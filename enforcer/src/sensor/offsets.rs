@@ -71,9 +71,12 @@ pub fn resolve(btf: &Btf, clock: SensorClock) -> Result<Vec<(&'static str, u32)>
 }
 
 /// A loader with `values` (from [`resolve`]) set as the object's read-only globals: the
-/// daemon and `enforcer check` load the programs the same way.
+/// daemon, `enforcer check` and `enforcer calibrate` load the programs the same way.
 pub fn loader_with<'a>(values: &'a [(&'static str, u32)]) -> aya::EbpfLoader<'a> {
     let mut loader = aya::EbpfLoader::new();
+    // `task_cache` is task-local storage, which aya 0.14 creates but has no map type for;
+    // userspace never touches it.
+    loader.allow_unsupported_maps();
     for (global, value) in values {
         loader.override_global(global, value, true);
     }

@@ -13,7 +13,8 @@
 //! - threads that exited meanwhile were never removed (the exit hook was detached): their
 //!   entries go;
 //! - a wait or a report in progress at the crash would end at the next switch-in with the
-//!   whole gap counted as run-queue wait: in-progress timestamps are cleared;
+//!   whole gap counted as run-queue wait: they lived in `task_cache`, which is never taken
+//!   over, so every thread starts afresh there;
 //! - each CPU's current segment began before the gap: it is forgotten, so the gap is not
 //!   charged to whatever class ran at the crash.
 //!
@@ -159,9 +160,7 @@ fn correct_for_gap(path: &Path, name: &str) -> Result<Option<(usize, usize)>, St
     if name == names::THREAD_STATE {
         let mut threads =
             HashMap::<_, u32, ThreadState>::try_from(Map::HashMap(data)).map_err(failed)?;
-        return forget_gap_in_threads(&mut threads)
-            .map(Some)
-            .map_err(failed);
+        return prune_exited_threads(&mut threads).map(Some).map_err(failed);
     }
     if name == names::CPU_STATE {
         let mut cpus = Array::<_, CpuState>::try_from(Map::Array(data)).map_err(failed)?;
@@ -171,15 +170,12 @@ fn correct_for_gap(path: &Path, name: &str) -> Result<Option<(usize, usize)>, St
     Ok(None)
 }
 
-fn forget_gap_in_threads(
+fn prune_exited_threads(
     threads: &mut HashMap<MapData, u32, ThreadState>,
 ) -> Result<(usize, usize), aya::maps::MapError> {
     let tids: Vec<u32> = threads.keys().filter_map(Result::ok).collect();
     let (mut kept, mut pruned) = (0, 0);
     for tid in tids {
-        let Ok(state) = threads.get(&tid, 0) else {
-            continue;
-        };
         // /proc/<tid> resolves any thread id, not only a process's.
         if !Path::new(&format!("/proc/{tid}")).exists() {
             threads.remove(&tid)?;
@@ -187,14 +183,6 @@ fn forget_gap_in_threads(
             continue;
         }
         kept += 1;
-        if state.runnable_since_ns != 0 || state.report_ran_since_ns != 0 {
-            let state = ThreadState {
-                runnable_since_ns: 0,
-                report_ran_since_ns: 0,
-                ..state
-            };
-            threads.insert(tid, state, 0)?;
-        }
     }
     Ok((kept, pruned))
 }
