@@ -217,6 +217,44 @@ fn classification_follows_new_threads_and_children() {
     daemon.stop();
 }
 
+/// `enforcer launch` registers its own pid, then execs the command: its main thread ran
+/// unclassified before, so the programs hold an "other" copy of its class in `task_cache`
+/// until the registration bumps `classify_gen`. A job whose only thread is that one (a shell
+/// spinning on builtins, which forks nothing for the fork hook to classify) must be sensed.
+#[test]
+fn a_thread_classified_after_it_ran_is_sensed() {
+    if !privileged("a_thread_classified_after_it_ran_is_sensed") {
+        return;
+    }
+    let daemon = Daemon::start("it-reclassify", "");
+    let spin_s = 3;
+    let shell = daemon.launch(
+        "--training",
+        "shell",
+        "bash",
+        &[
+            "-c",
+            &format!("while [ $SECONDS -lt {spin_s} ]; do :; done"),
+        ],
+    );
+    wait_ok(shell, "bash spin");
+    let snapshot = daemon.snapshot();
+    let shell_job = job(&snapshot, "shell");
+    let run_ns = u64_of(shell_job, "run_ns");
+    println!(
+        "single-threaded job: ran {:.2} s of a {spin_s} s spin",
+        run_ns as f64 / 1e9
+    );
+    // SECONDS counts whole seconds from the shell's start, so the spin lasts between 2 and
+    // 3 s, on a CPU of its own here; a stale class would leave the job at 0.
+    assert!(
+        run_ns >= 1_000_000_000,
+        "the job ran only {run_ns} ns ({} threads): its thread is still unclassified",
+        u64_of(shell_job, "threads")
+    );
+    daemon.stop();
+}
+
 /// `bpftool -j map dump pinned` of the thread_state map: tid → (class, group).
 fn classified_threads(daemon: &Daemon) -> std::collections::HashMap<u64, (u64, u64)> {
     let dump = bpftool(&[
