@@ -160,8 +160,9 @@ pub fn reamer_switch(ctx: BtfTracePointContext) -> i32 {
 /// At most two classifications (task-storage lookups), and one on the common path: `next`
 /// always, `prev` only when it is a training thread that stays runnable. A training thread
 /// that goes to sleep keeps a stale `runnable_since_ns`, harmlessly: it can only run again
-/// after a wakeup, which overwrites it. A switch between two tasks of the same class and group, neither training,
-/// does not even read the clock: the CPU's time segment simply goes on.
+/// after a wakeup, which overwrites it. A switch between two tasks of the same class and
+/// group, neither training, does not even read the clock: the CPU's time segment simply goes
+/// on.
 #[inline(always)]
 fn on_switch(switch: &Switch) {
     // SAFETY: helper without preconditions.
