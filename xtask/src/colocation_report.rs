@@ -289,9 +289,9 @@ pub fn markdown(
          requests/s (Poisson), SLO {} ms; offline: a 1024×8 MLP job, batch 8.\n\n\
          ![co-location scenarios side by side]({plot})\n\n\
          | scenario | training steps/s, median (range) | training slowdown, median [95% CI] (range) | \
-         training run-queue wait | online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
+         training step p50 / p99 | training run-queue wait | online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
          reaction p50 / p99 | enforcer CPU / RSS | host steal |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
         measured.rounds,
         Scenario::ALL.len() + 1,
         measured.window_s,
@@ -319,12 +319,14 @@ pub fn markdown(
             _ => "–".to_owned(),
         };
         out.push_str(&format!(
-            "| {} | {:.1} ({:.0} to {:.0}) | {slowdown} | {:.0} ms/s | {} | {} / {} | {} | {} | {reaction} | {} / {} \
-             | {:.0}% |\n",
+            "| {} | {:.1} ({:.0} to {:.0}) | {slowdown} | {:.2} / {:.2} ms | {:.0} ms/s | {} | {} / {} | {} | {} \
+             | {reaction} | {} / {} | {:.0}% |\n",
             scenario.label(),
             f.training_steps_per_s,
             f.training_steps_per_s_range[0],
             f.training_steps_per_s_range[1],
+            f.training_step_ms_p50,
+            f.training_step_ms_p99,
             f.training_runqueue_wait_ms_per_s,
             cell(f.online_slo_attainment_pct, 1, "%"),
             cell(f.online_p50_ms, 1, ""),
