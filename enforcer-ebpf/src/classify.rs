@@ -21,9 +21,9 @@ pub fn thread(task: Task) -> Option<&'static mut TaskCache> {
         count(COUNTER_TASK_CACHE_MISSING);
         return None;
     };
-    // 0 until userspace has written it: then nothing is cached.
+    // At least 1 (the loader writes it before attaching), so a new, zeroed entry is stale.
     let generation = CLASSIFY_GEN.get(0).map_or(0, |g| *g);
-    if entry.generation != generation || generation == 0 {
+    if entry.generation != generation {
         refresh(entry, task.tid(), generation);
     }
     match entry.class {

@@ -116,6 +116,21 @@ impl Sensor {
             Err(err) => warn!("eBPF log forwarding unavailable: {err}"),
         }
 
+        // The first generation is written before any program runs: a new `task_cache` entry
+        // (generation 0) is then always stale, and the programs need no special case for it.
+        let generation = ebpf
+            .map_mut(names::CLASSIFY_GEN)
+            .ok_or(SensorError::Missing {
+                what: "map",
+                name: names::CLASSIFY_GEN,
+            })?;
+        Array::<_, u64>::try_from(generation)
+            .and_then(|mut generation| generation.set(0, 1, 0))
+            .map_err(|source| SensorError::Map {
+                name: names::CLASSIFY_GEN,
+                source,
+            })?;
+
         let kernel_btf = aya::Btf::from_sys_fs().map_err(SensorError::KernelBtf)?;
         for (name, tracepoint) in names::PROGRAMS {
             attach_program(&mut ebpf, name, tracepoint, &kernel_btf)?;
@@ -134,9 +149,6 @@ impl Sensor {
             readopted,
         };
         sensor.apply_settings(settings)?;
-        // Until this first generation is written the programs cache nothing and read
-        // `thread_state` on every event (a re-adopted one is already filled).
-        sensor.classes_changed()?;
         info!(pin_dir = %pin_dir.display(), "sensor attached to {} tracepoints", names::PROGRAMS.len());
         Ok(sensor)
     }
