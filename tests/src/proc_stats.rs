@@ -15,6 +15,13 @@ pub struct NodeJiffies {
     pub total: u64,
 }
 
+impl NodeJiffies {
+    /// The share of the node's CPU time the hypervisor gave to other guests since `before`, %.
+    pub fn steal_pct_since(&self, before: &NodeJiffies) -> f64 {
+        (self.steal - before.steal) as f64 / (self.total - before.total).max(1) as f64 * 100.0
+    }
+}
+
 pub fn node_jiffies() -> std::io::Result<NodeJiffies> {
     let stat = std::fs::read_to_string("/proc/stat")?;
     let fields: Vec<u64> = stat

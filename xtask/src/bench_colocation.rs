@@ -485,10 +485,7 @@ impl Bench {
         let output = training.wait_with_output()?;
         let elapsed = started.elapsed().as_secs_f64();
         // The share of the machine's CPU time the hypervisor gave to other guests.
-        let node_after = node_jiffies()?;
-        let steal_pct = (node_after.steal - node_before.steal) as f64
-            / (node_after.total - node_before.total).max(1) as f64
-            * 100.0;
+        let steal_pct = node_jiffies()?.steal_pct_since(&node_before);
         let offline_items = results_lines(&self.inputs.job) - offline_items_before;
         let online_cpu_s =
             (process_jiffies(self.online.child.id()) - online_jiffies) as f64 / JIFFIES_PER_S;

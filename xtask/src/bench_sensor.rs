@@ -316,9 +316,7 @@ fn cost_round(workload: &Workload, seconds: f64) -> anyhow::Result<CostRound> {
 fn with_steal<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, f64)> {
     let before = node_jiffies()?;
     let value = f()?;
-    let after = node_jiffies()?;
-    let steal = (after.steal - before.steal) as f64 / (after.total - before.total).max(1) as f64;
-    Ok((value, steal * 100.0))
+    Ok((value, node_jiffies()?.steal_pct_since(&before)))
 }
 
 /// Attempts per pair asked for, at most: a host that stays busy ends the run with fewer pairs.
