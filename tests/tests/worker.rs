@@ -14,7 +14,7 @@ use std::{
 };
 
 use reamer_tests::{
-    harness::{Daemon, privileged, remove_test_cgroups, u64_of, wait_ok},
+    harness::{Daemon, eventually, privileged, remove_test_cgroups, u64_of, wait_ok},
     proc_stats::resident_kib,
     worker::{
         OnlineWorker, agent, check_tiny_answer, get, metric, post, scratch,
@@ -165,7 +165,24 @@ fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
     )
     .unwrap();
     slow.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // The slot is held once the worker has read those headers: until then a request may still
+    // be served. Probe instead of sleeping a fixed time, which a VM that loses its CPU to the
+    // hypervisor can outlast; every probe counts in the worker's metrics.
+    let (mut probes_served, mut probes_refused) = (0, 0);
+    eventually(
+        "the slow client holds the one body slot",
+        Duration::from_secs(10),
+        || {
+            match post(&http, &infer, &body).0 {
+                429 => probes_refused += 1,
+                status => {
+                    assert_eq!(status, 200);
+                    probes_served += 1;
+                }
+            }
+            probes_refused > 0
+        },
+    );
     // A flood of 4 clients x 50 requests: every one refused at once, none queued in memory.
     let started = Instant::now();
     let statuses: Vec<u16> = std::thread::scope(|s| {
@@ -193,17 +210,36 @@ fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
     );
     // The slot frees when the slow client goes; service resumes.
     drop(slow);
-    std::thread::sleep(Duration::from_millis(100));
-    let (status, answer) = post(&http, &infer, &body);
-    assert_eq!(status, 200, "{answer}");
+    let mut refused_after = 0;
+    let mut answer = String::new();
+    eventually(
+        "service resumes after the slow client left",
+        Duration::from_secs(10),
+        || {
+            let (status, text) = post(&http, &infer, &body);
+            answer = text;
+            match status {
+                429 => refused_after += 1,
+                status => assert_eq!(status, 200, "{answer}"),
+            }
+            status == 200
+        },
+    );
     check_tiny_answer(&answer, &batch);
     let (_, page) = get(&http, &format!("{}/metrics", worker.base));
+    let refused = 200 + probes_refused + refused_after;
     assert_eq!(
         metric(&page, "reamer_worker_requests_rejected_total"),
-        200.0
+        f64::from(refused)
     );
-    // Refusals count against the SLO: 2 served out of 202.
-    assert!(metric(&page, "reamer_worker_slo_attainment_ratio") < 0.05);
+    // Refusals count against the SLO: a few served (the warm-up, probes before the slot was
+    // held, the request after) out of some 200 more.
+    let served = 2 + probes_served;
+    println!("served {served}, refused {refused}");
+    assert!(
+        metric(&page, "reamer_worker_slo_attainment_ratio")
+            <= f64::from(served) / f64::from(served + refused) + 1e-9
+    );
     assert!(worker.stop().success());
     std::fs::remove_dir_all(&dir).unwrap();
 }
