@@ -1,12 +1,7 @@
 //! Small statistics for benchmark reports: medians, spreads and bootstrap confidence
 //! intervals of paired ratios (fixed seed, so a report is reproducible from its samples).
 
-/// `values` in ascending order (NaN last), for `quantile`.
-pub fn sorted(values: impl IntoIterator<Item = f64>) -> Vec<f64> {
-    let mut values: Vec<f64> = values.into_iter().collect();
-    values.sort_by(f64::total_cmp);
-    values
-}
+pub use reamer_tests::quantile::{quantile, sorted};
 
 pub fn median(values: &[f64]) -> f64 {
     let sorted = sorted(values.iter().copied());
@@ -15,15 +10,6 @@ pub fn median(values: &[f64]) -> f64 {
         n if n % 2 == 1 => sorted[n / 2],
         n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
-}
-
-/// The value at quantile `q` of `sorted` (nearest rank); NaN when empty.
-pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 pub fn min_max(values: &[f64]) -> (f64, f64) {

@@ -12,7 +12,10 @@ use std::{
 };
 
 use clap::Parser;
-use reamer_tests::rng::SplitMix64;
+use reamer_tests::{
+    quantile::{quantile, sorted},
+    rng::SplitMix64,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -64,13 +67,6 @@ enum Outcome {
     Ok(f64),
     Refused,
     Failed,
-}
-
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[(((sorted.len() - 1) as f64) * q).round() as usize]
 }
 
 fn is_loopback(url: &str) -> bool {
@@ -177,7 +173,7 @@ fn main() -> std::process::ExitCode {
             Outcome::Failed => failed += 1,
         }
     }
-    latencies.sort_by(f64::total_cmp);
+    let latencies = sorted(latencies);
     let within_slo = latencies.iter().filter(|&&ms| ms <= args.slo_ms).count();
     let report = Report {
         sent,

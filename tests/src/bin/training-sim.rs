@@ -15,7 +15,11 @@ use std::{
 };
 
 use clap::Parser;
-use reamer_tests::{cpu_work::burn, rng::SplitMix64};
+use reamer_tests::{
+    cpu_work::burn,
+    quantile::{quantile, sorted},
+    rng::SplitMix64,
+};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Simulates the CPU side of a GPU training job and reports its step rate")]
@@ -68,14 +72,6 @@ struct Report {
     runqueue_wait_s: f64,
     /// Per-step times, ms, for paired comparisons.
     step_ms: Vec<f64>,
-}
-
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 fn process_cpu_seconds() -> f64 {
@@ -155,14 +151,18 @@ fn main() {
         runqueue_wait_s += loader.join().expect("loader panicked");
     }
 
-    let mut sorted = step_ms.clone();
-    sorted.sort_by(f64::total_cmp);
+    let sorted = sorted(step_ms.iter().copied());
+    // A run too short for one step reports zeros, not NaN (which JSON cannot carry).
+    let step_quantile = |q| match sorted.is_empty() {
+        true => 0.0,
+        false => quantile(&sorted, q),
+    };
     let report = Report {
         steps: step_ms.len() as u64,
         seconds: elapsed,
         steps_per_s: step_ms.len() as f64 / elapsed,
-        step_ms_p50: quantile(&sorted, 0.5),
-        step_ms_p99: quantile(&sorted, 0.99),
+        step_ms_p50: step_quantile(0.5),
+        step_ms_p99: step_quantile(0.99),
         step_ms_max: sorted.last().copied().unwrap_or(0.0),
         cpu_s: process_cpu_seconds(),
         runqueue_wait_s,
