@@ -13,6 +13,7 @@ mod docs;
 mod models;
 mod progress_bar;
 mod stats;
+mod wake_probe;
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
 
@@ -50,8 +51,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// The built-in default scenario: training, then inference competing for its CPUs, watched
-    /// live through the sensor (needs root).
+    /// The built-in default scenario: inference on every CPU, then a training job that needs
+    /// them and gets them through the enforcer's fast path, watched live through the sensor
+    /// (needs root).
     Demo,
     /// Run every test: unit, contract, and the privileged integration tests on the real kernel
     /// (these skip with a reason when not root; REAMER_REQUIRE_PRIVILEGED=1 makes that fail).
