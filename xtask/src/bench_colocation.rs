@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     cargo::{release_bin, workspace_root},
     colocation_report::{Scenario, Window},
+    wake_probe::WakeLatency,
 };
 
 const INSTANCE: &str = "bench-colo";
@@ -587,6 +588,11 @@ pub struct Measured {
     /// The rounds run again, with the worst steal of a window of theirs.
     pub discarded: Vec<DiscardedRound>,
     pub notes: Vec<&'static str>,
+    /// How slowly the host woke an idle vCPU just before the rounds and just after them: what
+    /// training alone, which leaves a vCPU idle, paid in this run's regime. None where
+    /// `wake-probe` could not run (one CPU).
+    pub wake_before: Option<WakeLatency>,
+    pub wake_after: Option<WakeLatency>,
 }
 
 /// A round set aside because the host stole too much CPU during one of its windows.
@@ -615,6 +621,8 @@ pub fn run(
 ) -> anyhow::Result<Measured> {
     let window = Duration::from_secs_f64(window_s);
     let mut bench = Bench::start(window, progress)?;
+    progress("timing how slowly an idle vCPU wakes (wake-probe)");
+    let wake_before = probe_wake_latency();
     let per_round = Scenario::ALL.len() + 1;
     let started = Instant::now();
     let mut done = 0;
@@ -682,6 +690,8 @@ pub fn run(
     let (cpus, notes) = (bench.cpus, bench.notes.clone());
     bench.finish();
     result?;
+    progress("timing how slowly an idle vCPU wakes, again (wake-probe)");
+    let wake_after = probe_wake_latency();
     Ok(Measured {
         rounds: offline_per_cpu_s.len(),
         windows,
@@ -692,5 +702,15 @@ pub fn run(
         max_steal_pct,
         discarded,
         notes,
+        wake_before,
+        wake_after,
     })
+}
+
+/// About four seconds of `wake-probe`; a probe that cannot run leaves the figure out of the
+/// report, not the run.
+fn probe_wake_latency() -> Option<WakeLatency> {
+    WakeLatency::probe(4, 500)
+        .inspect_err(|err| eprintln!("[bench] wake-probe: {err:#}"))
+        .ok()
 }

@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::{
     bench_colocation::{LoadReport, Measured, ONLINE_RATE, SLO_MS},
     stats::{bootstrap_median_ci, median, min_max, quantile},
+    wake_probe::WakeLatency,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
@@ -275,6 +276,24 @@ fn rounds_note(measured: &Measured) -> String {
     note
 }
 
+/// The host's regime as `wake-probe` saw it before and after the rounds: training alone leaves
+/// a vCPU idle and pays the idle case, the co-located scenarios keep the vCPUs busy.
+fn wake_note(measured: &Measured) -> String {
+    let describe = |wake: &Option<WakeLatency>| {
+        wake.as_ref()
+            .map_or("not measured (wake-probe failed)".to_owned(), |w| {
+                w.describe()
+            })
+    };
+    format!(
+        "\nHow slowly this host woke an idle vCPU, which training alone pays and the co-located \
+         scenarios, whose vCPUs stay busy, do not (docs/enforcer.md, \"This VM's idle vCPUs wake \
+         slowly\"): before the rounds, {}; after them, {}.\n",
+        describe(&measured.wake_before),
+        describe(&measured.wake_after)
+    )
+}
+
 pub fn markdown(
     figures: &[(Scenario, Figures)],
     measured: &Measured,
@@ -346,10 +365,11 @@ pub fn markdown(
         out.push_str(&format!(
             "\nIn {faster_than_alone} of 6 scenarios training ran faster beside inference than \
              alone (a negative slowdown): on this host the reference itself is not stable, see \
-             the host steal column.\n"
+             the host steal column and how slowly an idle vCPU woke (below).\n"
         ));
     }
     out.push_str(&rounds_note(measured));
+    out.push_str(&wake_note(measured));
     for note in &measured.notes {
         out.push_str(&format!("\nOn this host: {note}.\n"));
     }
@@ -419,7 +439,32 @@ mod tests {
             max_steal_pct: 3.0,
             discarded,
             notes: Vec::new(),
+            wake_before: None,
+            wake_after: None,
         }
+    }
+
+    #[test]
+    fn the_wake_note_gives_each_probe_or_says_it_failed() {
+        let mut run = measured(4, Vec::new());
+        run.wake_before = Some(WakeLatency {
+            idle_p50_us: 87.0,
+            idle_p99_us: 12_300.0,
+            busy_p50_us: 21.0,
+            busy_p99_us: 400.0,
+        });
+        let note = wake_note(&run);
+        assert!(
+            note.contains(
+                "before the rounds, a thread woken on another CPU answers in p50 87 µs, p99 \
+                 12.3 ms when the CPUs were idle, and in p50 21 µs, p99 0.4 ms"
+            ),
+            "{note}"
+        );
+        assert!(
+            note.contains("after them, not measured (wake-probe failed)"),
+            "{note}"
+        );
     }
 
     #[test]
