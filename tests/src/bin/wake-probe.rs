@@ -6,13 +6,13 @@
 //! busy host that can take milliseconds. A vCPU kept busy, even by a SCHED_IDLE thread that the
 //! guest preempts at once, is never halted. So a workload that leaves a vCPU idle (training
 //! alone, say) can run slower than the same workload beside idle-class work, and the
-//! co-location benchmark's reference moves with the host. On bare metal both figures are a few
-//! microseconds.
+//! co-location benchmark's reference moves with the host (docs/enforcer.md, "This VM's idle
+//! vCPUs wake slowly").
 //!
 //! Method: a thread on `--from` CPU sends a byte over a pipe to a thread blocked on `--to` CPU,
-//! which sends it back (waking the sender, whose CPU idled meanwhile); each round trip is timed,
-//! then the sender sleeps `--gap-us` so that both CPUs go idle again. The two cases alternate, round by round, so that a change of the
-//! host's load hits both.
+//! which sends it back (waking the sender, whose CPU idled meanwhile); each round trip is
+//! timed, then the sender sleeps `--gap-us` so that both CPUs go idle again. The two cases
+//! alternate, round by round, so that a change of the host's load hits both.
 
 use std::{
     sync::{
