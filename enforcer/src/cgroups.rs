@@ -355,6 +355,15 @@ impl PoolFreezer {
             message: format!("thawing: {e}"),
         })
     }
+
+    /// Whether the kernel reports the pool thawed (not frozen, nor on its way there).
+    pub fn is_thawed(&self) -> Result<bool, CgroupError> {
+        let state = self.freezer().state().map_err(|e| CgroupError::Op {
+            path: self.pool.clone(),
+            message: format!("reading the freezer state: {e}"),
+        })?;
+        Ok(matches!(state, cgroups_rs::FreezerState::Thawed))
+    }
 }
 
 /// The top `reamer` group's directory in the cpu hierarchy, where it exists.
