@@ -1,8 +1,6 @@
 //! `enforcer check`: a preflight report of what the enforcer needs from this machine, each
 //! line saying what is missing and how to fix it. Exit status 1 if anything required is.
 
-use std::path::Path;
-
 use crate::{
     config::SensorClock,
     sensor::{btf::Btf, offsets},
@@ -157,47 +155,6 @@ fn mounts() -> Result<String, String> {
     ))
 }
 
-fn cgroups() -> Result<String, String> {
-    const CGROUP2_MAGIC: i64 = 0x6367_7270;
-    if fs_type("/sys/fs/cgroup") == Some(CGROUP2_MAGIC) {
-        let controllers = read("/sys/fs/cgroup/cgroup.controllers").unwrap_or_default();
-        let missing: Vec<&str> = ["cpu", "cpuset"]
-            .into_iter()
-            .filter(|c| !controllers.split(' ').any(|x| x == *c))
-            .collect();
-        return if missing.is_empty() {
-            Ok(format!("cgroup v2 (controllers: {controllers})"))
-        } else {
-            Err(format!(
-                "cgroup v2 without the {} controller(s)",
-                missing.join(", ")
-            ))
-        };
-    }
-    let missing: Vec<&str> = ["cpu", "cpuset", "freezer"]
-        .into_iter()
-        .filter(|c| !Path::new(&format!("/sys/fs/cgroup/{c}/cgroup.procs")).exists())
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "cgroup v1 without the {} hierarchy: mount it",
-            missing.join(", ")
-        ));
-    }
-    let idle = Path::new("/sys/fs/cgroup/cpu/cpu.idle").exists();
-    let hybrid = Path::new("/sys/fs/cgroup/unified").exists();
-    match idle {
-        true => Ok(format!(
-            "cgroup v1{} with cpu, cpuset, freezer; cpu.idle supported",
-            if hybrid { " (hybrid)" } else { "" }
-        )),
-        false => Err(
-            "cgroup v1 without cpu.idle (kernel 5.15+): offline pools cannot be made idle"
-                .to_owned(),
-        ),
-    }
-}
-
 /// NVML, the GPUs it sees, and whether the MPS control program is on PATH.
 fn gpu() -> Result<String, String> {
     let telemetry = crate::gpu::telemetry::GpuTelemetry::open()
@@ -223,7 +180,7 @@ pub fn run_checks() -> Vec<Item> {
         item("privileges", true, privileges()),
         item("program types", true, program_types()),
         item("mounts", true, mounts()),
-        item("cgroups", true, cgroups()),
+        item("cgroups", true, crate::cgroup_support::cgroup_support()),
         item("gpu", false, gpu()),
     ]
 }

@@ -83,13 +83,26 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     claim_socket_path(&socket_path, instance).await?;
     preflight::ensure_mounts()?;
     preflight::raise_memlock();
+    // Pools need cgroups: refuse before anything is loaded or pinned.
+    if !config.pool.is_empty() {
+        crate::cgroup_support::cgroup_support().map_err(|why| {
+            anyhow::anyhow!(
+                "the config's pools need cgroups this machine does not offer: {why} \
+                 (`enforcer check` lists every requirement)"
+            )
+        })?;
+    }
 
     let pin_dir = paths::pin_dir(instance);
     let mut sensor = Sensor::load(&pin_dir, sensor_settings(&config), config.sensor.clock)?;
     let ring = sensor
         .take_events()
         .context("event ring buffer already taken")?;
-    let mut enforcer = Enforcer::new(&config, instance, Some(decision_log))?;
+    // A daemon that cannot start leaves no pins behind: they would only be taken over by the
+    // next start, with nothing enforced in between.
+    let mut enforcer = Enforcer::new(&config, instance, Some(decision_log)).inspect_err(|_| {
+        sensor.unpin();
+    })?;
     if let Some(reserved) = sensor.take_reserved_cpus() {
         enforcer.set_reserved_map(reserved);
     }

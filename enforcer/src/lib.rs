@@ -1,6 +1,7 @@
 //! reamer's enforcer: the library behind the `enforcer` binary (loader, registry, control
 //! socket, daemon). The binary is a thin shell over it.
 
+pub mod cgroup_support;
 pub mod cgroups;
 pub mod check;
 pub mod config;

@@ -35,7 +35,7 @@ pub fn require_root() -> Result<(), PreflightError> {
 }
 
 /// The filesystem magic of `path`, if it can be statfs'd.
-fn fs_magic(path: &Path) -> Option<i64> {
+pub(crate) fn fs_magic(path: &Path) -> Option<i64> {
     let c_path = CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: zeroed statfs is a valid out-parameter; c_path is NUL-terminated.
     let mut stat: libc::statfs = unsafe { std::mem::zeroed() };

@@ -16,6 +16,11 @@ pub const REQUIRE_PRIVILEGED: &str = "REAMER_REQUIRE_PRIVILEGED";
 
 /// Whether privileged tests can run here; prints why not. Panics instead of returning false
 /// when REAMER_REQUIRE_PRIVILEGED=1.
+/// Where a daemon of `instance` pins its maps (the enforcer's `paths::pin_dir`).
+pub fn pin_dir_of(instance: &str) -> PathBuf {
+    PathBuf::from(format!("/sys/fs/bpf/reamer/v3/{instance}"))
+}
+
 pub fn privileged(test: &str) -> bool {
     let reason = if unsafe { libc::geteuid() } != 0 {
         Some("not root".to_owned())
@@ -105,7 +110,7 @@ impl Daemon {
     }
 
     pub fn pin_dir(&self) -> PathBuf {
-        PathBuf::from(format!("/sys/fs/bpf/reamer/v3/{}", self.instance))
+        pin_dir_of(&self.instance)
     }
 
     pub fn log(&self) -> String {

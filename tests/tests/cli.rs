@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-use reamer_tests::harness::{Daemon, enforcer_bin, privileged};
+use reamer_tests::harness::{Daemon, enforcer_bin, pin_dir_of, privileged};
 
 fn enforcer(args: &[&str]) -> Output {
     Command::new(enforcer_bin())
@@ -117,6 +117,56 @@ fn run_as_non_root_is_refused_clearly() {
         err.contains("must run as root") && err.contains("uid is 65534"),
         "{err}"
     );
+}
+
+/// Whether this host's cpu controller is bound to a cgroup v1 hierarchy (/proc/cgroups:
+/// subsys_name, hierarchy, ...; hierarchy 0 is cgroup2's), so that a cgroup2 mount lacks it.
+fn cpu_controller_on_v1() -> bool {
+    std::fs::read_to_string("/proc/cgroups")
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .any(|fields| fields.first() == Some(&"cpu") && fields.get(1).is_some_and(|h| *h != "0"))
+}
+
+#[test]
+fn pools_on_a_cgroup2_without_their_controllers_are_refused_before_anything_is_pinned() {
+    let test = "pools_on_a_cgroup2_without_their_controllers_are_refused_before_anything_is_pinned";
+    if !privileged(test) {
+        return;
+    }
+    if !cpu_controller_on_v1() {
+        eprintln!("SKIPPED {test}: the cpu controller is not on a cgroup v1 hierarchy here");
+        return;
+    }
+    // In a mount namespace of its own, the daemon sees cgroup2 at /sys/fs/cgroup, as on a
+    // v2 host, but one whose cpu and cpuset controllers this host's v1 hierarchies hold.
+    let instance = "cli-v2-bare";
+    let config = std::env::temp_dir().join("reamer-cli-v2-bare.toml");
+    std::fs::write(&config, "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n").unwrap();
+    let script = format!(
+        "mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && exec {} run \
+         --instance {instance} --config {}",
+        enforcer_bin().display(),
+        config.display()
+    );
+    let output = Command::new("unshare")
+        .args(["--mount", "sh", "-c", &script])
+        .output()
+        .expect("run unshare");
+    let err = stderr(&output);
+    assert!(!output.status.success(), "the daemon started: {err}");
+    assert!(
+        err.contains("pools need cgroups") && err.contains("without the cpu"),
+        "{err}"
+    );
+    assert!(err.contains("cgroup_no_v1=cpu"), "no fix named: {err}");
+    assert!(
+        !pin_dir_of(instance).exists(),
+        "a refused daemon left pins at {}",
+        pin_dir_of(instance).display()
+    );
+    std::fs::remove_file(&config).unwrap();
 }
 
 #[test]

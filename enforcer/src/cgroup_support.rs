@@ -1,0 +1,120 @@
+//! Whether this machine's cgroups can hold the inference pools: the controllers the enforcer
+//! writes (cpu, cpuset; the freezer on v1, where it is a controller of its own), in the mode
+//! the host runs, and how to get what is missing. `enforcer check` prints it, and the daemon
+//! refuses to start with pools it could not create, before it loads anything.
+
+use std::path::Path;
+
+use crate::preflight::fs_magic;
+
+/// statfs(2) magic of a cgroup2 mount (include/uapi/linux/magic.h).
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// What the pools have to work with, or what is missing and how to fix it.
+pub fn cgroup_support() -> Result<String, String> {
+    if fs_magic(Path::new(CGROUP_ROOT)) == Some(CGROUP2_SUPER_MAGIC) {
+        let controllers = read(&format!("{CGROUP_ROOT}/cgroup.controllers"));
+        let missing: Vec<&str> = ["cpu", "cpuset"]
+            .into_iter()
+            .filter(|c| !controllers.split(' ').any(|x| x == *c))
+            .collect();
+        if missing.is_empty() {
+            return Ok(format!("cgroup v2 (controllers: {controllers})"));
+        }
+        let proc_cgroups = read("/proc/cgroups");
+        let why: Vec<String> = missing
+            .iter()
+            .map(|c| why_missing_from_v2(c, &proc_cgroups))
+            .collect();
+        return Err(format!(
+            "cgroup v2 without the {} controller(s): {}",
+            missing.join(", "),
+            why.join("; ")
+        ));
+    }
+    let missing: Vec<&str> = ["cpu", "cpuset", "freezer"]
+        .into_iter()
+        .filter(|c| !Path::new(&format!("{CGROUP_ROOT}/{c}/cgroup.procs")).exists())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "cgroup v1 without the {} hierarchy: mount it",
+            missing.join(", ")
+        ));
+    }
+    let idle = Path::new(&format!("{CGROUP_ROOT}/cpu/cpu.idle")).exists();
+    let hybrid = Path::new(&format!("{CGROUP_ROOT}/unified")).exists();
+    match idle {
+        true => Ok(format!(
+            "cgroup v1{} with cpu, cpuset, freezer; cpu.idle supported",
+            if hybrid { " (hybrid)" } else { "" }
+        )),
+        false => Err(
+            "cgroup v1 without cpu.idle (kernel 5.15+): offline pools cannot be made idle"
+                .to_owned(),
+        ),
+    }
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Why `controller` is not offered at the cgroup2 root, from /proc/cgroups (columns:
+/// subsys_name, hierarchy, num_cgroups, enabled; hierarchy 0 is the cgroup2 one).
+fn why_missing_from_v2(controller: &str, proc_cgroups: &str) -> String {
+    let row = proc_cgroups
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|fields| fields.first() == Some(&controller));
+    match row.as_deref() {
+        Some([_, hierarchy, _, enabled, ..]) if *enabled == "0" => format!(
+            "{controller} is disabled at boot (hierarchy {hierarchy}): remove \
+             cgroup_disable={controller} from the kernel command line"
+        ),
+        Some([_, hierarchy, ..]) if *hierarchy != "0" => format!(
+            "{controller} is bound to cgroup v1 hierarchy {hierarchy}: run the enforcer with \
+             that v1 hierarchy as /sys/fs/cgroup/{controller}, or boot with \
+             cgroup_no_v1={controller} so that cgroup2 gets it"
+        ),
+        Some(_) => format!(
+            "{controller} is free but not offered at the root: check \
+             /sys/fs/cgroup/cgroup.controllers"
+        ),
+        None => format!(
+            "this kernel has no {controller} controller (CONFIG_CGROUP_SCHED, CONFIG_CPUSETS)"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This host's /proc/cgroups: hybrid, cpu and cpuset on v1 hierarchies.
+    const HYBRID: &str = "#subsys_name\thierarchy\tnum_cgroups\tenabled\n\
+                          cpuset\t3\t2\t1\ncpu\t1\t4\t1\nfreezer\t6\t2\t1\nhugetlb\t0\t2\t1\n";
+
+    #[test]
+    fn a_controller_bound_to_v1_says_which_hierarchy_and_how_to_free_it() {
+        let why = why_missing_from_v2("cpu", HYBRID);
+        assert!(why.contains("bound to cgroup v1 hierarchy 1"), "{why}");
+        assert!(why.contains("cgroup_no_v1=cpu"), "{why}");
+    }
+
+    #[test]
+    fn a_controller_disabled_at_boot_names_the_kernel_parameter() {
+        let why = why_missing_from_v2("cpuset", "#h\ncpuset\t0\t1\t0\n");
+        assert!(why.contains("cgroup_disable=cpuset"), "{why}");
+    }
+
+    #[test]
+    fn a_controller_the_kernel_lacks_names_the_config_options() {
+        let why = why_missing_from_v2("cpuset", "#h\ncpu\t0\t1\t1\n");
+        assert!(why.contains("no cpuset controller"), "{why}");
+    }
+}
