@@ -1,8 +1,11 @@
 //! `enforcer check`: a preflight report of what the enforcer needs from this machine, each
 //! line saying what is missing and how to fix it. Exit status 1 if anything required is.
 
+use std::path::Path;
+
 use crate::{
     config::SensorClock,
+    preflight::{BPF_FS_MAGIC, TRACEFS_MAGIC, fs_magic},
     sensor::{btf::Btf, offsets},
 };
 
@@ -131,16 +134,10 @@ fn program_types() -> Result<String, String> {
     Ok("the five tp_btf sensor programs pass the verifier (loaded, not attached)".to_owned())
 }
 
-fn fs_type(path: &str) -> Option<i64> {
-    let c_path = std::ffi::CString::new(path).ok()?;
-    // SAFETY: zeroed statfs is a valid out-parameter; the path is NUL-terminated.
-    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
-    (unsafe { libc::statfs(c_path.as_ptr(), &mut stat) } == 0).then_some(stat.f_type as i64)
-}
-
 fn mounts() -> Result<String, String> {
-    let bpffs = fs_type(crate::paths::BPFFS) == Some(0xcafe_4a11);
-    let tracefs = fs_type(crate::paths::TRACEFS) == Some(0x7472_6163);
+    let mounted = |path: &str, magic| fs_magic(Path::new(path)) == Some(magic);
+    let bpffs = mounted(crate::paths::BPFFS, BPF_FS_MAGIC);
+    let tracefs = mounted(crate::paths::TRACEFS, TRACEFS_MAGIC);
     let state = |m: bool| {
         if m {
             "mounted"

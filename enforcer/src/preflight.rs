@@ -5,8 +5,8 @@ use std::{ffi::CString, path::Path};
 use tracing::info;
 
 /// statfs(2) magic numbers (include/uapi/linux/magic.h).
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-const TRACEFS_MAGIC: i64 = 0x7472_6163;
+pub(crate) const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+pub(crate) const TRACEFS_MAGIC: i64 = 0x7472_6163;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PreflightError {
