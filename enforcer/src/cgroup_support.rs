@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::preflight::fs_magic;
+use crate::preflight::{fs_magic, read_trimmed};
 
 /// statfs(2) magic of a cgroup2 mount (include/uapi/linux/magic.h).
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
@@ -14,7 +14,8 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// What the pools have to work with, or what is missing and how to fix it.
 pub fn cgroup_support() -> Result<String, String> {
     if fs_magic(Path::new(CGROUP_ROOT)) == Some(CGROUP2_SUPER_MAGIC) {
-        let controllers = read(&format!("{CGROUP_ROOT}/cgroup.controllers"));
+        let controllers =
+            read_trimmed(&format!("{CGROUP_ROOT}/cgroup.controllers")).unwrap_or_default();
         let missing: Vec<&str> = ["cpu", "cpuset"]
             .into_iter()
             .filter(|c| !controllers.split(' ').any(|x| x == *c))
@@ -22,7 +23,7 @@ pub fn cgroup_support() -> Result<String, String> {
         if missing.is_empty() {
             return Ok(format!("cgroup v2 (controllers: {controllers})"));
         }
-        let proc_cgroups = read("/proc/cgroups");
+        let proc_cgroups = read_trimmed("/proc/cgroups").unwrap_or_default();
         let why: Vec<String> = missing
             .iter()
             .map(|c| why_missing_from_v2(c, &proc_cgroups))
@@ -55,12 +56,6 @@ pub fn cgroup_support() -> Result<String, String> {
                 .to_owned(),
         ),
     }
-}
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
 }
 
 /// Why `controller` is not offered at the cgroup2 root, from /proc/cgroups (columns:

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::{
     config::SensorClock,
-    preflight::{BPF_FS_MAGIC, TRACEFS_MAGIC, fs_magic},
+    preflight::{BPF_FS_MAGIC, TRACEFS_MAGIC, fs_magic, read_trimmed as read},
     sensor::{btf::Btf, offsets},
 };
 
@@ -33,12 +33,6 @@ fn item(name: &'static str, required: bool, result: Result<String, String>) -> I
             detail,
         },
     }
-}
-
-fn read(path: &str) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_owned())
 }
 
 /// Effective capability bits of this process.

@@ -34,6 +34,13 @@ pub fn require_root() -> Result<(), PreflightError> {
     }
 }
 
+/// A small kernel file's contents without surrounding whitespace, if it can be read.
+pub(crate) fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
 /// The filesystem magic of `path`, if it can be statfs'd.
 pub(crate) fn fs_magic(path: &Path) -> Option<i64> {
     let c_path = CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
