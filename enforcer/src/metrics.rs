@@ -317,11 +317,12 @@ pub async fn serve(listener: TcpListener, snapshot: impl Fn() -> Snapshot + Send
         };
         let snapshot = snapshot.clone();
         tokio::spawn(async move {
-            let mut request = vec![0u8; 2048];
-            let Ok(n) = stream.read(&mut request).await else {
+            let Ok(Some(request)) =
+                tokio::time::timeout(REQUEST_TIMEOUT, read_request_head(&mut stream)).await
+            else {
                 return;
             };
-            let request = String::from_utf8_lossy(&request[..n]);
+            let request = String::from_utf8_lossy(&request);
             let path = request.split_whitespace().nth(1).unwrap_or("");
             let (status, body) = if path == "/metrics" {
                 ("200 OK", render(&snapshot()))
@@ -340,6 +341,30 @@ pub async fn serve(listener: TcpListener, snapshot: impl Fn() -> Snapshot + Send
 }
 
 /// Binds the metrics address; on failure the daemon goes on without metrics, loudly.
+/// How long a client may take to send its request line and headers.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// The most of a request that is read: the request line and headers of a scraper fit.
+const MAX_REQUEST_HEAD: usize = 2048;
+
+/// The request line and headers, read up to the blank line that ends them (or
+/// `MAX_REQUEST_HEAD` bytes, or the client's end of stream). A client may send them in
+/// pieces: answering after the first read, as this once did, closed the connection under a
+/// client still writing its headers (a test's client on a busy host got a broken pipe). None
+/// when the connection fails or sends nothing.
+async fn read_request_head(stream: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut head = vec![0u8; MAX_REQUEST_HEAD];
+    let mut len = 0;
+    while len < head.len() && !head[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut head[len..]).await {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(_) => return None,
+        }
+    }
+    head.truncate(len);
+    (len > 0).then_some(head)
+}
+
 pub async fn bind(addr: SocketAddr) -> Option<TcpListener> {
     match TcpListener::bind(addr).await {
         Ok(listener) => Some(listener),
@@ -355,6 +380,26 @@ mod tests {
     use super::*;
     use crate::sensor::snapshot::JobTotals;
     use enforcer_common::histogram::{NR_BUCKETS, bucket_of};
+
+    #[tokio::test]
+    async fn a_request_head_sent_in_pieces_is_read_whole() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            stream
+                .write_all(b"GET /metrics HTTP/1.1\r\n")
+                .await
+                .unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            stream.write_all(b"Host: x\r\n\r\n").await.unwrap();
+            stream
+        });
+        let (mut server, _) = listener.accept().await.unwrap();
+        let head = read_request_head(&mut server).await.unwrap();
+        assert_eq!(head, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        drop(client.await.unwrap());
+    }
 
     #[test]
     fn renders_cumulative_histograms_and_counters() {
