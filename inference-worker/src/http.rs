@@ -178,7 +178,14 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
         metrics
             .arrived_items
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return overloaded(metrics, "too many requests are being read at once".into());
+        let mut response = overloaded(metrics, "too many requests are being read at once".into());
+        // The body stays unread, so the server closes the connection after this answer. Saying
+        // so keeps a client that pools connections from sending its next request into the
+        // closed socket (seen as "Peer disconnected" from ureq under a flood).
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
     };
     let bytes = match axum::body::to_bytes(body, state.body_limit).await {
         Ok(bytes) => bytes,
