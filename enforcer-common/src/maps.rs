@@ -70,12 +70,23 @@ pub mod globals {
     /// 1 when the three offsets above were found (the kernel has CONFIG_FAIR_GROUP_SCHED),
     /// 0 when the sensor falls back to `bpf_ktime_get_ns`.
     pub const RQ_CLOCK_READABLE: &str = "RQ_CLOCK_READABLE";
-    pub const ALL: [&str; 6] = [
+    /// `task_struct.sched_info.last_queued` and `.run_delay`: the scheduler's own record of
+    /// when the task was queued and of its total run-queue wait (CONFIG_SCHED_INFO).
+    pub const TASK_LAST_QUEUED_OFFSET: &str = "TASK_LAST_QUEUED_OFFSET";
+    pub const TASK_RUN_DELAY_OFFSET: &str = "TASK_RUN_DELAY_OFFSET";
+    /// 1 when waits are read from `sched_info` (its fields exist and the sensor's clock is
+    /// the run queue's, the clock they are kept in), 0 when the programs stamp wait starts
+    /// themselves.
+    pub const WAITS_FROM_SCHED_INFO: &str = "WAITS_FROM_SCHED_INFO";
+    pub const ALL: [&str; 9] = [
         TASK_PID_OFFSET,
         TASK_CPU_OFFSET,
         TASK_CFS_RQ_OFFSET,
         CFS_RQ_RQ_OFFSET,
         RQ_CLOCK_OFFSET,
         RQ_CLOCK_READABLE,
+        TASK_LAST_QUEUED_OFFSET,
+        TASK_RUN_DELAY_OFFSET,
+        WAITS_FROM_SCHED_INFO,
     ];
 }

@@ -36,9 +36,15 @@ pub struct ThreadState {
 /// progress.
 ///
 /// `generation` is the `classify_gen` the class was copied at; 0 (a new entry) or any older
-/// value makes the programs copy it again. `runnable_since_ns` is the sensor clock's time (the
-/// run queue's clock, or CLOCK_MONOTONIC by configuration: docs/sensor.md) at which a training
-/// thread became runnable (woken or preempted), or 0 while it runs or sleeps.
+/// value makes the programs copy it again.
+///
+/// Where waits come from the scheduler's `sched_info` (the default, docs/sensor.md "Waits"),
+/// `run_delay_seen_ns` is the kernel's `run_delay` total as of the thread's last switch-in,
+/// with [`RUN_DELAY_SEEN`] set, or 0 before the first one under its current class. Otherwise
+/// `runnable_since_ns` is the sensor clock's time (CLOCK_MONOTONIC, by configuration or for
+/// want of the run queue's) at which a training thread became runnable (woken or preempted),
+/// or 0 while it runs or sleeps.
+///
 /// `report_ran_since_ns` is non-zero when the thread was reported queued behind inference at
 /// that CLOCK_MONOTONIC time: its next switch-in adds the time since the report to its job's
 /// `report_to_ran_hist`.
@@ -50,7 +56,12 @@ pub struct TaskCache {
     pub group: u32,
     pub runnable_since_ns: u64,
     pub report_ran_since_ns: u64,
+    pub run_delay_seen_ns: u64,
 }
+
+/// Marks `TaskCache::run_delay_seen_ns` as a value, so that a total of 0 (a thread that never
+/// waited) is not taken for "nothing seen yet". A run delay reaches bit 63 after 292 years.
+pub const RUN_DELAY_SEEN: u64 = 1 << 63;
 
 /// Per training job, per CPU (the CPU on which each quantity was observed).
 ///
@@ -192,7 +203,7 @@ pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
 ];
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 8);
-const _: () = assert!(core::mem::size_of::<TaskCache>() == 32);
+const _: () = assert!(core::mem::size_of::<TaskCache>() == 40);
 const _: () = assert!(core::mem::size_of::<JobStats>() == 64 + 16 * NR_BUCKETS);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 32 + 8 * NR_CLASSES);
 const _: () = assert!(core::mem::size_of::<Settings>() == 16);

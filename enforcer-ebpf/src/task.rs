@@ -23,6 +23,21 @@ static CFS_RQ_RQ_OFFSET: u32 = 0;
 static RQ_CLOCK_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static RQ_CLOCK_READABLE: u32 = 0;
+/// `task_struct.sched_info.last_queued` and `.run_delay`, read when WAITS_FROM_SCHED_INFO is
+/// 1 (CONFIG_SCHED_INFO, and the run queue's clock, which they are kept in).
+#[unsafe(no_mangle)]
+static TASK_LAST_QUEUED_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_RUN_DELAY_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static WAITS_FROM_SCHED_INFO: u32 = 0;
+
+/// Whether run-queue waits are read from the scheduler's `sched_info` instead of stamped by
+/// the programs. A constant to the verifier (frozen .rodata): the other branch is dead code.
+#[inline(always)]
+pub fn waits_from_sched_info() -> bool {
+    global(&WAITS_FROM_SCHED_INFO) != 0
+}
 
 #[inline(always)]
 fn global(value: &'static u32) -> usize {
@@ -90,6 +105,24 @@ impl Task {
             let rq = read_at::<*const u8>(cfs_rq, global(&CFS_RQ_RQ_OFFSET));
             read_at::<u64>(rq, global(&RQ_CLOCK_OFFSET))
         }
+    }
+
+    /// `sched_info.last_queued`: the run queue's clock when the task was queued on the run
+    /// queue that holds it, 0 while it is not queued. The scheduler keeps it (`sched_info_enqueue`,
+    /// and `sched_info_depart` for a task switched out still runnable) and clears it when the
+    /// task arrives on a CPU, after the sched_switch tracepoint.
+    #[inline(always)]
+    pub fn last_queued(self) -> u64 {
+        // SAFETY: as in `read_u32`.
+        unsafe { read_at::<u64>(self.0, global(&TASK_LAST_QUEUED_OFFSET)) }
+    }
+
+    /// `sched_info.run_delay`: the task's total run-queue wait so far, to which the scheduler
+    /// adds each completed piece of a wait (at arrival, or at a migration while queued).
+    #[inline(always)]
+    pub fn run_delay(self) -> u64 {
+        // SAFETY: as in `read_u32`.
+        unsafe { read_at::<u64>(self.0, global(&TASK_RUN_DELAY_OFFSET)) }
     }
 
     /// The CPU whose run queue holds the task.

@@ -60,6 +60,15 @@ pub fn resolve(btf: &Btf, clock: SensorClock) -> Result<Vec<(&'static str, u32)>
         Some(offsets) => (1, offsets),
         None => (0, [0; 3]),
     };
+    // sched_info keeps its times in the run queue's clock: usable only alongside it.
+    let sched_info_offsets = match rq_clock_readable {
+        1 => sched_info_fields(btf).ok(),
+        _ => None,
+    };
+    let (waits_from_sched_info, [last_queued, run_delay]) = match sched_info_offsets {
+        Some(offsets) => (1, offsets),
+        None => (0, [0; 2]),
+    };
     Ok(vec![
         (globals::TASK_PID_OFFSET, pid),
         (globals::TASK_CPU_OFFSET, cpu),
@@ -67,6 +76,18 @@ pub fn resolve(btf: &Btf, clock: SensorClock) -> Result<Vec<(&'static str, u32)>
         (globals::CFS_RQ_RQ_OFFSET, cfs_rq_rq),
         (globals::RQ_CLOCK_OFFSET, rq_clock),
         (globals::RQ_CLOCK_READABLE, rq_clock_readable),
+        (globals::TASK_LAST_QUEUED_OFFSET, last_queued),
+        (globals::TASK_RUN_DELAY_OFFSET, run_delay),
+        (globals::WAITS_FROM_SCHED_INFO, waits_from_sched_info),
+    ])
+}
+
+/// The offsets of `task_struct.sched_info.last_queued` and `.run_delay`, which exist only with
+/// CONFIG_SCHED_INFO (selected by SCHEDSTATS and TASK_DELAY_ACCT, which distributions enable).
+fn sched_info_fields(btf: &Btf) -> Result<[u32; 2], BtfError> {
+    Ok([
+        btf.member_offset("task_struct", &["sched_info", "last_queued"])?,
+        btf.member_offset("task_struct", &["sched_info", "run_delay"])?,
     ])
 }
 
@@ -93,13 +114,24 @@ fn rq_clock_path(btf: &Btf) -> Result<[u32; 3], BtfError> {
     ])
 }
 
-/// Which clock the sensor's per-switch timestamps come from, for logs and `enforcer check`.
+/// Whether the global `name` was resolved to `value`.
+fn is_set(values: &[(&str, u32)], name: &str, value: u32) -> bool {
+    values.iter().any(|&(n, v)| n == name && v == value)
+}
+
+/// Which clock the sensor's per-switch timestamps come from, and where its waits start, for
+/// logs and `enforcer check`.
 pub fn clock_in_use(values: &[(&str, u32)], asked: SensorClock) -> &'static str {
-    let readable = values
-        .iter()
-        .any(|&(name, value)| name == globals::RQ_CLOCK_READABLE && value == 1);
+    let readable = is_set(values, globals::RQ_CLOCK_READABLE, 1);
+    let sched_info = is_set(values, globals::WAITS_FROM_SCHED_INFO, 1);
     match (readable, asked) {
-        (true, _) => "run-queue (rq->clock)",
+        (true, _) if sched_info => {
+            "run-queue (rq->clock); waits start at the scheduler's own sched_info.last_queued"
+        }
+        (true, _) => {
+            "run-queue (rq->clock); waits start at the sensor's own stamps: the kernel's BTF has \
+             no task_struct.sched_info (CONFIG_SCHED_INFO is off)"
+        }
         (false, SensorClock::Monotonic) => "monotonic (bpf_ktime_get_ns), as configured",
         (false, SensorClock::RunQueue) => {
             "monotonic (bpf_ktime_get_ns): the kernel's BTF has no task_struct.se.cfs_rq->rq \
@@ -125,13 +157,19 @@ mod tests {
             rq_clock_path(&btf).is_ok(),
             "this kernel has FAIR_GROUP_SCHED"
         );
+        assert!(
+            sched_info_fields(&btf).is_ok(),
+            "this kernel has SCHED_INFO (its /proc/PID/schedstat is what the tests compare with)"
+        );
         let asked = SensorClock::RunQueue;
-        assert_eq!(clock_in_use(&values, asked), "run-queue (rq->clock)");
+        assert_eq!(
+            clock_in_use(&values, asked),
+            "run-queue (rq->clock); waits start at the scheduler's own sched_info.last_queued"
+        );
 
+        // The monotonic clock cannot be compared with sched_info's times: own stamps then.
         let values = resolve(&btf, SensorClock::Monotonic).expect("the sensor's fields exist");
-        let readable = values
-            .iter()
-            .find(|(n, _)| *n == globals::RQ_CLOCK_READABLE);
-        assert_eq!(readable, Some(&(globals::RQ_CLOCK_READABLE, 0)));
+        assert!(is_set(&values, globals::RQ_CLOCK_READABLE, 0));
+        assert!(is_set(&values, globals::WAITS_FROM_SCHED_INFO, 0));
     }
 }
