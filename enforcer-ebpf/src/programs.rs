@@ -223,8 +223,7 @@ fn on_switch(switch: &Switch) {
 
     // A preempted training thread: its wait starts now. The scheduler notes that in its
     // sched_info, so the thread is looked up only to stamp the start where waits do not come
-    // from there, or to report it behind inference. Skipping that lookup took about 16 ns off
-    // the average switch of a training ping-pong here, where most switches preempt.
+    // from there, or to report it behind inference.
     let prev_preempted = prev_training && switch.prev_stays_runnable;
     let mut prev_waiting =
         match prev_preempted && (!task::waits_from_sched_info() || is_inference(next_class)) {
