@@ -174,7 +174,7 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return response;
     }
-    let Ok(_reading) = state.bodies.try_acquire() else {
+    let Ok(reading) = state.bodies.try_acquire() else {
         metrics
             .arrived_items
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -205,6 +205,11 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
         Err(message) => return bad(StatusCode::BAD_REQUEST, message),
     };
     drop(bytes);
+    // The body is read and parsed: its slot goes to the next request. Held until the answer,
+    // slots ran out under a backlog and turned requests away before their items were counted,
+    // so the worker saw about half the rate offered and sized its pool for that. The queue's
+    // own bound (429 beyond) keeps the parsed inputs in check.
+    drop(reading);
     metrics
         .arrived_items
         .fetch_add(request.items as u64, std::sync::atomic::Ordering::Relaxed);
