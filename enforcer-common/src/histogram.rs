@@ -21,12 +21,15 @@ pub fn bucket_of(ns: u64) -> usize {
     if ns < SUB_BUCKETS {
         return ns as usize;
     }
-    let exponent = highest_set_bit(ns);
-    if exponent > MAX_EXPONENT {
+    // The highest set bit of `ns` less SUB_BUCKET_BITS, found without a subtraction: every
+    // step of this function then has bounds the eBPF verifier can follow, and the caller
+    // needs no bounds check of its own (a check it could not drop cost a store and a load).
+    let above_sub = highest_set_bit(ns >> SUB_BUCKET_BITS);
+    if above_sub > MAX_EXPONENT - SUB_BUCKET_BITS {
         return NR_BUCKETS - 1;
     }
-    let sub = (ns >> (exponent - SUB_BUCKET_BITS)) & (SUB_BUCKETS - 1);
-    (((exponent - SUB_BUCKET_BITS + 1) as usize) << SUB_BUCKET_BITS) + sub as usize
+    let sub = (ns >> above_sub) & (SUB_BUCKETS - 1);
+    (((above_sub + 1) as usize) << SUB_BUCKET_BITS) + sub as usize
 }
 
 /// The index of the highest set bit of `x` (0 for 0), as six halving steps. BPF has no
