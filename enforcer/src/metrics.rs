@@ -340,7 +340,6 @@ pub async fn serve(listener: TcpListener, snapshot: impl Fn() -> Snapshot + Send
     }
 }
 
-/// Binds the metrics address; on failure the daemon goes on without metrics, loudly.
 /// How long a client may take to send its request line and headers.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The most of a request that is read: the request line and headers of a scraper fit.
@@ -365,6 +364,7 @@ async fn read_request_head(stream: &mut tokio::net::TcpStream) -> Option<Vec<u8>
     (len > 0).then_some(head)
 }
 
+/// Binds the metrics address; on failure the daemon goes on without metrics, loudly.
 pub async fn bind(addr: SocketAddr) -> Option<TcpListener> {
     match TcpListener::bind(addr).await {
         Ok(listener) => Some(listener),
