@@ -1,7 +1,8 @@
 //! Whether this machine's cgroups can hold the inference pools: the controllers the enforcer
 //! writes (cpu, cpuset; the freezer on v1, where it is a controller of its own), in the mode
-//! the host runs, and how to get what is missing. `enforcer check` prints it, and the daemon
-//! refuses to start with pools it could not create, before it loads anything.
+//! the host runs, whether this process may create groups in them, and how to get what is
+//! missing. `enforcer check` prints it, and the daemon refuses to start with pools it could
+//! not create, before it loads anything.
 
 use std::path::Path;
 
@@ -21,6 +22,7 @@ pub fn cgroup_support() -> Result<String, String> {
             .filter(|c| !controllers.split(' ').any(|x| x == *c))
             .collect();
         if missing.is_empty() {
+            require_writable(&[CGROUP_ROOT])?;
             return Ok(format!("cgroup v2 (controllers: {controllers})"));
         }
         let proc_cgroups = read_trimmed("/proc/cgroups").unwrap_or_default();
@@ -44,6 +46,8 @@ pub fn cgroup_support() -> Result<String, String> {
             missing.join(", ")
         ));
     }
+    let roots = ["cpu", "cpuset", "freezer"].map(|c| format!("{CGROUP_ROOT}/{c}"));
+    require_writable(&roots.each_ref().map(String::as_str))?;
     let idle = Path::new(&format!("{CGROUP_ROOT}/cpu/cpu.idle")).exists();
     let hybrid = Path::new(&format!("{CGROUP_ROOT}/unified")).exists();
     match idle {
@@ -56,6 +60,32 @@ pub fn cgroup_support() -> Result<String, String> {
                 .to_owned(),
         ),
     }
+}
+
+/// The daemon creates its groups at the top of each hierarchy it writes. Root alone may not be
+/// enough: where a cgroup v1 hierarchy's root is a read-only directory (mode 555, as on the
+/// development VM), only CAP_DAC_OVERRIDE lets root create a directory there, and a service
+/// with a reduced capability set would otherwise fail at its first pool instead of here.
+fn require_writable(roots: &[&str]) -> Result<(), String> {
+    let denied: Vec<&str> = roots.iter().copied().filter(|r| !writable(r)).collect();
+    if denied.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "this process cannot create groups in {}: run it as root with CAP_DAC_OVERRIDE \
+         (deploy/enforcer.service grants it)",
+        denied.join(", ")
+    ))
+}
+
+/// Whether this process, with its effective ids and capabilities, may write in `dir`.
+fn writable(dir: &str) -> bool {
+    let Ok(path) = std::ffi::CString::new(dir) else {
+        return false;
+    };
+    // SAFETY: a valid C string; AT_EACCESS checks with the effective credentials, as mkdir(2)
+    // will.
+    unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0 }
 }
 
 /// Why `controller` is not offered at the cgroup2 root, from /proc/cgroups (columns:

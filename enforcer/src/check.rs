@@ -97,6 +97,35 @@ fn privileges() -> Result<String, String> {
     }
 }
 
+/// Capabilities the daemon runs without, at a cost: each missing one is named with what it
+/// costs.
+fn optional_capabilities() -> Result<String, String> {
+    // CAP_KILL 5, CAP_SYS_NICE 23.
+    let caps = effective_caps();
+    let missing: Vec<&str> = [
+        (
+            23,
+            "CAP_SYS_NICE (the event thread stays SCHED_OTHER: reactions may wait behind busy \
+             CPUs)",
+        ),
+        (
+            5,
+            "CAP_KILL (GPU eviction cannot signal inference processes of other users)",
+        ),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| caps & (1 << bit) == 0)
+    .map(|(_, what)| what)
+    .collect();
+    match missing.is_empty() {
+        true => Ok("CAP_SYS_NICE, CAP_KILL".to_owned()),
+        false => Err(format!(
+            "without {}: grant them (deploy/enforcer.service does)",
+            missing.join(", ")
+        )),
+    }
+}
+
 fn program_types() -> Result<String, String> {
     let object = crate::sensor::object::object()
         .ok_or("this binary was built without the eBPF object (AYA_BUILD_SKIP): rebuild it")?;
@@ -169,6 +198,7 @@ pub fn run_checks() -> Vec<Item> {
         item("kernel", true, kernel()),
         item("btf", true, btf()),
         item("privileges", true, privileges()),
+        item("capabilities", false, optional_capabilities()),
         item("program types", true, program_types()),
         item("mounts", true, mounts()),
         item("cgroups", true, crate::cgroup_support::cgroup_support()),

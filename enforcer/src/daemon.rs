@@ -87,7 +87,7 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     if !config.pool.is_empty() {
         crate::cgroup_support::cgroup_support().map_err(|why| {
             anyhow::anyhow!(
-                "the config's pools need cgroups this machine does not offer: {why} \
+                "the config's pools need cgroups this process cannot have here: {why} \
                  (`enforcer check` lists every requirement)"
             )
         })?;

@@ -78,12 +78,19 @@ impl Daemon {
 
     /// Like `start`, with the enforcer binary at `enforcer`.
     pub fn start_bin(enforcer: &std::path::Path, instance: &str, config: &str) -> Self {
+        Self::start_command(Command::new(enforcer), instance, config)
+    }
+
+    /// Like `start`, with `command` (the enforcer binary, and whatever the test set up for the
+    /// process, such as a reduced capability set) given `run` and its arguments.
+    pub fn start_command(mut command: Command, instance: &str, config: &str) -> Self {
+        let enforcer = PathBuf::from(command.get_program());
         let dir = std::env::temp_dir();
         let config_path = dir.join(format!("reamer-test-{instance}.toml"));
         std::fs::write(&config_path, config).expect("write config");
         let log = dir.join(format!("reamer-test-{instance}.log"));
         let log_file = std::fs::File::create(&log).expect("create log");
-        let child = Command::new(enforcer)
+        let child = command
             .args(["run", "--instance", instance, "--config"])
             .arg(&config_path)
             .stdout(log_file.try_clone().expect("dup log"))
@@ -92,7 +99,7 @@ impl Daemon {
             .expect("spawn enforcer run");
         let mut daemon = Self {
             instance: instance.to_owned(),
-            enforcer: enforcer.to_owned(),
+            enforcer,
             child: Some(child),
             log,
         };

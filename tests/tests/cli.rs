@@ -238,6 +238,7 @@ fn check_reports_every_requirement_and_fails_without_privilege() {
         "kernel",
         "btf",
         "privileges",
+        "capabilities",
         "program types",
         "mounts",
         "cgroups",

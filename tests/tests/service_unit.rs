@@ -1,0 +1,145 @@
+//! The systemd unit in deploy/ runs the daemon as root with a reduced capability set. This runs
+//! it with exactly that set, read from the unit file, on this kernel: the preflight passes, a
+//! pool's cgroups are created and filled, the event thread is real-time, and it stops cleanly.
+//! (The set the unit first shipped failed here on the first pool: this host's cgroup v1
+//! hierarchy roots are read-only directories, mode 555, even to root without
+//! CAP_DAC_OVERRIDE.)
+
+use std::{
+    os::unix::process::CommandExt as _,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use reamer_tests::harness::{Daemon, enforcer_bin, privileged};
+
+/// Numbers of the capabilities the unit may name (include/uapi/linux/capability.h).
+const CAPABILITY_NUMBERS: [(&str, u32); 7] = [
+    ("CAP_DAC_OVERRIDE", 1),
+    ("CAP_KILL", 5),
+    ("CAP_SYS_ADMIN", 21),
+    ("CAP_SYS_NICE", 23),
+    ("CAP_SYS_RESOURCE", 24),
+    ("CAP_PERFMON", 38),
+    ("CAP_BPF", 39),
+];
+
+/// The unit's `CapabilityBoundingSet`, as capability numbers.
+fn unit_capabilities() -> Vec<u32> {
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/enforcer.service");
+    let text = std::fs::read_to_string(&unit)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", unit.display()));
+    let names = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .unwrap_or_else(|| panic!("{} has no CapabilityBoundingSet", unit.display()));
+    names
+        .split_whitespace()
+        .map(|name| {
+            CAPABILITY_NUMBERS
+                .iter()
+                .find(|(known, _)| *known == name)
+                .unwrap_or_else(|| panic!("the unit grants {name}: add its number here"))
+                .1
+        })
+        .collect()
+}
+
+/// The enforcer binary, to be run with only `keep` in its capability bounding set. Root's
+/// capabilities after exec are its bounding set (the inheritable set is empty), which is
+/// what systemd's CapabilityBoundingSet makes of a service running as root.
+fn enforcer_with_only(keep: &[u32]) -> Command {
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .expect("cap_last_cap")
+        .trim()
+        .parse()
+        .expect("a number");
+    let drop: Vec<u32> = (0..=last).filter(|cap| !keep.contains(cap)).collect();
+    let mut command = Command::new(enforcer_bin());
+    // SAFETY: prctl is async-signal-safe, and the closure allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            for &cap in &drop {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
+/// The thread of process `pid` named `name`.
+fn thread_named(pid: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .find(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .and_then(|task| task.file_name().to_str()?.parse().ok())
+}
+
+#[test]
+fn the_service_units_capabilities_are_all_the_daemon_needs() {
+    if !privileged("the_service_units_capabilities_are_all_the_daemon_needs") {
+        return;
+    }
+    let capabilities = unit_capabilities();
+
+    let check = enforcer_with_only(&capabilities)
+        .arg("check")
+        .output()
+        .expect("run enforcer check");
+    let report = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert!(
+        check.status.success() && !report.contains("MISSING"),
+        "enforcer check with the unit's capabilities:\n{report}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("ok      capabilities")),
+        "{report}"
+    );
+
+    let instance = "svc-caps";
+    let daemon = Daemon::start_command(
+        enforcer_with_only(&capabilities),
+        instance,
+        "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
+         [[pool]]\nname = \"serve\"\nkind = \"online\"\nmin_cores = 1\n",
+    );
+    let events = thread_named(daemon.pid(), "reamer-events").expect("an event thread");
+    // SAFETY: no preconditions; a thread id of a live process.
+    let policy = unsafe { libc::sched_getscheduler(events as i32) };
+    assert_eq!(policy, libc::SCHED_FIFO, "the event thread's policy");
+
+    let mut member = daemon.launch("--pool", "batch", "/bin/sleep", &["30"]);
+    let pool_dir = format!("/reamer/{instance}/batch");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let in_pool = loop {
+        let cgroups =
+            std::fs::read_to_string(format!("/proc/{}/cgroup", member.id())).unwrap_or_default();
+        if cgroups.lines().any(|l| l.ends_with(&pool_dir)) {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = member.kill();
+    let _ = member.wait();
+    let log = daemon.stop();
+    assert!(
+        in_pool,
+        "the launched process never reached {pool_dir}:\n{log}"
+    );
+    for trouble in ["Permission denied", "stays SCHED_OTHER", "ERROR"] {
+        assert!(!log.contains(trouble), "{trouble:?} in the log:\n{log}");
+    }
+}
