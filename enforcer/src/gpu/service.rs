@@ -346,8 +346,7 @@ impl Inner {
         match state.evicted.get(&eviction.pid) {
             None => {
                 warn!("{}", eviction.message);
-                // SAFETY: plain signal to a pid the registry places in a GPU pool.
-                unsafe { libc::kill(eviction.pid as i32, libc::SIGTERM) };
+                signal(eviction.pid, libc::SIGTERM);
                 state.evicted.insert(eviction.pid, Instant::now());
                 state.evictions += 1;
             }
@@ -356,8 +355,7 @@ impl Inner {
                     pid = eviction.pid,
                     "still holding GPU memory after SIGTERM: SIGKILL"
                 );
-                // SAFETY: as above.
-                unsafe { libc::kill(eviction.pid as i32, libc::SIGKILL) };
+                signal(eviction.pid, libc::SIGKILL);
             }
             Some(_) => {}
         }
@@ -504,4 +502,22 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
             std::thread::sleep((until - Instant::now()).min(Duration::from_millis(50)));
         }
     }
+}
+
+/// Sends `signal` to an evicted process; a refusal is logged, not silent: another user's
+/// process needs CAP_KILL, which `enforcer check` notes when it is missing.
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: plain signal to a pid the registry places in a GPU pool.
+    if unsafe { libc::kill(pid as i32, signal) } == 0 {
+        return;
+    }
+    let err = std::io::Error::last_os_error();
+    // Gone already: nothing left to evict.
+    if err.raw_os_error() == Some(libc::ESRCH) {
+        return;
+    }
+    warn!(
+        pid,
+        signal, "cannot evict: {err} (another user's process needs CAP_KILL)"
+    );
 }
