@@ -111,6 +111,14 @@ impl Default for JobStats {
 
 /// One CPU's view of what it runs, indexed by CPU number. Only that CPU writes it; other CPUs
 /// read `current_class` to tell whether a training thread is being enqueued behind inference.
+///
+/// Padded to 128 bytes so that no two CPUs write the same cache line. An array map's values
+/// lie back to back from `bpf_array.value`, which is only 8-byte aligned (on the development
+/// kernel 312 bytes into the map's page-aligned memory, 56 bytes into a cache line). At 72
+/// bytes a slot, most neighbouring CPUs shared a line: mapped onto such a pair, the two CPUs
+/// of the development VM paid 38 to 82 ns more per event, both switching (docs/sensor.md, "One
+/// cache line per CPU"). At a 128-byte stride the 72 bytes in use, starting at most 56 bytes into a line,
+/// end in the next one, and the rest of the slot is padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuState {
@@ -127,6 +135,8 @@ pub struct CpuState {
     pub _pad: u32,
     /// Time spent running each class, indexed by `CLASS_*`.
     pub class_ns: [u64; NR_CLASSES],
+    /// Never written: keeps the next CPU's slot off this one's cache lines.
+    pub _line_pad: [u64; 7],
 }
 
 /// Runtime knobs, in the single entry of the `settings` array.
@@ -205,7 +215,9 @@ pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 8);
 const _: () = assert!(core::mem::size_of::<TaskCache>() == 40);
 const _: () = assert!(core::mem::size_of::<JobStats>() == 64 + 16 * NR_BUCKETS);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 32 + 8 * NR_CLASSES);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 128);
+// The fields in use fit in two cache lines from any 8-byte-aligned start (see `CpuState`).
+const _: () = assert!(core::mem::offset_of!(CpuState, _line_pad) <= 128 - 56);
 const _: () = assert!(core::mem::size_of::<Settings>() == 16);
 const _: () = assert!(core::mem::size_of::<SensorEvent>() == 40);
 

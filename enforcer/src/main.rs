@@ -30,7 +30,7 @@ struct Cli {
 
 #[derive(Args, Clone)]
 struct InstanceArg {
-    /// Which daemon: each instance has its own pins (/sys/fs/bpf/reamer/v3/INSTANCE) and
+    /// Which daemon: each instance has its own pins (/sys/fs/bpf/reamer/v4/INSTANCE) and
     /// control socket (/run/reamer/INSTANCE.sock).
     #[arg(long, default_value = DEFAULT_INSTANCE, value_parser = parse_instance)]
     instance: String,

@@ -11,8 +11,9 @@ pub const PIN_ROOT: &str = "/sys/fs/bpf/reamer";
 /// Layout version of the pinned maps: bumped whenever a shared type changes size or meaning,
 /// so that a new daemon never reads an old daemon's maps as its own. v2: `ThreadState` gained
 /// `report_ran_since_ns`. v3: `ThreadState` keeps only class and group (the wait in progress
-/// moved to the unpinned `task_cache`), and `counters` gained `task_cache_missing`.
-pub const PIN_LAYOUT: &str = "v3";
+/// moved to the unpinned `task_cache`), and `counters` gained `task_cache_missing`. v4:
+/// `CpuState` padded to 128 bytes, a cache line pair of its own per CPU.
+pub const PIN_LAYOUT: &str = "v4";
 /// Runtime directory for control sockets.
 pub const RUN_DIR: &str = "/run/reamer";
 /// Config file read by `enforcer run` when `--config` is not given (optional).
@@ -21,7 +22,7 @@ pub const DEFAULT_CONFIG: &str = "/etc/reamer/enforcer.toml";
 /// of their own beside the node's.
 pub const DEFAULT_INSTANCE: &str = "default";
 
-/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v3/<instance>`.
+/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v4/<instance>`.
 pub fn pin_dir(instance: &str) -> PathBuf {
     PathBuf::from(PIN_ROOT).join(PIN_LAYOUT).join(instance)
 }

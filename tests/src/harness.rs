@@ -18,7 +18,7 @@ pub const REQUIRE_PRIVILEGED: &str = "REAMER_REQUIRE_PRIVILEGED";
 /// when REAMER_REQUIRE_PRIVILEGED=1.
 /// Where a daemon of `instance` pins its maps (the enforcer's `paths::pin_dir`).
 pub fn pin_dir_of(instance: &str) -> PathBuf {
-    PathBuf::from(format!("/sys/fs/bpf/reamer/v3/{instance}"))
+    PathBuf::from(format!("/sys/fs/bpf/reamer/v4/{instance}"))
 }
 
 pub fn privileged(test: &str) -> bool {
