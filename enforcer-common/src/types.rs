@@ -117,8 +117,8 @@ impl Default for JobStats {
 /// kernel 312 bytes into the map's page-aligned memory, 56 bytes into a cache line). At 72
 /// bytes a slot, most neighbouring CPUs shared a line: mapped onto such a pair, the two CPUs
 /// of the development VM paid 38 to 82 ns more per event, both switching (docs/sensor.md, "One
-/// cache line per CPU"). At a 128-byte stride the 72 bytes in use, starting at most 56 bytes into a line,
-/// end in the next one, and the rest of the slot is padding.
+/// cache line per CPU"). At a 128-byte stride the 72 bytes in use, starting at most 56 bytes
+/// into a line, end in the next one, and the rest of the slot is padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuState {

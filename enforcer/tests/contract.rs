@@ -1,6 +1,6 @@
 //! The contract between the compiled eBPF object and userspace, checked without privilege:
 //! program names, map names (the kernel keeps 15 characters), map shapes and value sizes
-//! against the shared `#[repr(C)]` types.
+//! against the shared `#[repr(C)]` types, and where the maps are pinned.
 
 use std::mem::size_of;
 
@@ -142,4 +142,14 @@ fn task_cache_is_task_storage_of_the_shared_type() {
     assert_eq!(map.key_size() as usize, size_of::<i32>());
     assert_eq!(map.value_size() as usize, size_of::<TaskCache>());
     assert!(maps::TASK_CACHE.len() <= KERNEL_NAME_MAX);
+}
+
+/// The privileged tests look for a daemon's pins where the daemon puts them: the layout version
+/// is spelled twice (the tests crate cannot depend on the enforcer), and a bump must change both.
+#[test]
+fn the_test_harness_finds_pins_where_the_daemon_puts_them() {
+    assert_eq!(
+        reamer_tests::harness::pin_dir_of("contract"),
+        enforcer::paths::pin_dir("contract")
+    );
 }

@@ -14,13 +14,13 @@ use serde_json::Value;
 /// Set to 1 to make a privileged test that cannot run fail instead of skipping.
 pub const REQUIRE_PRIVILEGED: &str = "REAMER_REQUIRE_PRIVILEGED";
 
-/// Whether privileged tests can run here; prints why not. Panics instead of returning false
-/// when REAMER_REQUIRE_PRIVILEGED=1.
 /// Where a daemon of `instance` pins its maps (the enforcer's `paths::pin_dir`).
 pub fn pin_dir_of(instance: &str) -> PathBuf {
     PathBuf::from(format!("/sys/fs/bpf/reamer/v4/{instance}"))
 }
 
+/// Whether privileged tests can run here; prints why not. Panics instead of returning false
+/// when REAMER_REQUIRE_PRIVILEGED=1.
 pub fn privileged(test: &str) -> bool {
     let reason = if unsafe { libc::geteuid() } != 0 {
         Some("not root".to_owned())

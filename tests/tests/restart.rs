@@ -5,8 +5,8 @@ use std::{path::PathBuf, process::Command, time::Duration};
 
 use reamer_tests::{
     harness::{
-        Daemon, bpftool, cgroup_of, eventually, job, pool_in, privileged, remove_test_cgroups,
-        u64_of, wait_ok,
+        Daemon, bpftool, cgroup_of, eventually, job, pin_dir_of, pool_in, privileged,
+        remove_test_cgroups, u64_of, wait_ok,
     },
     worker::{OnlineWorker, agent, check_tiny_answer, post, scratch_with_tiny_model, tiny_request},
 };
@@ -91,7 +91,7 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
 
     let crashed_log = first.crash();
     assert!(
-        PathBuf::from(format!("/sys/fs/bpf/reamer/v4/{instance}/thread_state")).exists(),
+        pin_dir_of(instance).join("thread_state").exists(),
         "a killed daemon's pins should outlive it:\n{crashed_log}"
     );
     let frozen = freeze_cgroup_of(worker_pid);
@@ -193,7 +193,7 @@ fn a_pinned_map_of_another_shape_is_not_taken_over() {
     }
     // What a build with another `ThreadState` would have left: 24-byte values, as before the
     // wait in progress moved to `task_cache`.
-    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/reamer/v4/{instance}"));
+    let pin_dir = pin_dir_of(instance);
     std::fs::create_dir_all(&pin_dir).unwrap();
     let stale = pin_dir.join("thread_state");
     let created = Command::new("bpftool")
