@@ -1,15 +1,33 @@
-//! Builds the eBPF object (enforcer-ebpf, for bpfel-unknown-none, with the nightly toolchain and
-//! bpf-linker) into OUT_DIR, where `src/sensor/object.rs` embeds it.
+//! Builds the eBPF object (enforcer-ebpf, for bpfel-unknown-none, with the nightly toolchain
+//! pinned in enforcer-ebpf/rust-toolchain.toml and bpf-linker) into OUT_DIR, where
+//! `src/sensor/object.rs` embeds it.
 //!
 //! With `AYA_BUILD_SKIP=1` (metadata-only work such as clippy on a machine without the eBPF
 //! toolchain) an empty object is written instead; the enforcer then refuses to start with
 //! "eBPF object not built" rather than failing in some obscure way. `cargo xtask` never sets it.
 
-use std::{env, fs, path::PathBuf};
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context as _;
 
 const EBPF_PACKAGE: &str = "enforcer-ebpf";
+
+/// The channel pinned in the eBPF crate's rust-toolchain.toml (why it is pinned: there).
+fn pinned_toolchain(ebpf_dir: &Path) -> anyhow::Result<String> {
+    let file = ebpf_dir.join("rust-toolchain.toml");
+    let text = fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+    table
+        .get("toolchain")
+        .and_then(|t| t.get("channel"))
+        .and_then(|c| c.as_str())
+        .map(str::to_owned)
+        .with_context(|| format!("{}: no [toolchain] channel", file.display()))
+}
 
 fn main() -> anyhow::Result<()> {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").context("OUT_DIR not set")?);
@@ -21,10 +39,12 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").context("no manifest dir")?);
-    let ebpf_dir = manifest_dir.join("..").join(EBPF_PACKAGE);
-    let ebpf_dir = ebpf_dir
+    let ebpf_path = manifest_dir.join("..").join(EBPF_PACKAGE);
+    let toolchain = pinned_toolchain(&ebpf_path)?;
+    let ebpf_dir = ebpf_path
         .to_str()
         .context("non-UTF-8 path to enforcer-ebpf")?;
+    println!("cargo:rerun-if-changed={}/rust-toolchain.toml", ebpf_dir);
     // The eBPF crate depends on the shared types too; rebuild when they change.
     println!("cargo:rerun-if-changed={}/../enforcer-common/src", ebpf_dir);
     aya_build::build_ebpf(
@@ -33,10 +53,12 @@ fn main() -> anyhow::Result<()> {
             root_dir: ebpf_dir,
             ..Default::default()
         }],
-        aya_build::Toolchain::default(),
+        aya_build::Toolchain::Custom(&toolchain),
     )
-    .context(
-        "building the eBPF object failed; `cargo xtask bootstrap` installs the nightly rust-src, \
-         LLVM 22 and bpf-linker it needs",
-    )
+    .with_context(|| {
+        format!(
+            "building the eBPF object failed; `cargo xtask bootstrap` installs what it needs: \
+             the {toolchain} toolchain with rust-src, LLVM 22 and bpf-linker built against it"
+        )
+    })
 }

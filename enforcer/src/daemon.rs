@@ -80,6 +80,14 @@ fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
 pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow::Result<()> {
     preflight::require_root()?;
     let socket_path = paths::socket_path(instance);
+    // The socket, the launch journal and, by default, the decision log live in /run/reamer,
+    // which is on tmpfs: a freshly booted node does not have it.
+    for dir in [socket_path.parent(), decision_log.parent()]
+        .into_iter()
+        .flatten()
+    {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     claim_socket_path(&socket_path, instance).await?;
     preflight::ensure_mounts()?;
     preflight::raise_memlock();
@@ -284,8 +292,6 @@ async fn claim_socket_path(socket: &Path, instance: &str) -> anyhow::Result<()> 
 }
 
 fn bind(socket: &Path) -> anyhow::Result<UnixListener> {
-    let dir = socket.parent().context("socket path has no directory")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let listener =
         UnixListener::bind(socket).with_context(|| format!("binding {}", socket.display()))?;
     // Anyone may read snapshots; registering is checked against the peer's credentials.

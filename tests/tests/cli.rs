@@ -170,6 +170,51 @@ fn pools_on_a_cgroup2_without_their_controllers_are_refused_before_anything_is_p
 }
 
 #[test]
+fn a_daemon_starts_on_a_freshly_booted_node_without_its_run_directory() {
+    let test = "a_daemon_starts_on_a_freshly_booted_node_without_its_run_directory";
+    if !privileged(test) {
+        return;
+    }
+    // /run is a tmpfs that a boot starts empty. In a mount namespace of its own the daemon
+    // gets an empty /run, without /run/reamer, where its socket, launch journal and decision
+    // log go by default; the host's /run is left alone. A daemon that opened its decision log
+    // before creating that directory failed on the first start after every boot.
+    let instance = "cli-fresh-run";
+    let config = std::env::temp_dir().join("reamer-cli-fresh-run.toml");
+    std::fs::write(&config, "").unwrap();
+    let enforcer = enforcer_bin();
+    let script = format!(
+        "mount --make-rprivate / && mount -t tmpfs none /run || exit 90
+         {bin} run --instance {instance} --config {config} & daemon=$!
+         i=0; while [ ! -S /run/reamer/{instance}.sock ] && [ $i -lt 400 ]; do
+             kill -0 $daemon 2>/dev/null || break; sleep 0.05; i=$((i+1)); done
+         {bin} status --instance {instance}; status=$?
+         kill -INT $daemon; wait $daemon; echo \"daemon exited $?\"
+         ls /run/reamer
+         exit $status",
+        bin = enforcer.display(),
+        config = config.display()
+    );
+    let output = Command::new("unshare")
+        .args(["--mount", "sh", "-c", &script])
+        .output()
+        .expect("run unshare");
+    let out = String::from_utf8_lossy(&output.stdout);
+    let err = stderr(&output);
+    assert!(
+        output.status.success(),
+        "the daemon did not answer `enforcer status` ({}):\n{out}\n{err}",
+        output.status
+    );
+    assert!(out.contains("daemon exited 0"), "{out}\n{err}");
+    assert!(
+        out.contains(&format!("{instance}.decisions.jsonl")),
+        "no decision log in the new /run/reamer:\n{out}\n{err}"
+    );
+    std::fs::remove_file(&config).unwrap();
+}
+
+#[test]
 fn second_daemon_of_an_instance_is_refused_and_first_keeps_running() {
     if !privileged("second_daemon_of_an_instance_is_refused_and_first_keeps_running") {
         return;

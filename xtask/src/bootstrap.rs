@@ -1,5 +1,6 @@
 //! Installs what building the eBPF sensor needs, idempotently, saying what it does:
-//! the nightly toolchain's rust-src (for `-Z build-std=core`), LLVM 22 development files,
+//! the pinned nightly toolchain with rust-src (for `-Z build-std=core`; the pin and why it is
+//! one are in enforcer-ebpf/rust-toolchain.toml), LLVM 22 development files,
 //! bpf-linker built against them, bpftool (the integration tests inspect pins with it) and
 //! perf (the benchmarks run hackbench through it).
 //!
@@ -9,6 +10,8 @@
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
+
+use crate::cargo::workspace_root;
 
 /// Debian packages: LLVM 22 for bpf-linker, compression libraries it links, bpftool (the
 /// tests inspect pins with it) and perf (the benchmarks run hackbench through it).
@@ -64,27 +67,54 @@ fn package_installed(package: &str) -> bool {
     stdout_of("dpkg-query", &["-W", "-f=${Status}", package]).contains("install ok installed")
 }
 
-fn ensure_rust_src() -> anyhow::Result<()> {
+/// The nightly channel that builds the eBPF object, from enforcer-ebpf/rust-toolchain.toml
+/// (enforcer/build.rs reads the same file).
+fn ebpf_toolchain() -> anyhow::Result<String> {
+    let file = workspace_root().join("enforcer-ebpf/rust-toolchain.toml");
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+    table
+        .get("toolchain")
+        .and_then(|t| t.get("channel"))
+        .and_then(|c| c.as_str())
+        .map(str::to_owned)
+        .with_context(|| format!("{}: no [toolchain] channel", file.display()))
+}
+
+fn ensure_ebpf_toolchain() -> anyhow::Result<()> {
+    let toolchain = ebpf_toolchain()?;
     let installed = stdout_of(
         "rustup",
-        &["component", "list", "--toolchain", "nightly", "--installed"],
+        &[
+            "component",
+            "list",
+            "--toolchain",
+            &toolchain,
+            "--installed",
+        ],
     );
     if installed.lines().any(|l| l.starts_with("rust-src")) {
         return Ok(());
     }
     if !succeeds("rustup", &["--version"]) {
         bail!(
-            "rustup is missing: the eBPF sensor is built with the nightly toolchain's rust-src. \
-             Install rustup (https://rustup.rs), then run `rustup component add rust-src --toolchain nightly`"
+            "rustup is missing: the eBPF sensor is built with the {toolchain} toolchain and its \
+             rust-src. Install rustup (https://rustup.rs), then run `rustup toolchain install \
+             {toolchain} --profile minimal --component rust-src`"
         );
     }
-    say("installing the nightly toolchain's rust-src (the eBPF build compiles core for bpfel)");
+    say(&format!(
+        "installing the {toolchain} toolchain with rust-src (the eBPF build compiles core for \
+         bpfel; pinned to a nightly on LLVM 22, bpf-linker's: enforcer-ebpf/rust-toolchain.toml)"
+    ));
     run(
         "rustup",
         &[
             "toolchain",
             "install",
-            "nightly",
+            &toolchain,
             "--profile",
             "minimal",
             "--component",
@@ -147,7 +177,7 @@ fn ensure_bpf_linker() -> anyhow::Result<()> {
 
 /// Makes sure everything is installed; quiet when it already is.
 pub fn ensure() -> anyhow::Result<()> {
-    ensure_rust_src()?;
+    ensure_ebpf_toolchain()?;
     ensure_packages()?;
     ensure_bpf_linker()?;
     Ok(())

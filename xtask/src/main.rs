@@ -22,8 +22,8 @@ use clap::{Parser, Subcommand};
 
 /// reamer's developer tasks: install the toolchain, build, load, demo, test, benchmark.
 ///
-/// Every task first installs what is missing (nightly rust-src, LLVM 22, bpf-linker, bpftool)
-/// and says what it installs.
+/// Every task first installs what is missing (the pinned nightly with rust-src, LLVM 22,
+/// bpf-linker, bpftool) and says what it installs.
 #[derive(Parser)]
 struct Cli {
     #[command(subcommand)]
