@@ -1,5 +1,6 @@
 //! The enforcer's command line as a user meets it: clear errors for bad config, a missing
-//! daemon, a missing privilege, and a second daemon of the same instance.
+//! daemon, a missing privilege, and a second daemon of the same instance; a first start on a
+//! freshly booted node.
 
 use std::process::{Command, Output};
 
