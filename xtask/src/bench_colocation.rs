@@ -435,6 +435,7 @@ impl Bench {
         let sim_args = ["--seconds", &seconds, "--json", "--seed", &seed];
         let offline_items_before = results_lines(&self.inputs.job);
         let online_jiffies = process_jiffies(self.online.child.id());
+        let offline_jiffies = offline.as_ref().map(|o| process_jiffies(o.id()));
         let daemon_pid = match &control {
             Control::Daemon(daemon) => Some(daemon.pid()),
             _ => None,
@@ -490,6 +491,9 @@ impl Bench {
         let offline_items = results_lines(&self.inputs.job) - offline_items_before;
         let online_cpu_s =
             (process_jiffies(self.online.child.id()) - online_jiffies) as f64 / JIFFIES_PER_S;
+        let offline_cpu_s = offline.as_ref().zip(offline_jiffies).map(|(o, before)| {
+            process_jiffies(o.id()).saturating_sub(before) as f64 / JIFFIES_PER_S
+        });
         let enforcer_cpu_pct = daemon_pid.zip(daemon_jiffies).map(|(pid, before)| {
             (process_jiffies(pid) - before) as f64 / JIFFIES_PER_S / elapsed * 100.0
         });
@@ -557,6 +561,7 @@ impl Bench {
             online,
             online_cpus: online_cpu_s / elapsed,
             offline_items_per_s: inference.then(|| offline_items as f64 / elapsed),
+            offline_cpus: offline_cpu_s.map(|cpu_s| cpu_s / elapsed),
             reaction_us,
             enforcer_cpu_pct: enforcer_cpu_pct.or(controller_cpu_pct),
             enforcer_rss_mib,

@@ -83,6 +83,8 @@ pub struct Window {
     /// CPUs the online worker used on average.
     pub online_cpus: f64,
     pub offline_items_per_s: Option<f64>,
+    /// CPUs the offline worker used on average.
+    pub offline_cpus: Option<f64>,
     /// reamer: event to cgroup write of each fast-path decision; the reactive baselines: from
     /// training's start to their first tightening.
     pub reaction_us: Vec<f64>,
@@ -115,6 +117,12 @@ pub struct Figures {
     pub online_p99_ms: Option<f64>,
     pub offline_inferences_per_s: Option<f64>,
     pub offline_idle_capacity_pct: Option<f64>,
+    /// CPUs the offline worker used, median of the windows.
+    pub offline_cpus: Option<f64>,
+    /// Offline inferences per CPU-second it used, against its rate alone in the same round,
+    /// median of the windows: below 100% the CPU it got did less work than alone (preempted
+    /// more often, caches shared), apart from how much CPU it got.
+    pub offline_work_per_cpu_pct: Option<f64>,
     pub reaction_us_p50: Option<f64>,
     pub reaction_us_p99: Option<f64>,
     pub reaction_samples: usize,
@@ -174,6 +182,14 @@ pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
                     (allowed > 0.0).then(|| rate / allowed * 100.0)
                 })
                 .collect();
+            let work_per_cpu: Vec<f64> = windows
+                .iter()
+                .filter_map(|w| {
+                    let cpus = w.offline_cpus.filter(|c| *c > 0.0)?;
+                    let alone_rate = measured.offline_per_cpu_s.get(w.round)?;
+                    Some(w.offline_items_per_s? / cpus / alone_rate * 100.0)
+                })
+                .collect();
             let mut reactions: Vec<f64> =
                 windows.iter().flat_map(|w| w.reaction_us.clone()).collect();
             reactions.sort_by(f64::total_cmp);
@@ -203,6 +219,13 @@ pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
                         .collect::<Vec<_>>(),
                 ),
                 offline_idle_capacity_pct: some_median(&capacity),
+                offline_cpus: some_median(
+                    &windows
+                        .iter()
+                        .filter_map(|w| w.offline_cpus)
+                        .collect::<Vec<_>>(),
+                ),
+                offline_work_per_cpu_pct: some_median(&work_per_cpu),
                 reaction_us_p50: (!reactions.is_empty()).then(|| quantile(&reactions, 0.5)),
                 reaction_us_p99: (!reactions.is_empty()).then(|| quantile(&reactions, 0.99)),
                 reaction_samples: reactions.len(),
@@ -309,8 +332,8 @@ pub fn markdown(
          ![co-location scenarios side by side]({plot})\n\n\
          | scenario | training steps/s, median (range) | training slowdown, median [95% CI] (range) | \
          training step p50 / p99 | training run-queue wait | online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
-         reaction p50 / p99 | enforcer CPU / RSS | host steal |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         offline CPUs used, work per CPU-s vs alone | reaction p50 / p99 | enforcer CPU / RSS | host steal |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         measured.rounds,
         Scenario::ALL.len() + 1,
         measured.window_s,
@@ -339,7 +362,7 @@ pub fn markdown(
         };
         out.push_str(&format!(
             "| {} | {:.1} ({:.0} to {:.0}) | {slowdown} | {:.2} / {:.2} ms | {:.0} ms/s | {} | {} / {} | {} | {} \
-             | {reaction} | {} / {} | {:.0}% |\n",
+             | {} / {} | {reaction} | {} / {} | {:.0}% |\n",
             scenario.label(),
             f.training_steps_per_s,
             f.training_steps_per_s_range[0],
@@ -352,6 +375,8 @@ pub fn markdown(
             cell(f.online_p99_ms, 1, " ms"),
             cell(f.offline_inferences_per_s, 0, ""),
             cell(f.offline_idle_capacity_pct, 0, "%"),
+            cell(f.offline_cpus, 2, ""),
+            cell(f.offline_work_per_cpu_pct, 0, "%"),
             cell(f.enforcer_cpu_pct, 1, "%"),
             cell(f.enforcer_rss_mib, 0, " MiB"),
             f.host_steal_pct,
