@@ -58,7 +58,12 @@ fn main() -> anyhow::Result<()> {
     .with_context(|| {
         format!(
             "building the eBPF object failed; `cargo xtask bootstrap` installs what it needs: \
-             the {toolchain} toolchain with rust-src, LLVM 22 and bpf-linker built against it"
+             the {toolchain} toolchain with rust-src, LLVM 22 and bpf-linker built against it. \
+             If bpf-linker said \"Invalid record\", it was built against another LLVM than \
+             the one {toolchain} emits (`rustup run {toolchain} rustc -vV` names it): the pin \
+             is chosen for LLVM 22, and `LLVM_PREFIX=/usr/lib/llvm-22 cargo install \
+             bpf-linker --force --no-default-features --features llvm-22` rebuilds bpf-linker \
+             for it"
         )
     })
 }
