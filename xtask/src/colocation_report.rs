@@ -154,6 +154,10 @@ pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
                 .filter(|w| w.scenario == scenario)
                 .collect();
             let of = |f: fn(&Window) -> f64| windows.iter().map(|w| f(w)).collect::<Vec<_>>();
+            // The median of a figure over the windows that have it.
+            let median_where_measured = |f: fn(&Window) -> Option<f64>| {
+                some_median(&windows.iter().filter_map(|w| f(w)).collect::<Vec<_>>())
+            };
             // Paired with training alone in the same round (same seed).
             let slowdowns: Vec<f64> = windows
                 .iter()
@@ -212,19 +216,9 @@ pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
                 online_requests_within_slo: (sent > 0).then_some(within),
                 online_p50_ms: some_median(&p50s),
                 online_p99_ms: some_median(&p99s),
-                offline_inferences_per_s: some_median(
-                    &windows
-                        .iter()
-                        .filter_map(|w| w.offline_items_per_s)
-                        .collect::<Vec<_>>(),
-                ),
+                offline_inferences_per_s: median_where_measured(|w| w.offline_items_per_s),
                 offline_idle_capacity_pct: some_median(&capacity),
-                offline_cpus: some_median(
-                    &windows
-                        .iter()
-                        .filter_map(|w| w.offline_cpus)
-                        .collect::<Vec<_>>(),
-                ),
+                offline_cpus: median_where_measured(|w| w.offline_cpus),
                 offline_work_per_cpu_pct: some_median(&work_per_cpu),
                 reaction_us_p50: (!reactions.is_empty()).then(|| quantile(&reactions, 0.5)),
                 reaction_us_p99: (!reactions.is_empty()).then(|| quantile(&reactions, 0.99)),
