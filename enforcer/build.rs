@@ -6,28 +6,13 @@
 //! toolchain) an empty object is written instead; the enforcer then refuses to start with
 //! "eBPF object not built" rather than failing in some obscure way. `cargo xtask` never sets it.
 
-use std::{
-    env, fs,
-    path::{Path, PathBuf},
-};
+use std::{env, fs, path::PathBuf};
 
 use anyhow::Context as _;
 
 const EBPF_PACKAGE: &str = "enforcer-ebpf";
 
-/// The channel pinned in the eBPF crate's rust-toolchain.toml (why it is pinned: there).
-fn pinned_toolchain(ebpf_dir: &Path) -> anyhow::Result<String> {
-    let file = ebpf_dir.join("rust-toolchain.toml");
-    let text = fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-    let table: toml::Table =
-        toml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
-    table
-        .get("toolchain")
-        .and_then(|t| t.get("channel"))
-        .and_then(|c| c.as_str())
-        .map(str::to_owned)
-        .with_context(|| format!("{}: no [toolchain] channel", file.display()))
-}
+include!("../enforcer-ebpf/pinned_toolchain.rs");
 
 fn main() -> anyhow::Result<()> {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").context("OUT_DIR not set")?);
@@ -45,6 +30,7 @@ fn main() -> anyhow::Result<()> {
         .to_str()
         .context("non-UTF-8 path to enforcer-ebpf")?;
     println!("cargo:rerun-if-changed={}/rust-toolchain.toml", ebpf_dir);
+    println!("cargo:rerun-if-changed={}/pinned_toolchain.rs", ebpf_dir);
     // The eBPF crate depends on the shared types too; rebuild when they change.
     println!("cargo:rerun-if-changed={}/../enforcer-common/src", ebpf_dir);
     aya_build::build_ebpf(

@@ -67,20 +67,11 @@ fn package_installed(package: &str) -> bool {
     stdout_of("dpkg-query", &["-W", "-f=${Status}", package]).contains("install ok installed")
 }
 
-/// The nightly channel that builds the eBPF object, from enforcer-ebpf/rust-toolchain.toml
-/// (enforcer/build.rs reads the same file).
+include!("../../enforcer-ebpf/pinned_toolchain.rs");
+
+/// The nightly channel that builds the eBPF object (enforcer/build.rs reads the same pin).
 fn ebpf_toolchain() -> anyhow::Result<String> {
-    let file = workspace_root().join("enforcer-ebpf/rust-toolchain.toml");
-    let text =
-        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-    let table: toml::Table =
-        toml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
-    table
-        .get("toolchain")
-        .and_then(|t| t.get("channel"))
-        .and_then(|c| c.as_str())
-        .map(str::to_owned)
-        .with_context(|| format!("{}: no [toolchain] channel", file.display()))
+    pinned_toolchain(&workspace_root().join("enforcer-ebpf"))
 }
 
 fn ensure_ebpf_toolchain() -> anyhow::Result<()> {
