@@ -105,16 +105,30 @@ impl PoolCgroup {
         let hierarchy = hierarchies::auto();
         let v2 = hierarchy.v2();
         let idle = class == CpuClass::Idle;
-        let controllers = CONTROLLERS
+        let controllers: Vec<String> = CONTROLLERS
             .iter()
             .filter(|&&c| idle || v2 || c != "cpu")
             .map(|c| (*c).to_owned())
             .collect();
-        let cgroup = Cgroup::new_with_specified_controllers(hierarchy, &path, Some(controllers))
+        // cgroup v2 freezes through every group's own `cgroup.freeze`: the freezer is no
+        // controller there, cgroups-rs refuses to enable one by that name ("specified
+        // controller is not in the list of supported controllers", seen on a v2-only host),
+        // and a handle loaded with it gets the freezer all the same.
+        let to_enable = controllers
+            .iter()
+            .filter(|&c| !(v2 && c == "freezer"))
+            .cloned()
+            .collect();
+        let created = Cgroup::new_with_specified_controllers(hierarchy, &path, Some(to_enable))
             .map_err(|e| CgroupError::Op {
                 path: path.clone(),
                 message: e.to_string(),
             })?;
+        let cgroup = if v2 {
+            Cgroup::load_with_specified_controllers(hierarchies::auto(), &path, controllers)
+        } else {
+            created
+        };
         let online_cpu_group = if idle || v2 {
             None
         } else {

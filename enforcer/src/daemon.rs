@@ -189,6 +189,11 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         shared.clone(),
         Duration::from_millis(config.policy.tick_ms.max(10)),
     ));
+    let gpu_signal = shared
+        .gpu
+        .get()
+        .is_some_and(GpuService::gates)
+        .then(|| tokio::spawn(gpu_rise_forever(shared.clone())));
     let server = tokio::spawn(serve(listener, shared.clone()));
     let reconciler = tokio::spawn(reconcile_forever(shared.clone()));
     let metrics = metrics_listener.map(|listener| {
@@ -214,7 +219,11 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     if let Some(gpu) = shared.gpu.get() {
         gpu.shutdown();
     }
-    for task in [server, reconciler, ticker].into_iter().chain(metrics) {
+    for task in [server, reconciler, ticker]
+        .into_iter()
+        .chain(metrics)
+        .chain(gpu_signal)
+    {
         task.abort();
         let _ = task.await;
     }
@@ -300,32 +309,70 @@ fn bind(socket: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Training's total run and run-queue wait time so far, ns, from the sensor's job stats.
+fn training_run_wait(shared: &Shared) -> (u64, u64) {
+    let registry = shared.registry.lock().expect("registry poisoned");
+    let sensor = shared.sensor.lock().expect("sensor poisoned");
+    registry
+        .training
+        .iter()
+        .filter_map(|job| snapshot::read_job(&sensor.maps, job.id).ok())
+        .fold((0, 0), |(run, wait), stats| {
+            (run + stats.run_ns, wait + stats.wait_ns)
+        })
+}
+
+/// CPUs used between the `(time, run time)` reading `previous` and this one, ns.
+fn cpus_since(previous: Option<(u64, u64)>, now: u64, run: u64) -> Option<f64> {
+    let (then, run_then) = previous?;
+    Some(run.saturating_sub(run_then) as f64 / now.saturating_sub(then).max(1) as f64)
+}
+
+/// The GPU clamp's fast signal: how often training's CPU use is read while GPU pools are gated.
+/// At the 100 ms policy tick alone, the clamp came 19 to 109 ms after training's first kernel on
+/// an H100, with training at about half its speed until then (docs/gpu.md); one read of each
+/// training job's stats costs microseconds.
+const GPU_RISE_PERIOD: Duration = Duration::from_millis(10);
+/// Training's CPU use over one `GPU_RISE_PERIOD` that counts as a step starting: its launch
+/// thread issues kernels, then spins in CUDA's synchronisation, near one CPU. Higher than the
+/// tick's threshold, so that a short blip of a training job's helper threads in 10 ms does not
+/// clamp inference; the tick still sees slow rises.
+const GPU_RISE_CPUS: f64 = 0.5;
+
+/// Feeds the GPU policy a rise of training's CPU use as soon as one `GPU_RISE_PERIOD` shows it.
+async fn gpu_rise_forever(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(GPU_RISE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut previous: Option<(u64, u64)> = None;
+    loop {
+        tick.tick().await;
+        let (run, _) = training_run_wait(&shared);
+        let now = snapshot::monotonic_ns();
+        if let (Some(gpu), Some(cpus)) = (shared.gpu.get(), cpus_since(previous, now, run))
+            && cpus >= GPU_RISE_CPUS
+        {
+            gpu.on_training_cpu(now, cpus);
+        }
+        previous = Some((now, run));
+    }
+}
+
 /// The slow path: every `period`, training's total run + wait time goes to the CPU policy,
-/// and its CPU use over the period to the GPU policy (the fast signal of a rise).
+/// and its CPU use over the period to the GPU policy (a rise, and its absence for idling).
 async fn tick_forever(shared: Arc<Shared>, period: Duration) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut previous: Option<(u64, u64)> = None;
     loop {
         tick.tick().await;
-        let registry = shared.registry.lock().expect("registry poisoned");
-        let sensor = shared.sensor.lock().expect("sensor poisoned");
-        let (run, wait) = registry
-            .training
-            .iter()
-            .filter_map(|job| snapshot::read_job(&sensor.maps, job.id).ok())
-            .fold((0, 0), |(run, wait), stats| {
-                (run + stats.run_ns, wait + stats.wait_ns)
-            });
+        let (run, wait) = training_run_wait(&shared);
         let now = snapshot::monotonic_ns();
-        drop((registry, sensor));
         shared
             .enforcer
             .lock()
             .expect("enforcer poisoned")
             .on_tick(now, run + wait);
-        if let (Some(gpu), Some((then, run_then))) = (shared.gpu.get(), previous) {
-            let cpus = run.saturating_sub(run_then) as f64 / now.saturating_sub(then).max(1) as f64;
+        if let (Some(gpu), Some(cpus)) = (shared.gpu.get(), cpus_since(previous, now, run)) {
             gpu.on_training_cpu(now, cpus);
         }
         previous = Some((now, run));

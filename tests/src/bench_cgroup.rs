@@ -28,7 +28,8 @@ pub fn unified_root() -> Option<PathBuf> {
         })
 }
 
-fn is_v2_host() -> bool {
+/// Whether this host has cgroup v2 alone (one tree at the root, no v1 hierarchies).
+pub fn is_v2_host() -> bool {
     Path::new(ROOT).join("cgroup.controllers").exists()
 }
 

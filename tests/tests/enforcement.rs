@@ -346,7 +346,12 @@ fn a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on() {
         return;
     }
     let daemon = Daemon::start(instance, &format!("{OFFLINE_POOL}{QUICK_POLICY}"));
-    let cpuset_dir = format!("/sys/fs/cgroup/cpuset/reamer/{instance}/batch");
+    // The pool's cpuset group: in the cpuset hierarchy on v1, the one tree on a v2 host.
+    let cpuset_dir = if reamer_tests::bench_cgroup::is_v2_host() {
+        format!("/sys/fs/cgroup/reamer/{instance}/batch")
+    } else {
+        format!("/sys/fs/cgroup/cpuset/reamer/{instance}/batch")
+    };
     std::fs::remove_dir(&cpuset_dir).expect("remove the empty pool cgroup (cpuset)");
     // Training demand makes the slow path rewrite the pool's cpuset, which is gone.
     let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);

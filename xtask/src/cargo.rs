@@ -7,12 +7,18 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-/// The workspace root (xtask lives one level below it).
+/// The workspace root (xtask lives one level below it). A release xtask copied to another
+/// machine with the repository (`bench --prebuilt`) finds no build directory there, and takes
+/// the current directory: it is run from the repository's root.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask has a parent")
-        .to_owned()
+        .to_owned();
+    if built_in.join("Cargo.toml").is_file() {
+        return built_in;
+    }
+    std::env::current_dir().unwrap_or(built_in)
 }
 
 /// `cargo ARGS` in the workspace root, failing on a non-zero exit.
@@ -90,6 +96,23 @@ pub fn build_bins(release: bool) -> anyhow::Result<()> {
 /// `build_bins` in release mode.
 pub fn build_release() -> anyhow::Result<()> {
     build_bins(true)
+}
+
+/// For `bench --prebuilt`: the release binaries the benchmarks run must be there already.
+pub fn check_release_bins() -> anyhow::Result<()> {
+    let missing: Vec<String> = ["enforcer"]
+        .iter()
+        .map(|name| release_bin(name))
+        .filter(|path| !path.is_file())
+        .map(|path| path.display().to_string())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "--prebuilt: {} missing; build with `cargo xtask build` and copy target/release along",
+            missing.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// A release binary of the workspace.

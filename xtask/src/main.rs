@@ -1,6 +1,7 @@
 //! reamer's developer tasks. `cargo xtask --help` lists them.
 
 mod bench_colocation;
+mod bench_gpu;
 mod bench_reaction;
 mod bench_sensor;
 mod bench_worker;
@@ -10,6 +11,7 @@ mod colocation_plot;
 mod colocation_report;
 mod demo;
 mod docs;
+mod gpu_report;
 mod models;
 mod progress_bar;
 mod stats;
@@ -36,6 +38,7 @@ enum Section {
     Reaction,
     Worker,
     Colocation,
+    Gpu,
 }
 
 #[derive(Subcommand)]
@@ -67,13 +70,16 @@ enum Task {
     /// cgroup write, the inference worker's latency against ONNX Runtime on the shipped PP-OCR
     /// models, and the co-location benchmark: training beside online and offline inference
     /// under seven scenarios (alone, plain CFS, static partition, low shares, a 1 s
-    /// utilization poller, a PSI trigger, reamer). All but the worker's need root.
+    /// utilization poller, a PSI trigger, reamer), and on a machine with an NVIDIA GPU the GPU
+    /// benchmark: a PyTorch training loop beside a PyTorch inference loop under MPS, with and
+    /// without the enforcer's clamp (skipped, saying why, without a GPU). All but the
+    /// worker's need root.
     Bench {
         /// The sections to run, comma-separated.
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "sensor,reaction,worker,colocation"
+            default_value = "sensor,reaction,worker,colocation,gpu"
         )]
         only: Vec<Section>,
         /// Rounds of the co-location benchmark (each runs every scenario once).
@@ -94,6 +100,9 @@ enum Task {
         /// Timed runs per batch size and repetition in the worker section.
         #[arg(long, default_value_t = 20)]
         worker_runs: usize,
+        /// Rounds of the GPU benchmark (each runs every GPU scenario once).
+        #[arg(long, default_value_t = 3)]
+        gpu_rounds: usize,
         /// Paired rounds (with and without the sensor).
         #[arg(long, default_value_t = 30)]
         rounds: usize,
@@ -113,6 +122,12 @@ enum Task {
         /// Do not update docs/benchmarks.md.
         #[arg(long)]
         no_docs: bool,
+        /// Use the release binaries already in target/release: no toolchain check, no build.
+        /// For a machine without the Rust toolchain (a GPU server the repository and its
+        /// built target/release were copied to), running target/release/xtask from the
+        /// repository's root.
+        #[arg(long)]
+        prebuilt: bool,
     },
 }
 
@@ -171,8 +186,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             quick,
             json,
             no_docs,
+            gpu_rounds,
+            prebuilt,
         } => {
-            bootstrap::ensure()?;
+            if !prebuilt {
+                bootstrap::ensure()?;
+            }
             let privileged = only.iter().any(|s| *s != Section::Worker);
             if privileged && !cargo::is_root() {
                 anyhow::bail!(
@@ -181,19 +200,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                      worker's with --only worker"
                 );
             }
-            if !(window >= 1.0 && window.is_finite()) || colocation_rounds == 0 {
+            if !(window >= 1.0 && window.is_finite()) || colocation_rounds == 0 || gpu_rounds == 0 {
                 anyhow::bail!(
-                    "--window must be at least 1 second and --colocation-rounds at least 1"
+                    "--window must be at least 1 second, --colocation-rounds and --gpu-rounds \
+                     at least 1"
                 );
             }
             if !(0.0..=100.0).contains(&max_steal) {
                 anyhow::bail!("--max-steal is a share of the CPU: 0 to 100 (%), not {max_steal}");
             }
-            if only.contains(&Section::Colocation) {
+            if only.contains(&Section::Colocation) && !prebuilt {
                 // The online inference there serves the PP-OCR classifier.
                 models::ensure_models()?;
             }
-            cargo::build_release()?;
+            if prebuilt {
+                cargo::check_release_bins()?;
+            } else {
+                cargo::build_release()?;
+            }
             let (rounds, seconds, hackbench_loops) = if quick {
                 (3, 1.0, 200)
             } else {
@@ -211,10 +235,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 (colocation_rounds, window)
             };
+            let (gpu_rounds, gpu_train) = if quick {
+                (1, std::time::Duration::from_secs(4))
+            } else {
+                (gpu_rounds, std::time::Duration::from_secs(8))
+            };
             // A smoke run checks the mechanics, whatever the host's steal.
             let max_steal = if quick { 100.0 } else { max_steal };
             // The command that reproduces this run, with only the options that mattered to it.
-            let mut command = "cargo xtask bench".to_owned();
+            // With --prebuilt it ran as the copied binary, without cargo.
+            let mut command = if prebuilt {
+                "target/release/xtask bench --prebuilt".to_owned()
+            } else {
+                "cargo xtask bench".to_owned()
+            };
             if quick {
                 command.push_str(" --quick");
             }
@@ -223,12 +257,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (Section::Reaction, "reaction"),
                 (Section::Worker, "worker"),
                 (Section::Colocation, "colocation"),
+                (Section::Gpu, "gpu"),
             ]
             .iter()
             .filter(|(section, _)| only.contains(section))
             .map(|(_, name)| *name)
             .collect();
-            if names.len() < 4 {
+            if names.len() < 5 {
                 command.push_str(&format!(" --only {}", names.join(",")));
             }
             if !quick && only.contains(&Section::Sensor) {
@@ -246,6 +281,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 command.push_str(&format!(
                     " --colocation-rounds {colocation_rounds} --window {window}"
                 ));
+            }
+            if !quick && only.contains(&Section::Gpu) {
+                command.push_str(&format!(" --gpu-rounds {gpu_rounds}"));
             }
             if !quick && (only.contains(&Section::Sensor) || only.contains(&Section::Colocation)) {
                 command.push_str(&format!(" --max-steal {max_steal}"));
@@ -307,6 +345,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 body["scenarios"] = colocation_report::scenarios_json(&figures);
                 // Every window, for a second look at the figures.
                 body["colocation"] = serde_json::to_value(&measured)?;
+            }
+            if only.contains(&Section::Gpu) {
+                match bench_gpu::unavailable() {
+                    Some(reason) => {
+                        eprintln!(
+                            "[bench] gpu: skipped, docs/benchmarks.md keeps its GPU section: {reason}"
+                        );
+                        body["gpu"] = serde_json::json!({"skipped": reason});
+                    }
+                    None => {
+                        let run = bench_gpu::run(gpu_rounds, gpu_train, &progress)?;
+                        let figures = gpu_report::figures(&run);
+                        sections.push((
+                            "gpu",
+                            gpu_report::markdown(&run, &figures, &command, &machine),
+                        ));
+                        body["gpu"] = serde_json::json!({
+                            "scenarios": figures,
+                            "run": run,
+                        });
+                    }
+                }
             }
             for (_, section) in &sections {
                 println!("{section}");

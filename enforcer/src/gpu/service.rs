@@ -184,7 +184,16 @@ impl GpuService {
         }
     }
 
-    /// The fast signal, every policy tick: training's CPU use over the tick.
+    /// Whether some GPU pool is gated: then the daemon watches training's CPU use at the fast
+    /// signal's period as well as at its policy tick.
+    pub fn gates(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|inner| inner.gate.is_some())
+    }
+
+    /// Training's CPU use over the last policy tick (every tick), or over the last fast-signal
+    /// period (only when it shows a step starting).
     pub fn on_training_cpu(&self, now_ns: u64, cpus: f64) {
         if let Some(inner) = &self.inner {
             let decisions = lock(&inner.policy).on_training_cpu(now_ns, cpus);
