@@ -153,3 +153,12 @@ fn the_test_harness_finds_pins_where_the_daemon_puts_them() {
         enforcer::paths::pin_dir("contract")
     );
 }
+
+/// Likewise for the decision log the tests and benchmarks read.
+#[test]
+fn the_test_harness_finds_the_decision_log_where_the_daemon_writes_it() {
+    assert_eq!(
+        reamer_tests::harness::decision_log_of("contract"),
+        enforcer::paths::decision_log("contract")
+    );
+}

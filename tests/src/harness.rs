@@ -19,6 +19,12 @@ pub fn pin_dir_of(instance: &str) -> PathBuf {
     PathBuf::from(format!("/sys/fs/bpf/reamer/v4/{instance}"))
 }
 
+/// Where a daemon of `instance` writes its decision log by default (the enforcer's
+/// `paths::decision_log`).
+pub fn decision_log_of(instance: &str) -> PathBuf {
+    PathBuf::from(format!("/run/reamer/{instance}.decisions.jsonl"))
+}
+
 /// Whether privileged tests can run here; prints why not. Panics instead of returning false
 /// when REAMER_REQUIRE_PRIVILEGED=1.
 pub fn privileged(test: &str) -> bool {

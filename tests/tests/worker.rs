@@ -691,7 +691,7 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
          [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\
          [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n"
     );
-    let decision_log = format!("/run/reamer/{instance}.decisions.jsonl");
+    let decision_log = reamer_tests::harness::decision_log_of(instance);
     let _ = std::fs::remove_file(&decision_log);
     let daemon = Daemon::start(instance, &config);
     // A CPU-bound model, so that a modest request rate needs more than one thread.

@@ -208,7 +208,7 @@ fn offline_log() -> PathBuf {
 }
 
 fn decision_log() -> PathBuf {
-    PathBuf::from(format!("/run/reamer/{INSTANCE}.decisions.jsonl"))
+    reamer_tests::harness::decision_log_of(INSTANCE)
 }
 
 /// Event-to-cgroup-write latencies (µs) of the fast-path decisions in the daemon's log.

@@ -26,7 +26,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use reamer_tests::harness::Daemon;
+use reamer_tests::harness::{Daemon, decision_log_of};
 use serde::{Deserialize, Serialize};
 
 use crate::cargo::{release_bin, workspace_root};
@@ -448,7 +448,7 @@ impl Bench<'_> {
     }
 
     fn window(&mut self, scenario: Scenario, round: usize) -> anyhow::Result<Window> {
-        let log = PathBuf::from(format!("/run/reamer/{INSTANCE}.decisions.jsonl"));
+        let log = decision_log_of(INSTANCE);
         let daemon = if scenario == Scenario::Reamer {
             let _ = std::fs::remove_file(&log);
             Some(Daemon::start_bin(

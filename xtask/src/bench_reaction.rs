@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use reamer_tests::harness::Daemon;
+use reamer_tests::harness::{Daemon, decision_log_of};
 use serde::Serialize;
 
 use crate::{
@@ -47,7 +47,7 @@ pub struct ReactionBench {
     reason = "on an early error the hog is left to finish on its own: it runs for a fixed time"
 )]
 pub fn run(bursts: usize, progress: &dyn Fn(&str)) -> anyhow::Result<ReactionBench> {
-    let log = std::path::PathBuf::from(format!("/run/reamer/{INSTANCE}.decisions.jsonl"));
+    let log = decision_log_of(INSTANCE);
     let _ = std::fs::remove_file(&log);
     let daemon = Daemon::start_bin(&release_bin("enforcer"), INSTANCE, CONFIG);
     let hog_seconds = (bursts as f64 * 0.6 + 2.0).to_string();
