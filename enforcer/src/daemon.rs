@@ -333,13 +333,8 @@ fn cpus_since(previous: Option<(u64, u64)>, now: u64, run: u64) -> Option<f64> {
 /// an H100, with training at about half its speed until then (docs/gpu.md); one read of each
 /// training job's stats costs microseconds.
 const GPU_RISE_PERIOD: Duration = Duration::from_millis(10);
-/// Training's CPU use over one `GPU_RISE_PERIOD` that counts as a step starting: its launch
-/// thread issues kernels, then spins in CUDA's synchronisation, near one CPU. Higher than the
-/// tick's threshold, so that a short blip of a training job's helper threads in 10 ms does not
-/// clamp inference; the tick still sees slow rises.
-const GPU_RISE_CPUS: f64 = 0.5;
-
-/// Feeds the GPU policy a rise of training's CPU use as soon as one `GPU_RISE_PERIOD` shows it.
+/// Feeds the GPU policy training's CPU use over each `GPU_RISE_PERIOD`, where the policy looks
+/// for a step starting (`ClampConfig::rise_cpus`).
 async fn gpu_rise_forever(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(GPU_RISE_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -348,10 +343,8 @@ async fn gpu_rise_forever(shared: Arc<Shared>) {
         tick.tick().await;
         let (run, _) = training_run_wait(&shared);
         let now = snapshot::monotonic_ns();
-        if let (Some(gpu), Some(cpus)) = (shared.gpu.get(), cpus_since(previous, now, run))
-            && cpus >= GPU_RISE_CPUS
-        {
-            gpu.on_training_cpu(now, cpus);
+        if let (Some(gpu), Some(cpus)) = (shared.gpu.get(), cpus_since(previous, now, run)) {
+            gpu.on_training_cpu_rise(now, cpus);
         }
         previous = Some((now, run));
     }

@@ -34,6 +34,11 @@ pub struct ClampConfig {
     pub adjust_every_ns: u64,
     /// Training's CPU use (CPUs) at or above which it counts as active.
     pub active_cpus: f64,
+    /// Training's CPU use over one short read (the daemon's 10 ms, while a GPU pool is gated)
+    /// at or above which a step counts as starting: its launch thread issues kernels, then
+    /// spins in CUDA's synchronisation, near one CPU. Higher than `active_cpus`, so that a
+    /// short blip of a training job's helper threads does not clamp inference.
+    pub rise_cpus: f64,
     /// Training's SM utilization (%) at or above which it counts as active.
     pub active_sm_pct: f64,
     /// Without either signal for this long, ns, inference is ungated.
@@ -53,6 +58,7 @@ impl Default for ClampConfig {
             // NVML's utilization counters cover 1/6 s to 1 s depending on the GPU.
             adjust_every_ns: 1000 * MS,
             active_cpus: 0.05,
+            rise_cpus: 0.5,
             active_sm_pct: 5.0,
             idle_after_ns: 2000 * MS,
             retarget_after_ns: 10_000 * MS,
@@ -182,6 +188,15 @@ impl GpuPolicy {
         decisions
     }
 
+    /// The fast signal's short read: training's CPU use over a few milliseconds. Only a rise
+    /// counts (an absence that short says nothing about idling; `on_training_cpu` decides that).
+    pub fn on_training_cpu_rise(&mut self, now_ns: u64, cpus: f64) -> Vec<GpuDecision> {
+        if cpus < self.config.rise_cpus {
+            return Vec::new();
+        }
+        self.on_training_cpu(now_ns, cpus)
+    }
+
     /// The slow signal: whether training has a process on a GPU, and its SM utilization, None
     /// where NVML cannot attribute it (per-process samples unsupported, or hidden behind an
     /// MPS server).
@@ -278,6 +293,16 @@ mod tests {
             assert!(policy.on_training_cpu(t * 100 * MS, 2.0).is_empty());
         }
         assert_eq!(policy.run_fraction(), 1.0);
+    }
+
+    #[test]
+    fn a_short_read_clamps_only_at_a_step_starting() {
+        let mut policy = on_gpu();
+        // A helper thread's blip over 10 ms: above the tick's bar, below a step's.
+        assert!(policy.on_training_cpu_rise(10 * MS, 0.2).is_empty());
+        assert!(!policy.training_active());
+        assert_eq!(gates(&policy.on_training_cpu_rise(20 * MS, 0.9)), vec![0.1]);
+        assert!(policy.training_active());
     }
 
     #[test]

@@ -192,11 +192,19 @@ impl GpuService {
             .is_some_and(|inner| inner.gate.is_some())
     }
 
-    /// Training's CPU use over the last policy tick (every tick), or over the last fast-signal
-    /// period (only when it shows a step starting).
+    /// Training's CPU use over the last policy tick.
     pub fn on_training_cpu(&self, now_ns: u64, cpus: f64) {
+        self.decide(now_ns, |policy| policy.on_training_cpu(now_ns, cpus));
+    }
+
+    /// Training's CPU use over the fast signal's short period: a rise, or nothing.
+    pub fn on_training_cpu_rise(&self, now_ns: u64, cpus: f64) {
+        self.decide(now_ns, |policy| policy.on_training_cpu_rise(now_ns, cpus));
+    }
+
+    fn decide(&self, now_ns: u64, signal: impl FnOnce(&mut GpuPolicy) -> Vec<GpuDecision>) {
         if let Some(inner) = &self.inner {
-            let decisions = lock(&inner.policy).on_training_cpu(now_ns, cpus);
+            let decisions = signal(&mut lock(&inner.policy));
             for decision in decisions {
                 inner.apply(now_ns, decision);
             }
