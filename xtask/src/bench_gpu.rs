@@ -95,6 +95,14 @@ pub struct Window {
     pub gate_changes: Vec<GateChange>,
 }
 
+/// A load process's model, from its ready line.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Workload {
+    pub layers: usize,
+    pub width: usize,
+    pub batch: usize,
+}
+
 #[derive(Debug, Serialize)]
 pub struct GpuRun {
     /// nvidia-smi's name, memory and driver of the GPU.
@@ -104,6 +112,8 @@ pub struct GpuRun {
     pub lead_s: f64,
     pub train_s: f64,
     pub windows: Vec<Window>,
+    pub training_workload: Workload,
+    pub inference_workload: Option<Workload>,
     /// `enforcer status` in the middle of the first reamer window's training.
     pub status_sample: Option<String>,
 }
@@ -272,6 +282,8 @@ pub fn run(rounds: usize, train: Duration, progress: &dyn Fn(&str)) -> anyhow::R
         mps: mps.as_ref(),
         train,
         status_sample: None,
+        training_workload: None,
+        inference_workload: None,
     };
     let mut windows = Vec::new();
     for round in 0..rounds {
@@ -287,7 +299,8 @@ pub fn run(rounds: usize, train: Duration, progress: &dyn Fn(&str)) -> anyhow::R
             windows.push(bench.window(scenario, round)?);
         }
     }
-    let status_sample = bench.status_sample.take();
+    let (status_sample, inference_workload) = (bench.status_sample, bench.inference_workload);
+    let training_workload = bench.training_workload.context("no window ran training")?;
     drop(mps);
     Ok(GpuRun {
         gpu,
@@ -295,6 +308,8 @@ pub fn run(rounds: usize, train: Duration, progress: &dyn Fn(&str)) -> anyhow::R
         lead_s: LEAD.as_secs_f64(),
         train_s: train.as_secs_f64(),
         windows,
+        training_workload,
+        inference_workload,
         status_sample,
     })
 }
@@ -303,6 +318,8 @@ struct Bench<'a> {
     mps: Option<&'a Mps>,
     train: Duration,
     status_sample: Option<String>,
+    training_workload: Option<Workload>,
+    inference_workload: Option<Workload>,
 }
 
 /// A load process waiting for its start line.
@@ -347,6 +364,13 @@ impl Load {
             );
         }
         Ok(line)
+    }
+
+    /// Waits for the ready line, which describes the process's model.
+    fn ready(&mut self) -> anyhow::Result<Workload> {
+        let line = self.line()?;
+        serde_json::from_str(&line)
+            .with_context(|| format!("reading the {} process's ready line {line:?}", self.role))
     }
 
     fn go(&mut self) -> anyhow::Result<()> {
@@ -472,9 +496,9 @@ impl Bench<'_> {
                 "inference",
             )?)
         };
-        training.line()?;
+        self.training_workload = Some(training.ready()?);
         if let Some(inference) = &mut inference {
-            inference.line()?;
+            self.inference_workload = Some(inference.ready()?);
             inference.go()?;
         }
         training.go()?;

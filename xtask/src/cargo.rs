@@ -98,7 +98,8 @@ pub fn build_release() -> anyhow::Result<()> {
     build_bins(true)
 }
 
-/// For `bench --prebuilt`: the release binaries the benchmarks run must be there already.
+/// For `bench --prebuilt`: the enforcer, which every privileged section runs, must be built
+/// already (a section that needs another binary says so when it starts it).
 pub fn check_release_bins() -> anyhow::Result<()> {
     let missing: Vec<String> = ["enforcer"]
         .iter()

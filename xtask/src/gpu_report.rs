@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use crate::{
-    bench_gpu::{GpuRun, LEAD, Scenario, Trace, Window},
+    bench_gpu::{GpuRun, LEAD, Scenario, Trace, Window, Workload},
     stats::{median, min_max},
 };
 
@@ -210,6 +210,20 @@ pub fn figures(run: &GpuRun) -> Vec<ScenarioFigures> {
         .collect()
 }
 
+/// Inference's model, said against training's.
+fn inference_model(training: &Workload, inference: Option<&Workload>) -> String {
+    match inference {
+        None => "none ran".to_owned(),
+        Some(i) if (i.layers, i.width) == (training.layers, training.width) => {
+            format!("the same shape, batch {}", i.batch)
+        }
+        Some(i) => format!(
+            "a {}-layer {}-wide MLP, batch {}",
+            i.layers, i.width, i.batch
+        ),
+    }
+}
+
 fn pct(value: Option<f64>) -> String {
     value.map_or("–".to_owned(), |v| format!("{v:.0}%"))
 }
@@ -218,13 +232,20 @@ pub fn markdown(run: &GpuRun, figures: &[ScenarioFigures], command: &str, machin
     let mut text = format!(
         "Command: `{command}`\n\nMachine: {machine}; GPU: {}; {}.\n\n\
          Each window: inference runs alone for {:.0} s while training holds its CUDA context \
-         idle, then training runs for {:.0} s. Training: a 4-layer 8192-wide bf16 MLP, \
-         batch 2048, SGD; inference: the same shape, batch 1024, forward only; every step \
+         idle, then training runs for {:.0} s. Training: a {}-layer {}-wide bf16 MLP, \
+         batch {}, SGD; inference: {}, forward only; every step \
          ends with a synchronize. \"Back to 90%\": from training's first kernel to the start \
          of its first {RESTORED_STEPS} consecutive steps at 90% of alone's pace or better.\n\n\
          | scenario | windows | training throughput (% of alone; min–max) | training's first second | back to 90% after | inference while training idles | inference while training runs |\n\
          |---|---|---|---|---|---|---|\n",
-        run.gpu, run.mps, run.lead_s, run.train_s
+        run.gpu,
+        run.mps,
+        run.lead_s,
+        run.train_s,
+        run.training_workload.layers,
+        run.training_workload.width,
+        run.training_workload.batch,
+        inference_model(&run.training_workload, run.inference_workload.as_ref()),
     );
     for f in figures {
         let restored = match f.restored_after_ms {
@@ -341,6 +362,32 @@ mod tests {
         let w = window(trace(&ends), &[(600, 1.0), (1020, 0.1)]);
         let mean = mean_run_fraction(&w);
         assert!((mean - (0.2 * 1.0 + 0.8 * 0.1)).abs() < 1e-9, "{mean}");
+    }
+
+    #[test]
+    fn inference_is_described_against_trainings_model() {
+        let training = Workload {
+            layers: 4,
+            width: 8192,
+            batch: 2048,
+        };
+        let same = Workload {
+            batch: 1024,
+            ..training.clone()
+        };
+        assert_eq!(
+            inference_model(&training, Some(&same)),
+            "the same shape, batch 1024"
+        );
+        let other = Workload {
+            layers: 2,
+            width: 4096,
+            batch: 64,
+        };
+        assert_eq!(
+            inference_model(&training, Some(&other)),
+            "a 2-layer 4096-wide MLP, batch 64"
+        );
     }
 
     #[test]
