@@ -44,6 +44,13 @@ pub enum Request {
     Need { cpus: usize },
     /// Reads the sensor's totals.
     Snapshot,
+    /// A launcher started with `--relaunch` asks, every half second, what a new worker of
+    /// `pool` would start with now and the pool's relaunch generation: a new MPS
+    /// percentage, or a raised generation, makes it relaunch its command.
+    Watch { pool: String },
+    /// Makes every launcher of `pool` started with `--relaunch` relaunch its command: the new
+    /// one is started, and the old one is stopped once the new one is ready (root only).
+    Relaunch { pool: String },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -59,6 +66,23 @@ pub enum Response {
     },
     Snapshot(Box<Snapshot>),
     Grant(Grant),
+    Watching {
+        /// Raised by each `Relaunch` of the pool.
+        generation: u64,
+        /// What a new worker of the pool starts with now (a GPU pool's MPS limits).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<(String, String)>,
+        /// Why a new worker would be refused now (no GPU memory left for one): a relaunch
+        /// waits until this clears.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<String>,
+    },
+    Relaunching {
+        pool: String,
+        generation: u64,
+        /// The pids of the launchers that will relaunch their command.
+        launchers: Vec<u32>,
+    },
     Error {
         message: String,
     },

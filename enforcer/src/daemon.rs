@@ -27,6 +27,7 @@ use crate::{
     journal::Journal,
     paths, preflight,
     registry::{Reconciled, Registry},
+    relaunch_board::RelaunchBoard,
     sensor::{
         Sensor, Snapshot,
         snapshot::{self, JobTotals, PoolInfo},
@@ -50,6 +51,8 @@ struct Shared {
     pool_slo_ms: HashMap<String, u64>,
     /// Set once, right after `Shared` exists: its NVML sampler reads the registry.
     gpu: std::sync::OnceLock<GpuService>,
+    /// The launchers that relaunch their command on request, and each pool's generation.
+    relaunch: Mutex<RelaunchBoard>,
 }
 
 /// Settings for the sensor from the config.
@@ -158,6 +161,9 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
             .filter_map(|p| Some((p.name.get_ref().clone(), p.slo_ms()?)))
             .collect(),
         gpu: std::sync::OnceLock::new(),
+        relaunch: Mutex::new(RelaunchBoard::new(
+            config.pool.iter().map(|p| p.name.get_ref().clone()),
+        )),
     });
     let owners: OwnersFn = {
         let shared = Arc::downgrade(&shared);
@@ -411,7 +417,6 @@ async fn serve(listener: UnixListener, shared: Arc<Shared>) {
 
 async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
     let peer = stream.peer_cred().ok();
-    let peer_uid = peer.map(|c| c.uid());
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut buffer = Vec::new();
@@ -427,7 +432,7 @@ async fn serve_connection(stream: UnixStream, shared: Arc<Shared>) {
                 stream_grants(&shared, &pool, pid, &mut reader, &mut write).await;
                 return;
             }
-            Ok(Some(Ok(request))) => (handle(&shared, request, peer_uid), true),
+            Ok(Some(Ok(request))) => (handle(&shared, request, peer), true),
         };
         if send_line(&mut write, &response).await.is_err() || !keep_going {
             return;
@@ -518,7 +523,34 @@ fn on_subscriber_line(shared: &Shared, pool: &str, pid: u32, line: &[u8]) {
     }
 }
 
-fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response {
+/// What a new process of pool `name` starts with: a GPU pool's MPS limits (or its refusal,
+/// when no GPU has room for another client) and the pool's SLO for an inference worker that
+/// is not told another.
+fn pool_client_env(shared: &Shared, name: &str) -> Result<Vec<(String, String)>, String> {
+    let mut env = match shared.gpu.get() {
+        Some(gpu) => gpu.client_env(name)?,
+        None => Vec::new(),
+    };
+    if let Some(slo) = shared.pool_slo_ms.get(name) {
+        env.push((crate::launch::SLO_ENV.to_owned(), slo.to_string()));
+    }
+    Ok(env)
+}
+
+fn only_root(peer_uid: Option<u32>, what: &str) -> Result<(), Response> {
+    if peer_uid == Some(0) {
+        return Ok(());
+    }
+    Err(Response::Error {
+        message: format!(
+            "only root may {what} (your uid is {})",
+            peer_uid.map_or("unknown".to_owned(), |u| u.to_string())
+        ),
+    })
+}
+
+fn handle(shared: &Shared, request: Request, peer: Option<tokio::net::unix::UCred>) -> Response {
+    let peer_uid = peer.map(|c| c.uid());
     match request {
         Request::Snapshot => Response::Snapshot(Box::new(take_snapshot(shared))),
         Request::Subscribe { .. } => Response::Error {
@@ -528,28 +560,66 @@ fn handle(shared: &Shared, request: Request, peer_uid: Option<u32>) -> Response 
             message: "a need is sent on a grant subscription, after subscribing for the pool"
                 .to_owned(),
         },
+        Request::Watch { pool } => {
+            // Only a launcher, which registered itself (root only), watches.
+            if let Err(refused) = only_root(peer_uid, "watch a pool for relaunches") {
+                return refused;
+            }
+            let pid = peer.and_then(|c| c.pid()).map_or(0, |p| p as u32);
+            let watched = shared
+                .relaunch
+                .lock()
+                .expect("relaunch board poisoned")
+                .watch(&pool, pid, snapshot::monotonic_ns());
+            match watched {
+                Ok(generation) => {
+                    let (env, refused) = match pool_client_env(shared, &pool) {
+                        Ok(env) => (env, None),
+                        Err(why) => (Vec::new(), Some(why)),
+                    };
+                    Response::Watching {
+                        generation,
+                        env,
+                        refused,
+                    }
+                }
+                Err(message) => Response::Error { message },
+            }
+        }
+        Request::Relaunch { pool } => {
+            if let Err(refused) = only_root(peer_uid, "relaunch a pool's workers") {
+                return refused;
+            }
+            let asked = shared
+                .relaunch
+                .lock()
+                .expect("relaunch board poisoned")
+                .relaunch(&pool, snapshot::monotonic_ns());
+            match asked {
+                Ok((generation, launchers)) => {
+                    info!(pool, generation, ?launchers, "relaunch asked");
+                    Response::Relaunching {
+                        pool,
+                        generation,
+                        launchers,
+                    }
+                }
+                Err(message) => Response::Error { message },
+            }
+        }
         Request::Register { kind, name, pid } => {
-            if peer_uid != Some(0) {
-                return Response::Error {
-                    message: format!(
-                        "only root may register threads (your uid is {})",
-                        peer_uid.map_or("unknown".to_owned(), |u| u.to_string())
-                    ),
-                };
+            if let Err(refused) = only_root(peer_uid, "register threads") {
+                return refused;
             }
             // A GPU pool admits a process only where a CUDA context fits beside training;
             // the process starts with the pool's MPS limits.
-            let mut env = match (kind, shared.gpu.get()) {
-                (GroupKind::Pool, Some(gpu)) => match gpu.client_env(&name) {
+            let env = match kind {
+                GroupKind::Pool => match pool_client_env(shared, &name) {
                     Ok(env) => env,
                     Err(message) => return Response::Error { message },
                 },
-                _ => Vec::new(),
+                GroupKind::Training => Vec::new(),
             };
-            // The pool's SLO, for an inference worker that is not told another.
-            if let (GroupKind::Pool, Some(slo)) = (kind, shared.pool_slo_ms.get(&name)) {
-                env.push((crate::launch::SLO_ENV.to_owned(), slo.to_string()));
-            }
             let mut registry = shared.registry.lock().expect("registry poisoned");
             let added = match kind {
                 GroupKind::Training => registry.add_training_process(&name, pid),

@@ -1,6 +1,6 @@
 //! `enforcer`: reamer's node daemon and its command-line tools.
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
@@ -9,6 +9,7 @@ use enforcer::{
     control::GroupKind,
     daemon, launch, observe,
     paths::{self, DEFAULT_CONFIG, DEFAULT_INSTANCE},
+    supervise,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -55,7 +56,11 @@ enum Command {
     },
     /// Run a command as part of a training job or an inference pool (needs a running daemon).
     ///
-    /// Example: enforcer launch --training resnet -- python train.py
+    /// Examples:
+    ///
+    ///   enforcer launch --training resnet -- python train.py
+    ///
+    ///   enforcer launch --pool serve --relaunch --listen 127.0.0.1:8000 -- inference-worker online --model m.onnx
     #[command(group = clap::ArgGroup::new("group").required(true).args(["training", "pool"]))]
     Launch {
         /// Training job to join; created if new.
@@ -64,9 +69,45 @@ enum Command {
         /// Inference pool to join; must be declared in the daemon's config.
         #[arg(long)]
         pool: Option<String>,
+        /// Stay as the command's parent and relaunch it when new workers of the pool would
+        /// start differently (a GPU pool's MPS percentage changed: NVIDIA applies one only to
+        /// new clients) or when `enforcer relaunch --pool NAME` asks. Pools only.
+        #[arg(long, conflicts_with = "training")]
+        relaunch: bool,
+        /// With --relaunch: own a TCP listening socket on ADDR and give it to the command as
+        /// fd 3 (systemd socket activation: LISTEN_FDS=1, LISTEN_PID). A relaunch then starts
+        /// the new command first and stops the old one once the new one reports READY=1 on
+        /// NOTIFY_SOCKET, so no request is dropped. Without it the old command stops first.
+        #[arg(long, requires = "relaunch", value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// With --listen: seconds a new command may take to report READY=1 before it is
+        /// stopped and the old one kept.
+        #[arg(long, requires = "relaunch", default_value_t = 120.0, value_parser = parse_interval)]
+        ready_timeout_s: f64,
+        /// With --relaunch: seconds a command may take to exit on SIGTERM (to drain) before
+        /// SIGKILL.
+        #[arg(long, requires = "relaunch", default_value_t = 30.0, value_parser = parse_interval)]
+        stop_timeout_s: f64,
         #[command(flatten)]
         instance: InstanceArg,
         /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Relaunch a pool's workers started with `launch --relaunch` (root).
+    ///
+    /// Each such launcher starts its command anew (to pick up a new model file, say) and stops
+    /// the old one, without dropping requests when it owns the listening socket (`--listen`).
+    Relaunch {
+        /// The pool whose workers to relaunch.
+        #[arg(long)]
+        pool: String,
+        #[command(flatten)]
+        instance: InstanceArg,
+    },
+    /// Internal: exec the command with LISTEN_PID set to its own pid (used by --listen).
+    #[command(name = "exec-listening", hide = true)]
+    ExecListening {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -143,8 +184,44 @@ fn init_logging(level: &str) {
         .init();
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+/// Every subcommand runs its async work on the calling thread.
+fn current_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let ran_to_end = match cli.command {
+        Command::Launch {
+            pool: Some(pool),
+            relaunch: true,
+            listen,
+            ready_timeout_s,
+            stop_timeout_s,
+            instance,
+            command,
+            ..
+        } => {
+            let options = supervise::Options {
+                listen,
+                ready_timeout: Duration::from_secs_f64(ready_timeout_s),
+                stop_timeout: Duration::from_secs_f64(stop_timeout_s),
+            };
+            let socket = paths::socket_path(&instance.instance);
+            // The launcher ends as its last command did.
+            let code = supervise::run(&socket, &pool, &command, options)?;
+            return Ok(ExitCode::from(code));
+        }
+        Command::ExecListening { command } => Err(supervise::exec_listening(&command)),
+        Command::Relaunch { pool, instance } => {
+            let runtime = current_thread_runtime()?;
+            runtime.block_on(enforcer::relaunch_command::run(
+                &paths::socket_path(&instance.instance),
+                &pool,
+            ))
+        }
         Command::Run {
             config,
             decision_log,
@@ -153,10 +230,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let config = load_config(config)?;
             let decision_log =
                 decision_log.unwrap_or_else(|| paths::decision_log(&instance.instance));
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
+            let runtime = current_thread_runtime()?;
             runtime.block_on(daemon::run(config, &instance.instance, &decision_log))
         }
         Command::Launch {
@@ -164,6 +238,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pool,
             instance,
             command,
+            ..
         } => {
             let (kind, name) = match (training, pool) {
                 (Some(name), _) => (GroupKind::Training, name),
@@ -179,10 +254,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Check => enforcer::check::report(),
         Command::Status { json, instance } => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
+            let runtime = current_thread_runtime()?;
             runtime.block_on(enforcer::status::run(
                 &paths::socket_path(&instance.instance),
                 json,
@@ -209,10 +281,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json,
             instance,
         } => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
+            let runtime = current_thread_runtime()?;
             let socket = paths::socket_path(&instance.instance);
             runtime.block_on(observe::run(
                 &socket,
@@ -221,14 +290,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 json,
             ))
         }
-    }
+    };
+    ran_to_end.map(|()| ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_level);
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(err) => {
             eprintln!("enforcer: error: {err:#}");
             ExitCode::FAILURE

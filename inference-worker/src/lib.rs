@@ -6,6 +6,7 @@
 
 pub mod affinity;
 pub mod bench;
+pub mod drain;
 pub mod executor;
 pub mod grants;
 pub mod http;
@@ -20,4 +21,5 @@ pub mod profile;
 pub mod queue;
 pub mod reload;
 pub mod session;
+pub mod socket_activation;
 pub mod tiny_model;

@@ -150,9 +150,15 @@ impl GrantArgs {
 struct OnlineArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Address to serve on (loopback by default).
+    /// Address to serve on (loopback by default). A socket passed by a launcher (systemd's
+    /// LISTEN_FDS, as `enforcer launch --relaunch --listen` does) is served instead.
     #[arg(long, default_value = "127.0.0.1:8000")]
     listen: SocketAddr,
+    /// Serving a socket passed by a launcher: on SIGTERM, how long to keep answering open
+    /// connections (each answer with `Connection: close`, so the client moves to the
+    /// successor) before closing the idle ones, in seconds. Accepting stops at once.
+    #[arg(long, default_value_t = 5.0)]
+    drain_timeout_s: f64,
     /// Latency SLO per request, in milliseconds. `enforcer launch` into a pool whose config
     /// gives `slo_ms` sets REAMER_SLO_MS.
     #[arg(long, env = "REAMER_SLO_MS", default_value_t = 100.0)]
@@ -281,6 +287,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 model,
                 item_shape: args.model.input_shape.clone(),
                 listen: args.listen,
+                drain_timeout: Duration::try_from_secs_f64(args.drain_timeout_s).map_err(|_| {
+                    anyhow::anyhow!(
+                        "--drain-timeout-s {} is not a number of seconds",
+                        args.drain_timeout_s
+                    )
+                })?,
                 slo: Duration::from_secs_f64(args.slo_ms.max(0.001) / 1000.0),
                 grants: args.grants.source()?,
                 queue_capacity: args.queue_capacity,

@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 
 use crate::{
     affinity,
+    drain::{self, Drain, DrainingListener},
     executor::{Config, Executor},
     grants::{self, Grant, GrantSource, NeedReporter},
     http::{self, AppState},
@@ -27,13 +28,15 @@ use crate::{
     model::Model,
     profile::Profile,
     queue::JobQueue,
-    reload,
+    reload, socket_activation,
 };
 
 pub struct Options {
     pub model: Arc<Model>,
     pub item_shape: Option<Vec<usize>>,
     pub listen: SocketAddr,
+    /// How long a drain keeps answering open connections before closing the idle ones.
+    pub drain_timeout: Duration,
     pub slo: Duration,
     pub grants: GrantSource,
     pub queue_capacity: usize,
@@ -110,14 +113,34 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         body_limit: options.body_limit,
         bodies: Semaphore::new(options.max_bodies.max(1)),
     });
+    let drain = Drain::new();
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(options.listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
+        // A passed socket means a successor may take it over: only then is it worth holding
+        // open connections while their clients move on. Alone, a worker shuts down at once.
+        let (listener, drain_timeout) = match socket_activation::inherited_listener()? {
+            Some(passed) => {
+                tracing::info!("serving the listening socket passed by the launcher (LISTEN_FDS)");
+                let listener = tokio::net::TcpListener::from_std(passed)?;
+                (listener, options.drain_timeout)
+            }
+            None => {
+                let listener = tokio::net::TcpListener::bind(options.listen)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
+                (listener, Duration::ZERO)
+            }
+        };
         // The one line a script or test waits for, with the real port when it was 0.
         println!("listening on http://{}", listener.local_addr()?);
-        axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(shutdown_signal())
+        let listener = DrainingListener::new(listener, drain.clone())?;
+        let router = http::router(state).layer(axum::middleware::map_response_with_state(
+            drain.clone(),
+            drain::close_while_draining,
+        ));
+        // A launcher that relaunches this worker stops the old one only after this.
+        socket_activation::notify_ready();
+        axum::serve(listener, router)
+            .with_graceful_shutdown(drained(drain, drain_timeout))
             .await?;
         anyhow::Ok(())
     })?;
@@ -126,12 +149,25 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// Completes, and so starts axum's graceful shutdown, once a SIGTERM's drain is over: every
+/// connection closed, or the timeout passed (see `drain`).
+async fn drained(drain: Arc<Drain>, timeout: Duration) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!(
+        open_connections = drain.open_connections(),
+        "draining: answering open connections with `Connection: close`"
+    );
+    drain.start();
+    if !drain.connections_closed(timeout).await && !timeout.is_zero() {
+        tracing::info!(
+            open_connections = drain.open_connections(),
+            "drain timeout: closing the idle connections left"
+        );
     }
 }
 

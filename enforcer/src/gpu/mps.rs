@@ -393,13 +393,13 @@ impl MpsControl {
     }
 }
 
+/// A new MPS client's active-thread percentage (NVIDIA's client-side variable).
+pub const PERCENTAGE_ENV: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+
 /// The environment that gives one new MPS client its own limits (NVIDIA's client-side
 /// variables: they can only tighten what the control daemon allows).
 pub fn client_env(percentage: u32, mem_limits: &[(u32, MemLimitMib)]) -> Vec<(String, String)> {
-    let mut env = vec![(
-        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_owned(),
-        percentage.to_string(),
-    )];
+    let mut env = vec![(PERCENTAGE_ENV.to_owned(), percentage.to_string())];
     if !mem_limits.is_empty() {
         let value = mem_limits
             .iter()
