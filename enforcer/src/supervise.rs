@@ -14,7 +14,7 @@
 //! No request is refused on the way (the inference worker does all of this).
 //!
 //! Without `--listen`, the old command is stopped first and the new one started after. That
-//! suits an offline worker, which checkpoints.
+//! suits an offline worker, which checkpoints on SIGTERM: the next one resumes from there.
 
 use std::{
     net::{SocketAddr, TcpListener},

@@ -224,6 +224,8 @@ fn load(args: &ModelArgs, max_batch: usize) -> anyhow::Result<Arc<Model>> {
 }
 
 fn run_offline(args: OfflineArgs) -> anyhow::Result<ExitCode> {
+    // Before anything takes time, so that a stop asked during start-up is honoured too.
+    offline::stop::install()?;
     let model = load(&args.model, args.batch.max(1))?;
     let source = args.grants.source()?;
     let (tx, rx) = std::sync::mpsc::channel::<grants::Grant>();

@@ -155,8 +155,8 @@ fn clean_up(daemon: Daemon, pool: &str, dir: &Path) {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// A command that says when it starts and when it is told to stop (the inference worker's
-/// offline mode checkpoints there), started by a launcher without a socket.
+/// A command that says when it starts and when it is told to stop, started by a launcher
+/// without a socket.
 fn trapping_command(dir: &Path, instance: &str, pool: &str) -> Launcher {
     let script = "echo start $$; trap 'echo stop $$; exit 0' TERM; while :; do sleep 0.05; done";
     let launcher = Launcher::start(dir, instance, pool, &[], &["sh", "-c", script]);

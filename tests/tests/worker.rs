@@ -520,6 +520,68 @@ fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
 }
 
 #[test]
+fn an_offline_job_told_to_stop_checkpoints_what_it_did_and_resumes_from_there() {
+    let (dir, model) = scratch_with_tiny_model("offline-stop");
+    let job = dir.join("job");
+    let lines = 200_000;
+    let status = Command::new(worker_bin())
+        .args(["make-job", "--model", model.to_str().unwrap(), "--dir"])
+        .arg(&job)
+        .args(["--lines", &lines.to_string(), "--seed", "3"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let offline = || {
+        let mut command = Command::new(worker_bin());
+        command
+            .args(["offline", "--model", model.to_str().unwrap(), "--job"])
+            .arg(&job)
+            // No periodic checkpoint within the test: any checkpoint is the stop's.
+            .args(["--batch", "4", "--checkpoint-ms", "600000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let child = offline().spawn().unwrap();
+    let results = job.join("results.jsonl");
+    eventually("results being written", Duration::from_secs(20), || {
+        std::fs::metadata(&results).is_ok_and(|m| m.len() > 0)
+    });
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let started = Instant::now();
+    let output = child.wait_with_output().unwrap();
+    println!("stopped {:?} after SIGTERM", started.elapsed());
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        summary["complete"], false,
+        "the job finished first: make it longer"
+    );
+    // Everything it computed is counted: the next run redoes nothing.
+    let at_stop = checkpoint(&job);
+    let done = at_stop["lines_done"].as_u64().unwrap();
+    assert!(done > 0);
+    assert_eq!(summary["lines_done"].as_u64(), Some(done));
+    let written = std::fs::read_to_string(&results).unwrap().lines().count() as u64;
+    assert_eq!(written, done, "results past the checkpoint would be redone");
+    let output = offline().output().unwrap();
+    assert!(output.status.success());
+    let resumed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(resumed["complete"], true);
+    assert_eq!(
+        resumed["lines_this_run"].as_u64().unwrap() + done,
+        lines as u64
+    );
+    check_results(&job, lines);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouched() {
     let (dir, model) = scratch_with_tiny_model("offline-bad");
     let job = dir.join("job");

@@ -15,6 +15,7 @@
 pub mod checkpoint;
 pub mod generate;
 pub mod job;
+pub mod stop;
 
 use std::{
     collections::VecDeque,
@@ -128,6 +129,10 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> anyhow::Result<Summar
             let mut data = Vec::new();
             let mut items = 0;
             while batch.lines.len() < options.batch.max(1) {
+                if stop::requested() {
+                    at_end = true;
+                    break;
+                }
                 if options.max_lines.is_some_and(|max| {
                     summary.lines_this_run + batch_lines(&in_flight) + batch.lines.len() as u64
                         >= max
@@ -233,6 +238,12 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> anyhow::Result<Summar
         }
     }
     commit(&results, &checkpoint, &checkpoint_path)?;
+    if stop::requested() && !checkpoint.complete {
+        tracing::info!(
+            lines_done = checkpoint.lines_done,
+            "stopped by a signal: results and checkpoint written, the job resumes from here"
+        );
+    }
     summary.seconds = started.elapsed().as_secs_f64();
     summary.inferences_per_s = summary.inferences_this_run as f64 / summary.seconds.max(1e-9);
     summary.lines_done = checkpoint.lines_done;
