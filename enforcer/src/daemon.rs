@@ -698,21 +698,30 @@ fn take_snapshot(shared: &Shared) -> Snapshot {
             }
         })
         .collect();
+    let relaunch = shared.relaunch.lock().expect("relaunch board poisoned");
+    let now_ns = snapshot::monotonic_ns();
     let pools = registry
         .pools
         .iter()
-        .map(|pool| PoolInfo {
-            id: pool.id,
-            name: pool.name.clone(),
-            kind: if pool.class == enforcer_common::CLASS_ONLINE {
-                "online"
-            } else {
-                "offline"
+        .map(|pool| {
+            let (relaunch_generation, relaunching_launchers) =
+                relaunch.watching(&pool.name, now_ns);
+            PoolInfo {
+                id: pool.id,
+                name: pool.name.clone(),
+                kind: if pool.class == enforcer_common::CLASS_ONLINE {
+                    "online"
+                } else {
+                    "offline"
+                }
+                .to_owned(),
+                threads: pool.threads,
+                relaunch_generation,
+                relaunching_launchers,
             }
-            .to_owned(),
-            threads: pool.threads,
         })
         .collect();
+    drop(relaunch);
     let enforcement = enforcement_status(shared, &jobs);
     Snapshot {
         instance: shared.instance.clone(),

@@ -66,6 +66,19 @@ impl RelaunchBoard {
         Ok((watch.generation, watch.watchers.keys().copied().collect()))
     }
 
+    /// `pool`'s generation and the launchers watching it now (none for an unknown pool).
+    pub fn watching(&self, pool: &str, now_ns: u64) -> (u64, Vec<u32>) {
+        self.pools.get(pool).map_or((0, Vec::new()), |watch| {
+            let live = watch
+                .watchers
+                .iter()
+                .filter(|(_, seen)| now_ns.saturating_sub(**seen) < GONE_AFTER.as_nanos() as u64)
+                .map(|(pid, _)| *pid)
+                .collect();
+            (watch.generation, live)
+        })
+    }
+
     fn pool_mut(&mut self, pool: &str) -> Result<&mut PoolWatch, String> {
         if !self.pools.contains_key(pool) {
             let mut known: Vec<&str> = self.pools.keys().map(String::as_str).collect();
@@ -118,6 +131,7 @@ mod tests {
         board.watch("serve", 10, 0).unwrap();
         board.watch("serve", 11, 2 * S).unwrap();
         // pid 10 last asked 3 s before: gone; pid 11 is listed.
+        assert_eq!(board.watching("serve", 3 * S), (0, vec![11]));
         assert_eq!(board.relaunch("serve", 3 * S), Ok((1, vec![11])));
         assert!(board.relaunch("serve", 6 * S).is_err());
     }

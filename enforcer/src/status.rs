@@ -43,8 +43,18 @@ pub fn render(snapshot: &Snapshot) -> String {
         let weight = pool
             .cpu_weight
             .map_or(String::new(), |w| format!("  weight {w}"));
+        let relaunching = snapshot
+            .pools
+            .iter()
+            .find(|p| p.name == pool.name && !p.relaunching_launchers.is_empty())
+            .map_or(String::new(), |p| {
+                format!(
+                    "  relaunching launchers {:?} (generation {})",
+                    p.relaunching_launchers, p.relaunch_generation
+                )
+            });
         out.push_str(&format!(
-            "  {:<20} {:<8} CPUs [{}]  processes {:?}{weight}{need}\n",
+            "  {:<20} {:<8} CPUs [{}]  processes {:?}{weight}{need}{relaunching}\n",
             pool.name, pool.kind, pool.cpus, pool.processes
         ));
     }

@@ -200,6 +200,15 @@ fn an_online_worker_is_relaunched_without_dropping_a_request() {
         .unwrap();
     let first = launcher.started_pids()[0];
     let pool_cgroup = cgroup_of(first, "cpuset");
+    // The daemon lists the launcher under its pool (`enforcer status` shows it too).
+    eventually("the launcher is listed", Duration::from_secs(5), || {
+        let snapshot = daemon.snapshot();
+        let pools = snapshot["pools"].as_array().unwrap().clone();
+        pools.iter().any(|p| {
+            p["name"] == "serve"
+                && p["relaunching_launchers"] == serde_json::json!([launcher.child.id()])
+        })
+    });
     assert!(pool_cgroup.contains("serve"), "{pool_cgroup}");
 
     // Three keep-alive clients send requests back to back the whole time; any failure is

@@ -538,3 +538,84 @@ fn signal(pid: u32, signal: i32) {
         signal, "cannot evict: {err} (another user's process needs CAP_KILL)"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        gpu::clamp::ClampConfig,
+        supervise::{StartedWith, relaunch_reason},
+    };
+
+    const MS: u64 = 1_000_000;
+
+    /// The service as it runs with NVML and an attached MPS control daemon, without either:
+    /// the policy's signals are fed by hand.
+    fn attached(gpu_pools: &[&str], config: ClampConfig) -> GpuService {
+        let inner = Arc::new(Inner {
+            policy: Mutex::new(GpuPolicy::new(config)),
+            gate: None,
+            gpu_pools: gpu_pools.iter().map(|p| (*p).to_owned()).collect(),
+            mps: None,
+            mps_set_defaults: false,
+            reserve_mib: 4096,
+            evict: false,
+            state: Mutex::new(State {
+                driver: String::new(),
+                devices: Vec::new(),
+                device_errors: Vec::new(),
+                client_percentage: 100,
+                mps: MpsReport::Attached {
+                    started: false,
+                    in_force: None,
+                    last_error: None,
+                },
+                mps_due: false,
+                evictions: 0,
+                evicted: HashMap::new(),
+                recent: VecDeque::new(),
+            }),
+            log: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        });
+        GpuService {
+            inner: Some(inner),
+            inactive: None,
+            sampler: Mutex::new(None),
+        }
+    }
+
+    #[test]
+    fn a_held_clamp_becomes_the_percentage_relaunching_launchers_start_workers_with() {
+        let config = ClampConfig {
+            retarget_after_ns: 1000 * MS,
+            ..ClampConfig::default()
+        };
+        let gpu = attached(&["serve"], config);
+        let new_worker = |gpu: &GpuService| StartedWith::new(0, &gpu.client_env("serve").unwrap());
+        let mut running = new_worker(&gpu);
+        assert_eq!(running.percentage, 100);
+        // NVML shows training on a GPU, then its launch thread starts a step: clamped at once,
+        // and the clamp alone changes no percentage.
+        gpu.decide(0, |policy| policy.on_nvml(0, true, Some(0.0)));
+        gpu.on_training_cpu_rise(10 * MS, 1.0);
+        let last = |gpu: &GpuService| {
+            let inner = gpu.inner.as_ref().unwrap();
+            lock(&inner.state).recent.back().map(|r| r.decision)
+        };
+        assert!(
+            matches!(last(&gpu), Some(GpuDecision::Gate { run_fraction, .. }) if run_fraction == 0.1),
+            "{:?}",
+            last(&gpu)
+        );
+        assert_eq!(relaunch_reason(&mut running, new_worker(&gpu)), None);
+        // Held past retarget_after: the lasting form of the same share, which a relaunching
+        // launcher sees at its next poll.
+        gpu.on_training_cpu(1100 * MS, 1.0);
+        assert_eq!(new_worker(&gpu).percentage, 10);
+        let reason = relaunch_reason(&mut running, new_worker(&gpu)).unwrap();
+        assert!(reason.contains("percentage of 10"), "{reason}");
+        // A pool that does not use the GPU starts with no MPS limits.
+        assert!(gpu.client_env("batch").unwrap().is_empty());
+    }
+}

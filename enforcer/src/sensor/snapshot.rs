@@ -41,6 +41,12 @@ pub struct PoolInfo {
     pub name: String,
     pub kind: String,
     pub threads: usize,
+    /// The pool's relaunch generation (raised by `enforcer relaunch`).
+    #[serde(default)]
+    pub relaunch_generation: u64,
+    /// The launchers started with `--relaunch` that watch the pool.
+    #[serde(default)]
+    pub relaunching_launchers: Vec<u32>,
 }
 
 /// Everything `observe` shows, read at one instant.
