@@ -328,8 +328,9 @@ impl Launcher {
         let mut notify = None;
         match &self.listener {
             Some(listener) => {
-                let exe = std::env::current_exe().context("finding the enforcer's own binary")?;
-                command = Command::new(exe);
+                // This launcher's own image, even if the enforcer's file was replaced since
+                // (an upgrade): the link follows the inode, not the path.
+                command = Command::new("/proc/self/exe");
                 command.arg(EXEC_LISTENING).arg("--").args(&self.command);
                 let fd = listener.as_raw_fd();
                 // SAFETY: only async-signal-safe calls (prctl, getppid, fcntl, dup2).
