@@ -245,8 +245,8 @@ fn an_online_worker_is_relaunched_without_dropping_a_request() {
         .collect();
     std::thread::sleep(Duration::from_millis(500));
 
-    // Three relaunches: a plain graceful shutdown (idle keep-alive connections closed at
-    // once) lost a request in about one relaunch of three here.
+    // Three relaunches: with a plain graceful shutdown instead of the drain (idle keep-alive
+    // connections closed at once), one relaunch lost a request in one run of three here.
     const RELAUNCHES: usize = 3;
     for n in 1..=RELAUNCHES {
         let (ok, out, err) = relaunch(instance, "serve");
