@@ -15,6 +15,11 @@ pub const WATCH_EVERY: Duration = Duration::from_millis(500);
 /// A launcher silent this long no longer counts as watching: six missed polls.
 pub const GONE_AFTER: Duration = Duration::from_secs(3);
 
+/// Whether a launcher that last asked at `seen_ns` still counts at `now_ns`.
+fn still_watching(seen_ns: u64, now_ns: u64) -> bool {
+    now_ns.saturating_sub(seen_ns) < GONE_AFTER.as_nanos() as u64
+}
+
 #[derive(Debug, Default)]
 struct PoolWatch {
     generation: u64,
@@ -50,10 +55,9 @@ impl RelaunchBoard {
     /// Refused when no launcher watches: nothing would happen, and the operator should know.
     pub fn relaunch(&mut self, pool: &str, now_ns: u64) -> Result<(u64, Vec<u32>), String> {
         let watch = self.pool_mut(pool)?;
-        let gone_after = GONE_AFTER.as_nanos() as u64;
         watch
             .watchers
-            .retain(|_, seen| now_ns.saturating_sub(*seen) < gone_after);
+            .retain(|_, seen| still_watching(*seen, now_ns));
         if watch.watchers.is_empty() {
             return Err(format!(
                 "no launcher of pool {pool:?} was started with --relaunch (or none has asked \
@@ -72,7 +76,7 @@ impl RelaunchBoard {
             let live = watch
                 .watchers
                 .iter()
-                .filter(|(_, seen)| now_ns.saturating_sub(**seen) < GONE_AFTER.as_nanos() as u64)
+                .filter(|(_, seen)| still_watching(**seen, now_ns))
                 .map(|(pid, _)| *pid)
                 .collect();
             (watch.generation, live)

@@ -87,6 +87,17 @@ impl Daemon {
         Self::start_command(Command::new(enforcer), instance, config)
     }
 
+    /// Like `start_bin`, after removing the instance's decision log, so that the log holds
+    /// this daemon's decisions only (what a benchmark reads back).
+    pub fn start_bin_with_fresh_log(
+        enforcer: &std::path::Path,
+        instance: &str,
+        config: &str,
+    ) -> Self {
+        let _ = std::fs::remove_file(decision_log_of(instance));
+        Self::start_bin(enforcer, instance, config)
+    }
+
     /// Like `start`, with `command` (the enforcer binary, and whatever the test set up for the
     /// process, such as a reduced capability set) given `run` and its arguments.
     pub fn start_command(mut command: Command, instance: &str, config: &str) -> Self {

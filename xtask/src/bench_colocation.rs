@@ -385,8 +385,7 @@ impl Bench {
             _ => {}
         }
         let daemon = if scenario == Scenario::Reamer {
-            let _ = std::fs::remove_file(decision_log());
-            Some(Daemon::start_bin(
+            Some(Daemon::start_bin_with_fresh_log(
                 &release_bin("enforcer"),
                 INSTANCE,
                 &self.daemon_config(),

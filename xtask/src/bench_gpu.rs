@@ -474,8 +474,7 @@ impl Bench<'_> {
     fn window(&mut self, scenario: Scenario, round: usize) -> anyhow::Result<Window> {
         let log = decision_log_of(INSTANCE);
         let daemon = if scenario == Scenario::Reamer {
-            let _ = std::fs::remove_file(&log);
-            Some(Daemon::start_bin(
+            Some(Daemon::start_bin_with_fresh_log(
                 &release_bin("enforcer"),
                 INSTANCE,
                 &self.daemon_config(),

@@ -48,8 +48,7 @@ pub struct ReactionBench {
 )]
 pub fn run(bursts: usize, progress: &dyn Fn(&str)) -> anyhow::Result<ReactionBench> {
     let log = decision_log_of(INSTANCE);
-    let _ = std::fs::remove_file(&log);
-    let daemon = Daemon::start_bin(&release_bin("enforcer"), INSTANCE, CONFIG);
+    let daemon = Daemon::start_bin_with_fresh_log(&release_bin("enforcer"), INSTANCE, CONFIG);
     let hog_seconds = (bursts as f64 * 0.6 + 2.0).to_string();
     let hog_bin = release_bin("cpu-hog");
     let mut hog = daemon.launch(
