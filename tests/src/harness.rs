@@ -283,18 +283,24 @@ pub fn remove_test_cgroups(instance: &str, pool: &str) {
     crate::bench_cgroup::remove_groups(instance, &[pool]);
 }
 
-/// The cgroup path of `pid` in the v1 hierarchy named `controller`.
+/// The cgroup path of `pid` for `controller`: its v1 hierarchy, or the unified one on v2.
 pub fn cgroup_of(pid: u32, controller: &str) -> String {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    text.lines()
-        .find_map(|l| {
+    let entries: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| {
             let mut parts = l.splitn(3, ':');
             let (_, names, path) = (parts.next()?, parts.next()?, parts.next()?);
-            names
-                .split(',')
-                .any(|n| n == controller)
-                .then(|| path.to_owned())
+            Some((names, path))
         })
+        .collect();
+    // The v1 hierarchy that holds the controller; on a cgroup v2 host, the one unified
+    // hierarchy ("0::/path"), which holds them all.
+    entries
+        .iter()
+        .find(|(names, _)| names.split(',').any(|n| n == controller))
+        .or_else(|| entries.iter().find(|(names, _)| names.is_empty()))
+        .map(|(_, path)| (*path).to_owned())
         .unwrap_or_default()
 }
 
@@ -311,6 +317,19 @@ pub fn bpftool(args: &[&str]) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).expect("bpftool JSON")
+}
+
+/// The kernel's list of online CPUs ("0-15").
+pub fn online_cpus() -> String {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .expect("read /sys/devices/system/cpu/online")
+        .trim()
+        .to_owned()
+}
+
+/// How many CPUs are online: the whole machine, whatever this process's affinity or quota.
+pub fn online_cpu_count() -> usize {
+    cpu_list_len(&online_cpus())
 }
 
 /// How many CPUs a kernel CPU list names ("0-1,3" is 3).

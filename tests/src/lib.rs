@@ -8,6 +8,7 @@
 pub mod baseline_controllers;
 pub mod bench_cgroup;
 pub mod cpu_work;
+pub mod gpu;
 pub mod harness;
 pub mod proc_stats;
 pub mod quantile;

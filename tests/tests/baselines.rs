@@ -10,7 +10,7 @@ use std::{
 use reamer_tests::{
     baseline_controllers::{FLOOR_CPUS, utilization_poller},
     bench_cgroup::{Group, remove_groups},
-    harness::privileged,
+    harness::{online_cpu_count, privileged},
     proc_stats::{JIFFIES_PER_S, process_jiffies},
 };
 
@@ -57,13 +57,14 @@ fn a_quota_holds_best_effort_and_the_poller_tightens_it_when_the_node_is_busy() 
         "best effort was not free before: {free:.2} CPUs"
     );
 
-    // Two spinning threads outside the group use the whole node: the poller leaves best
-    // effort its floor.
-    let mut others = hog("2");
+    // One spinning thread per CPU outside the group uses the whole node: the poller leaves
+    // best effort its floor.
+    let cpus = online_cpu_count();
+    let mut others = hog(&cpus.to_string());
     let poller = utilization_poller(
         group.clone(),
         best_effort.id(),
-        2,
+        cpus,
         0.65,
         Duration::from_millis(300),
     );

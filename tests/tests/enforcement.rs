@@ -5,20 +5,14 @@
 use std::{process::Command, time::Duration};
 
 use reamer_tests::harness::{
-    Daemon, cgroup_of, eventually, pool_in, privileged, remove_test_cgroups, u64_of, wait_ok,
+    Daemon, cgroup_of, eventually, online_cpu_count, online_cpus, pool_in, privileged,
+    remove_test_cgroups, u64_of, wait_ok,
 };
 
 const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
 const OFFLINE_POOL: &str = "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n";
 const SLOW_TICK_MS: u64 = 1000;
-
-fn online_cpus() -> String {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .unwrap()
-        .trim()
-        .to_owned()
-}
 
 #[test]
 fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
@@ -166,6 +160,9 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
         return;
     }
     let seconds = "2.5";
+    // One spinning thread per CPU: the hog contends for every CPU training could use, on a
+    // machine of any size (2 threads left a 16-CPU machine idle enough to add no wait).
+    let hog_threads = online_cpu_count().to_string();
     let (mut alone, mut unmanaged, mut enforced) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..5 {
         alone.push(training_run(
@@ -176,7 +173,7 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
         ));
 
         let hog = Command::new(HOG)
-            .args(["--threads", "2", "--seconds", "3"])
+            .args(["--threads", &hog_threads, "--seconds", "3"])
             .spawn()
             .unwrap();
         unmanaged.push(training_run(
@@ -192,7 +189,7 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
             "--pool",
             "batch",
             HOG,
-            &["--threads", "2", "--seconds", "3"],
+            &["--threads", &hog_threads, "--seconds", "3"],
         );
         std::thread::sleep(Duration::from_millis(100));
         let sim = daemon.launch(
@@ -382,23 +379,14 @@ const GRANT_CLIENT: &str = env!("CARGO_BIN_EXE_grant-client");
 
 /// `grant-client` launched into pool "batch": it subscribes for the pool's grants and exits
 /// after `count` of them, or after `seconds`.
-fn launch_batch_subscriber(daemon: &Daemon, count: &str, seconds: &str) -> std::process::Child {
+fn launch_batch_subscriber(daemon: &Daemon, until: &str, seconds: &str) -> std::process::Child {
     let socket = daemon.socket().display().to_string();
-    daemon.launch(
-        "--pool",
-        "batch",
-        GRANT_CLIENT,
-        &[
-            "--socket",
-            &socket,
-            "--pool",
-            "batch",
-            "--count",
-            count,
-            "--seconds",
-            seconds,
-        ],
-    )
+    let mut args = vec!["--socket", &socket, "--pool", "batch", "--seconds", seconds];
+    match until {
+        "growth" => args.push("--until-growth"),
+        count => args.extend(["--count", count]),
+    }
+    daemon.launch("--pool", "batch", GRANT_CLIENT, &args)
 }
 
 #[test]
@@ -423,7 +411,7 @@ fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
     assert!(String::from_utf8_lossy(&outsider.stdout).contains("is not in pool"));
 
     // Inside: the current grant, then a shrink when training arrives, then growth when it leaves.
-    let worker = launch_batch_subscriber(&daemon, "3", "15");
+    let worker = launch_batch_subscriber(&daemon, "growth", "15");
     std::thread::sleep(Duration::from_millis(300));
     let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);
     wait_ok(sim, "training-sim");
@@ -431,7 +419,7 @@ fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
-        "worker got fewer than 3 grants:\n{text}"
+        "the worker saw no growth after a shrink:\n{text}"
     );
     let grants: Vec<serde_json::Value> = text
         .lines()

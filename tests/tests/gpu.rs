@@ -4,15 +4,11 @@
 //! off with its own line. With a GPU and PyTorch, the memory guard evicts a GPU pool's process
 //! that training grows into.
 
-use std::{
-    io::{BufRead as _, BufReader},
-    os::unix::process::ExitStatusExt as _,
-    process::{Child, Command},
-    time::Duration,
-};
+use std::{os::unix::process::ExitStatusExt as _, process::Command, time::Duration};
 
-use reamer_tests::harness::{
-    Daemon, enforcer_bin, eventually, privileged, remove_test_cgroups, wait_ok,
+use reamer_tests::{
+    gpu::{BUSY_ON_GPU, HOLD_GPU_MEMORY, Mps, gpu_test, wait_holding},
+    harness::{Daemon, enforcer_bin, eventually, privileged, remove_test_cgroups, wait_ok},
 };
 
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
@@ -106,59 +102,12 @@ fn gpu_off_by_configuration_is_reported_as_off() {
     assert!(status.contains("GPU: off"), "{status}");
 }
 
-/// Allocates argv[1] GiB on the GPU, says so, and holds it for argv[2] seconds.
-const HOLD_GPU_MEMORY: &str = "import sys, time, torch\n\
-x = torch.empty(int(sys.argv[1]) << 30, dtype=torch.uint8, device='cuda')\n\
-torch.cuda.synchronize()\n\
-print('holding', flush=True)\n\
-time.sleep(float(sys.argv[2]))\n";
-
-/// Why this machine cannot run PyTorch on an NVIDIA GPU of 64 GiB or more (the test holds
-/// 30 GiB twice), if it cannot.
-fn no_gpu_with_torch() -> Option<String> {
-    let torch = Command::new("python3")
-        .args([
-            "-c",
-            "import torch; assert torch.cuda.is_available(), 'no CUDA device'; \
-             assert torch.cuda.get_device_properties(0).total_memory >= 64 << 30, \
-             'the GPU has less than the 64 GiB this test holds'",
-        ])
-        .output();
-    match torch {
-        Ok(out) if out.status.success() => None,
-        Ok(out) => Some(format!(
-            "no GPU with PyTorch: {}",
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or_default()
-        )),
-        Err(err) => Some(format!("no GPU with PyTorch: python3: {err}")),
-    }
-}
-
-/// Waits for the process's "holding" line: its memory is allocated.
-fn wait_holding(child: &mut Child, what: &str) {
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().expect("piped stdout"))
-        .read_line(&mut line)
-        .expect("read the holder's line");
-    assert_eq!(
-        line.trim(),
-        "holding",
-        "{what} did not allocate its GPU memory"
-    );
-}
-
 #[test]
 fn training_that_grows_into_what_inference_holds_on_the_gpu_gets_it_evicted() {
     let test = "training_that_grows_into_what_inference_holds_on_the_gpu_gets_it_evicted";
     let instance = "it-gpu-evict";
-    if !privileged(test) {
-        return;
-    }
-    if let Some(reason) = no_gpu_with_torch() {
-        eprintln!("SKIPPED {test}: {reason}");
+    // The test holds 30 GiB twice.
+    if gpu_test(test, 64).is_none() {
         return;
     }
     // 30 GiB each on an 80 GiB H100: inference fits beside the 30000 MiB reserve alone, and
@@ -212,4 +161,316 @@ fn training_that_grows_into_what_inference_holds_on_the_gpu_gets_it_evicted() {
     );
     let line = format!("evicting pid {} of pool \"serve\"", inference.id());
     assert!(log.contains(&line), "no {line:?} in the log:\n{log}");
+}
+
+/// Waits until the daemon's GPU side has read NVML once: the memory guard has figures.
+fn wait_first_nvml_sample(daemon: &Daemon) {
+    eventually("NVML's first sample", Duration::from_secs(10), || {
+        daemon.snapshot()["gpu"]["devices"]
+            .as_array()
+            .is_some_and(|d| !d.is_empty())
+    });
+}
+
+/// `enforcer launch --pool serve -- CMD`, run to its end: (whether it succeeded, stderr).
+fn launch_into_serve(instance: &str, command: &[&str]) -> (bool, String) {
+    let output = Command::new(enforcer_bin())
+        .args(["launch", "--pool", "serve", "--instance", instance, "--"])
+        .args(command)
+        .output()
+        .expect("run enforcer launch");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_gpu_pool_refuses_new_clients_while_training_leaves_no_room_and_takes_them_again_after() {
+    let test =
+        "a_gpu_pool_refuses_new_clients_while_training_leaves_no_room_and_takes_them_again_after";
+    let instance = "it-gpu-refuse";
+    let Some(total_mib) = gpu_test(test, 40) else {
+        return;
+    };
+    // Inference may hold total - training - others - reserve: with this reserve, 30 GiB and
+    // 256 MiB less what others hold while training holds nothing, and less than the 512 MiB
+    // a new client needs once training holds 30 GiB.
+    let reserve_mib = total_mib - (30 << 10) - 256;
+    let daemon = Daemon::start(
+        instance,
+        &format!(
+            "[gpu]\nmps = \"off\"\nsample_ms = 100\ntraining_memory_reserve_mib = {reserve_mib}\n\n\
+             {GPU_POOL}"
+        ),
+    );
+    wait_first_nvml_sample(&daemon);
+    let (admitted_before, stderr) = launch_into_serve(instance, &["true"]);
+    assert!(
+        admitted_before,
+        "refused while training held nothing: {stderr}"
+    );
+    let mut training = daemon.launch(
+        "--training",
+        "train",
+        "python3",
+        &["-c", HOLD_GPU_MEMORY, "30", "60"],
+    );
+    wait_holding(&mut training, "training");
+    let mut refusal = String::new();
+    eventually("a new client refused", Duration::from_secs(10), || {
+        let (admitted, stderr) = launch_into_serve(instance, &["true"]);
+        refusal = stderr;
+        !admitted
+    });
+    let _ = training.kill();
+    let _ = training.wait();
+    eventually("a new client let in again", Duration::from_secs(10), || {
+        launch_into_serve(instance, &["true"]).0
+    });
+    daemon.stop();
+    remove_test_cgroups(instance, "serve");
+    eprintln!("{test}: the refusal: {}", refusal.trim());
+    assert!(
+        refusal.contains("GPU pool \"serve\" is full") && refusal.contains("GPU 0: "),
+        "the refusal does not name the pool and the GPU's room: {refusal}"
+    );
+}
+
+/// Allocates argv[1] GiB on the GPU, then argv[2] GiB more, and prints one JSON line: the
+/// pinned-memory limit in its environment and each allocation's outcome. Then holds what it
+/// got for argv[3] seconds, so that the test can see it among the MPS clients.
+const ALLOCATE_TWICE: &str = "import json, os, sys, time, torch
+held, outcomes = [], []
+for gib in sys.argv[1:3]:
+    try:
+        held.append(torch.empty(int(gib) << 30, dtype=torch.uint8, device='cuda'))
+        torch.cuda.synchronize()
+        outcomes.append('ok')
+    except RuntimeError as err:
+        outcomes.append(type(err).__name__ + ': ' + str(err).splitlines()[0])
+print(json.dumps({'pid': os.getpid(),
+    'limit': os.environ.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'), 'outcomes': outcomes}), flush=True)
+time.sleep(float(sys.argv[3]))
+";
+
+/// Runs ALLOCATE_TWICE (4 GiB, then 12 GiB more) launched with `group_flag name` and `env`
+/// (`VAR=value` words) added; returns its JSON line and whether the MPS control daemon listed
+/// it among its clients.
+fn allocate_twice(
+    daemon: &Daemon,
+    mps: &Mps,
+    group_flag: &str,
+    name: &str,
+    env: &[&str],
+) -> (serde_json::Value, bool) {
+    let mut args = env.to_vec();
+    args.extend(["python3", "-c", ALLOCATE_TWICE, "4", "12", "3"]);
+    let mut child = daemon.launch(group_flag, name, "env", &args);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().expect("piped stdout")),
+        &mut line,
+    )
+    .expect("read the allocator's line");
+    let report: serde_json::Value =
+        serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{name}'s line {line:?}: {e}"));
+    let pid = report["pid"].as_u64().expect("pid") as u32;
+    let under_mps = mps.clients().contains(&pid);
+    wait_ok(child, name);
+    (report, under_mps)
+}
+
+#[test]
+fn mps_fails_an_inference_allocation_beyond_its_pinned_limit_and_not_one_of_trainings() {
+    let test = "mps_fails_an_inference_allocation_beyond_its_pinned_limit_and_not_one_of_trainings";
+    let instance = "it-gpu-pinned";
+    let Some(total_mib) = gpu_test(test, 40) else {
+        return;
+    };
+    let mps = match Mps::start_in(&std::env::temp_dir().join(format!("reamer-{instance}-mps"))) {
+        Ok(mps) => mps,
+        Err(err) => {
+            eprintln!("SKIPPED {test}: no MPS control daemon: {err:#}");
+            return;
+        }
+    };
+    // A new inference client may pin 8 GiB less what others hold: 4 GiB fit, 16 do not.
+    let reserve_mib = total_mib - (8 << 10);
+    let daemon = Daemon::start(
+        instance,
+        &format!(
+            "[gpu]\nmps = \"attach\"\nmps_control = \"{}\"\nmps_pipe_dir = \"{}\"\nsample_ms = 100\n\
+             training_memory_reserve_mib = {reserve_mib}\n\n{GPU_POOL}",
+            mps.control.display(),
+            mps.pipe_dir().display()
+        ),
+    );
+    wait_first_nvml_sample(&daemon);
+    // The pool's client finds the control daemon through the environment `enforcer launch`
+    // gives it; training is pointed at the same daemon by hand, as its operator would.
+    let (inference, inference_under_mps) = allocate_twice(&daemon, &mps, "--pool", "serve", &[]);
+    let pipe = format!("CUDA_MPS_PIPE_DIRECTORY={}", mps.pipe_dir().display());
+    let (training, training_under_mps) =
+        allocate_twice(&daemon, &mps, "--training", "train", &[&pipe]);
+    let log = daemon.stop();
+    remove_test_cgroups(instance, "serve");
+    eprintln!("{test}: inference {inference}, training {training}");
+    assert!(
+        inference_under_mps && training_under_mps,
+        "both must be clients of the MPS daemon (inference {inference_under_mps}, training \
+         {training_under_mps}):\n{log}"
+    );
+    let limit = inference["limit"].as_str().unwrap_or_default();
+    assert!(limit.starts_with("0="), "inference's limit {limit:?}");
+    assert_eq!(inference["outcomes"][0], "ok", "{inference}");
+    let second = inference["outcomes"][1].as_str().unwrap_or_default();
+    assert!(
+        second.starts_with("OutOfMemoryError"),
+        "12 GiB more went past the limit {limit}: {inference}"
+    );
+    assert!(
+        training["limit"].is_null(),
+        "training got a limit: {training}"
+    );
+    assert_eq!(
+        training["outcomes"],
+        serde_json::json!(["ok", "ok"]),
+        "training's allocations under the same MPS daemon: {training}"
+    );
+}
+
+/// BUSY_ON_GPU's steps per second, from its last line, after it ran `seconds`.
+fn busy_steps_per_s(child: std::process::Child, what: &str, seconds: f64) -> f64 {
+    let output = child.wait_with_output().expect("wait for the GPU loop");
+    assert!(output.status.success(), "{what} failed: {}", output.status);
+    let text = String::from_utf8_lossy(&output.stdout);
+    let last: serde_json::Value = text
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("{what} printed no step count: {text}"));
+    last["steps"].as_f64().expect("steps") / seconds
+}
+
+/// What one run of training beside gated inference showed.
+struct SharedRun {
+    steps_per_s: f64,
+    training_sm: Vec<f64>,
+    inference_sm: Vec<f64>,
+    gates: Vec<String>,
+}
+
+/// Training (BUSY_ON_GPU for 12 s) beside a GPU pool's BUSY_ON_GPU, under a daemon without
+/// MPS, `probe` as given. `alone`: training's steps/s without inference, measured first when
+/// None.
+fn training_beside_gated_inference(
+    instance: &str,
+    probe: bool,
+    alone: &mut Option<f64>,
+) -> SharedRun {
+    let daemon = Daemon::start(
+        instance,
+        &format!("[gpu]\nmps = \"off\"\nsample_ms = 100\nprobe = {probe}\n\n{GPU_POOL}"),
+    );
+    let busy_training =
+        || daemon.launch("--training", "train", "python3", &["-c", BUSY_ON_GPU, "12"]);
+    if alone.is_none() {
+        *alone = Some(busy_steps_per_s(busy_training(), "training alone", 12.0));
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    let mut inference = daemon.launch("--pool", "serve", "python3", &["-c", BUSY_ON_GPU, "60"]);
+    std::thread::sleep(Duration::from_secs(5));
+    let mut training = busy_training();
+    // The SM figures NVML attributes to training and to inference while training runs.
+    let (mut training_sm, mut inference_sm) = (Vec::new(), Vec::new());
+    while training_sm.len() < 200 && training.try_wait().expect("poll training").is_none() {
+        let device = daemon.snapshot()["gpu"]["devices"][0].clone();
+        if let Some(sm) = device["training_sm_pct"].as_f64() {
+            training_sm.push(sm);
+        }
+        let inference_pid = u64::from(inference.id());
+        if let Some(sm) = device["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["pid"] == inference_pid)
+            .and_then(|p| p["sm_pct"].as_f64())
+        {
+            inference_sm.push(sm);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let steps_per_s = busy_steps_per_s(training, "training beside inference", 12.0);
+    let _ = inference.kill();
+    let _ = inference.wait();
+    let log = daemon.stop();
+    remove_test_cgroups(instance, "serve");
+    let gates = log
+        .lines()
+        .filter(|l| l.contains("GPU inference gate changed"))
+        .map(str::to_owned)
+        .collect();
+    SharedRun {
+        steps_per_s,
+        training_sm,
+        inference_sm,
+        gates,
+    }
+}
+
+#[test]
+fn without_mps_nvml_attributes_sm_use_but_the_clamp_holds_since_that_figure_hides_contention() {
+    let test =
+        "without_mps_nvml_attributes_sm_use_but_the_clamp_holds_since_that_figure_hides_contention";
+    let instance = "it-gpu-feedback";
+    if gpu_test(test, 8).is_none() {
+        return;
+    }
+    let mut alone = None;
+    let probing = training_beside_gated_inference(instance, true, &mut alone);
+    let holding = training_beside_gated_inference(instance, false, &mut alone);
+    let alone = alone.expect("measured");
+    for (arm, run) in [
+        ("probe = true", &probing),
+        ("probe = false (default)", &holding),
+    ] {
+        eprintln!(
+            "{test}: {arm}: training {:.1} steps/s, {:.0}% of its {alone:.1} alone\n\
+             training's SM %: {:?}\ninference's SM %: {:?}\ngate decisions:\n{}",
+            run.steps_per_s,
+            run.steps_per_s / alone * 100.0,
+            run.training_sm,
+            run.inference_sm,
+            run.gates.join("\n")
+        );
+    }
+    for run in [&probing, &holding] {
+        assert!(
+            !run.training_sm.is_empty(),
+            "NVML gave no SM figure for training without MPS"
+        );
+        assert!(
+            run.gates.iter().any(|g| g.contains("TrainingRose")),
+            "no clamp when training rose: {:?}",
+            run.gates
+        );
+    }
+    // Probing acts on the figure; the default holds the clamp whatever it says.
+    assert!(
+        probing
+            .gates
+            .iter()
+            .any(|g| g.contains("Probe") || g.contains("TrainingSlowed")),
+        "with probe = true the clamp never acted on training's SM figure: {:?}",
+        probing.gates
+    );
+    assert!(
+        !holding
+            .gates
+            .iter()
+            .any(|g| g.contains("Probe") || g.contains("TrainingSlowed")),
+        "the default clamp moved on the SM figure: {:?}",
+        holding.gates
+    );
 }

@@ -13,6 +13,7 @@ use std::{
 };
 
 use reamer_tests::{
+    gpu::{BUSY_ON_GPU, Mps, gpu_test},
     harness::{Daemon, cgroup_of, enforcer_bin, eventually, privileged, remove_test_cgroups},
     worker::{agent, check_tiny_answer, scratch, tiny_request, worker_bin, write_tiny_model},
 };
@@ -419,4 +420,153 @@ fn relaunch_flags_are_checked_before_anything_starts() {
     let training = run(&["launch", "--training", "t", "--relaunch", "--", "true"]);
     assert_eq!(training.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&training.stderr).contains("--pool"));
+}
+
+/// The JSON lines of the GPU worker's starts (BUSY_ON_GPU prints one as it starts).
+fn gpu_worker_starts(launcher: &Launcher) -> Vec<serde_json::Value> {
+    launcher
+        .out()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|start| start.get("percentage").is_some())
+        .collect()
+}
+
+#[test]
+fn a_held_gpu_clamp_relaunches_a_pytorch_worker_at_the_new_mps_percentage() {
+    let test = "a_held_gpu_clamp_relaunches_a_pytorch_worker_at_the_new_mps_percentage";
+    let instance = "it-relaunch-gpu";
+    if gpu_test(test, 8).is_none() {
+        return;
+    }
+    let dir = scratch(instance);
+    // The enforcer starts the control daemon (mps = "start"); this handle quits it at the end.
+    let mps = match Mps::to_be_started_in(&dir.join("mps")) {
+        Ok(mps) => mps,
+        Err(err) => {
+            eprintln!("SKIPPED {test}: {err:#}");
+            return;
+        }
+    };
+    // A share held 2 s becomes the percentage; 2 s without training ungates.
+    let daemon = Daemon::start(
+        instance,
+        &format!(
+            "[gpu]\nmps = \"start\"\nmps_control = \"{}\"\nmps_pipe_dir = \"{}\"\nsample_ms = 100\n\
+             retarget_after_ms = 2000\nidle_after_ms = 2000\n\n\
+             [[pool]]\nname = \"serve\"\nkind = \"online\"\ngpu = true\n",
+            mps.control.display(),
+            mps.pipe_dir().display()
+        ),
+    );
+    let launcher = Launcher::start(
+        &dir,
+        instance,
+        "serve",
+        &[],
+        &["python3", "-c", BUSY_ON_GPU, "600"],
+    );
+    let began = Instant::now();
+    let starts_within = |n: usize, within: Duration| {
+        let deadline = Instant::now() + within;
+        while gpu_worker_starts(&launcher).len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "no start {n} of the GPU worker within {within:?} ({:?} into the test)\n\
+                 worker's lines:\n{}\nlauncher:\n{}\ndaemon:\n{}",
+                began.elapsed(),
+                launcher.out(),
+                launcher.err(),
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    starts_within(1, Duration::from_secs(60));
+    let pipe = format!("CUDA_MPS_PIPE_DIRECTORY={}", mps.pipe_dir().display());
+    let training_launched = began.elapsed();
+    let training = daemon.launch(
+        "--training",
+        "train",
+        "env",
+        &[&pipe, "python3", "-c", BUSY_ON_GPU, "120"],
+    );
+    // The clamp, 2 s held, the launcher's next poll, the old worker stopped, and the new
+    // one's start-up (Python, PyTorch, a CUDA context), which runs under the gate: 10% of
+    // each period while training runs. With 40 s of training it had not printed its line
+    // when training ended (H100, MPS): training runs long enough for it here.
+    starts_within(2, Duration::from_secs(130));
+    let second_start = began.elapsed() - training_launched;
+    eprintln!(
+        "{test}: the relaunched worker's first line {second_start:?} after training's launch"
+    );
+    let relaunched = gpu_worker_starts(&launcher)[1].clone();
+    let relaunched_pid = relaunched["pid"].as_u64().expect("pid") as u32;
+    let relaunched_under_mps = mps.clients().contains(&relaunched_pid);
+    // NVML lists the new worker's context, attributed to the pool through its launcher.
+    let attributed = serde_json::json!({"kind": "pool", "name": "serve"});
+    let mut snapshot = daemon.snapshot();
+    eventually(
+        "the relaunched worker attributed to its pool on the GPU",
+        Duration::from_secs(10),
+        || {
+            snapshot = daemon.snapshot();
+            snapshot["gpu"]["devices"][0]["processes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["pid"] == relaunched_pid && p["owner"] == attributed)
+        },
+    );
+    // Training ends on its own after its 120 s.
+    let training_status = training
+        .wait_with_output()
+        .expect("wait for training")
+        .status;
+    assert!(
+        training_status.success(),
+        "training failed: {training_status}"
+    );
+    let training_ended = began.elapsed() - training_launched;
+    // Training idle for 2 s: ungated, 100% again, and the worker relaunched once more.
+    starts_within(3, Duration::from_secs(40));
+    let third_start = began.elapsed() - training_launched;
+    let starts = gpu_worker_starts(&launcher);
+    let launcher_log = launcher.err();
+    launcher.stop();
+    let log = daemon.stop();
+    remove_test_cgroups(instance, "serve");
+    drop(mps);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    eprintln!(
+        "{test}: starts {starts:?}\nfrom training's launch: second start {second_start:?}, \
+         training ended {training_ended:?}, third start {third_start:?}\nGPU decisions: {}\n\
+         launcher:\n{launcher_log}",
+        snapshot["gpu"]["recent"]
+    );
+    let percentages: Vec<&str> = starts
+        .iter()
+        .map(|s| s["percentage"].as_str().unwrap_or("unset"))
+        .collect();
+    assert_eq!(
+        percentages[..3],
+        ["100", "10", "100"],
+        "launcher:\n{launcher_log}\ndaemon:\n{log}"
+    );
+    assert!(
+        relaunched_under_mps,
+        "the relaunched worker {relaunched_pid} is no client of the MPS daemon:\n{log}"
+    );
+    assert!(
+        launcher_log.contains("relaunching"),
+        "the launcher did not say why it relaunched:\n{launcher_log}"
+    );
+    assert!(
+        snapshot["gpu"]["recent"]
+            .to_string()
+            .contains(r#""action":"retarget","percentage":10"#),
+        "no retarget to 10% in {}",
+        snapshot["gpu"]["recent"]
+    );
 }

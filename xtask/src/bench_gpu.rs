@@ -26,7 +26,10 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use reamer_tests::harness::{Daemon, decision_log_of};
+use reamer_tests::{
+    gpu::Mps,
+    harness::{Daemon, decision_log_of},
+};
 use serde::{Deserialize, Serialize};
 
 use crate::cargo::{release_bin, workspace_root};
@@ -150,94 +153,6 @@ fn gpu_description() -> anyhow::Result<String> {
     })
 }
 
-/// A control daemon of the benchmark's own, on its own pipe directory, quit when dropped.
-struct Mps {
-    control: PathBuf,
-    dir: PathBuf,
-}
-
-impl Mps {
-    fn start() -> anyhow::Result<Self> {
-        let control = which("nvidia-cuda-mps-control")
-            .context("nvidia-cuda-mps-control is not on the PATH")?;
-        let dir = std::env::temp_dir().join("reamer-bench-mps");
-        let _ = std::fs::remove_dir_all(&dir);
-        for sub in ["pipe", "log"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .with_context(|| format!("creating {}", dir.join(sub).display()))?;
-        }
-        let mps = Self { control, dir };
-        let status = Command::new(&mps.control)
-            .arg("-d")
-            .envs(mps.env())
-            .status()
-            .with_context(|| format!("running {} -d", mps.control.display()))?;
-        if !status.success() {
-            bail!("{} -d failed ({status})", mps.control.display());
-        }
-        // The daemon answers once its pipe is up.
-        let mut answer = Err(anyhow::anyhow!("no answer"));
-        for _ in 0..50 {
-            answer = mps.ask("get_default_active_thread_percentage");
-            if answer.is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let answer = answer.context("the MPS control daemon started but does not answer")?;
-        eprintln!("[bench] MPS control daemon up (default active thread percentage {answer})");
-        Ok(mps)
-    }
-
-    fn pipe_dir(&self) -> PathBuf {
-        self.dir.join("pipe")
-    }
-
-    fn env(&self) -> [(&'static str, PathBuf); 2] {
-        [
-            ("CUDA_MPS_PIPE_DIRECTORY", self.pipe_dir()),
-            ("CUDA_MPS_LOG_DIRECTORY", self.dir.join("log")),
-        ]
-    }
-
-    fn ask(&self, command: &str) -> anyhow::Result<String> {
-        let mut child = Command::new(&self.control)
-            .envs(self.env())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        child
-            .stdin
-            .take()
-            .context("stdin")?
-            .write_all(format!("{command}\n").as_bytes())?;
-        let output = child.wait_with_output()?;
-        let text = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        if !output.status.success() || text.is_empty() {
-            bail!(
-                "{command}: {} {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(text)
-    }
-}
-
-impl Drop for Mps {
-    fn drop(&mut self) {
-        let _ = self.ask("quit");
-    }
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-}
-
 fn python() -> String {
     std::env::var("REAMER_PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }
@@ -264,8 +179,13 @@ pub fn run(rounds: usize, train: Duration, progress: &dyn Fn(&str)) -> anyhow::R
     let gpu = gpu_description()?;
     check_torch()?;
     progress(&format!("gpu: {gpu}"));
-    let (mps, mps_state) = match Mps::start() {
+    let (mps, mps_state) = match Mps::start_in(&std::env::temp_dir().join("reamer-bench-mps")) {
         Ok(mps) => {
+            if let Ok(answer) = mps.ask("get_default_active_thread_percentage") {
+                eprintln!(
+                    "[bench] MPS control daemon up (default active thread percentage {answer})"
+                );
+            }
             let state = format!(
                 "MPS control daemon started by the benchmark ({})",
                 mps.control.display()

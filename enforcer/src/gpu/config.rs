@@ -52,12 +52,22 @@ pub struct GpuSection {
     /// limits. Only right where training does not run under the same MPS control daemon: the
     /// defaults bind every new server, training's too.
     pub mps_set_defaults: bool,
+    /// Also set inference's limits on each MPS server whose clients are all inference (for
+    /// clients that `enforcer launch` did not start). Only right where inference runs under
+    /// a uid of its own: MPS runs one server per uid, and a training process of the same uid
+    /// that starts later joins that server and gets its limits. Servers of a uid a training
+    /// process runs under are left alone either way.
+    pub mps_limit_servers: bool,
     /// Period of the freezer duty cycle.
     pub gate_period_ms: u64,
     /// Inference's share of each period right after training's GPU demand rises.
     pub clamp_run_fraction: f64,
     /// The least share a back-off leaves inference.
     pub min_run_fraction: f64,
+    /// Probe above the clamp on training's per-process SM utilization from NVML. Off by
+    /// default: on an H100 without MPS that figure stayed near 100% while probing left
+    /// training 70% of its pace alone (docs/gpu.md); under MPS NVML does not attribute it.
+    pub probe: bool,
     /// How much of its best SM utilization training may lose before inference backs off.
     pub tolerance: f64,
     /// Training idle this long: inference runs ungated.
@@ -81,11 +91,13 @@ impl Default for GpuSection {
             mps_control: PathBuf::from(super::mps::CONTROL_PROGRAM),
             mps_pipe_dir: None,
             mps_set_defaults: false,
+            mps_limit_servers: false,
             // 100 ms: short against a training step on the GPU (hundreds of ms for large
             // models) and long against a cgroup freeze write.
             gate_period_ms: 100,
             clamp_run_fraction: clamp.clamp_run_fraction,
             min_run_fraction: clamp.min_run_fraction,
+            probe: clamp.probe,
             tolerance: clamp.tolerance,
             idle_after_ms: clamp.idle_after_ns / 1_000_000,
             retarget_after_ms: clamp.retarget_after_ns / 1_000_000,
@@ -101,6 +113,7 @@ impl GpuSection {
         ClampConfig {
             clamp_run_fraction: self.clamp_run_fraction,
             min_run_fraction: self.min_run_fraction,
+            probe: self.probe,
             tolerance: self.tolerance,
             idle_after_ns: self.idle_after_ms.saturating_mul(1_000_000),
             retarget_after_ns: self.retarget_after_ms.saturating_mul(1_000_000),

@@ -117,7 +117,7 @@ impl MpsControl {
     fn command_for(&self) -> Command {
         let mut command = Command::new(&self.program);
         if let Some(dir) = &self.pipe_dir {
-            command.env("CUDA_MPS_PIPE_DIRECTORY", dir);
+            command.env(PIPE_DIRECTORY_ENV, dir);
         }
         command
     }
@@ -396,10 +396,23 @@ impl MpsControl {
 /// A new MPS client's active-thread percentage (NVIDIA's client-side variable).
 pub const PERCENTAGE_ENV: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
 
+/// Where MPS clients and the control program find the control daemon.
+pub const PIPE_DIRECTORY_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
+
 /// The environment that gives one new MPS client its own limits (NVIDIA's client-side
 /// variables: they can only tighten what the control daemon allows).
-pub fn client_env(percentage: u32, mem_limits: &[(u32, MemLimitMib)]) -> Vec<(String, String)> {
+/// With `pipe_dir` (a control daemon on its own pipe directory) the client is told where it
+/// is: without `CUDA_MPS_PIPE_DIRECTORY` CUDA looks in /tmp/nvidia-mps, finds no daemon, and
+/// runs outside MPS, where none of these limits apply.
+pub fn client_env(
+    percentage: u32,
+    mem_limits: &[(u32, MemLimitMib)],
+    pipe_dir: Option<&Path>,
+) -> Vec<(String, String)> {
     let mut env = vec![(PERCENTAGE_ENV.to_owned(), percentage.to_string())];
+    if let Some(dir) = pipe_dir {
+        env.push((PIPE_DIRECTORY_ENV.to_owned(), dir.display().to_string()));
+    }
     if !mem_limits.is_empty() {
         let value = mem_limits
             .iter()
@@ -565,19 +578,28 @@ esac
 
     #[test]
     fn client_env_uses_nvidias_variables() {
-        let env = client_env(30, &[(0, MemLimitMib(4096)), (1, MemLimitMib(1024))]);
+        let limits = [(0, MemLimitMib(4096)), (1, MemLimitMib(1024))];
+        let percentage = (
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_owned(),
+            "30".to_owned(),
+        );
+        let memory = (
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(),
+            "0=4096M,1=1024M".to_owned(),
+        );
         assert_eq!(
-            env,
-            vec![
-                (
-                    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".to_owned(),
-                    "30".to_owned()
-                ),
-                (
-                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(),
-                    "0=4096M,1=1024M".to_owned()
-                ),
-            ]
+            client_env(30, &limits, None),
+            vec![percentage.clone(), memory.clone()]
+        );
+        // A control daemon on its own pipe directory: the client must be told where, or it
+        // runs outside MPS and no limit applies.
+        let pipe = (
+            "CUDA_MPS_PIPE_DIRECTORY".to_owned(),
+            "/run/reamer-mps".to_owned(),
+        );
+        assert_eq!(
+            client_env(30, &limits, Some(Path::new("/run/reamer-mps"))),
+            vec![percentage, pipe, memory]
         );
     }
 }

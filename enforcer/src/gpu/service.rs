@@ -6,7 +6,7 @@
 //! sampling runs on a thread of its own, off the async runtime and off the event thread.
 
 use std::{
-    collections::{BTreeSet, HashMap, VecDeque},
+    collections::{BTreeSet, HashMap, HashSet, VecDeque},
     io::Write as _,
     path::Path,
     sync::{
@@ -56,6 +56,7 @@ struct Inner {
     gpu_pools: BTreeSet<String>,
     mps: Option<MpsControl>,
     mps_set_defaults: bool,
+    mps_limit_servers: bool,
     reserve_mib: u64,
     evict: bool,
     state: Mutex<State>,
@@ -139,6 +140,7 @@ impl GpuService {
             gpu_pools,
             mps,
             mps_set_defaults: section.mps_set_defaults,
+            mps_limit_servers: section.mps_limit_servers,
             reserve_mib: section.training_memory_reserve_mib,
             evict: section.evict,
             state: Mutex::new(State {
@@ -241,7 +243,8 @@ impl GpuService {
         if !matches!(state.mps, MpsReport::Attached { .. }) {
             return Ok(Vec::new());
         }
-        Ok(mps::client_env(state.client_percentage, &limits))
+        let pipe_dir = inner.mps.as_ref().and_then(MpsControl::pipe_dir);
+        Ok(mps::client_env(state.client_percentage, &limits, pipe_dir))
     }
 
     pub fn report(&self) -> GpuReport {
@@ -378,8 +381,8 @@ impl Inner {
         }
     }
 
-    /// Sets inference's limits on servers that serve inference only (and the defaults when
-    /// configured), then reads back what is in force.
+    /// Sets inference's limits on servers that serve inference only and the defaults, each
+    /// where configured, then reads back what is in force.
     fn reconcile_mps(&self, owners: &HashMap<u32, Owner>) {
         let Some(control) = &self.mps else { return };
         let (percentage, limits, devices) = {
@@ -400,9 +403,18 @@ impl Inner {
                     control.set_default_mem_limit(*device, *limit)?;
                 }
             }
+            if !self.mps_limit_servers {
+                return control.limits_in_force(&devices);
+            }
+            let training_uids: HashSet<u32> = owners
+                .iter()
+                .filter(|(_, owner)| matches!(owner, Owner::Training(_)))
+                .filter_map(|(pid, _)| uid_of(*pid))
+                .collect();
             for server in control.server_list()? {
                 let clients = control.client_list(server)?;
-                if clients.is_empty() || !clients.iter().all(is_inference) {
+                let all_inference = !clients.is_empty() && clients.iter().all(is_inference);
+                if !server_takes_inference_limits(all_inference, uid_of(server), &training_uids) {
                     continue;
                 }
                 control.set_thread_percentage(server, percentage)?;
@@ -433,6 +445,25 @@ impl Inner {
             }
         }
     }
+}
+
+/// Whether an MPS server gets inference's limits: it serves inference only, and no training
+/// process runs under its uid. MPS serves each uid from one server, so a training process of
+/// that uid would join it, limits and all, with its next CUDA context.
+fn server_takes_inference_limits(
+    clients_all_inference: bool,
+    server_uid: Option<u32>,
+    training_uids: &HashSet<u32>,
+) -> bool {
+    clients_all_inference && server_uid.is_some_and(|uid| !training_uids.contains(&uid))
+}
+
+/// The uid a process runs under (the owner of its /proc directory).
+fn uid_of(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
 }
 
 fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn, period: Duration) {
@@ -558,6 +589,7 @@ mod tests {
             gpu_pools: gpu_pools.iter().map(|p| (*p).to_owned()).collect(),
             mps: None,
             mps_set_defaults: false,
+            mps_limit_servers: false,
             reserve_mib: 4096,
             evict: false,
             state: Mutex::new(State {
@@ -583,6 +615,30 @@ mod tests {
             inactive: None,
             sampler: Mutex::new(None),
         }
+    }
+
+    #[test]
+    fn only_servers_of_inference_alone_and_of_no_training_uid_take_inference_limits() {
+        let training_uids = HashSet::from([0]);
+        // Inference under its own uid: limited.
+        assert!(server_takes_inference_limits(
+            true,
+            Some(1000),
+            &training_uids
+        ));
+        // The uid training runs under: its next context would join this server.
+        assert!(!server_takes_inference_limits(
+            true,
+            Some(0),
+            &training_uids
+        ));
+        // A training client, or a server whose uid cannot be read: left alone.
+        assert!(!server_takes_inference_limits(
+            false,
+            Some(1000),
+            &training_uids
+        ));
+        assert!(!server_takes_inference_limits(true, None, &training_uids));
     }
 
     #[test]

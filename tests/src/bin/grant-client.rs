@@ -21,6 +21,11 @@ struct Args {
     /// Exit after this many grants.
     #[arg(long, default_value_t = 1)]
     count: usize,
+    /// Exit at the first grant that gives cores back after a shrink, whatever `--count` says
+    /// (training's cores come back one step at a time, so how many grants a shrink and its
+    /// end take depends on the machine's size).
+    #[arg(long)]
+    until_growth: bool,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -41,7 +46,13 @@ fn main() -> ExitCode {
     let request = serde_json::json!({"op": "subscribe", "pool": args.pool});
     writeln!(stream, "{request}").expect("send subscribe");
     let mut stdout = std::io::stdout().lock();
-    for line in BufReader::new(stream).lines().take(args.count) {
+    let count = if args.until_growth {
+        usize::MAX
+    } else {
+        args.count
+    };
+    let mut shrunk = false;
+    for line in BufReader::new(stream).lines().take(count) {
         let Ok(line) = line else {
             eprintln!("grant-client: no grant within {} s", args.seconds);
             return ExitCode::from(4);
@@ -51,6 +62,11 @@ fn main() -> ExitCode {
         if line.contains("\"status\":\"error\"") {
             return ExitCode::from(3);
         }
+        let shrinking = line.contains("\"shrinking\":true");
+        if args.until_growth && shrunk && !shrinking {
+            break;
+        }
+        shrunk |= shrinking;
     }
     ExitCode::SUCCESS
 }
