@@ -384,15 +384,13 @@ impl Bench {
             }
             _ => {}
         }
-        let daemon = if scenario == Scenario::Reamer {
-            Some(Daemon::start_bin_with_fresh_log(
+        let daemon = (scenario == Scenario::Reamer).then(|| {
+            Daemon::start_bin_with_fresh_log(
                 &release_bin("enforcer"),
                 INSTANCE,
                 &self.daemon_config(),
-            ))
-        } else {
-            None
-        };
+            )
+        });
         let offline = if inference {
             Some(self.spawn_offline(daemon.as_ref())?)
         } else {

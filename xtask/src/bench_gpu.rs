@@ -393,15 +393,13 @@ impl Bench<'_> {
 
     fn window(&mut self, scenario: Scenario, round: usize) -> anyhow::Result<Window> {
         let log = decision_log_of(INSTANCE);
-        let daemon = if scenario == Scenario::Reamer {
-            Some(Daemon::start_bin_with_fresh_log(
+        let daemon = (scenario == Scenario::Reamer).then(|| {
+            Daemon::start_bin_with_fresh_log(
                 &release_bin("enforcer"),
                 INSTANCE,
                 &self.daemon_config(),
-            ))
-        } else {
-            None
-        };
+            )
+        });
         let mut training = Load::spawn(
             self.command("training", daemon.as_ref(), false)?,
             "training",
