@@ -106,7 +106,7 @@ fn optional_capabilities() -> Result<String, String> {
         (
             23,
             "CAP_SYS_NICE (the event thread stays SCHED_OTHER: reactions may wait behind busy \
-             CPUs)",
+             CPUs; offline inference threads are not given SCHED_OTHER back at shutdown)",
         ),
         (
             5,

@@ -32,6 +32,7 @@ use crate::{
         Sensor, Snapshot,
         snapshot::{self, JobTotals, PoolInfo},
     },
+    thread_policy,
 };
 
 /// How often the registry re-reads cgroups and process trees. Threads created after a
@@ -67,7 +68,8 @@ pub fn sensor_settings(config: &Config) -> Settings {
 }
 
 /// Writes the registry's classes into the sensor's `thread_state` and, when any changed,
-/// tells the programs to copy them again.
+/// tells the programs to copy them again; gives offline pools' threads the SCHED_IDLE policy
+/// (thread_policy.rs says why).
 fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
     let report = registry.reconcile(&mut sensor.maps.thread_state);
     if report.newly_classified > 0
@@ -75,8 +77,22 @@ fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
     {
         warn!("new classes stay unseen by the sensor until the next change: {err}");
     }
+    let idled = thread_policy::make_idle(registry.offline_threads());
+    if let Some(err) = &idled.last_error
+        && !IDLE_POLICY_REFUSED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        warn!(
+            failed = idled.failed,
+            "offline threads keep their normal policy (their pool is still cpu.idle; said once): \
+             {err}"
+        );
+    }
     report
 }
+
+/// Whether a refused SCHED_IDLE was already logged: the reconcile would repeat it every second.
+static IDLE_POLICY_REFUSED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// Runs the daemon until SIGINT or SIGTERM. Decisions are appended to `decision_log` as JSON
 /// lines.
@@ -237,12 +253,27 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     // Connection tasks (a worker's grant stream, say) may still hold the shared state, so the
     // shutdown works through the locks. The programs detach when the process's links close:
     // explicitly below when nothing else holds the sensor, at exit otherwise.
+    let offline_threads = shared
+        .registry
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .offline_threads();
+    let normal = thread_policy::make_normal(offline_threads);
+    if let Some(err) = normal.last_error {
+        warn!(
+            failed = normal.failed,
+            "offline threads left SCHED_IDLE at shutdown (needs CAP_SYS_NICE): {err}"
+        );
+    }
     shared
         .enforcer
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .shutdown();
-    info!("inference pools released: every CPU, no idle class, thawed");
+    info!(
+        offline_threads_made_normal = normal.changed,
+        "inference pools released: every CPU, no idle class, thawed"
+    );
     shared
         .journal
         .lock()

@@ -23,4 +23,5 @@ pub mod relaunch_command;
 pub mod sensor;
 pub mod status;
 pub mod supervise;
+pub mod thread_policy;
 pub mod topology;

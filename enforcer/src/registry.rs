@@ -230,6 +230,15 @@ impl Registry {
         }
         report
     }
+
+    /// Every thread of the offline pools now.
+    pub fn offline_threads(&self) -> HashSet<u32> {
+        self.pools
+            .iter()
+            .filter(|pool| pool.class == CLASS_OFFLINE)
+            .flat_map(|pool| group_threads(&pool.sources))
+            .collect()
+    }
 }
 
 /// Whether `pid` is a live process (not gone, not a zombie waiting to be reaped).

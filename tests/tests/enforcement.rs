@@ -56,6 +56,16 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     // tree) it is the top `reamer` group that must be idle.
     let tree_idle = std::fs::read_to_string("/sys/fs/cgroup/cpu/reamer/cpu.idle").unwrap();
     assert_eq!(tree_idle.trim(), "1", "the reamer tree is not idle");
+    // Each of its threads has the SCHED_IDLE policy too (thread_policy.rs says why), the
+    // threads it started after joining the pool included.
+    eventually(
+        "the hog's threads SCHED_IDLE",
+        Duration::from_secs(3),
+        || {
+            let policies = thread_policies(hog.id());
+            policies.len() >= 3 && policies.iter().all(|&p| p == libc::SCHED_IDLE)
+        },
+    );
 
     let sim = daemon.launch("--training", "train", SIM, &["--seconds", "2"]);
     wait_ok(sim, "training-sim");
@@ -117,10 +127,31 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
         !state.contains(") T "),
         "the pool's process is stopped: {state}"
     );
+    let policies = thread_policies(hog.id());
+    assert!(
+        !policies.is_empty() && policies.iter().all(|&p| p == libc::SCHED_OTHER),
+        "the pool's threads were not given SCHED_OTHER back at shutdown: {policies:?}"
+    );
     let mut hog = hog;
     let _ = hog.kill();
     let _ = hog.wait();
     remove_test_cgroups(instance, "batch");
+}
+
+/// The scheduling policy of each thread of `pid` (field 41 of /proc/PID/task/TID/stat).
+fn thread_policies(pid: u32) -> Vec<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap_or_else(|e| {
+        panic!("listing the threads of {pid}: {e}");
+    });
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let after_comm = &stat[stat.rfind(')')? + 1..];
+            // Fields after the command name start at field 3 (the state).
+            after_comm.split_whitespace().nth(41 - 3)?.parse().ok()
+        })
+        .collect()
 }
 
 /// What one training-sim run reports: its step rate, and its threads' run-queue wait per

@@ -7,13 +7,22 @@
 //!   (`perf bench sched messaging`: 80 tasks over sockets). Each runs as a registered training
 //!   job, so every event takes the sensor's full path. Rounds alternate with/without, and which
 //!   goes first;
+//! - the sensor's time as a share of the CPU while each workload runs, from the same
+//!   accounting: what the throughput loss would be if the programs' own run time were all it
+//!   cost, without the throughput measurement's noise;
 //! - the full path's cost again with `clock = "monotonic"`, the configuration that reads
 //!   `bpf_ktime_get_ns` instead of the run queue's clock: what the default saves.
 
-use std::process::{Command, Output};
+use std::{
+    process::{Command, Output},
+    time::Instant,
+};
 
 use anyhow::{Context as _, bail};
-use reamer_tests::{harness::Daemon, proc_stats::node_jiffies};
+use reamer_tests::{
+    harness::{Daemon, online_cpu_count},
+    proc_stats::node_jiffies,
+};
 use serde::Serialize;
 
 use crate::{
@@ -55,6 +64,10 @@ fn parse_hackbench(stdout: &str) -> anyhow::Result<f64> {
         .context("no `Total time:` in perf bench output")?;
     Ok(1.0 / seconds)
 }
+
+/// Indexes into `workloads()`.
+const PING_PONG: usize = 0;
+const HACKBENCH: usize = 1;
 
 fn workloads(seconds: f64, hackbench_loops: u32) -> Vec<Workload> {
     vec![
@@ -173,6 +186,9 @@ pub struct SensorBench {
     /// Sensor time as a share of the ping-pong CPU's time (runs/s × ns/run): the loss the
     /// throughput measurement should find, without its noise.
     pub cpu_share_pct: Spread,
+    /// Sensor time as a share of the machine's CPU time while hackbench ran as training:
+    /// all programs' run time over (wall time × CPUs).
+    pub hackbench_cpu_share_pct: Spread,
     /// The floor measured beside it: a no-op and a clock-read program on sched_switch
     /// (ns/run: median over the rounds).
     pub floor: Vec<ProgramCost>,
@@ -258,12 +274,19 @@ struct CostRound {
     floor: Vec<ProgramCost>,
     /// Sensor runs per second during the classified ping-pong.
     runs_per_s: f64,
+    /// Sensor time over the machine's CPU time while hackbench ran as training, %.
+    hackbench_share_pct: f64,
 }
 
 /// Sensor cost while the ping-pong runs as a training job (the full path), then unregistered
-/// (the path every other thread of the node takes), with the floor measured alongside; then
-/// the full path under a daemon configured for the monotonic clock.
-fn cost_round(workload: &Workload, seconds: f64) -> anyhow::Result<CostRound> {
+/// (the path every other thread of the node takes), with the floor measured alongside; the
+/// sensor's share of the CPU while hackbench runs as training; then the full path under a
+/// daemon configured for the monotonic clock.
+fn cost_round(
+    workload: &Workload,
+    hackbench: &Workload,
+    seconds: f64,
+) -> anyhow::Result<CostRound> {
     let enforcer = release_bin("enforcer");
     let _guard = BpfStatsGuard::enable()?;
     let daemon = Daemon::start_bin(&enforcer, INSTANCE, "");
@@ -278,6 +301,10 @@ fn cost_round(workload: &Workload, seconds: f64) -> anyhow::Result<CostRound> {
     let middle = program_totals(&daemon.snapshot());
     run_alone(workload)?;
     let end = program_totals(&daemon.snapshot());
+    let started = Instant::now();
+    run_as_training(&daemon, hackbench)?;
+    let hackbench_cpu_ns = started.elapsed().as_nanos() as f64 * online_cpu_count() as f64;
+    let hackbench_end = program_totals(&daemon.snapshot());
     daemon.stop();
 
     let monotonic = Daemon::start_bin(&enforcer, INSTANCE, "[sensor]\nclock = \"monotonic\"\n");
@@ -303,7 +330,11 @@ fn cost_round(workload: &Workload, seconds: f64) -> anyhow::Result<CostRound> {
             ns_per_run: p["ns_per_run"].as_f64().unwrap_or(0.0),
         })
         .collect();
+    let (hackbench_ns_per_run, hackbench_programs) = cost_between(&end, &hackbench_end);
+    let hackbench_runs: u64 = hackbench_programs.iter().map(|p| p.runs).sum();
     Ok(CostRound {
+        hackbench_share_pct: hackbench_ns_per_run * hackbench_runs as f64 / hackbench_cpu_ns
+            * 100.0,
         classified,
         unclassified: cost_between(&middle, &end),
         monotonic: cost_between(&monotonic_start, &monotonic_end),
@@ -393,8 +424,13 @@ pub fn run(
             workload.name
         );
     }
-    let (costs, cost_rounds_run_again) =
-        cost_rounds(&workloads[0], seconds, max_steal_pct, progress)?;
+    let (costs, cost_rounds_run_again) = cost_rounds(
+        &workloads[PING_PONG],
+        &workloads[HACKBENCH],
+        seconds,
+        max_steal_pct,
+        progress,
+    )?;
 
     let results = workloads
         .iter()
@@ -444,6 +480,7 @@ pub fn run(
             c.classified.0 - program_ns(&c.floor, CALIBRATION_NOOP)
         }),
         cpu_share_pct: spread(&|c| c.runs_per_s * c.classified.0 / 1e9 * 100.0),
+        hackbench_cpu_share_pct: spread(&|c| c.hackbench_share_pct),
         floor,
         floor_ns_per_run,
     })
@@ -461,6 +498,7 @@ const COST_ROUNDS: usize = 7;
 /// figures are medians over the rounds, with their ranges.
 fn cost_rounds(
     workload: &Workload,
+    hackbench: &Workload,
     seconds: f64,
     max_steal_pct: f64,
     progress: &dyn Fn(&str),
@@ -476,7 +514,7 @@ fn cost_rounds(
              ({run_again} run again for steal)",
             kept.len() + 1
         ));
-        let (round, steal) = with_steal(|| cost_round(workload, seconds))?;
+        let (round, steal) = with_steal(|| cost_round(workload, hackbench, seconds))?;
         if steal > max_steal_pct {
             run_again += 1;
             continue;
@@ -580,6 +618,12 @@ pub fn markdown(bench: &SensorBench, command: &str, machine: &str) -> String {
     out.push_str(&cost(
         "sensor time as a share of the ping-pong's CPU (runs/s × ns/run, from bpf_stats)",
         &bench.cpu_share_pct,
+        "%",
+        "",
+    ));
+    out.push_str(&cost(
+        "sensor time as a share of the machine's CPU while hackbench ran as training (all programs' run_time_ns ÷ (wall time × CPUs), from bpf_stats)",
+        &bench.hackbench_cpu_share_pct,
         "%",
         "",
     ));
