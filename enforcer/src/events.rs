@@ -87,24 +87,6 @@ const POLL_TIMEOUT_MS: i32 = 200;
 /// machine busy with training does not delay it behind a CFS time slice; its work per event is
 /// a few microseconds, and the kernel's RT throttling bounds it anyway. Measured here: as a
 /// CFS task on the async runtime, event-to-write p50 was 1.3 ms with both CPUs busy.
-/// Moves the calling thread to SCHED_FIFO `rt_priority` (0: leaves it SCHED_OTHER); on
-/// failure says which thread stays behind busy CPUs.
-pub fn run_as_fifo(rt_priority: i32, thread: &str) {
-    if rt_priority <= 0 {
-        return;
-    }
-    let param = libc::sched_param {
-        sched_priority: rt_priority,
-    };
-    // SAFETY: valid sched_param; 0 is the calling thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
-        tracing::warn!(
-            "{thread} stays SCHED_OTHER (SCHED_FIFO {rt_priority}: {}); reactions may wait behind busy CPUs",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 pub fn consume_blocking(
     mut ring: RingBuf<MapData>,
     tally: Arc<Mutex<EventTally>>,
@@ -113,7 +95,7 @@ pub fn consume_blocking(
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
     use std::os::fd::AsRawFd as _;
-    run_as_fifo(rt_priority, "event thread");
+    crate::thread_policy::run_as_fifo(rt_priority, "event thread");
     let fd = ring.as_raw_fd();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let mut pollfd = libc::pollfd {

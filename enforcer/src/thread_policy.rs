@@ -1,3 +1,6 @@
+//! The scheduling policies the daemon gives threads: SCHED_FIFO to its own event and GPU
+//! gating threads (`run_as_fifo`), SCHED_IDLE to offline inference's.
+//!
 //! Offline inference's threads run under the SCHED_IDLE policy, each of them, on top of their
 //! pool group's `cpu.idle`; at shutdown they go back to SCHED_OTHER.
 //!
@@ -48,13 +51,30 @@ fn policy_of(tid: u32) -> io::Result<i32> {
     Ok(policy)
 }
 
-fn set_policy(tid: u32, policy: i32) -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
+/// Sets thread `tid`'s policy (0: the calling thread); `priority` is 0 but for real-time
+/// policies.
+fn set_policy(tid: u32, policy: i32, priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
     // SAFETY: `param` outlives the call; the kernel checks the tid and the caller's rights.
     if unsafe { libc::sched_setscheduler(tid as libc::pid_t, policy, &param) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Moves the calling thread to SCHED_FIFO `rt_priority` (0: leaves it SCHED_OTHER); on
+/// failure says which thread stays behind busy CPUs.
+pub fn run_as_fifo(rt_priority: i32, thread: &str) {
+    if rt_priority <= 0 {
+        return;
+    }
+    if let Err(err) = set_policy(0, libc::SCHED_FIFO, rt_priority) {
+        tracing::warn!(
+            "{thread} stays SCHED_OTHER (SCHED_FIFO {rt_priority}: {err}); reactions may wait behind busy CPUs"
+        );
+    }
 }
 
 /// What one pass over a pool's threads did.
@@ -70,7 +90,7 @@ fn change_all(tids: impl IntoIterator<Item = u32>, wanted: impl Fn(i32) -> Optio
     let mut report = Changed::default();
     for tid in tids {
         let result = policy_of(tid).and_then(|current| match wanted(current) {
-            Some(policy) => set_policy(tid, policy).map(|()| true),
+            Some(policy) => set_policy(tid, policy, 0).map(|()| true),
             None => Ok(false),
         });
         match result {

@@ -138,19 +138,17 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     remove_test_cgroups(instance, "batch");
 }
 
-/// The scheduling policy of each thread of `pid` (field 41 of /proc/PID/task/TID/stat).
+/// The scheduling policy of each thread of `pid`.
 fn thread_policies(pid: u32) -> Vec<i32> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap_or_else(|e| {
         panic!("listing the threads of {pid}: {e}");
     });
     tasks
         .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
-        .filter_map(|stat| {
-            let after_comm = &stat[stat.rfind(')')? + 1..];
-            // Fields after the command name start at field 3 (the state).
-            after_comm.split_whitespace().nth(41 - 3)?.parse().ok()
-        })
+        .filter_map(|task| task.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        // SAFETY: sched_getscheduler only reads; a thread gone meanwhile gives -1, left out.
+        .map(|tid| unsafe { libc::sched_getscheduler(tid) })
+        .filter(|&policy| policy >= 0)
         .collect()
 }
 

@@ -70,7 +70,7 @@ impl DutyCycle {
             std::thread::Builder::new()
                 .name("reamer-gpu-gate".to_owned())
                 .spawn(move || {
-                    crate::events::run_as_fifo(rt_priority, "GPU gating thread");
+                    crate::thread_policy::run_as_fifo(rt_priority, "GPU gating thread");
                     gate_forever(&shared, &pools, period);
                 })?
         };
