@@ -20,6 +20,12 @@ impl NodeJiffies {
     pub fn steal_pct_since(&self, before: &NodeJiffies) -> f64 {
         (self.steal - before.steal) as f64 / (self.total - before.total).max(1) as f64 * 100.0
     }
+
+    /// CPUs left idle on average since `before`, `seconds` ago.
+    pub fn idle_cpus_since(&self, before: &NodeJiffies, seconds: f64) -> f64 {
+        let idle = (self.total - self.busy) - (before.total - before.busy);
+        idle as f64 / JIFFIES_PER_S / seconds.max(1e-9)
+    }
 }
 
 pub fn node_jiffies() -> std::io::Result<NodeJiffies> {

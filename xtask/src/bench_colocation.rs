@@ -1,5 +1,5 @@
 //! The co-location benchmark: the training simulator beside online and offline inference,
-//! under seven scenarios, in short windows interleaved round by round.
+//! under nine scenarios, in short windows interleaved round by round.
 //!
 //! - Training: `training-sim`, one window's length, its seed fixed per round.
 //! - Online: `inference-worker online` serving the PP-OCR text-direction classifier (a real
@@ -37,9 +37,18 @@ use crate::{
 };
 
 const INSTANCE: &str = "bench-colo";
-/// The online SLO and load: about a quarter of one CPU of classifier work at this rate.
+/// The online SLO and load: a seventh to a quarter of one CPU of classifier work at this
+/// rate, depending on the host's CPU.
 pub const SLO_MS: f64 = 50.0;
 pub const ONLINE_RATE: f64 = 40.0;
+/// The heavy online load of the two heavy-online scenarios, as the CPUs its classifier work
+/// takes: half of the online pool's one guaranteed core, which is also what the static
+/// partition's core gives online inference where offline inference wants it too (two groups
+/// at the same weight). The rate is derived from the worker's CPU per request, measured at
+/// the start of the run.
+pub const HEAVY_ONLINE_CPUS: f64 = 0.5;
+/// How long the online worker's CPU per request is measured at the start, alone.
+const ONLINE_CALIBRATION: Duration = Duration::from_secs(3);
 /// Koordinator's default CPU suppress threshold.
 const SUPPRESS_THRESHOLD: f64 = 0.65;
 /// Offline inference runs this long before training starts, so that training arrives on a
@@ -233,6 +242,10 @@ struct Bench {
     offline_group: Group,
     /// training's cgroup2 group, for PSI; None where no cgroup2 tree is mounted.
     training_group: Option<PathBuf>,
+    /// The heavy-online scenarios' request rate (`HEAVY_ONLINE_CPUS` of work).
+    heavy_online_rate: f64,
+    /// The online worker's CPU time per request, alone, ms.
+    online_cpu_ms_per_request: f64,
     /// How the baselines ran where that varies by host (the PSI controller's source).
     notes: Vec<&'static str>,
 }
@@ -271,7 +284,7 @@ impl Bench {
         let offline_group = Group::ensure(INSTANCE, "offline")?;
         offline_group.reset()?;
         let training_group = bench_cgroup::unified_group(INSTANCE, "training").ok();
-        Ok(Self {
+        let mut bench = Self {
             inputs,
             cpus: cpu_count(),
             window,
@@ -279,8 +292,57 @@ impl Bench {
             online_group,
             offline_group,
             training_group,
+            heavy_online_rate: 0.0,
+            online_cpu_ms_per_request: 0.0,
             notes: Vec::new(),
-        })
+        };
+        progress("measuring the online worker's CPU per request, alone");
+        bench.online_cpu_ms_per_request = bench.calibrate_online()?;
+        bench.heavy_online_rate = HEAVY_ONLINE_CPUS * 1e3 / bench.online_cpu_ms_per_request;
+        Ok(bench)
+    }
+
+    /// `load-gen` against the online worker at `rate` for `seconds`, seeded by `seed`.
+    fn spawn_load(&self, rate: f64, seconds: f64, seed: &str) -> anyhow::Result<Child> {
+        Command::new(release_bin("load-gen"))
+            .args([
+                "--url",
+                &format!("{}/v2/models/cls/infer", self.online.base),
+            ])
+            .arg("--body")
+            .arg(&self.inputs.request)
+            .args([
+                "--rate",
+                &format!("{rate:.1}"),
+                "--slo-ms",
+                &SLO_MS.to_string(),
+                "--seed",
+                seed,
+                "--seconds",
+                &format!("{seconds:.3}"),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("spawning load-gen")
+    }
+
+    /// The online worker alone under the base load: its CPU time per request answered, ms.
+    fn calibrate_online(&mut self) -> anyhow::Result<f64> {
+        self.reset_groups()?;
+        let jiffies = process_jiffies(self.online.child.id());
+        let load = self.spawn_load(ONLINE_RATE, ONLINE_CALIBRATION.as_secs_f64(), "1")?;
+        let report = read_load_report(load)?;
+        let cpu_ms =
+            (process_jiffies(self.online.child.id()) - jiffies) as f64 / JIFFIES_PER_S * 1e3;
+        if report.sent == 0 || cpu_ms <= 0.0 {
+            bail!(
+                "the online worker answered no load alone ({} requests sent, {cpu_ms:.0} ms of \
+                 CPU): see its log, {}",
+                report.sent,
+                self.online.log.display()
+            );
+        }
+        Ok(cpu_ms / report.sent as f64)
     }
 
     /// Offline inference alone on the machine for one window: its inferences per CPU-second.
@@ -371,7 +433,8 @@ impl Bench {
         self.reset_groups()?;
         reset_job(&self.inputs.job);
         let inference = scenario != Scenario::Alone;
-        match scenario {
+        let setup = scenario.setup();
+        match setup {
             Scenario::StaticPartition => {
                 let cpus = upper_half_cpus(self.cpus);
                 self.online_group.set_cpus(&cpus)?;
@@ -384,7 +447,7 @@ impl Bench {
             }
             _ => {}
         }
-        let daemon = (scenario == Scenario::Reamer).then(|| {
+        let daemon = (setup == Scenario::Reamer).then(|| {
             Daemon::start_bin_with_fresh_log(
                 &release_bin("enforcer"),
                 INSTANCE,
@@ -396,7 +459,7 @@ impl Bench {
         } else {
             None
         };
-        let mut control = match (daemon, &offline, scenario) {
+        let mut control = match (daemon, &offline, setup) {
             (Some(daemon), _, _) => Control::Daemon(daemon),
             (None, Some(offline), Scenario::UtilizationPoller) => {
                 Control::Controller(baseline_controllers::utilization_poller(
@@ -457,34 +520,20 @@ impl Bench {
             // Membership only: no controller, so scheduling is unchanged; PSI reads it.
             let _ = std::fs::write(group.join("cgroup.procs"), training.id().to_string());
         }
+        let rate = if scenario.heavy_online() {
+            self.heavy_online_rate
+        } else {
+            ONLINE_RATE
+        };
         let load = inference
-            .then(|| {
-                Command::new(release_bin("load-gen"))
-                    .args([
-                        "--url",
-                        &format!("{}/v2/models/cls/infer", self.online.base),
-                    ])
-                    .arg("--body")
-                    .arg(&self.inputs.request)
-                    .args([
-                        "--rate",
-                        &ONLINE_RATE.to_string(),
-                        "--slo-ms",
-                        &SLO_MS.to_string(),
-                        "--seed",
-                        &seed,
-                        "--seconds",
-                        &format!("{:.3}", (self.window.as_secs_f64() - 0.3).max(0.5)),
-                    ])
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .context("spawning load-gen")
-            })
+            .then(|| self.spawn_load(rate, (self.window.as_secs_f64() - 0.3).max(0.5), &seed))
             .transpose()?;
         let output = training.wait_with_output()?;
         let elapsed = started.elapsed().as_secs_f64();
         // The share of the machine's CPU time the hypervisor gave to other guests.
-        let steal_pct = node_jiffies()?.steal_pct_since(&node_before);
+        let node_after = node_jiffies()?;
+        let steal_pct = node_after.steal_pct_since(&node_before);
+        let cpus_left_idle = node_after.idle_cpus_since(&node_before, elapsed);
         let offline_items = results_lines(&self.inputs.job) - offline_items_before;
         let online_cpu_s =
             (process_jiffies(self.online.child.id()) - online_jiffies) as f64 / JIFFIES_PER_S;
@@ -506,21 +555,7 @@ impl Bench {
         }
         let report: TrainingReport =
             serde_json::from_slice(&output.stdout).context("reading training-sim's report")?;
-        let online = match load {
-            Some(mut load) => {
-                let mut text = String::new();
-                load.stdout
-                    .take()
-                    .context("load-gen stdout")?
-                    .read_to_string(&mut text)?;
-                load.wait()?;
-                Some(
-                    serde_json::from_str::<LoadReport>(&text)
-                        .with_context(|| format!("reading load-gen's report {text:?}"))?,
-                )
-            }
-            None => None,
-        };
+        let online = load.map(read_load_report).transpose()?;
         drop(offline);
         let (mut reaction_us, mut controller_cpu_pct) = (Vec::new(), None);
         match std::mem::replace(&mut control, Control::None) {
@@ -563,6 +598,7 @@ impl Bench {
             enforcer_cpu_pct: enforcer_cpu_pct.or(controller_cpu_pct),
             enforcer_rss_mib,
             steal_pct,
+            cpus_left_idle,
         })
     }
 
@@ -570,6 +606,18 @@ impl Bench {
         let _ = self.online.stop();
         bench_cgroup::remove_groups(INSTANCE, &["online", "offline", "training"]);
     }
+}
+
+/// Waits for `load-gen` and reads its report.
+fn read_load_report(mut load: Child) -> anyhow::Result<LoadReport> {
+    let mut text = String::new();
+    load.stdout
+        .take()
+        .context("load-gen stdout")?
+        .read_to_string(&mut text)?;
+    load.wait()?;
+    serde_json::from_str::<LoadReport>(&text)
+        .with_context(|| format!("reading load-gen's report {text:?}"))
 }
 
 /// Everything one run measured.
@@ -584,6 +632,10 @@ pub struct Measured {
     pub rounds: usize,
     pub rounds_asked: usize,
     pub window_s: f64,
+    /// The online worker's CPU time per request alone, ms, and the heavy-online scenarios'
+    /// rate derived from it.
+    pub online_cpu_ms_per_request: f64,
+    pub heavy_online_rate: f64,
     /// A round with a window where the host stole more than this share of the CPU is run
     /// again.
     pub max_steal_pct: f64,
@@ -690,6 +742,8 @@ pub fn run(
         Ok(())
     })();
     let (cpus, notes) = (bench.cpus, bench.notes.clone());
+    let (online_cpu_ms_per_request, heavy_online_rate) =
+        (bench.online_cpu_ms_per_request, bench.heavy_online_rate);
     bench.finish();
     result?;
     progress("timing how slowly an idle vCPU wakes, again (wake-probe)");
@@ -701,6 +755,8 @@ pub fn run(
         cpus,
         rounds_asked: rounds,
         window_s,
+        online_cpu_ms_per_request,
+        heavy_online_rate,
         max_steal_pct,
         discarded,
         notes,

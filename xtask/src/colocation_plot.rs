@@ -112,7 +112,7 @@ pub fn svg(figures: &[(Scenario, Figures)], title: &str) -> String {
                 continue;
             };
             let (a, b) = (zero.min(at(value)), zero.max(at(value)));
-            let colour = if *scenario == Scenario::Reamer {
+            let colour = if scenario.setup() == Scenario::Reamer {
                 "#d9534f"
             } else {
                 "#5b8def"
