@@ -242,8 +242,6 @@ struct Bench {
     offline_group: Group,
     /// training's cgroup2 group, for PSI; None where no cgroup2 tree is mounted.
     training_group: Option<PathBuf>,
-    /// The heavy-online scenarios' request rate (`HEAVY_ONLINE_CPUS` of work).
-    heavy_online_rate: f64,
     /// The online worker's CPU time per request, alone, ms.
     online_cpu_ms_per_request: f64,
     /// How the baselines ran where that varies by host (the PSI controller's source).
@@ -292,14 +290,17 @@ impl Bench {
             online_group,
             offline_group,
             training_group,
-            heavy_online_rate: 0.0,
             online_cpu_ms_per_request: 0.0,
             notes: Vec::new(),
         };
         progress("measuring the online worker's CPU per request, alone");
         bench.online_cpu_ms_per_request = bench.calibrate_online()?;
-        bench.heavy_online_rate = HEAVY_ONLINE_CPUS * 1e3 / bench.online_cpu_ms_per_request;
         Ok(bench)
+    }
+
+    /// The heavy-online scenarios' request rate: `HEAVY_ONLINE_CPUS` of the worker's work.
+    fn heavy_online_rate(&self) -> f64 {
+        HEAVY_ONLINE_CPUS * 1e3 / self.online_cpu_ms_per_request
     }
 
     /// `load-gen` against the online worker at `rate` for `seconds`, seeded by `seed`.
@@ -521,7 +522,7 @@ impl Bench {
             let _ = std::fs::write(group.join("cgroup.procs"), training.id().to_string());
         }
         let rate = if scenario.heavy_online() {
-            self.heavy_online_rate
+            self.heavy_online_rate()
         } else {
             ONLINE_RATE
         };
@@ -743,7 +744,7 @@ pub fn run(
     })();
     let (cpus, notes) = (bench.cpus, bench.notes.clone());
     let (online_cpu_ms_per_request, heavy_online_rate) =
-        (bench.online_cpu_ms_per_request, bench.heavy_online_rate);
+        (bench.online_cpu_ms_per_request, bench.heavy_online_rate());
     bench.finish();
     result?;
     progress("timing how slowly an idle vCPU wakes, again (wake-probe)");
