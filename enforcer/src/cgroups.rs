@@ -21,9 +21,11 @@
 //! under `reamer` it would be idle. Instance names hold no '.', so the name is unambiguous. A cpu
 //! group, not the threads' nice value: nice ranks a thread only within its own group (on a
 //! kernel with autogroup, its session's), so it would not rank the worker below a training
-//! job started from another session. On v2 one tree holds every controller, so online pools
-//! sit under the idle `reamer` group: normal against offline, below the rest of the machine,
-//! training included.
+//! job started from another session. On v2 one tree holds every controller, so there an online
+//! pool's one group is that top-level group, `reamer-online.<instance>.<pool>`, cpuset and
+//! freezer included: under the idle `reamer` it would be idle against training and every
+//! other process of the node (measured on v1 before choosing: online inference met its SLO
+//! for 78.5% of requests that way, 98.8% at normal priority; docs/enforcer.md).
 //!
 //! Measured here (DESIGN.md): a cpu.idle write takes under 1 µs; CFS quota writes take
 //! ~130 µs and stay off the fast path. A cpuset.cpus write is the fast path's
@@ -54,8 +56,8 @@ pub enum CgroupError {
 const CONTROLLERS: [&str; 3] = ["cpu", "cpuset", "freezer"];
 /// The top of every instance's tree, idle in the cpu hierarchy while a daemon runs.
 const TREE: &str = "reamer";
-/// cgroup v1: the prefix of online pools' top-level cpu groups, beside the idle `TREE`
-/// (module comment).
+/// The prefix of online pools' top-level groups beside the idle `TREE` (module comment): on
+/// cgroup v1 their cpu group, on v2 their only group.
 const ONLINE_CPU_GROUP_PREFIX: &str = "reamer-online";
 /// The scale of `cpu_weight`: cgroup v2's `cpu.weight`, where a default process has 100.
 pub const DEFAULT_CPU_WEIGHT: u32 = 100;
@@ -77,10 +79,20 @@ fn shares_for_weight(weight: u32) -> u64 {
     (u64::from(weight) * DEFAULT_CPU_SHARES / u64::from(DEFAULT_CPU_WEIGHT)).clamp(2, 262_144)
 }
 
+/// Where a pool's group lives, relative to each hierarchy's root: `reamer/<instance>/<pool>`,
+/// but an online pool on cgroup v2 has its one group at the top level, where its weight
+/// counts against training (module comment).
+fn pool_path(instance: &str, pool: &str, class: CpuClass, v2: bool) -> String {
+    match class {
+        CpuClass::Weight(_) if v2 => format!("{ONLINE_CPU_GROUP_PREFIX}.{instance}.{pool}"),
+        _ => format!("{TREE}/{instance}/{pool}"),
+    }
+}
+
 /// One pool's cgroup.
 pub struct PoolCgroup {
-    /// `reamer/<instance>/<pool>`, relative to each hierarchy's root (an online pool on v1 has
-    /// its cpu group at `reamer-online.<instance>.<pool>` instead).
+    /// `pool_path`: `reamer/<instance>/<pool>`, or an online pool's top-level group on v2 (on
+    /// v1 an online pool has only its cpu group at `reamer-online.<instance>.<pool>`).
     pub path: String,
     cgroup: Cgroup,
     class: CpuClass,
@@ -101,10 +113,11 @@ impl PoolCgroup {
         pool: &str,
         class: CpuClass,
     ) -> Result<Self, CgroupError> {
-        let path = format!("{TREE}/{instance}/{pool}");
         let hierarchy = hierarchies::auto();
         let v2 = hierarchy.v2();
         let idle = class == CpuClass::Idle;
+        let path = pool_path(instance, pool, class, v2);
+        let path_under_tree = format!("{TREE}/{instance}/{pool}");
         let controllers: Vec<String> = CONTROLLERS
             .iter()
             .filter(|&&c| idle || v2 || c != "cpu")
@@ -177,8 +190,36 @@ impl PoolCgroup {
             // processes have just left it, so the empty group goes (rmdir refuses otherwise).
             let _ = std::fs::remove_dir(root.join(&pool.path));
         }
+        if v2 && !idle {
+            pool.take_over_group_under_tree(&path_under_tree)?;
+        }
         pool.thaw_if_frozen()?;
         Ok(pool)
+    }
+
+    /// cgroup v2, online pools: an older daemon kept the pool at `reamer/<instance>/<pool>`,
+    /// under the idle tree. Its processes move to the pool's group, and the emptied one goes.
+    fn take_over_group_under_tree(&self, old_path: &str) -> Result<(), CgroupError> {
+        let old = Cgroup::load(hierarchies::auto(), old_path);
+        if !old.exists() {
+            return Ok(());
+        }
+        let processes = old.procs();
+        for process in &processes {
+            self.add_process(process.pid as u32)?;
+        }
+        if !processes.is_empty() {
+            tracing::info!(
+                pool = self.path,
+                old_path,
+                processes = processes.len(),
+                "moved the pool's processes out of an older daemon's group under the idle tree"
+            );
+        }
+        old.delete().map_err(|e| CgroupError::Op {
+            path: old_path.to_owned(),
+            message: format!("removing the emptied group: {e}"),
+        })
     }
 
     fn thaw_if_frozen(&self) -> Result<(), CgroupError> {
@@ -335,10 +376,11 @@ pub struct PoolFreezer {
 }
 
 impl PoolFreezer {
-    /// The freezer of `reamer/<instance>/<pool>`, which `PoolCgroup::create_or_adopt` made.
-    pub fn open(instance: &str, pool: &str) -> Result<Self, CgroupError> {
-        let path = format!("{TREE}/{instance}/{pool}");
-        let cgroup = Cgroup::load(hierarchies::auto(), &path);
+    /// The freezer of the pool's group, which `PoolCgroup::create_or_adopt` made.
+    pub fn open(instance: &str, pool: &str, class: CpuClass) -> Result<Self, CgroupError> {
+        let hierarchy = hierarchies::auto();
+        let path = pool_path(instance, pool, class, hierarchy.v2());
+        let cgroup = Cgroup::load(hierarchy, &path);
         if cgroup.controller_of::<FreezerController>().is_none() {
             return Err(CgroupError::Op {
                 path,

@@ -215,6 +215,14 @@ impl GroupConfig {
         self.gpu.as_ref().is_some_and(|g| *g.get_ref())
     }
 
+    /// How a pool ranks for the CPU: offline pools idle, online pools at their weight.
+    pub fn cpu_class(&self) -> crate::cgroups::CpuClass {
+        match self.pool_kind() {
+            PoolKind::Online => crate::cgroups::CpuClass::Weight(self.cpu_weight()),
+            PoolKind::Offline => crate::cgroups::CpuClass::Idle,
+        }
+    }
+
     /// The pool kind; `validate` guarantees it is set for every `[[pool]]`.
     pub fn pool_kind(&self) -> PoolKind {
         self.kind

@@ -138,11 +138,7 @@ impl Enforcer {
                 },
                 ConfigPoolKind::Offline => PoolKind::Offline,
             };
-            let class = match kind {
-                PoolKind::Online { .. } => CpuClass::Weight(pool.cpu_weight()),
-                PoolKind::Offline => CpuClass::Idle,
-            };
-            let cgroup = PoolCgroup::create_or_adopt(instance, &name, class)?;
+            let cgroup = PoolCgroup::create_or_adopt(instance, &name, pool.cpu_class())?;
             specs.push(PoolSpec {
                 name: name.clone(),
                 kind: kind.clone(),

@@ -47,8 +47,8 @@ fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
     if !privileged("the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop") {
         return;
     }
-    let pool = PoolCgroup::create_or_adopt(INSTANCE, "gpu", CpuClass::Weight(DEFAULT_CPU_WEIGHT))
-        .expect("pool cgroup");
+    let class = CpuClass::Weight(DEFAULT_CPU_WEIGHT);
+    let pool = PoolCgroup::create_or_adopt(INSTANCE, "gpu", class).expect("pool cgroup");
     let all: BTreeSet<u32> =
         (0..std::thread::available_parallelism().unwrap().get() as u32).collect();
     pool.set_cpus(&all).unwrap();
@@ -60,8 +60,8 @@ fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
     );
     let pid = spinner.0.id();
     pool.add_process(pid).unwrap();
-    let freezer = PoolFreezer::open(INSTANCE, "gpu").unwrap();
-    let freezer_after_stop = PoolFreezer::open(INSTANCE, "gpu").unwrap();
+    let freezer = PoolFreezer::open(INSTANCE, "gpu", class).unwrap();
+    let freezer_after_stop = PoolFreezer::open(INSTANCE, "gpu", class).unwrap();
     let gate = DutyCycle::start(vec![freezer], Duration::from_millis(100), 0).unwrap();
 
     let ungated = cpus_over(pid, Duration::from_millis(1000));

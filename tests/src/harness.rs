@@ -19,6 +19,23 @@ pub fn pin_dir_of(instance: &str) -> PathBuf {
     PathBuf::from(format!("/sys/fs/bpf/reamer/v4/{instance}"))
 }
 
+/// Mounts bpffs at /sys/fs/bpf where it is not (a fresh boot here), as the daemon does at
+/// start: for a test that plants pins before any daemon ran.
+pub fn mount_bpffs_if_missing() {
+    let mounts = std::fs::read_to_string("/proc/mounts").expect("read /proc/mounts");
+    let mounted = mounts.lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(1) == Some(&"/sys/fs/bpf") && fields.get(2) == Some(&"bpf")
+    });
+    if !mounted {
+        let status = Command::new("mount")
+            .args(["-t", "bpf", "bpf", "/sys/fs/bpf"])
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "mounting bpffs at /sys/fs/bpf: {status}");
+    }
+}
+
 /// Where a daemon of `instance` writes its decision log by default (the enforcer's
 /// `paths::decision_log`).
 pub fn decision_log_of(instance: &str) -> PathBuf {
@@ -302,6 +319,27 @@ pub fn cgroup_of(pid: u32, controller: &str) -> String {
         .or_else(|| entries.iter().find(|(names, _)| names.is_empty()))
         .map(|(_, path)| (*path).to_owned())
         .unwrap_or_default()
+}
+
+/// The directory of cgroup `group` (a path as `cgroup_of` gives it: "/reamer/x/pool") that
+/// holds `controller`'s files: in that controller's v1 hierarchy, or in the one tree on a
+/// cgroup v2 host.
+pub fn cgroup_dir(controller: &str, group: &str) -> PathBuf {
+    if crate::bench_cgroup::is_v2_host() {
+        PathBuf::from(format!("/sys/fs/cgroup{group}"))
+    } else {
+        PathBuf::from(format!("/sys/fs/cgroup/{controller}{group}"))
+    }
+}
+
+/// One of `controller`'s files of cgroup `group` (`cgroup_dir`), trimmed; panics naming it
+/// when it cannot be read.
+pub fn cgroup_value(controller: &str, group: &str, file: &str) -> String {
+    let path = cgroup_dir(controller, group).join(file);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .trim()
+        .to_owned()
 }
 
 /// `bpftool -j ARGS…`, parsed.

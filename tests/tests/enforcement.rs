@@ -5,8 +5,8 @@
 use std::{process::Command, time::Duration};
 
 use reamer_tests::harness::{
-    Daemon, cgroup_of, eventually, online_cpu_count, online_cpus, pool_in, privileged,
-    remove_test_cgroups, u64_of, wait_ok,
+    Daemon, cgroup_dir, cgroup_of, cgroup_value, eventually, online_cpu_count, online_cpus,
+    pool_in, privileged, remove_test_cgroups, u64_of, wait_ok,
 };
 
 const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
@@ -18,12 +18,6 @@ const SLOW_TICK_MS: u64 = 1000;
 fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     let instance = "it-enforce";
     if !privileged("offline_pool_is_placed_moved_for_training_and_released_at_shutdown") {
-        return;
-    }
-    if !std::path::Path::new("/sys/fs/cgroup/cpu/cpu.idle").exists()
-        && !std::path::Path::new("/sys/fs/cgroup/cpu").exists()
-    {
-        eprintln!("SKIPPED: this test reads cgroup v1 paths; the host has none");
         return;
     }
     // A slow path that ticks once a second: at the default 100 ms, a tick that ran before the
@@ -50,12 +44,18 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
         pool_path,
         "hog not moved into the pool (cpuset)"
     );
-    let idle = std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{pool_path}/cpu.idle")).unwrap();
-    assert_eq!(idle.trim(), "1", "offline pool is not SCHED_IDLE");
+    assert_eq!(
+        cgroup_value("cpu", &pool_path, "cpu.idle"),
+        "1",
+        "offline pool is not SCHED_IDLE"
+    );
     // The kernel ranks an idle group only against its siblings: against training (outside the
     // tree) it is the top `reamer` group that must be idle.
-    let tree_idle = std::fs::read_to_string("/sys/fs/cgroup/cpu/reamer/cpu.idle").unwrap();
-    assert_eq!(tree_idle.trim(), "1", "the reamer tree is not idle");
+    assert_eq!(
+        cgroup_value("cpu", "/reamer", "cpu.idle"),
+        "1",
+        "the reamer tree is not idle"
+    );
     // Each of its threads has the SCHED_IDLE policy too (thread_policy.rs says why), the
     // threads it started after joining the pool included.
     eventually(
@@ -107,18 +107,18 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
 
     // Stopping the daemon leaves the pool's process running on every CPU, not idle-classed.
     daemon.stop();
-    let cpus =
-        std::fs::read_to_string(format!("/sys/fs/cgroup/cpuset{pool_path}/cpuset.cpus")).unwrap();
     assert_eq!(
-        cpus.trim(),
+        cgroup_value("cpuset", &pool_path, "cpuset.cpus"),
         online_cpus(),
         "pool not given every CPU at shutdown"
     );
-    let idle = std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{pool_path}/cpu.idle")).unwrap();
-    assert_eq!(idle.trim(), "0", "pool left SCHED_IDLE at shutdown");
-    let tree_idle = std::fs::read_to_string("/sys/fs/cgroup/cpu/reamer/cpu.idle").unwrap();
     assert_eq!(
-        tree_idle.trim(),
+        cgroup_value("cpu", &pool_path, "cpu.idle"),
+        "0",
+        "pool left SCHED_IDLE at shutdown"
+    );
+    assert_eq!(
+        cgroup_value("cpu", "/reamer", "cpu.idle"),
         "0",
         "the reamer tree left idle at shutdown"
     );
@@ -372,12 +372,7 @@ fn a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on() {
         return;
     }
     let daemon = Daemon::start(instance, &format!("{OFFLINE_POOL}{QUICK_POLICY}"));
-    // The pool's cpuset group: in the cpuset hierarchy on v1, the one tree on a v2 host.
-    let cpuset_dir = if reamer_tests::bench_cgroup::is_v2_host() {
-        format!("/sys/fs/cgroup/reamer/{instance}/batch")
-    } else {
-        format!("/sys/fs/cgroup/cpuset/reamer/{instance}/batch")
-    };
+    let cpuset_dir = cgroup_dir("cpuset", &format!("/reamer/{instance}/batch"));
     std::fs::remove_dir(&cpuset_dir).expect("remove the empty pool cgroup (cpuset)");
     // Training demand makes the slow path rewrite the pool's cpuset, which is gone.
     let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);

@@ -5,8 +5,8 @@ use std::{path::PathBuf, process::Command, time::Duration};
 
 use reamer_tests::{
     harness::{
-        Daemon, bpftool, cgroup_of, eventually, job, pin_dir_of, pool_in, privileged,
-        remove_test_cgroups, u64_of, wait_ok,
+        Daemon, bpftool, cgroup_dir, cgroup_of, eventually, job, mount_bpffs_if_missing,
+        pin_dir_of, pool_in, privileged, remove_test_cgroups, u64_of, wait_ok,
     },
     worker::{OnlineWorker, agent, check_tiny_answer, post, scratch_with_tiny_model, tiny_request},
 };
@@ -26,25 +26,16 @@ fn pinned_map_id(daemon: &Daemon, map: &str) -> u64 {
 }
 
 /// Freezes the cgroup `pid` is in, as a daemon that died in the middle of a GPU duty cycle
-/// leaves it: the v1 freezer where there is one, `cgroup.freeze` on v2.
+/// leaves it: the v1 freezer, or `cgroup.freeze` on a cgroup v2 host.
 fn freeze_cgroup_of(pid: u32) -> PathBuf {
-    let v1 = cgroup_of(pid, "freezer");
-    let (file, value) = if v1.is_empty() {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-        let path = text
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))
-            .expect("a cgroup v2 path")
-            .to_owned();
-        (format!("/sys/fs/cgroup{path}/cgroup.freeze"), "1")
+    let (file, value) = if reamer_tests::bench_cgroup::is_v2_host() {
+        ("cgroup.freeze", "1")
     } else {
-        (
-            format!("/sys/fs/cgroup/freezer{v1}/freezer.state"),
-            "FROZEN",
-        )
+        ("freezer.state", "FROZEN")
     };
-    std::fs::write(&file, value).unwrap_or_else(|e| panic!("freezing {file}: {e}"));
-    PathBuf::from(file)
+    let path = cgroup_dir("freezer", &cgroup_of(pid, "freezer")).join(file);
+    std::fs::write(&path, value).unwrap_or_else(|e| panic!("freezing {}: {e}", path.display()));
+    path
 }
 
 #[test]
@@ -193,6 +184,7 @@ fn a_pinned_map_of_another_shape_is_not_taken_over() {
     }
     // What a build with another `ThreadState` would have left: 24-byte values, as before the
     // wait in progress moved to `task_cache`.
+    mount_bpffs_if_missing();
     let pin_dir = pin_dir_of(instance);
     std::fs::create_dir_all(&pin_dir).unwrap();
     let stale = pin_dir.join("thread_state");
@@ -227,4 +219,46 @@ fn a_pinned_map_of_another_shape_is_not_taken_over() {
     let log = daemon.stop();
     assert!(log.contains("pins removed"), "{log}");
     remove_test_cgroups(instance, "serve");
+}
+
+/// cgroup v2: daemons before online pools had a top-level group of their own there kept an
+/// online pool at `reamer/<instance>/<pool>`, under the idle tree. A daemon started over such
+/// a pool moves its processes to the pool's top-level group and removes the old one.
+#[test]
+fn an_online_pool_left_under_the_idle_tree_moves_to_its_own_group_on_cgroup_v2() {
+    let instance = "it-online-move";
+    if !privileged("an_online_pool_left_under_the_idle_tree_moves_to_its_own_group_on_cgroup_v2") {
+        return;
+    }
+    if !reamer_tests::bench_cgroup::is_v2_host() {
+        eprintln!("SKIPPED: only cgroup v2 ever kept online pools under the idle tree");
+        return;
+    }
+    let old = reamer_tests::bench_cgroup::Group::ensure(instance, "web").expect("old group");
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    old.add_process(sleeper.id()).expect("into the old group");
+    assert_eq!(
+        cgroup_of(sleeper.id(), "cpu"),
+        format!("/reamer/{instance}/web")
+    );
+
+    let daemon = Daemon::start(instance, "[[pool]]\nname = \"web\"\nkind = \"online\"\n");
+    assert_eq!(
+        cgroup_of(sleeper.id(), "cpu"),
+        format!("/reamer-online.{instance}.web"),
+        "the process was not moved to the pool's own group"
+    );
+    assert!(
+        !PathBuf::from(format!("/sys/fs/cgroup/reamer/{instance}/web")).exists(),
+        "the old group under the idle tree is still there"
+    );
+    assert!(
+        daemon.log().contains("out of an older daemon's group"),
+        "{}",
+        daemon.log()
+    );
+    daemon.stop();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    remove_test_cgroups(instance, "web");
 }

@@ -10,7 +10,7 @@ use std::{
 };
 
 use reamer_tests::{
-    harness::{Daemon, bpftool, job, privileged, u64_of, wait_ok},
+    harness::{Daemon, bpftool, job, online_cpu_count, privileged, u64_of, wait_ok},
     schedstat,
 };
 use serde_json::{Value, json};
@@ -81,9 +81,15 @@ fn wait_agrees_with_schedstat(clock: &str) {
         "the daemon does not say it uses the {clock} clock:\n{}",
         daemon.log()
     );
-    // Two spinners on two CPUs: the simulator's threads must queue behind them.
+    // A spinner on every CPU: the simulator's threads must queue behind them, on a machine of
+    // any size (two left a 16-CPU machine idle enough that the simulator hardly waited).
     let hog = Command::new(HOG)
-        .args(["--threads", "2", "--seconds", "7"])
+        .args([
+            "--threads",
+            &online_cpu_count().to_string(),
+            "--seconds",
+            "7",
+        ])
         .spawn()
         .expect("hog");
     let sim = launch_sim(&daemon, "sim", "6");

@@ -783,17 +783,27 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
     };
     assert_eq!(web_cpus(&web()), 1, "an idle online pool holds its minimum");
     assert_eq!(web()["cpu_weight"], 30, "status reports the pool's weight");
-    if std::path::Path::new("/sys/fs/cgroup/cpu/reamer").is_dir() {
-        // cgroup v1: the online worker has the pool's own cpu group, out of the idle `reamer`
-        // tree where the offline pool is, so that it stays in the normal class against
-        // training, at the pool's weight: cpu_weight 30 on v2's scale is 307 shares of 1024.
-        let group = reamer_tests::harness::cgroup_of(worker.child.id(), "cpu");
-        assert_eq!(group, format!("/reamer-online.{instance}.web"));
-        let shares = std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{group}/cpu.shares"));
-        assert_eq!(shares.unwrap().trim(), "307", "the online pool's weight");
-        let tree_idle = std::fs::read_to_string("/sys/fs/cgroup/cpu/reamer/cpu.idle").unwrap();
-        assert_eq!(tree_idle.trim(), "1", "the offline pool's tree is not idle");
-    }
+    // The online worker has the pool's own top-level cpu group (on v2 the pool's only group),
+    // out of the idle `reamer` tree where the offline pool is, so that it stays in the normal
+    // class against training, at the pool's weight: cpu_weight 30, which v1 takes as 307
+    // shares of 1024.
+    let group = reamer_tests::harness::cgroup_of(worker.child.id(), "cpu");
+    assert_eq!(group, format!("/reamer-online.{instance}.web"));
+    let (weight_file, weight) = if reamer_tests::bench_cgroup::is_v2_host() {
+        ("cpu.weight", "30")
+    } else {
+        ("cpu.shares", "307")
+    };
+    assert_eq!(
+        reamer_tests::harness::cgroup_value("cpu", &group, weight_file),
+        weight,
+        "the online pool's weight"
+    );
+    assert_eq!(
+        reamer_tests::harness::cgroup_value("cpu", "/reamer", "cpu.idle"),
+        "1",
+        "the offline pool's tree is not idle"
+    );
     let page = get(&http, &format!("{}/metrics", worker.base)).1;
     assert_eq!(metric(&page, "reamer_worker_slo_seconds"), slo_ms / 1e3);
 

@@ -56,9 +56,21 @@ const SUPPRESS_THRESHOLD: f64 = 0.65;
 const OFFLINE_LEAD: Duration = Duration::from_millis(600);
 /// How long the offline worker may take to finish its first items when alone.
 const OFFLINE_START_LIMIT: Duration = Duration::from_secs(20);
-/// The offline job: enough lines for the longest window at the fastest rate seen here
-/// (~3,600 items/s on 2 CPUs).
-const JOB_LINES: u64 = 60_000;
+/// The offline job's length on the smallest machine: 2 CPUs at ~3,600 items per CPU-second
+/// (the fastest seen here) for a 4 s window, with room to spare.
+const MIN_JOB_LINES: u64 = 60_000;
+/// Items per CPU-second the job is sized for: above the fastest seen (~3,600 here, ~3,300 on
+/// a 16-CPU Xeon).
+const JOB_ITEMS_PER_CPU_S: f64 = 5_000.0;
+
+/// Lines enough that the offline job outlasts a window with every CPU working on it. A job
+/// that ran out mid-window counted only what it had done: 60,000 lines lasted about a second
+/// of a 4 s window on a 16-CPU host, which then showed offline inference using 3 of the 12
+/// CPUs it left idle.
+fn job_lines(cpus: usize, window: Duration) -> u64 {
+    let lines = (window + OFFLINE_LEAD).as_secs_f64() * cpus as f64 * JOB_ITEMS_PER_CPU_S;
+    (lines.ceil() as u64).max(MIN_JOB_LINES)
+}
 
 /// The training simulator's report (the fields the benchmark uses).
 #[derive(Deserialize)]
@@ -86,6 +98,8 @@ struct Inputs {
     request: PathBuf,
     mlp: PathBuf,
     job: PathBuf,
+    /// Lines in the job (`job_lines`).
+    job_lines: u64,
 }
 
 fn worker_bin() -> PathBuf {
@@ -102,7 +116,7 @@ fn run_ok(command: &mut Command, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn prepare_inputs() -> anyhow::Result<Inputs> {
+fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
     let root = workspace_root();
     let dir = root.join("target/bench/colocation");
     std::fs::create_dir_all(&dir)?;
@@ -136,7 +150,8 @@ fn prepare_inputs() -> anyhow::Result<Inputs> {
     let lines = std::fs::read(job.join("inputs.jsonl"))
         .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
         .unwrap_or(0);
-    if lines != JOB_LINES {
+    let job_lines = job_lines(cpu_count(), window);
+    if lines != job_lines {
         let _ = std::fs::remove_dir_all(&job);
         run_ok(
             Command::new(worker_bin())
@@ -144,7 +159,7 @@ fn prepare_inputs() -> anyhow::Result<Inputs> {
                 .arg(&mlp)
                 .arg("--dir")
                 .arg(&job)
-                .args(["--lines", &JOB_LINES.to_string(), "--seed", "1"]),
+                .args(["--lines", &job_lines.to_string(), "--seed", "1"]),
             "inference-worker make-job",
         )?;
     }
@@ -153,6 +168,7 @@ fn prepare_inputs() -> anyhow::Result<Inputs> {
         request,
         mlp,
         job,
+        job_lines,
     })
 }
 
@@ -257,7 +273,7 @@ enum Control {
 
 impl Bench {
     fn start(window: Duration, progress: &dyn Fn(&str)) -> anyhow::Result<Self> {
-        let inputs = prepare_inputs()?;
+        let inputs = prepare_inputs(window)?;
         progress("starting the online worker (PP-OCR cls; it profiles itself first)");
         let log = workspace_root().join("target/bench/colocation/online-worker.log");
         let online = OnlineWorker::start_with(
@@ -535,7 +551,17 @@ impl Bench {
         let node_after = node_jiffies()?;
         let steal_pct = node_after.steal_pct_since(&node_before);
         let cpus_left_idle = node_after.idle_cpus_since(&node_before, elapsed);
-        let offline_items = results_lines(&self.inputs.job) - offline_items_before;
+        let offline_done = results_lines(&self.inputs.job);
+        if offline_done >= self.inputs.job_lines {
+            bail!(
+                "the offline job ({} lines) ran out during a window, so its throughput would be \
+                 undercounted: job_lines in xtask/src/bench_colocation.rs sizes it for {} items \
+                 per CPU-second",
+                self.inputs.job_lines,
+                JOB_ITEMS_PER_CPU_S
+            );
+        }
+        let offline_items = offline_done - offline_items_before;
         let online_cpu_s =
             (process_jiffies(self.online.child.id()) - online_jiffies) as f64 / JIFFIES_PER_S;
         let offline_cpu_s = offline.as_ref().zip(offline_jiffies).map(|(o, before)| {
@@ -772,4 +798,25 @@ fn probe_wake_latency() -> Option<WakeLatency> {
     WakeLatency::probe(4, 500)
         .inspect_err(|err| eprintln!("[bench] wake-probe: {err:#}"))
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offline_job_outlasts_a_window_on_every_cpu_at_the_fastest_rate_seen() {
+        let fastest_per_cpu_s = 3_600.0;
+        for (cpus, window_s) in [(2, 4.0), (16, 4.0), (64, 10.0)] {
+            let window = Duration::from_secs_f64(window_s);
+            let needed = (window + OFFLINE_LEAD).as_secs_f64() * cpus as f64 * fastest_per_cpu_s;
+            assert!(
+                job_lines(cpus, window) as f64 > needed,
+                "{cpus} CPUs, {window_s} s: {} lines",
+                job_lines(cpus, window)
+            );
+        }
+        // This 2-CPU host's job is what it was before the job was sized to the machine.
+        assert_eq!(job_lines(2, Duration::from_secs(4)), MIN_JOB_LINES);
+    }
 }

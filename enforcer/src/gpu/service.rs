@@ -105,13 +105,18 @@ impl GpuService {
             .filter(|p| p.uses_gpu())
             .map(|p| p.name.get_ref().clone())
             .collect();
-        let freezers: Vec<PoolFreezer> = gpu_pools
+        let freezers: Vec<PoolFreezer> = config
+            .pool
             .iter()
-            .filter_map(|pool| match PoolFreezer::open(instance, pool) {
-                Ok(freezer) => Some(freezer),
-                Err(err) => {
-                    warn!(pool, "GPU gating off for this pool: {err}");
-                    None
+            .filter(|p| p.uses_gpu())
+            .filter_map(|p| {
+                let pool = p.name.get_ref();
+                match PoolFreezer::open(instance, pool, p.cpu_class()) {
+                    Ok(freezer) => Some(freezer),
+                    Err(err) => {
+                        warn!(pool, "GPU gating off for this pool: {err}");
+                        None
+                    }
                 }
             })
             .collect();
