@@ -10,9 +10,10 @@
 //!   `give_back_after`, one core per period (hysteresis: the grants do not oscillate).
 //! - Online pools keep their guaranteed minimum of cores even against training. Beyond it
 //!   they get the cores their workers say their SLO needs at the current load, from the cores
-//!   training leaves free (training comes first); offline pools get the rest. An offline pool left with no free core shares every core under
-//!   SCHED_IDLE (`cpu.idle`), where the kernel preempts it for training or online inference
-//!   at every wakeup.
+//!   training leaves free (training comes first); offline pools get the rest and share the
+//!   online pools' cores, and with no free core left every core, under SCHED_IDLE
+//!   (`cpu.idle`), where the kernel preempts them for training or online inference at every
+//!   wakeup.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -294,15 +295,16 @@ impl Policy {
             pools.insert(name.to_owned(), cpus);
         }
         let rest: BTreeSet<u32> = free.into_iter().flat_map(core_cpus).collect();
-        // With no free core left, offline shares every CPU under SCHED_IDLE: the kernel
-        // preempts it at once for any normal task's wakeup, training's or online inference's.
-        // Keeping it off the online pool's cores instead left most of those cores idle in the
-        // co-location benchmark (online used a quarter of its core; offline got about half the
-        // idle CPU).
+        // Offline runs under SCHED_IDLE, which the kernel preempts at once for any normal
+        // task's wakeup, training's or online inference's. So it shares the online pools'
+        // cores as well as the free ones: kept off them, it left most of them idle (in the
+        // co-location benchmark online used a quarter of its one core on 2 CPUs; on 16 CPUs,
+        // with 8 guaranteed, 0.2 of them while 10 CPUs of the machine stayed idle). With no
+        // free core left, it shares every CPU, training's too.
         let offline = if rest.is_empty() {
             self.topology.cpus.clone()
         } else {
-            rest
+            pools.values().flatten().copied().chain(rest).collect()
         };
         for pool in &self.pools {
             if pool.kind == PoolKind::Offline {
@@ -490,11 +492,37 @@ mod tests {
     }
 
     #[test]
+    fn offline_shares_the_online_cores_beside_the_free_ones_but_never_trainings() {
+        // 16 CPUs, 8 guaranteed to online inference, training on 2: offline gets the 6 free
+        // CPUs and the 8 online ones, where the kernel preempts it for online inference.
+        let pools = vec![
+            PoolSpec {
+                name: "web".into(),
+                kind: PoolKind::Online { min_cores: 8 },
+            },
+            PoolSpec {
+                name: "batch".into(),
+                kind: PoolKind::Offline,
+            },
+        ];
+        let mut policy = Policy::new(config(), Topology::flat(16), pools);
+        policy.observe_demand(0, 1.5);
+        let allocation = policy.allocation();
+        assert_eq!(allocation.training.len(), 2);
+        assert_eq!(allocation.pools["web"].len(), 8);
+        let batch = &allocation.pools["batch"];
+        assert_eq!(batch.len(), 14);
+        assert!(batch.is_superset(&allocation.pools["web"]));
+        assert!(batch.is_disjoint(&allocation.training));
+    }
+
+    #[test]
     fn an_online_slo_need_takes_free_cores_and_yields_them_to_training_but_not_the_minimum() {
         let mut policy = Policy::new(config(), Topology::flat(4), pools());
         policy.observe_demand(0, 0.0);
         assert_eq!(policy.allocation().pools["web"].len(), 1);
-        // The workers need 3 cores: web grows to 3, offline keeps the one left.
+        // The workers need 3 cores: web grows to 3, offline keeps the one left (and shares
+        // web's under SCHED_IDLE).
         let decision = policy.set_online_need("web", 3).expect("a decision");
         assert_eq!(
             decision.trigger,
@@ -503,8 +531,11 @@ mod tests {
                 cores: 3
             }
         );
-        assert_eq!(decision.allocation.pools["web"].len(), 3);
-        assert_eq!(decision.allocation.pools["batch"].len(), 1);
+        let web = &decision.allocation.pools["web"];
+        assert_eq!(web.len(), 3);
+        let batch = &decision.allocation.pools["batch"];
+        assert_eq!(batch.difference(web).count(), 1, "offline's own core");
+        assert!(batch.is_superset(web), "offline does not share web's cores");
         assert!(policy.set_online_need("web", 3).is_none(), "no change");
         // Training wants 2 cores: they come out of web's extra cores, not its minimum.
         policy.observe_demand(100 * MS, 1.5);
