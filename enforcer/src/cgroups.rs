@@ -467,3 +467,33 @@ pub fn release_tree(instance: &str) -> Result<(), CgroupError> {
     }
     set_tree_idle(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_online_pool_has_a_top_level_group_on_v2_and_every_other_pool_is_under_the_tree() {
+        let online = CpuClass::Weight(50);
+        assert_eq!(
+            pool_path("node", "web", online, true),
+            "reamer-online.node.web"
+        );
+        // On v1 only its cpu group is top-level; its cpuset and freezer groups stay in the tree.
+        assert_eq!(pool_path("node", "web", online, false), "reamer/node/web");
+        for v2 in [false, true] {
+            assert_eq!(
+                pool_path("node", "batch", CpuClass::Idle, v2),
+                "reamer/node/batch"
+            );
+        }
+    }
+
+    #[test]
+    fn weights_on_v2_scale_become_v1_shares_within_the_kernels_range() {
+        assert_eq!(shares_for_weight(DEFAULT_CPU_WEIGHT), DEFAULT_CPU_SHARES);
+        assert_eq!(shares_for_weight(30), 307);
+        assert_eq!(shares_for_weight(0), 2);
+        assert_eq!(shares_for_weight(10_000), 102_400);
+    }
+}
