@@ -77,7 +77,7 @@ fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
     {
         warn!("new classes stay unseen by the sensor until the next change: {err}");
     }
-    let idled = thread_policy::make_idle(registry.offline_threads());
+    let idled = thread_policy::make_idle(report.offline_threads.iter().copied());
     if let Some(err) = &idled.last_error
         && !IDLE_POLICY_REFUSED.swap(true, std::sync::atomic::Ordering::Relaxed)
     {

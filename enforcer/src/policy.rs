@@ -294,17 +294,16 @@ impl Policy {
             let cpus: BTreeSet<u32> = cores.into_iter().flat_map(core_cpus).collect();
             pools.insert(name.to_owned(), cpus);
         }
-        let rest: BTreeSet<u32> = free.into_iter().flat_map(core_cpus).collect();
         // Offline runs under SCHED_IDLE, which the kernel preempts at once for any normal
-        // task's wakeup, training's or online inference's. So it shares the online pools'
-        // cores as well as the free ones: kept off them, it left most of them idle (in the
-        // co-location benchmark online used a quarter of its one core on 2 CPUs; on 16 CPUs,
-        // with 8 guaranteed, 0.2 of them while 10 CPUs of the machine stayed idle). With no
-        // free core left, it shares every CPU, training's too.
-        let offline = if rest.is_empty() {
+        // task's wakeup, training's or online inference's. So it gets every CPU training does
+        // not hold, the online pools' as well as the free ones: kept off the online cores, it
+        // left most of them idle (in the co-location benchmark online used a quarter of its
+        // one core on 2 CPUs; on 16 CPUs, with 8 guaranteed, 0.2 of them while 10 CPUs of the
+        // machine stayed idle). With no free core left, it shares every CPU, training's too.
+        let offline = if free.is_empty() {
             self.topology.cpus.clone()
         } else {
-            pools.values().flatten().copied().chain(rest).collect()
+            self.topology.cpus.difference(&training).copied().collect()
         };
         for pool in &self.pools {
             if pool.kind == PoolKind::Offline {

@@ -67,6 +67,8 @@ pub struct Reconciled {
     pub classified: usize,
     pub newly_classified: usize,
     pub failed: usize,
+    /// The offline pools' threads this pass found: the daemon gives them SCHED_IDLE.
+    pub offline_threads: Vec<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -210,6 +212,9 @@ impl Registry {
             });
             let tids = group_threads(&group.sources);
             group.threads = tids.len();
+            if group.class == CLASS_OFFLINE {
+                report.offline_threads.extend(&tids);
+            }
             for tid in tids {
                 report.classified += 1;
                 if let Ok(existing) = map.get(&tid, 0)
@@ -231,7 +236,7 @@ impl Registry {
         report
     }
 
-    /// Every thread of the offline pools now.
+    /// Every thread of the offline pools now (a fresh walk, for shutdown).
     pub fn offline_threads(&self) -> HashSet<u32> {
         self.pools
             .iter()

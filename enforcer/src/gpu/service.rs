@@ -99,16 +99,13 @@ impl GpuService {
             driver, "GPU telemetry on (NVML)"
         );
 
-        let gpu_pools: BTreeSet<String> = config
-            .pool
+        let gpu_pool_configs: Vec<_> = config.pool.iter().filter(|p| p.uses_gpu()).collect();
+        let gpu_pools: BTreeSet<String> = gpu_pool_configs
             .iter()
-            .filter(|p| p.uses_gpu())
             .map(|p| p.name.get_ref().clone())
             .collect();
-        let freezers: Vec<PoolFreezer> = config
-            .pool
+        let freezers: Vec<PoolFreezer> = gpu_pool_configs
             .iter()
-            .filter(|p| p.uses_gpu())
             .filter_map(|p| {
                 let pool = p.name.get_ref();
                 match PoolFreezer::open(instance, pool, p.cpu_class()) {
