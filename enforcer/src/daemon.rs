@@ -643,13 +643,18 @@ fn handle(shared: &Shared, request: Request, peer: Option<tokio::net::unix::UCre
                 return refused;
             }
             // A GPU pool admits a process only where a CUDA context fits beside training;
-            // the process starts with the pool's MPS limits.
+            // the process starts with the pool's MPS limits. Training is told only where the
+            // MPS control daemon listens, to share the server its GPU pools use.
             let env = match kind {
                 GroupKind::Pool => match pool_client_env(shared, &name) {
                     Ok(env) => env,
                     Err(message) => return Response::Error { message },
                 },
-                GroupKind::Training => Vec::new(),
+                GroupKind::Training => shared
+                    .gpu
+                    .get()
+                    .map(GpuService::training_env)
+                    .unwrap_or_default(),
             };
             let mut registry = shared.registry.lock().expect("registry poisoned");
             let added = match kind {

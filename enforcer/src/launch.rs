@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use crate::control::{Client, GroupKind, Request, Response};
 
 /// Registers this process; returns the environment the daemon wants the command to start
-/// with (a GPU pool's MPS limits).
+/// with (a GPU pool's MPS limits; for training, where the MPS control daemon listens).
 pub async fn register_self(
     socket: &Path,
     kind: GroupKind,
@@ -67,6 +67,44 @@ pub fn run(socket: &Path, kind: GroupKind, name: &str, command: &[String]) -> an
     if kind == GroupKind::Pool {
         envs.push((POOL_ENV, name));
     }
-    envs.extend(daemon_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    envs.extend(
+        daemon_env
+            .iter()
+            .filter(|(key, _)| !keeps_its_own(kind, key, |k| std::env::var_os(k).is_some()))
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    );
     Err(exec(command, &envs))
+}
+
+/// Whether the command keeps its own value of `key` over the daemon's. A pool's worker takes
+/// the daemon's (its MPS limits are the pool's); training keeps what its environment set: one
+/// that names its MPS control daemon on purpose reaches that one.
+fn keeps_its_own(kind: GroupKind, key: &str, is_set: impl Fn(&str) -> bool) -> bool {
+    kind == GroupKind::Training && is_set(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn training_keeps_its_own_environment_and_a_pool_takes_the_daemons() {
+        let set = |key: &str| key == "CUDA_MPS_PIPE_DIRECTORY";
+        let unset = |_: &str| false;
+        assert!(keeps_its_own(
+            GroupKind::Training,
+            "CUDA_MPS_PIPE_DIRECTORY",
+            set
+        ));
+        assert!(!keeps_its_own(
+            GroupKind::Training,
+            "CUDA_MPS_PIPE_DIRECTORY",
+            unset
+        ));
+        assert!(!keeps_its_own(
+            GroupKind::Pool,
+            "CUDA_MPS_PIPE_DIRECTORY",
+            set
+        ));
+    }
 }

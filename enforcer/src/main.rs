@@ -56,6 +56,11 @@ enum Command {
     },
     /// Run a command as part of a training job or an inference pool (needs a running daemon).
     ///
+    /// The command keeps the launcher's pid and starts with REAMER_SOCKET set; in a pool also
+    /// with REAMER_POOL and the pool's REAMER_SLO_MS, which an inference worker follows, and in
+    /// a GPU pool with its MPS limits. Training gets CUDA_MPS_PIPE_DIRECTORY where `[gpu]
+    /// mps_pipe_dir` moved the MPS control daemon, unless its environment sets one.
+    ///
     /// Examples:
     ///
     ///   enforcer launch --training resnet -- python train.py

@@ -215,6 +215,31 @@ impl GpuService {
         }
     }
 
+    /// The environment a training process launched through the enforcer starts with: where
+    /// the attached MPS control daemon listens, when `mps_pipe_dir` moved it from NVIDIA's
+    /// default. Without it CUDA looks in /tmp/nvidia-mps, finds no daemon, and training runs
+    /// outside the server its GPU pools share, time-sliced against it instead of beside it.
+    /// No limits: those only tighten the clients given them.
+    pub fn training_env(&self) -> Vec<(String, String)> {
+        let Some(inner) = &self.inner else {
+            return Vec::new();
+        };
+        if !matches!(lock(&inner.state).mps, MpsReport::Attached { .. }) {
+            return Vec::new();
+        }
+        inner
+            .mps
+            .as_ref()
+            .and_then(MpsControl::pipe_dir)
+            .map(|dir| {
+                vec![(
+                    mps::PIPE_DIRECTORY_ENV.to_owned(),
+                    dir.display().to_string(),
+                )]
+            })
+            .unwrap_or_default()
+    }
+
     /// The environment a process joining `pool` starts with: its MPS limits when the pool
     /// uses the GPU and MPS is attached. Refuses the process when no device has room for a
     /// CUDA context beside training.
@@ -675,5 +700,37 @@ mod tests {
         assert!(reason.contains("percentage of 10"), "{reason}");
         // A pool that does not use the GPU starts with no MPS limits.
         assert!(gpu.client_env("batch").unwrap().is_empty());
+    }
+
+    #[test]
+    fn training_starts_with_the_pipe_directory_of_the_attached_mps_daemon_and_no_limits() {
+        let mut gpu = attached(&["serve"], ClampConfig::default());
+        // NVIDIA's default directory: nothing to tell training.
+        assert!(gpu.training_env().is_empty());
+        let inner = Arc::get_mut(gpu.inner.as_mut().unwrap()).unwrap();
+        inner.mps = Some(MpsControl::new(
+            "nvidia-cuda-mps-control",
+            Some(std::path::PathBuf::from("/run/reamer-mps")),
+        ));
+        assert_eq!(
+            gpu.training_env(),
+            vec![(
+                "CUDA_MPS_PIPE_DIRECTORY".to_owned(),
+                "/run/reamer-mps".to_owned()
+            )]
+        );
+        // A pool's client is told the same directory, with its limits.
+        let pool_env = gpu.client_env("serve").unwrap();
+        assert!(pool_env.contains(&(
+            "CUDA_MPS_PIPE_DIRECTORY".to_owned(),
+            "/run/reamer-mps".to_owned()
+        )));
+        assert!(pool_env.iter().any(|(k, _)| k == mps::PERCENTAGE_ENV));
+        // No control daemon answered: training is told nothing.
+        let inner = gpu.inner.as_ref().unwrap();
+        lock(&inner.state).mps = MpsReport::Unavailable {
+            reason: "no control daemon".to_owned(),
+        };
+        assert!(gpu.training_env().is_empty());
     }
 }
