@@ -4,7 +4,10 @@
 //! - Training: `training-sim`, one window's length, its seed fixed per round.
 //! - Online: `inference-worker online` serving the PP-OCR text-direction classifier (a real
 //!   model, ~6 ms per item here) under an open-loop Poisson load from `load-gen`, with an SLO.
-//!   One worker serves the whole run (its start-up profile takes seconds).
+//!   One worker, started with the run, serves every scenario but reamer's. Under reamer the
+//!   worker is started through the enforcer (`enforcer launch --pool online`), as a user would
+//!   start it, so that it follows the pool's core grants and tells the enforcer its SLO need;
+//!   the run's worker waits in a group of its own meanwhile.
 //! - Offline: `inference-worker offline` over a job of a synthetic MLP (small inputs, ~0.5 ms
 //!   per item), started afresh in each window on a reset job.
 //!
@@ -32,11 +35,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     cargo::{release_bin, workspace_root},
-    colocation_report::{Scenario, Window},
+    colocation_report::{Scenario, SloNeeds, Window},
     wake_probe::WakeLatency,
 };
 
 const INSTANCE: &str = "bench-colo";
+/// The group the run's online worker waits in during reamer's windows.
+const STANDBY: &str = "online-standby";
 /// The online SLO and load: a seventh to a quarter of one CPU of classifier work at this
 /// rate, depending on the host's CPU.
 pub const SLO_MS: f64 = 50.0;
@@ -198,6 +203,29 @@ fn reset_job(job: &Path) {
     let _ = std::fs::remove_file(job.join("checkpoint.json"));
 }
 
+/// `inference-worker online`'s arguments after `--listen`: the classifier under the SLO.
+fn online_args(inputs: &Inputs) -> anyhow::Result<Vec<String>> {
+    Ok([
+        "--model",
+        inputs.classifier.to_str().context("utf-8 path")?,
+        "--name",
+        "cls",
+        "--input-shape",
+        "3,48,192",
+        "--max-batch",
+        "2",
+        "--slo-ms",
+        &SLO_MS.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec())
+}
+
+/// The stderr of the online worker the enforcer started, the last one.
+fn launched_online_log() -> PathBuf {
+    workspace_root().join("target/bench/colocation/online-worker-launched.log")
+}
+
 fn offline_args(inputs: &Inputs) -> Vec<String> {
     vec![
         "offline".into(),
@@ -256,6 +284,8 @@ struct Bench {
     online: OnlineWorker,
     online_group: Group,
     offline_group: Group,
+    /// Where the run's online worker waits while the enforcer's own serves (reamer).
+    standby_group: Group,
     /// training's cgroup2 group, for PSI; None where no cgroup2 tree is mounted.
     training_group: Option<PathBuf>,
     /// The online worker's CPU time per request, alone, ms.
@@ -276,27 +306,16 @@ impl Bench {
         let inputs = prepare_inputs(window)?;
         progress("starting the online worker (PP-OCR cls; it profiles itself first)");
         let log = workspace_root().join("target/bench/colocation/online-worker.log");
-        let online = OnlineWorker::start_with(
-            Command::new(worker_bin()),
-            &[
-                "--model",
-                inputs.classifier.to_str().context("utf-8 path")?,
-                "--name",
-                "cls",
-                "--input-shape",
-                "3,48,192",
-                "--max-batch",
-                "2",
-                "--slo-ms",
-                &SLO_MS.to_string(),
-            ],
-            log,
-        );
+        let args = online_args(&inputs)?;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let online = OnlineWorker::start_with(Command::new(worker_bin()), &args, log);
         let online_group = Group::ensure(INSTANCE, "online")?;
         online_group.reset()?;
         online_group.add_process(online.child.id())?;
         let offline_group = Group::ensure(INSTANCE, "offline")?;
         offline_group.reset()?;
+        let standby_group = Group::ensure(INSTANCE, STANDBY)?;
+        standby_group.reset()?;
         let training_group = bench_cgroup::unified_group(INSTANCE, "training").ok();
         let mut bench = Self {
             inputs,
@@ -305,6 +324,7 @@ impl Bench {
             online,
             online_group,
             offline_group,
+            standby_group,
             training_group,
             online_cpu_ms_per_request: 0.0,
             notes: Vec::new(),
@@ -319,13 +339,11 @@ impl Bench {
         HEAVY_ONLINE_CPUS * 1e3 / self.online_cpu_ms_per_request
     }
 
-    /// `load-gen` against the online worker at `rate` for `seconds`, seeded by `seed`.
-    fn spawn_load(&self, rate: f64, seconds: f64, seed: &str) -> anyhow::Result<Child> {
+    /// `load-gen` against the online worker at `base` at `rate` for `seconds`, seeded by
+    /// `seed`.
+    fn spawn_load(&self, base: &str, rate: f64, seconds: f64, seed: &str) -> anyhow::Result<Child> {
         Command::new(release_bin("load-gen"))
-            .args([
-                "--url",
-                &format!("{}/v2/models/cls/infer", self.online.base),
-            ])
+            .args(["--url", &format!("{base}/v2/models/cls/infer")])
             .arg("--body")
             .arg(&self.inputs.request)
             .args([
@@ -347,7 +365,12 @@ impl Bench {
     fn calibrate_online(&mut self) -> anyhow::Result<f64> {
         self.reset_groups()?;
         let jiffies = process_jiffies(self.online.child.id());
-        let load = self.spawn_load(ONLINE_RATE, ONLINE_CALIBRATION.as_secs_f64(), "1")?;
+        let load = self.spawn_load(
+            &self.online.base,
+            ONLINE_RATE,
+            ONLINE_CALIBRATION.as_secs_f64(),
+            "1",
+        )?;
         let report = read_load_report(load)?;
         let cpu_ms =
             (process_jiffies(self.online.child.id()) - jiffies) as f64 / JIFFIES_PER_S * 1e3;
@@ -438,15 +461,32 @@ impl Bench {
 
     fn daemon_config(&self) -> String {
         format!(
-            "[[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = {}\nslo_ms = {}\n\
-             pids = [{}]\n\n[[pool]]\nname = \"offline\"\nkind = \"offline\"\n",
+            "[[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = {}\nslo_ms = {}\n\n\
+             [[pool]]\nname = \"offline\"\nkind = \"offline\"\n",
             // The static partition's share, so that the heavy-online pair compares how each
             // keeps the same cores for online inference (one on a 2-CPU machine; with one on
             // 16 CPUs, online inference met its SLO less often than with the partition's 8).
             cpu_list_len(&upper_half_cpus(self.cpus)),
             SLO_MS as u64,
-            self.online.child.id()
         )
+    }
+
+    /// The online worker of a reamer window: started by the enforcer into the online pool,
+    /// after the run's worker has left the pool's group for the standby one (the enforcer
+    /// would otherwise adopt it too).
+    fn launch_online(&self) -> anyhow::Result<OnlineWorker> {
+        self.standby_group.add_process(self.online.child.id())?;
+        let mut launch = Command::new(release_bin("enforcer"));
+        launch
+            .args(["launch", "--pool", "online", "--instance", INSTANCE, "--"])
+            .arg(worker_bin());
+        let args = online_args(&self.inputs)?;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Ok(OnlineWorker::start_with(
+            launch,
+            &args,
+            launched_online_log(),
+        ))
     }
 
     /// One window of `scenario`, with the seed of `round`.
@@ -475,6 +515,10 @@ impl Bench {
                 &self.daemon_config(),
             )
         });
+        // Started before offline inference and training, as the run's worker was: its
+        // start-up profile meets a quiet machine.
+        let launched_online = daemon.as_ref().map(|_| self.launch_online()).transpose()?;
+        let online_worker = launched_online.as_ref().unwrap_or(&self.online);
         let offline = if inference {
             Some(self.spawn_offline(daemon.as_ref())?)
         } else {
@@ -515,7 +559,8 @@ impl Bench {
         let sim = release_bin("training-sim");
         let sim_args = ["--seconds", &seconds, "--json", "--seed", &seed];
         let offline_items_before = results_lines(&self.inputs.job);
-        let online_jiffies = process_jiffies(self.online.child.id());
+        let online_pid = online_worker.child.id();
+        let online_jiffies = process_jiffies(online_pid);
         let offline_jiffies = offline.as_ref().map(|o| process_jiffies(o.id()));
         let daemon_pid = match &control {
             Control::Daemon(daemon) => Some(daemon.pid()),
@@ -547,7 +592,14 @@ impl Bench {
             ONLINE_RATE
         };
         let load = inference
-            .then(|| self.spawn_load(rate, (self.window.as_secs_f64() - 0.3).max(0.5), &seed))
+            .then(|| {
+                self.spawn_load(
+                    &online_worker.base,
+                    rate,
+                    (self.window.as_secs_f64() - 0.3).max(0.5),
+                    &seed,
+                )
+            })
             .transpose()?;
         let output = training.wait_with_output()?;
         let elapsed = started.elapsed().as_secs_f64();
@@ -566,8 +618,7 @@ impl Bench {
             );
         }
         let offline_items = offline_done - offline_items_before;
-        let online_cpu_s =
-            (process_jiffies(self.online.child.id()) - online_jiffies) as f64 / JIFFIES_PER_S;
+        let online_cpu_s = (process_jiffies(online_pid) - online_jiffies) as f64 / JIFFIES_PER_S;
         let offline_cpu_s = offline.as_ref().zip(offline_jiffies).map(|(o, before)| {
             process_jiffies(o.id()).saturating_sub(before) as f64 / JIFFIES_PER_S
         });
@@ -588,10 +639,13 @@ impl Bench {
             serde_json::from_slice(&output.stdout).context("reading training-sim's report")?;
         let online = load.map(read_load_report).transpose()?;
         drop(offline);
-        let (mut reaction_us, mut controller_cpu_pct) = (Vec::new(), None);
+        if let Some(worker) = launched_online {
+            worker.stop();
+        }
+        let (mut reaction_us, mut controller_cpu_pct, mut slo_needs) = (Vec::new(), None, None);
         match std::mem::replace(&mut control, Control::None) {
             Control::Daemon(daemon) => {
-                daemon.stop();
+                slo_needs = Some(SloNeeds::from_daemon_log(&daemon.stop()));
                 reaction_us = fast_path_reactions_us();
             }
             Control::Controller(controller) => {
@@ -630,12 +684,13 @@ impl Bench {
             enforcer_rss_mib,
             steal_pct,
             cpus_left_idle,
+            slo_needs,
         })
     }
 
     fn finish(self) {
         let _ = self.online.stop();
-        bench_cgroup::remove_groups(INSTANCE, &["online", "offline", "training"]);
+        bench_cgroup::remove_groups(INSTANCE, &["online", "offline", STANDBY, "training"]);
     }
 }
 

@@ -120,6 +120,34 @@ pub struct Window {
     pub steal_pct: f64,
     /// CPUs the kernel left idle on average (idle and iowait in /proc/stat).
     pub cpus_left_idle: f64,
+    /// reamer: what the online worker, launched through the enforcer, told it of its SLO
+    /// need during the window.
+    pub slo_needs: Option<SloNeeds>,
+}
+
+/// The SLO needs an online worker sent the enforcer in one window, as the daemon logged them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SloNeeds {
+    /// Needs the daemon took (each a change: the worker sends only changes).
+    pub told: usize,
+    /// The most cores the pool's workers needed together.
+    pub max_pool_cores: usize,
+}
+
+impl SloNeeds {
+    /// From the daemon's log: its `online pool's SLO need … pool_cores=N` lines.
+    pub fn from_daemon_log(log: &str) -> Self {
+        log.lines()
+            .filter(|line| line.contains("online pool's SLO need"))
+            .fold(Self::default(), |needs, line| Self {
+                told: needs.told + 1,
+                max_pool_cores: line
+                    .split_whitespace()
+                    .find_map(|field| field.strip_prefix("pool_cores="))
+                    .and_then(|n| n.parse().ok())
+                    .map_or(needs.max_pool_cores, |n: usize| n.max(needs.max_pool_cores)),
+            })
+    }
 }
 
 /// The figures of one scenario. Fields that do not apply are null.
@@ -326,6 +354,32 @@ fn rounds_note(measured: &Measured) -> String {
 
 /// The host's regime as `wake-probe` saw it before and after the rounds: training alone leaves
 /// a vCPU idle and pays the idle case, the co-located scenarios keep the vCPUs busy.
+/// What reamer's online worker, launched through the enforcer, told it: the proof that the
+/// pool's grants and SLO need were in play, not a pid adopted from outside.
+fn slo_needs_note(measured: &Measured) -> String {
+    let needs: Vec<SloNeeds> = measured
+        .windows
+        .iter()
+        .filter_map(|w| w.slo_needs)
+        .collect();
+    if needs.is_empty() {
+        return String::new();
+    }
+    let told: Vec<f64> = needs.iter().map(|n| n.told as f64).collect();
+    let max_cores = needs.iter().map(|n| n.max_pool_cores).max().unwrap_or(0);
+    format!(
+        "
+Under reamer the online worker was started through the enforcer (`enforcer launch \
+         --pool online`) and followed the pool's core grants: in {} of its {} windows it told \
+         the enforcer its SLO need ({} times per window, median), at most {} {} for the pool.\n",
+        needs.iter().filter(|n| n.told > 0).count(),
+        needs.len(),
+        crate::stats::median(&told),
+        max_cores,
+        if max_cores == 1 { "core" } else { "cores" },
+    )
+}
+
 fn wake_note(measured: &Measured) -> String {
     let describe = |wake: &Option<WakeLatency>| {
         wake.as_ref()
@@ -427,6 +481,7 @@ pub fn markdown(
         ));
     }
     out.push_str(&rounds_note(measured));
+    out.push_str(&slo_needs_note(measured));
     out.push_str(&wake_note(measured));
     for note in &measured.notes {
         out.push_str(&format!("\nOn this host: {note}.\n"));
@@ -551,6 +606,50 @@ mod tests {
         );
     }
 
+    #[test]
+    fn slo_needs_are_read_from_the_daemons_log_lines() {
+        let log = "2026-11-23T10:00:00Z  INFO enforcer::daemon: enforcing\n\
+            2026-11-23T10:00:01Z  INFO enforcer::enforce: online pool's SLO need pool=\"online\" \
+            pid=4242 cpus=Some(1) pool_cores=1\n\
+            2026-11-23T10:00:02Z  INFO enforcer::enforce: online pool's SLO need pool=\"online\" \
+            pid=4242 cpus=Some(2) pool_cores=2\n\
+            2026-11-23T10:00:03Z  INFO enforcer::enforce: online pool's SLO need pool=\"online\" \
+            pid=4242 cpus=None pool_cores=0\n";
+        assert_eq!(
+            SloNeeds::from_daemon_log(log),
+            SloNeeds {
+                told: 3,
+                max_pool_cores: 2
+            }
+        );
+        assert_eq!(SloNeeds::from_daemon_log(""), SloNeeds::default());
+    }
+
+    #[test]
+    fn the_report_says_whether_reamers_online_worker_told_its_slo_need() {
+        let mut run = measured(2, Vec::new());
+        run.windows = windows(|_| 100);
+        assert_eq!(slo_needs_note(&run), "", "no reamer window measured needs");
+        for (i, window) in run
+            .windows
+            .iter_mut()
+            .filter(|w| w.scenario.setup() == Scenario::Reamer)
+            .enumerate()
+        {
+            window.slo_needs = Some(SloNeeds {
+                told: i,
+                max_pool_cores: 1,
+            });
+        }
+        let note = slo_needs_note(&run);
+        // Four reamer windows (two rounds, two loads), told 0, 1, 2 and 3 times.
+        assert!(
+            note.contains("in 3 of its 4 windows it told the enforcer its SLO need (1.5 times"),
+            "{note}"
+        );
+        assert!(note.contains("at most 1 core for the pool"), "{note}");
+    }
+
     /// Two rounds of every scenario: training at 100 steps/s alone and 98 beside inference;
     /// online answers `within` of 100 requests in time, by scenario.
     fn windows(within: fn(Scenario) -> u64) -> Vec<Window> {
@@ -580,6 +679,7 @@ mod tests {
                         enforcer_rss_mib: None,
                         steal_pct: 0.0,
                         cpus_left_idle: 0.05,
+                        slo_needs: None,
                     }
                 })
             })
