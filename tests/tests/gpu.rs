@@ -254,19 +254,16 @@ print(json.dumps({'pid': os.getpid(),
 time.sleep(float(sys.argv[3]))
 ";
 
-/// Runs ALLOCATE_TWICE (4 GiB, then 12 GiB more) launched with `group_flag name` and `env`
-/// (`VAR=value` words) added; returns its JSON line and whether the MPS control daemon listed
-/// it among its clients.
+/// Runs ALLOCATE_TWICE (4 GiB, then 12 GiB more) launched with `group_flag name`; returns its
+/// JSON line and whether the MPS control daemon listed it among its clients.
 fn allocate_twice(
     daemon: &Daemon,
     mps: &Mps,
     group_flag: &str,
     name: &str,
-    env: &[&str],
 ) -> (serde_json::Value, bool) {
-    let mut args = env.to_vec();
-    args.extend(["python3", "-c", ALLOCATE_TWICE, "4", "12", "3"]);
-    let mut child = daemon.launch(group_flag, name, "env", &args);
+    let args = ["-c", ALLOCATE_TWICE, "4", "12", "3"];
+    let mut child = daemon.launch(group_flag, name, "python3", &args);
     let mut line = String::new();
     std::io::BufRead::read_line(
         &mut std::io::BufReader::new(child.stdout.as_mut().expect("piped stdout")),
@@ -307,12 +304,10 @@ fn mps_fails_an_inference_allocation_beyond_its_pinned_limit_and_not_one_of_trai
         ),
     );
     wait_first_nvml_sample(&daemon);
-    // The pool's client finds the control daemon through the environment `enforcer launch`
-    // gives it; training is pointed at the same daemon by hand, as its operator would.
-    let (inference, inference_under_mps) = allocate_twice(&daemon, &mps, "--pool", "serve", &[]);
-    let pipe = format!("CUDA_MPS_PIPE_DIRECTORY={}", mps.pipe_dir().display());
-    let (training, training_under_mps) =
-        allocate_twice(&daemon, &mps, "--training", "train", &[&pipe]);
+    // Both find the control daemon, in its own pipe directory, through the environment
+    // `enforcer launch` gives them: the pool's client with its limits, training without.
+    let (inference, inference_under_mps) = allocate_twice(&daemon, &mps, "--pool", "serve");
+    let (training, training_under_mps) = allocate_twice(&daemon, &mps, "--training", "train");
     let log = daemon.stop();
     remove_test_cgroups(instance, "serve");
     eprintln!("{test}: inference {inference}, training {training}");
