@@ -352,8 +352,6 @@ fn rounds_note(measured: &Measured) -> String {
     note
 }
 
-/// The host's regime as `wake-probe` saw it before and after the rounds: training alone leaves
-/// a vCPU idle and pays the idle case, the co-located scenarios keep the vCPUs busy.
 /// What reamer's online worker, launched through the enforcer, told it: the proof that the
 /// pool's grants and SLO need were in play, not a pid adopted from outside.
 fn slo_needs_note(measured: &Measured) -> String {
@@ -368,8 +366,7 @@ fn slo_needs_note(measured: &Measured) -> String {
     let told: Vec<f64> = needs.iter().map(|n| n.told as f64).collect();
     let max_cores = needs.iter().map(|n| n.max_pool_cores).max().unwrap_or(0);
     format!(
-        "
-Under reamer the online worker was started through the enforcer (`enforcer launch \
+        "\nUnder reamer the online worker was started through the enforcer (`enforcer launch \
          --pool online`) and followed the pool's core grants: in {} of its {} windows it told \
          the enforcer its SLO need ({} times per window, median), at most {} {} for the pool.\n",
         needs.iter().filter(|n| n.told > 0).count(),
@@ -380,6 +377,8 @@ Under reamer the online worker was started through the enforcer (`enforcer launc
     )
 }
 
+/// The host's regime as `wake-probe` saw it before and after the rounds: training alone leaves
+/// a vCPU idle and pays the idle case, the co-located scenarios keep the vCPUs busy.
 fn wake_note(measured: &Measured) -> String {
     let describe = |wake: &Option<WakeLatency>| {
         wake.as_ref()
