@@ -1,7 +1,8 @@
 //! The co-location benchmark's own cgroups, for the baselines that are not reamer: inference
 //! pinned (static partition), low weight (shares), a CFS quota (the polling and PSI
 //! controllers). They live at `reamer/<instance>/<name>`, the same place the enforcer keeps
-//! its pools, so that in the reamer scenario the enforcer adopts them with their processes.
+//! its pools, so that in the reamer scenario the enforcer adopts them as its pools' groups
+//! (that scenario's workers are started through the enforcer).
 //!
 //! Plain files, on cgroup v1 (the cpu and cpuset hierarchies) or v2 (one unified tree with the
 //! cpu and cpuset controllers enabled down to the group). Only groups under `reamer/` are made
