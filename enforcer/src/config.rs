@@ -102,7 +102,8 @@ pub struct PolicySection {
     pub headroom_cpus: f64,
     /// How often the slow path re-reads training's demand.
     pub tick_ms: u64,
-    /// SCHED_FIFO priority of the thread that reacts to sensor events (0: normal class).
+    /// SCHED_FIFO priority of the thread that reacts to sensor events (0: normal class). Where
+    /// the kernel refuses it, the thread stays in the normal class with the shortest time slice.
     pub event_thread_rt_priority: i32,
 }
 

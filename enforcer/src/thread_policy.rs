@@ -64,17 +64,110 @@ fn set_policy(tid: u32, policy: i32, priority: i32) -> io::Result<()> {
     Ok(())
 }
 
-/// Moves the calling thread to SCHED_FIFO `rt_priority` (0: leaves it SCHED_OTHER); on
-/// failure says which thread stays behind busy CPUs.
+/// Moves the calling thread to SCHED_FIFO `rt_priority` (0: leaves it SCHED_OTHER). Where
+/// the kernel refuses, the thread stays SCHED_OTHER with the shortest time slice EEVDF takes
+/// ([`ask_shortest_slice`]), and the log says so.
+///
+/// The refusal is common: with CONFIG_RT_GROUP_SCHED a real-time thread needs real-time
+/// runtime in its cpu cgroup, and a group has none unless given it (cgroup v1
+/// `cpu.rt_runtime_us`, 0 by default below the root; cgroup v2 has no such file, so only the
+/// root group can run real-time threads). A daemon started under a service manager's or a
+/// container's group is refused there, as on the cgroup v2 GPU host, where such an event
+/// thread read some events 4.0 ms after they were sent: one tick at HZ=250.
 pub fn run_as_fifo(rt_priority: i32, thread: &str) {
     if rt_priority <= 0 {
         return;
     }
-    if let Err(err) = set_policy(0, libc::SCHED_FIFO, rt_priority) {
-        tracing::warn!(
-            "{thread} stays SCHED_OTHER (SCHED_FIFO {rt_priority}: {err}); reactions may wait behind busy CPUs"
-        );
+    let Err(err) = set_policy(0, libc::SCHED_FIFO, rt_priority) else {
+        return;
+    };
+    match ask_shortest_slice() {
+        Ok(()) => tracing::warn!(
+            "{thread} stays SCHED_OTHER (SCHED_FIFO {rt_priority}: {err}), with the shortest \
+             time slice ({} µs), so that its wakeups preempt tasks with the default one",
+            SHORTEST_SLICE_NS / 1000
+        ),
+        Err(slice_err) => tracing::warn!(
+            "{thread} stays SCHED_OTHER (SCHED_FIFO {rt_priority}: {err}; shortest slice: \
+             {slice_err}); reactions may wait behind busy CPUs"
+        ),
     }
+}
+
+/// The shortest slice EEVDF accepts from `sched_setattr` (it clamps `sched_runtime` to
+/// 0.1-100 ms).
+pub const SHORTEST_SLICE_NS: u64 = 100_000;
+
+/// The kernel's `struct sched_attr` as of its first extension (SCHED_ATTR_SIZE_VER1, 56
+/// bytes).
+#[repr(C)]
+#[derive(Debug, Default)]
+struct SchedAttr {
+    size: u32,
+    sched_policy: u32,
+    sched_flags: u64,
+    sched_nice: i32,
+    sched_priority: u32,
+    sched_runtime: u64,
+    sched_deadline: u64,
+    sched_period: u64,
+    sched_util_min: u32,
+    sched_util_max: u32,
+}
+
+/// Keeps the calling thread SCHED_OTHER, at its nice value, with the shortest time slice
+/// (`sched_runtime` on a fair thread, Linux 6.12+; no privilege needed). EEVDF lets a waking
+/// thread whose slice is shorter than the running task's preempt it at once
+/// (`PREEMPT_SHORT`) where its virtual deadline comes first, which a short slice makes
+/// likely; with the default slice a woken thread may wait for the running task's slice, or
+/// for the next tick.
+pub fn ask_shortest_slice() -> io::Result<()> {
+    // SAFETY: getpriority reads the calling thread's nice value; -1 is also a valid value,
+    // so errno is cleared and checked.
+    let nice = unsafe {
+        *libc::__errno_location() = 0;
+        libc::getpriority(libc::PRIO_PROCESS, 0)
+    };
+    if nice == -1 && io::Error::last_os_error().raw_os_error() != Some(0) {
+        return Err(io::Error::last_os_error());
+    }
+    let attr = SchedAttr {
+        size: size_of::<SchedAttr>() as u32,
+        sched_policy: libc::SCHED_OTHER as u32,
+        sched_nice: nice,
+        sched_runtime: SHORTEST_SLICE_NS,
+        ..SchedAttr::default()
+    };
+    // SAFETY: `attr` is a valid sched_attr of the size it states; pid 0 is the calling thread.
+    if unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Kernels before custom slices take the call and ignore `sched_runtime`.
+    match own_slice_ns()? {
+        SHORTEST_SLICE_NS => Ok(()),
+        kept => Err(io::Error::other(format!(
+            "the kernel kept a {kept} ns slice (custom slices need Linux 6.12+)"
+        ))),
+    }
+}
+
+/// The calling thread's time slice as the kernel keeps it (`sched_runtime` of a fair thread).
+pub fn own_slice_ns() -> io::Result<u64> {
+    let mut attr = SchedAttr::default();
+    // SAFETY: the kernel writes at most `size` bytes into `attr`.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            0,
+            &mut attr,
+            size_of::<SchedAttr>() as u32,
+            0,
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(attr.sched_runtime)
 }
 
 /// What one pass over a pool's threads did.
@@ -121,6 +214,29 @@ pub fn make_normal(tids: impl IntoIterator<Item = u32>) -> Changed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_refused_real_time_can_ask_for_the_shortest_slice() {
+        // On a thread of its own: the slice is the thread's and stays with it.
+        std::thread::spawn(|| {
+            let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+            let mut version = release.split(['.', '-']).map(|n| n.parse().unwrap_or(0));
+            if (version.next().unwrap_or(0), version.next().unwrap_or(0)) < (6u32, 12u32) {
+                eprintln!("SKIPPED: Linux {} keeps no custom slice", release.trim());
+                return;
+            }
+            let before = own_slice_ns().expect("sched_getattr");
+            ask_shortest_slice().expect("sched_setattr with sched_runtime");
+            let after = own_slice_ns().expect("sched_getattr");
+            assert_eq!(after, SHORTEST_SLICE_NS, "slice before {before} ns");
+            assert_eq!(
+                policy_of(0).expect("policy") & !libc::SCHED_RESET_ON_FORK,
+                libc::SCHED_OTHER
+            );
+        })
+        .join()
+        .expect("the thread's assertions");
+    }
 
     #[test]
     fn normal_threads_become_idle_and_back_and_others_are_left_alone() {
