@@ -3,7 +3,8 @@
 //! pool's cgroups are created and filled, the event thread is real-time, and it stops cleanly.
 //! (The set the unit first shipped failed here on the first pool: this host's cgroup v1
 //! hierarchy roots are read-only directories, mode 555, even to root without
-//! CAP_DAC_OVERRIDE.)
+//! CAP_DAC_OVERRIDE.) And where a daemon is refused real time (a cpu cgroup without real-time
+//! runtime), its event thread keeps the shortest time slice instead.
 
 use std::{
     os::unix::process::CommandExt as _,
@@ -140,6 +141,13 @@ fn the_service_units_capabilities_are_all_the_daemon_needs() {
             Duration::from_secs(5),
             || daemon.log().contains("event thread stays SCHED_OTHER"),
         );
+        // Kept in the normal class with the shortest slice (thread_policy::run_as_fifo), on a
+        // kernel with custom slices.
+        if let Some(slice) = slice_ns(daemon.pid(), events)
+            && !daemon.log().contains("custom slices need Linux 6.12+")
+        {
+            assert_eq!(slice, 100_000, "the event thread's se.slice");
+        }
     }
 
     let mut member = daemon.launch("--pool", "batch", "/bin/sleep", &["30"]);
@@ -169,5 +177,97 @@ fn the_service_units_capabilities_are_all_the_daemon_needs() {
     }
     for trouble in troubles {
         assert!(!log.contains(trouble), "{trouble:?} in the log:\n{log}");
+    }
+}
+
+/// Removes `reamer/<instance>/daemon` and what holds it, in every hierarchy, when dropped.
+struct RemovedOnDrop(&'static str);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        reamer_tests::bench_cgroup::remove_groups(self.0, &["daemon"]);
+    }
+}
+
+/// The time slice the kernel keeps for thread `tid` of `pid` (`se.slice`, ns), where
+/// /proc shows it (CONFIG_SCHED_DEBUG).
+fn slice_ns(pid: u32, tid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/sched"))
+        .ok()?
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("se.slice")?
+                .split(':')
+                .nth(1)?
+                .trim()
+                .parse()
+                .ok()
+        })
+}
+
+/// A daemon started in a cpu cgroup without real-time runtime, as under a service manager on a
+/// kernel with CONFIG_RT_GROUP_SCHED, is refused SCHED_FIFO for its event thread: the thread
+/// stays SCHED_OTHER with the shortest time slice, and the log says so. Runs where cgroup v1's
+/// cpu hierarchy has `cpu.rt_runtime_us` (a group made below the root gets 0 of it).
+#[test]
+fn an_event_thread_refused_real_time_runs_with_the_shortest_slice() {
+    let test = "an_event_thread_refused_real_time_runs_with_the_shortest_slice";
+    if !privileged(test) {
+        return;
+    }
+    let cpu_root = Path::new("/sys/fs/cgroup/cpu");
+    if !cpu_root.join("cpu.rt_runtime_us").exists() {
+        eprintln!("SKIPPED {test}: no cgroup v1 cpu hierarchy with real-time group runtime here");
+        return;
+    }
+    let instance = "it-rt-refused";
+    let group = cpu_root.join(format!("reamer/{instance}/daemon"));
+    std::fs::create_dir_all(&group).expect("the daemon's cpu group");
+    // Removed however the test ends, once the daemon (dropped first) has left it.
+    let _group_removed = RemovedOnDrop(instance);
+    let procs = std::ffi::CString::new(group.join("cgroup.procs").to_str().expect("utf-8"))
+        .expect("no NUL");
+    let mut command = Command::new(enforcer_bin());
+    // SAFETY: open, write and close are async-signal-safe; nothing is allocated.
+    unsafe {
+        command.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            // "0": the writing process itself.
+            let moved = fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            match moved {
+                true => Ok(()),
+                false => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let daemon = Daemon::start_command(command, instance, "");
+    let events = thread_named(daemon.pid(), "reamer-events").expect("an event thread");
+    eventually(
+        "the warning that the event thread is not real-time",
+        Duration::from_secs(5),
+        || daemon.log().contains("event thread stays SCHED_OTHER"),
+    );
+    // SAFETY: no preconditions; a thread id of a live process.
+    let policy = unsafe { libc::sched_getscheduler(events as i32) };
+    let slice = slice_ns(daemon.pid(), events);
+    let log = daemon.stop();
+    assert_eq!(
+        policy,
+        libc::SCHED_OTHER,
+        "the event thread's policy:\n{log}"
+    );
+    if log.contains("custom slices need Linux 6.12+") {
+        eprintln!("{test}: this kernel keeps no custom slice; the warning says so");
+        return;
+    }
+    assert!(
+        log.contains("with the shortest time slice (100 µs)"),
+        "the fallback's warning:\n{log}"
+    );
+    if let Some(slice) = slice {
+        assert_eq!(slice, 100_000, "the event thread's se.slice:\n{log}");
     }
 }
