@@ -348,7 +348,12 @@ pub fn bpftool(args: &[&str]) -> Value {
         .arg("-j")
         .args(args)
         .output()
-        .expect("run bpftool (is it installed?)");
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run bpftool ({e}): the tests inspect the pinned maps with it; \
+                 `cargo xtask test` installs it (Debian/Ubuntu: apt-get install bpftool)"
+            )
+        });
     assert!(
         output.status.success(),
         "bpftool {args:?}: {}",
