@@ -126,6 +126,37 @@ fn optional_capabilities() -> Result<String, String> {
     }
 }
 
+/// Whether this process's cpu cgroup lets a thread run SCHED_FIFO, tried on a short-lived
+/// thread of its own; where it does not, what the event thread does instead.
+fn real_time() -> Result<String, String> {
+    let tried = std::thread::spawn(|| {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: sets the policy of this short-lived thread only.
+        match unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } {
+            0 => Ok(()),
+            _ => Err((
+                std::io::Error::last_os_error(),
+                crate::thread_policy::ask_shortest_slice(),
+            )),
+        }
+    })
+    .join()
+    .map_err(|_| "the probing thread panicked".to_owned())?;
+    match tried {
+        Ok(()) => Ok("SCHED_FIFO allowed here: the event thread runs real-time".to_owned()),
+        Err((refused, slice)) => Err(format!(
+            "SCHED_FIFO refused here ({refused}): with CONFIG_RT_GROUP_SCHED a cpu cgroup needs \
+             real-time runtime (cgroup v1 `cpu.rt_runtime_us`, 0 below the root unless set; \
+             cgroup v2: the root group only). The event thread then stays SCHED_OTHER {}; to \
+             run it real-time, start the daemon in a group with real-time runtime",
+            match slice {
+                Ok(()) => "with the shortest time slice (0.1 ms)".to_owned(),
+                Err(err) => format!("with the default time slice ({err})"),
+            }
+        )),
+    }
+}
+
 fn program_types() -> Result<String, String> {
     let object = crate::sensor::object::object()
         .ok_or("this binary was built without the eBPF object (AYA_BUILD_SKIP): rebuild it")?;
@@ -199,6 +230,7 @@ pub fn run_checks() -> Vec<Item> {
         item("btf", true, btf()),
         item("privileges", true, privileges()),
         item("capabilities", false, optional_capabilities()),
+        item("real time", false, real_time()),
         item("program types", true, program_types()),
         item("mounts", true, mounts()),
         item("cgroups", true, crate::cgroup_support::cgroup_support()),

@@ -285,6 +285,7 @@ fn check_reports_every_requirement_and_fails_without_privilege() {
         "btf",
         "privileges",
         "capabilities",
+        "real time",
         "program types",
         "mounts",
         "cgroups",

@@ -189,6 +189,28 @@ impl Drop for RemovedOnDrop {
     }
 }
 
+/// `command`, started in cpu cgroup `group` (its directory), before it runs anything.
+fn in_cpu_group(mut command: Command, group: &Path) -> Command {
+    let procs = std::ffi::CString::new(group.join("cgroup.procs").to_str().expect("utf-8"))
+        .expect("no NUL");
+    // SAFETY: open, write and close are async-signal-safe; nothing is allocated.
+    unsafe {
+        command.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            // "0": the writing process itself.
+            let moved = fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            match moved {
+                true => Ok(()),
+                false => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    command
+}
+
 /// The time slice the kernel keeps for thread `tid` of `pid` (`se.slice`, ns), where
 /// /proc shows it (CONFIG_SCHED_DEBUG).
 fn slice_ns(pid: u32, tid: u32) -> Option<u64> {
@@ -225,24 +247,19 @@ fn an_event_thread_refused_real_time_runs_with_the_shortest_slice() {
     std::fs::create_dir_all(&group).expect("the daemon's cpu group");
     // Removed however the test ends, once the daemon (dropped first) has left it.
     let _group_removed = RemovedOnDrop(instance);
-    let procs = std::ffi::CString::new(group.join("cgroup.procs").to_str().expect("utf-8"))
-        .expect("no NUL");
-    let mut command = Command::new(enforcer_bin());
-    // SAFETY: open, write and close are async-signal-safe; nothing is allocated.
-    unsafe {
-        command.pre_exec(move || {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-            // "0": the writing process itself.
-            let moved = fd >= 0 && libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
-            if fd >= 0 {
-                libc::close(fd);
-            }
-            match moved {
-                true => Ok(()),
-                false => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
+    // `enforcer check` from the same group says what the daemon will do there.
+    let check = in_cpu_group(Command::new(enforcer_bin()), &group)
+        .arg("check")
+        .output()
+        .expect("run enforcer check");
+    let report = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("note    real time") && l.contains("SCHED_FIFO refused here")),
+        "enforcer check in a group without real-time runtime:\n{report}"
+    );
+    let command = in_cpu_group(Command::new(enforcer_bin()), &group);
     let daemon = Daemon::start_command(command, instance, "");
     let events = thread_named(daemon.pid(), "reamer-events").expect("an event thread");
     eventually(
