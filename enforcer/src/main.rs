@@ -135,8 +135,9 @@ enum Command {
         #[command(flatten)]
         instance: InstanceArg,
     },
-    /// Preflight report: kernel, BTF, privileges, real time, program types, mounts, cgroup mode, GPU;
-    /// each missing piece with how to fix it. Exits 1 when something required is missing.
+    /// Preflight report: kernel, BTF, privileges, real time, program types, mounts, cgroup
+    /// mode, GPU; each missing piece with how to fix it. Exits 1 when something required is
+    /// missing.
     Check,
     /// Show training jobs, pools, the CPUs each holds now, and recent decisions.
     Status {
