@@ -105,8 +105,9 @@ fn optional_capabilities() -> Result<String, String> {
     let missing: Vec<&str> = [
         (
             23,
-            "CAP_SYS_NICE (the event thread stays SCHED_OTHER: reactions may wait behind busy \
-             CPUs; offline inference threads are not given SCHED_OTHER back at shutdown)",
+            "CAP_SYS_NICE (the event thread stays SCHED_OTHER, with the shortest time slice: \
+             reactions may wait behind busy CPUs; offline inference threads are not given \
+             SCHED_OTHER back at shutdown)",
         ),
         (
             5,
@@ -144,6 +145,10 @@ fn real_time() -> Result<String, String> {
     .map_err(|_| "the probing thread panicked".to_owned())?;
     match tried {
         Ok(()) => Ok("SCHED_FIFO allowed here: the event thread runs real-time".to_owned()),
+        // CAP_SYS_NICE is bit 23; the `capabilities` line says what its absence costs.
+        Err(_) if effective_caps() & (1 << 23) == 0 => Err(
+            "SCHED_FIFO refused: this process lacks CAP_SYS_NICE (see `capabilities`)".to_owned(),
+        ),
         Err((refused, slice)) => Err(format!(
             "SCHED_FIFO refused here ({refused}): with CONFIG_RT_GROUP_SCHED a cpu cgroup needs \
              real-time runtime (cgroup v1 `cpu.rt_runtime_us`, 0 below the root unless set; \
