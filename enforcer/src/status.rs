@@ -61,12 +61,16 @@ pub fn render(snapshot: &Snapshot) -> String {
     let micros =
         |ns: Option<u64>| ns.map_or("-".to_owned(), |ns| format!("{:.0} µs", ns as f64 / 1e3));
     out.push_str(&format!(
-        "\nreactions: {} | event to cgroup write p50 {} p99 {} | event to training ran p50 {} p99 {}\n",
+        "\nreactions: {} | event to cgroup write p50 {} p99 {} | event to training ran p50 {} p99 {}{}\n",
         enforcement.reactions,
         micros(enforcement.event_to_write_p50_ns),
         micros(enforcement.event_to_write_p99_ns),
         micros(enforcement.event_to_ran_p50_ns),
-        micros(enforcement.event_to_ran_p99_ns)
+        micros(enforcement.event_to_ran_p99_ns),
+        snapshot
+            .event_thread
+            .as_ref()
+            .map_or(String::new(), |how| format!(" | event thread {how}"))
     ));
     out.push_str("recent decisions (oldest first):\n");
     if enforcement.recent_decisions.is_empty() {

@@ -153,12 +153,17 @@ pub fn ask_shortest_slice() -> io::Result<()> {
 
 /// The calling thread's time slice as the kernel keeps it (`sched_runtime` of a fair thread).
 pub fn own_slice_ns() -> io::Result<u64> {
+    Ok(attributes_of(0)?.sched_runtime)
+}
+
+/// Thread `tid`'s scheduling attributes (0: the calling thread).
+fn attributes_of(tid: u32) -> io::Result<SchedAttr> {
     let mut attr = SchedAttr::default();
     // SAFETY: the kernel writes at most `size` bytes into `attr`.
     if unsafe {
         libc::syscall(
             libc::SYS_sched_getattr,
-            0,
+            tid as libc::pid_t,
             &mut attr,
             size_of::<SchedAttr>() as u32,
             0,
@@ -167,7 +172,30 @@ pub fn own_slice_ns() -> io::Result<u64> {
     {
         return Err(io::Error::last_os_error());
     }
-    Ok(attr.sched_runtime)
+    Ok(attr)
+}
+
+/// How thread `tid` is scheduled, in a few words: "SCHED_FIFO 10", "SCHED_OTHER, 0.1 ms
+/// slice". For `enforcer status`, which says how the event thread runs.
+pub fn describe(tid: u32) -> String {
+    let Ok(attr) = attributes_of(tid) else {
+        return "unknown".to_owned();
+    };
+    let policy = attr.sched_policy as i32 & !libc::SCHED_RESET_ON_FORK;
+    match policy {
+        libc::SCHED_FIFO => format!("SCHED_FIFO {}", attr.sched_priority),
+        libc::SCHED_RR => format!("SCHED_RR {}", attr.sched_priority),
+        libc::SCHED_OTHER | libc::SCHED_BATCH | libc::SCHED_IDLE => format!(
+            "{}, {} ms slice",
+            match policy {
+                libc::SCHED_OTHER => "SCHED_OTHER",
+                libc::SCHED_BATCH => "SCHED_BATCH",
+                _ => "SCHED_IDLE",
+            },
+            attr.sched_runtime as f64 / 1e6
+        ),
+        other => format!("policy {other}"),
+    }
 }
 
 /// What one pass over a pool's threads did.
@@ -229,6 +257,9 @@ mod tests {
             ask_shortest_slice().expect("sched_setattr with sched_runtime");
             let after = own_slice_ns().expect("sched_getattr");
             assert_eq!(after, SHORTEST_SLICE_NS, "slice before {before} ns");
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            assert_eq!(describe(tid), "SCHED_OTHER, 0.1 ms slice");
             assert_eq!(
                 policy_of(0).expect("policy") & !libc::SCHED_RESET_ON_FORK,
                 libc::SCHED_OTHER

@@ -132,6 +132,7 @@ fn the_service_units_capabilities_are_all_the_daemon_needs() {
     let realtime = root_may_run_realtime();
     if realtime {
         assert_eq!(policy, libc::SCHED_FIFO, "the event thread's policy");
+        assert_eq!(daemon.snapshot()["event_thread"], "SCHED_FIFO 10");
     } else {
         // Where even root with every capability is refused (a cgroup v2 host whose group has
         // no real-time runtime), the daemon must say so, not fail.
@@ -148,6 +149,11 @@ fn the_service_units_capabilities_are_all_the_daemon_needs() {
         {
             assert_eq!(slice, 100_000, "the event thread's se.slice");
         }
+        let how = daemon.snapshot()["event_thread"].clone();
+        assert!(
+            how.as_str().is_some_and(|h| h.starts_with("SCHED_OTHER")),
+            "status's event thread: {how}"
+        );
     }
 
     let mut member = daemon.launch("--pool", "batch", "/bin/sleep", &["30"]);
@@ -270,6 +276,11 @@ fn an_event_thread_refused_real_time_runs_with_the_shortest_slice() {
     // SAFETY: no preconditions; a thread id of a live process.
     let policy = unsafe { libc::sched_getscheduler(events as i32) };
     let slice = slice_ns(daemon.pid(), events);
+    let status = Command::new(enforcer_bin())
+        .args(["status", "--instance", instance])
+        .output()
+        .expect("run enforcer status");
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
     let log = daemon.stop();
     assert_eq!(
         policy,
@@ -287,4 +298,8 @@ fn an_event_thread_refused_real_time_runs_with_the_shortest_slice() {
     if let Some(slice) = slice {
         assert_eq!(slice, 100_000, "the event thread's se.slice:\n{log}");
     }
+    assert!(
+        status.contains("| event thread SCHED_OTHER, 0.1 ms slice"),
+        "enforcer status says how the event thread runs:\n{status}"
+    );
 }

@@ -69,6 +69,10 @@ pub struct Snapshot {
     /// The GPU side: off, disabled (and why) or what it sees and does.
     #[serde(default)]
     pub gpu: Option<crate::gpu::report::GpuReport>,
+    /// How the event thread is scheduled ("SCHED_FIFO 10", or the normal class and its slice
+    /// where real time was refused).
+    #[serde(default)]
+    pub event_thread: Option<String>,
 }
 
 /// Sums one job's per-CPU statistics.
