@@ -19,6 +19,10 @@ use std::{
 
 use clap::Parser;
 use enforcer::thread_policy::ask_shortest_slice;
+use reamer_tests::{
+    cpu_work::pin_to,
+    quantile::{quantile, sorted},
+};
 
 #[derive(Parser)]
 #[command(
@@ -41,15 +45,6 @@ struct Args {
     /// Internal: be the competing session's spinners for this many seconds.
     #[arg(long, hide = true)]
     spin_for_s: Option<f64>,
-}
-
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET stays within it for cpu < 1024.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 fn monotonic_ns() -> u64 {
@@ -87,7 +82,7 @@ fn measure(args: &Args, shortest: bool) -> Vec<f64> {
     let [read_fd, write_fd] = fds;
     let (to, wakeups) = (args.to, args.wakeups);
     let woken = std::thread::spawn(move || {
-        pin(to);
+        pin_to(&[to]).expect("pin the woken thread");
         if shortest {
             ask_shortest_slice().expect("the shortest slice (Linux 6.12+)");
         }
@@ -101,7 +96,7 @@ fn measure(args: &Args, shortest: bool) -> Vec<f64> {
         }
         latencies
     });
-    pin(args.from);
+    pin_to(&[args.from]).expect("pin the waker");
     for i in 0..wakeups {
         // 3 to 4 ms apart: the woken thread sleeps long enough to be placed as a sleeper.
         std::thread::sleep(Duration::from_micros(3000 + (i as u64 * 7919) % 1000));
@@ -118,9 +113,9 @@ fn measure(args: &Args, shortest: bool) -> Vec<f64> {
     latencies
 }
 
-fn summary(mut us: Vec<f64>) -> serde_json::Value {
-    us.sort_by(f64::total_cmp);
-    let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
+fn summary(us: Vec<f64>) -> serde_json::Value {
+    let us = sorted(us);
+    let at = |q: f64| quantile(&us, q);
     serde_json::json!({
         "wakeups": us.len(),
         "p50_us": at(0.5),

@@ -130,26 +130,19 @@ fn optional_capabilities() -> Result<String, String> {
 /// Whether this process's cpu cgroup lets a thread run SCHED_FIFO, tried on a short-lived
 /// thread of its own; where it does not, what the event thread does instead.
 fn real_time() -> Result<String, String> {
-    let tried = std::thread::spawn(|| {
-        let param = libc::sched_param { sched_priority: 1 };
-        // SAFETY: sets the policy of this short-lived thread only.
-        match unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } {
-            0 => Ok(()),
-            _ => Err((
-                std::io::Error::last_os_error(),
-                crate::thread_policy::ask_shortest_slice(),
-            )),
-        }
-    })
-    .join()
-    .map_err(|_| "the probing thread panicked".to_owned())?;
+    let tried = std::thread::spawn(|| crate::thread_policy::fifo_or_shortest_slice(1))
+        .join()
+        .map_err(|_| "the probing thread panicked".to_owned())?;
     match tried {
         Ok(()) => Ok("SCHED_FIFO allowed here: the event thread runs real-time".to_owned()),
         // CAP_SYS_NICE is bit 23; the `capabilities` line says what its absence costs.
         Err(_) if effective_caps() & (1 << 23) == 0 => Err(
             "SCHED_FIFO refused: this process lacks CAP_SYS_NICE (see `capabilities`)".to_owned(),
         ),
-        Err((refused, slice)) => Err(format!(
+        Err(crate::thread_policy::Refused {
+            err: refused,
+            slice,
+        }) => Err(format!(
             "SCHED_FIFO refused here ({refused}): with CONFIG_RT_GROUP_SCHED a cpu cgroup needs \
              real-time runtime (cgroup v1 `cpu.rt_runtime_us`, 0 below the root unless set; \
              cgroup v2: the root group only). The event thread then stays SCHED_OTHER {}; to \

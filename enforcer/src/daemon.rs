@@ -54,8 +54,6 @@ struct Shared {
     gpu: std::sync::OnceLock<GpuService>,
     /// The launchers that relaunch their command on request, and each pool's generation.
     relaunch: Mutex<RelaunchBoard>,
-    /// The event thread's id once it runs (0 before), for status to say how it is scheduled.
-    event_thread_tid: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Settings for the sensor from the config.
@@ -182,7 +180,6 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
         relaunch: Mutex::new(RelaunchBoard::new(
             config.pool.iter().map(|p| p.name.get_ref().clone()),
         )),
-        event_thread_tid: Arc::default(),
     });
     let owners: OwnersFn = {
         let shared = Arc::downgrade(&shared);
@@ -199,23 +196,15 @@ pub async fn run(config: Config, instance: &str, decision_log: &Path) -> anyhow:
     let listener = bind(&socket_path)?;
     let stop_events = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let consumer = {
-        let (tally, enforcer, stop, tid) = (
+        let (tally, enforcer, stop) = (
             shared.tally.clone(),
             shared.enforcer.clone(),
             stop_events.clone(),
-            shared.event_thread_tid.clone(),
         );
         let priority = config.policy.event_thread_rt_priority;
         std::thread::Builder::new()
-            .name("reamer-events".to_owned())
-            .spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                tid.store(
-                    unsafe { libc::gettid() } as u32,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
-                events::consume_blocking(ring, tally, enforcer, priority, stop)
-            })
+            .name(events::THREAD_NAME.to_owned())
+            .spawn(move || events::consume_blocking(ring, tally, enforcer, priority, stop))
             .context("starting the event thread")?
     };
     let ticker = tokio::spawn(tick_forever(
@@ -781,13 +770,8 @@ fn take_snapshot(shared: &Shared) -> Snapshot {
         enforcement: Some(enforcement),
         metrics_addr: shared.metrics_addr.clone(),
         gpu: shared.gpu.get().map(GpuService::report),
-        event_thread: match shared
-            .event_thread_tid
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            0 => None,
-            tid => Some(crate::thread_policy::describe(tid)),
-        },
+        event_thread: thread_policy::own_thread_named(events::THREAD_NAME)
+            .map(thread_policy::describe),
     }
 }
 

@@ -79,6 +79,9 @@ impl EventTally {
 /// How long the event thread sleeps in poll(2) before it looks at the stop flag.
 const POLL_TIMEOUT_MS: i32 = 200;
 
+/// The event thread's name (its `comm`), by which `enforcer status` finds it.
+pub const THREAD_NAME: &str = "reamer-events";
+
 /// Reads events on the calling (dedicated) thread until `stop` is set, counting each and
 /// handing it to the enforcer's fast path on the spot.
 ///

@@ -78,10 +78,10 @@ pub fn run_as_fifo(rt_priority: i32, thread: &str) {
     if rt_priority <= 0 {
         return;
     }
-    let Err(err) = set_policy(0, libc::SCHED_FIFO, rt_priority) else {
+    let Err(Refused { err, slice }) = fifo_or_shortest_slice(rt_priority) else {
         return;
     };
-    match ask_shortest_slice() {
+    match slice {
         Ok(()) => tracing::warn!(
             "{thread} stays SCHED_OTHER (SCHED_FIFO {rt_priority}: {err}), with the shortest \
              time slice ({} µs), so that its wakeups preempt tasks with the default one",
@@ -92,6 +92,22 @@ pub fn run_as_fifo(rt_priority: i32, thread: &str) {
              {slice_err}); reactions may wait behind busy CPUs"
         ),
     }
+}
+
+/// SCHED_FIFO refused, and what asking for the shortest slice instead gave.
+pub struct Refused {
+    pub err: io::Error,
+    pub slice: io::Result<()>,
+}
+
+/// Moves the calling thread to SCHED_FIFO `rt_priority`; where the kernel refuses, asks for
+/// the shortest slice instead ([`run_as_fifo`] says why). `enforcer check` tries the same on a
+/// thread of its own.
+pub fn fifo_or_shortest_slice(rt_priority: i32) -> Result<(), Refused> {
+    set_policy(0, libc::SCHED_FIFO, rt_priority).map_err(|err| Refused {
+        err,
+        slice: ask_shortest_slice(),
+    })
 }
 
 /// The shortest slice EEVDF accepts from `sched_setattr` (it clamps `sched_runtime` to
@@ -175,25 +191,30 @@ fn attributes_of(tid: u32) -> io::Result<SchedAttr> {
     Ok(attr)
 }
 
+/// The thread of this process named `name` (its `comm`), if one runs.
+pub fn own_thread_named(name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .flatten()
+        .find(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .and_then(|task| task.file_name().to_str()?.parse().ok())
+}
+
 /// How thread `tid` is scheduled, in a few words: "SCHED_FIFO 10", "SCHED_OTHER, 0.1 ms
 /// slice". For `enforcer status`, which says how the event thread runs.
 pub fn describe(tid: u32) -> String {
     let Ok(attr) = attributes_of(tid) else {
         return "unknown".to_owned();
     };
-    let policy = attr.sched_policy as i32 & !libc::SCHED_RESET_ON_FORK;
-    match policy {
+    let slice = || format!("{} ms slice", attr.sched_runtime as f64 / 1e6);
+    match attr.sched_policy as i32 & !libc::SCHED_RESET_ON_FORK {
         libc::SCHED_FIFO => format!("SCHED_FIFO {}", attr.sched_priority),
         libc::SCHED_RR => format!("SCHED_RR {}", attr.sched_priority),
-        libc::SCHED_OTHER | libc::SCHED_BATCH | libc::SCHED_IDLE => format!(
-            "{}, {} ms slice",
-            match policy {
-                libc::SCHED_OTHER => "SCHED_OTHER",
-                libc::SCHED_BATCH => "SCHED_BATCH",
-                _ => "SCHED_IDLE",
-            },
-            attr.sched_runtime as f64 / 1e6
-        ),
+        libc::SCHED_OTHER => format!("SCHED_OTHER, {}", slice()),
+        libc::SCHED_BATCH => format!("SCHED_BATCH, {}", slice()),
+        libc::SCHED_IDLE => format!("SCHED_IDLE, {}", slice()),
         other => format!("policy {other}"),
     }
 }
@@ -246,27 +267,29 @@ mod tests {
     #[test]
     fn a_thread_refused_real_time_can_ask_for_the_shortest_slice() {
         // On a thread of its own: the slice is the thread's and stays with it.
-        std::thread::spawn(|| {
-            let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-            let mut version = release.split(['.', '-']).map(|n| n.parse().unwrap_or(0));
-            if (version.next().unwrap_or(0), version.next().unwrap_or(0)) < (6u32, 12u32) {
-                eprintln!("SKIPPED: Linux {} keeps no custom slice", release.trim());
-                return;
-            }
-            let before = own_slice_ns().expect("sched_getattr");
-            ask_shortest_slice().expect("sched_setattr with sched_runtime");
-            let after = own_slice_ns().expect("sched_getattr");
-            assert_eq!(after, SHORTEST_SLICE_NS, "slice before {before} ns");
-            // SAFETY: gettid has no preconditions.
-            let tid = unsafe { libc::gettid() } as u32;
-            assert_eq!(describe(tid), "SCHED_OTHER, 0.1 ms slice");
-            assert_eq!(
-                policy_of(0).expect("policy") & !libc::SCHED_RESET_ON_FORK,
-                libc::SCHED_OTHER
-            );
-        })
-        .join()
-        .expect("the thread's assertions");
+        std::thread::Builder::new()
+            .name("slice-probe".to_owned())
+            .spawn(|| {
+                let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+                let mut version = release.split(['.', '-']).map(|n| n.parse().unwrap_or(0));
+                if (version.next().unwrap_or(0), version.next().unwrap_or(0)) < (6u32, 12u32) {
+                    eprintln!("SKIPPED: Linux {} keeps no custom slice", release.trim());
+                    return;
+                }
+                let before = own_slice_ns().expect("sched_getattr");
+                ask_shortest_slice().expect("sched_setattr with sched_runtime");
+                let after = own_slice_ns().expect("sched_getattr");
+                assert_eq!(after, SHORTEST_SLICE_NS, "slice before {before} ns");
+                let tid = own_thread_named("slice-probe").expect("this thread, by its name");
+                assert_eq!(describe(tid), "SCHED_OTHER, 0.1 ms slice");
+                assert_eq!(
+                    policy_of(0).expect("policy") & !libc::SCHED_RESET_ON_FORK,
+                    libc::SCHED_OTHER
+                );
+            })
+            .expect("spawn")
+            .join()
+            .expect("the thread's assertions");
     }
 
     #[test]
