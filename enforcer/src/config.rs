@@ -25,6 +25,7 @@
 //! min_cores = 1                                  # guaranteed even against training
 //! slo_ms = 50
 //! cpu_weight = 50                                # against training's 100 (cgroup v2 scale)
+//! min_cpu_weight = 10                            # while the latency tail has room
 //! ```
 
 use std::{
@@ -44,6 +45,11 @@ pub const MAX_NAME_LEN: usize = 63;
 /// pools: normal, below training") this took training's slowdown from about 2% to none, for
 /// about a point of online SLO attainment; a quarter cost three points.
 pub const DEFAULT_ONLINE_CPU_WEIGHT: u32 = 50;
+/// How low an online pool's weight goes while its workers' latency tail is far below their
+/// SLO (`online_weight`): a tenth of training's, where a training thread gets 10/11 of a CPU
+/// it wants with an online worker. Not lower: near 1 the pool would wait for training's every
+/// burst and its tail rise in steps the once-a-second report follows too late.
+pub const DEFAULT_MIN_ONLINE_CPU_WEIGHT: u32 = 10;
 /// The range of cgroup v2's `cpu.weight`.
 const CPU_WEIGHT_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
 
@@ -188,6 +194,11 @@ pub struct GroupConfig {
     /// v2's `cpu.weight` scale (1 to 10000; a default process has 100).
     #[serde(default)]
     pub cpu_weight: Option<Spanned<u32>>,
+    /// Online pools: the lowest weight the pool goes down to while its workers' latency tail
+    /// is far below their SLO (`cpu_weight` is where it starts and goes back to). Equal to
+    /// `cpu_weight`: a fixed weight.
+    #[serde(default)]
+    pub min_cpu_weight: Option<Spanned<u32>>,
     /// Pools only: its processes use the GPU, so the GPU policy gates, limits and guards them.
     #[serde(default)]
     pub gpu: Option<Spanned<bool>>,
@@ -209,6 +220,16 @@ impl GroupConfig {
         self.cpu_weight
             .as_ref()
             .map_or(DEFAULT_ONLINE_CPU_WEIGHT, |w| *w.get_ref())
+    }
+
+    /// An online pool's lowest weight (`DEFAULT_MIN_ONLINE_CPU_WEIGHT`, or `cpu_weight` where
+    /// that is lower, unless the config says).
+    pub fn min_cpu_weight(&self) -> u32 {
+        self.min_cpu_weight
+            .as_ref()
+            .map_or(DEFAULT_MIN_ONLINE_CPU_WEIGHT.min(self.cpu_weight()), |w| {
+                *w.get_ref()
+            })
     }
 
     /// Whether a pool's processes use the GPU.
@@ -344,6 +365,10 @@ impl Config {
                 ("min_cores", group.min_cores.as_ref().map(|m| m.span())),
                 ("slo_ms", group.slo_ms.as_ref().map(|m| m.span())),
                 ("cpu_weight", group.cpu_weight.as_ref().map(|w| w.span())),
+                (
+                    "min_cpu_weight",
+                    group.min_cpu_weight.as_ref().map(|w| w.span()),
+                ),
             ] {
                 if let Some(span) = span
                     && (section == "training" || offline)
@@ -352,15 +377,31 @@ impl Config {
                     return Err(invalid(span, field, message));
                 }
             }
-            if let Some(weight) = &group.cpu_weight
-                && !CPU_WEIGHT_RANGE.contains(weight.get_ref())
+            for (field, weight) in [
+                ("cpu_weight", &group.cpu_weight),
+                ("min_cpu_weight", &group.min_cpu_weight),
+            ] {
+                if let Some(weight) = weight
+                    && !CPU_WEIGHT_RANGE.contains(weight.get_ref())
+                {
+                    let message = format!(
+                        "{} is outside 1 to 10000 (cgroup v2's cpu.weight scale; a default \
+                         process has 100)",
+                        weight.get_ref()
+                    );
+                    return Err(invalid(weight.span(), field, message));
+                }
+            }
+            if let Some(floor) = &group.min_cpu_weight
+                && *floor.get_ref() > group.cpu_weight()
             {
                 let message = format!(
-                    "{} is outside 1 to 10000 (cgroup v2's cpu.weight scale; a default process \
-                     has 100)",
-                    weight.get_ref()
+                    "{} is above the pool's cpu_weight {} (the weight it starts at and goes back \
+                     to when its latency tail nears the SLO); set them equal for a fixed weight",
+                    floor.get_ref(),
+                    group.cpu_weight()
                 );
-                return Err(invalid(weight.span(), "cpu_weight", message));
+                return Err(invalid(floor.span(), "min_cpu_weight", message));
             }
             if let Err(message) = validate_name(name) {
                 return Err(invalid(group.name.span(), "name", message));
@@ -618,6 +659,37 @@ mod tests {
         let err = error_of("[[pool]]\nname = \"b\"\nkind = \"offline\"\ncpu_weight = 50\n");
         assert!(
             err.starts_with("test.toml:4: field `cpu_weight`") && err.contains("online pools only"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn min_cpu_weight_defaults_to_a_tenth_of_training_and_stays_at_most_cpu_weight() {
+        let online = "[[pool]]\nname = \"web\"\nkind = \"online\"\n";
+        let pool = |extra: &str| parse(&format!("{online}{extra}")).unwrap().pool.remove(0);
+        assert_eq!(pool("").min_cpu_weight(), DEFAULT_MIN_ONLINE_CPU_WEIGHT);
+        assert_eq!(
+            pool("cpu_weight = 5\n").min_cpu_weight(),
+            5,
+            "a lower cpu_weight is the floor"
+        );
+        assert_eq!(
+            pool("cpu_weight = 60\nmin_cpu_weight = 60\n").min_cpu_weight(),
+            60
+        );
+        let err = error_of(&format!("{online}cpu_weight = 40\nmin_cpu_weight = 41\n"));
+        assert!(
+            err.starts_with("test.toml:5: field `min_cpu_weight`") && err.contains("above"),
+            "{err}"
+        );
+        let err = error_of(&format!("{online}min_cpu_weight = 0\n"));
+        assert!(
+            err.starts_with("test.toml:4: field `min_cpu_weight`") && err.contains("1 to 10000"),
+            "{err}"
+        );
+        let err = error_of("[[pool]]\nname = \"b\"\nkind = \"offline\"\nmin_cpu_weight = 5\n");
+        assert!(
+            err.contains("field `min_cpu_weight`") && err.contains("online pools only"),
             "{err}"
         );
     }

@@ -25,6 +25,7 @@ use crate::{
     events::{self, EventTally},
     gpu::service::{GpuService, OwnersFn},
     journal::Journal,
+    online_weight::TailReport,
     paths, preflight,
     registry::{Reconciled, Registry},
     relaunch_board::RelaunchBoard,
@@ -532,7 +533,7 @@ async fn stream_grants(
         .enforcer
         .lock()
         .expect("enforcer poisoned")
-        .set_need(pool, pid, None);
+        .worker_gone(pool, pid);
 }
 
 /// A line from a subscribed worker: a need, or something the daemon logs and ignores (the
@@ -546,9 +547,29 @@ fn on_subscriber_line(shared: &Shared, pool: &str, pid: u32, line: &[u8]) {
                 .expect("enforcer poisoned")
                 .set_need(pool, pid, Some(cpus))
         }
+        Ok(Request::Latency {
+            requests,
+            missed,
+            p99_us,
+            slo_us,
+        }) => {
+            let report = TailReport {
+                requests,
+                missed,
+                p99_us,
+                slo_us,
+            };
+            shared
+                .enforcer
+                .lock()
+                .expect("enforcer poisoned")
+                .set_latency(pool, pid, &report, snapshot::monotonic_ns())
+        }
         Ok(other) => warn!(
             pool,
-            pid, "ignored on a grant subscription (only needs are read there): {other:?}"
+            pid,
+            "ignored on a grant subscription (only needs and latency reports are read there): \
+             {other:?}"
         ),
         Err(err) => warn!(pool, pid, "malformed line on a grant subscription: {err}"),
     }
@@ -587,8 +608,9 @@ fn handle(shared: &Shared, request: Request, peer: Option<tokio::net::unix::UCre
         Request::Subscribe { .. } => Response::Error {
             message: "subscriptions are served as a stream, one per connection".to_owned(),
         },
-        Request::Need { .. } => Response::Error {
-            message: "a need is sent on a grant subscription, after subscribing for the pool"
+        Request::Need { .. } | Request::Latency { .. } => Response::Error {
+            message: "needs and latency reports are sent on a grant subscription, after \
+                      subscribing for the pool"
                 .to_owned(),
         },
         Request::Watch { pool } => {

@@ -19,6 +19,7 @@ use crate::{
     cgroups::{CpuClass, PoolCgroup},
     config::{Config, PoolKind as ConfigPoolKind},
     control::Grant,
+    online_weight::{TailReport, WeightChange, WeightSteering},
     policy::{Allocation, Decision, Policy, PolicyConfig, PoolKind, PoolSpec},
     sensor::snapshot::{monotonic_ns, percentile},
     topology::{Topology, format_cpu_list},
@@ -32,7 +33,7 @@ struct EventTiming {
     read_ns: u64,
 }
 
-/// Recent decisions kept for `status`.
+/// Recent decisions (allocations and weight changes) kept for `status`.
 const RECENT_DECISIONS: usize = 32;
 /// One logged decision.
 #[derive(Debug, Clone, Serialize)]
@@ -91,9 +92,28 @@ pub struct PoolStatus {
     /// CPUs its workers said their SLO needs (online pools; 0 where none said).
     #[serde(default)]
     pub need_cpus: usize,
-    /// Online pools: the CPU weight against training's 100 (`[[pool]] cpu_weight`).
+    /// Online pools: the CPU weight against training's 100 now, between `min_cpu_weight`
+    /// and `[[pool]] cpu_weight`, steered by the workers' latency tail.
     #[serde(default)]
     pub cpu_weight: Option<u32>,
+    /// Online pools whose weight is steered: the lowest it goes (`[[pool]] min_cpu_weight`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_cpu_weight: Option<u32>,
+}
+
+/// A logged change of an online pool's weight: what the decision log and `status` show.
+#[derive(Debug, Clone, Serialize)]
+struct WeightRecord<'a> {
+    at_ns: u64,
+    pool: &'a str,
+    from: u32,
+    to: u32,
+    /// The pool's tail: the highest of its workers' latest p99 over their SLO.
+    tail_over_slo: f64,
+    /// The report that made the change.
+    pid: u32,
+    p99_us: u64,
+    slo_us: u64,
 }
 
 pub struct Enforcer {
@@ -103,7 +123,8 @@ pub struct Enforcer {
     topology: Topology,
     pools: BTreeMap<String, (PoolKind, PoolCgroup)>,
     applied: BTreeMap<String, BTreeSet<u32>>,
-    recent: VecDeque<DecisionRecord>,
+    /// Serialized `DecisionRecord`s and `{"weight": WeightRecord}`s, oldest first.
+    recent: VecDeque<serde_json::Value>,
     log: Option<std::fs::File>,
     /// Event-to-write latency histogram (shared bucket layout with the sensor) and its sum.
     reaction_hist: Vec<u64>,
@@ -118,6 +139,8 @@ pub struct Enforcer {
     subscribers: BTreeMap<String, Vec<tokio::sync::mpsc::UnboundedSender<Grant>>>,
     /// CPUs each worker of an online pool said its SLO needs: pool → pid → CPUs.
     needs: BTreeMap<String, BTreeMap<u32, usize>>,
+    /// Each online pool's CPU weight, steered by its workers' latency reports.
+    steering: BTreeMap<String, WeightSteering>,
 }
 
 impl Enforcer {
@@ -130,12 +153,19 @@ impl Enforcer {
         let topology = Topology::detect().map_err(anyhow::Error::msg)?;
         let mut specs = Vec::new();
         let mut pools = BTreeMap::new();
+        let mut steering = BTreeMap::new();
         for pool in &config.pool {
             let name = pool.name.get_ref().clone();
             let kind = match pool.pool_kind() {
-                ConfigPoolKind::Online => PoolKind::Online {
-                    min_cores: pool.min_cores(),
-                },
+                ConfigPoolKind::Online => {
+                    steering.insert(
+                        name.clone(),
+                        WeightSteering::new(pool.cpu_weight(), pool.min_cpu_weight()),
+                    );
+                    PoolKind::Online {
+                        min_cores: pool.min_cores(),
+                    }
+                }
                 ConfigPoolKind::Offline => PoolKind::Offline,
             };
             let cgroup = PoolCgroup::create_or_adopt(instance, &name, pool.cpu_class())?;
@@ -177,6 +207,7 @@ impl Enforcer {
             last_demand: None,
             subscribers: BTreeMap::new(),
             needs: BTreeMap::new(),
+            steering,
             reserved_map: None,
             published: BTreeSet::new(),
         };
@@ -258,6 +289,71 @@ impl Enforcer {
         if let Some(decision) = self.policy.set_online_need(pool, cores) {
             self.apply(decision, None);
         }
+    }
+
+    /// Worker `pid` of `pool` reported its latency tail over the last period: the pool's
+    /// weight moves by it (`online_weight`), and a change is written, logged and kept for
+    /// `status`. Offline pools and observe-only daemons ignore it.
+    pub fn set_latency(&mut self, pool: &str, pid: u32, report: &TailReport, now_ns: u64) {
+        if !self.enforcing {
+            return;
+        }
+        let Some(steering) = self.steering.get_mut(pool).filter(|s| s.steers()) else {
+            return;
+        };
+        let Some(change) = steering.report(pid, report, now_ns) else {
+            return;
+        };
+        self.apply_weight(pool, pid, report, change);
+    }
+
+    /// Worker `pid` of `pool` went away: its need and its latency tail no longer count.
+    pub fn worker_gone(&mut self, pool: &str, pid: u32) {
+        self.set_need(pool, pid, None);
+        if let Some(steering) = self.steering.get_mut(pool) {
+            steering.forget(pid);
+        }
+    }
+
+    fn apply_weight(&mut self, pool: &str, pid: u32, report: &TailReport, change: WeightChange) {
+        let Some((_, cgroup)) = self.pools.get(pool) else {
+            return;
+        };
+        if let Err(err) = cgroup.set_weight(change.to) {
+            // A cgroup removed underneath us: say so; the next report tries again.
+            warn!("pool {pool}: {err}");
+            return;
+        }
+        let record = WeightRecord {
+            at_ns: monotonic_ns(),
+            pool,
+            from: change.from,
+            to: change.to,
+            tail_over_slo: change.tail_over_slo,
+            pid,
+            p99_us: report.p99_us,
+            slo_us: report.slo_us,
+        };
+        info!(
+            pool,
+            from = change.from,
+            to = change.to,
+            tail_over_slo = format!("{:.2}", change.tail_over_slo),
+            "online pool's CPU weight changed"
+        );
+        self.record(serde_json::json!({ "weight": record }));
+    }
+
+    /// Appends a decision to the decision log and to what `status` shows.
+    fn record(&mut self, value: serde_json::Value) {
+        if let Some(log) = &mut self.log {
+            // A full disk must not stop enforcement; the decision is still applied and kept.
+            let _ = writeln!(log, "{value}");
+        }
+        if self.recent.len() == RECENT_DECISIONS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(value);
     }
 
     /// Hands the enforcer the sensor's `reserved_cpus` map, where it publishes the CPUs whose
@@ -359,21 +455,14 @@ impl Enforcer {
             event_to_write_ns,
             event_to_read_ns,
         };
-        if let Some(log) = &mut self.log
-            && let Ok(line) = serde_json::to_string(&record)
-        {
-            // A full disk must not stop enforcement; the decision is still applied and kept.
-            let _ = writeln!(log, "{line}");
-        }
         info!(
             training = %format_cpu_list(&record.decision.allocation.training),
             event_to_write_ns = ?record.event_to_write_ns,
             "allocation changed"
         );
-        if self.recent.len() == RECENT_DECISIONS {
-            self.recent.pop_front();
+        if let Ok(value) = serde_json::to_value(&record) {
+            self.record(value);
         }
-        self.recent.push_back(record);
     }
 
     /// Fast path: a sensor event, read from the ring buffer at `read_ns` (CLOCK_MONOTONIC).
@@ -425,9 +514,18 @@ impl Enforcer {
                     needs.values().fold(0usize, |sum, n| sum.saturating_add(*n))
                 }),
                 cpu_weight: match cgroup.class() {
-                    CpuClass::Weight(weight) => Some(weight),
+                    CpuClass::Weight(weight) => Some(
+                        self.steering
+                            .get(name)
+                            .map_or(weight, WeightSteering::weight),
+                    ),
                     CpuClass::Idle => None,
                 },
+                min_cpu_weight: self
+                    .steering
+                    .get(name)
+                    .filter(|s| s.steers())
+                    .map(WeightSteering::floor),
             })
             .collect();
         EnforcementStatus {
@@ -445,11 +543,7 @@ impl Enforcer {
             event_to_ran_hist: Vec::new(),
             event_to_ran_sum_ns: 0,
             event_to_write_sum_ns: self.reaction_sum_ns,
-            recent_decisions: self
-                .recent
-                .iter()
-                .filter_map(|r| serde_json::to_value(r).ok())
-                .collect(),
+            recent_decisions: self.recent.iter().cloned().collect(),
         }
     }
 

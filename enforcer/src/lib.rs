@@ -14,6 +14,7 @@ pub mod journal;
 pub mod launch;
 pub mod metrics;
 pub mod observe;
+pub mod online_weight;
 pub mod paths;
 pub mod policy;
 pub mod preflight;

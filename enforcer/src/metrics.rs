@@ -193,6 +193,21 @@ pub fn render(snapshot: &Snapshot) -> String {
                 pool.kind
             );
         }
+        header(
+            &mut out,
+            "reamer_pool_cpu_weight",
+            "gauge",
+            "Each online pool's CPU weight now (cgroup v2 scale; training has 100).",
+        );
+        for pool in &enforcement.pools {
+            if let Some(weight) = pool.cpu_weight {
+                let _ = writeln!(
+                    out,
+                    "reamer_pool_cpu_weight{{pool=\"{}\"}} {weight}",
+                    label(&pool.name)
+                );
+            }
+        }
         if !enforcement.event_to_ran_hist.is_empty() {
             header(
                 &mut out,
@@ -416,6 +431,17 @@ mod tests {
                 ..Default::default()
             }],
             counters: [("events_sent".to_owned(), 7u64)].into_iter().collect(),
+            enforcement: Some(crate::enforce::EnforcementStatus {
+                pools: vec![crate::enforce::PoolStatus {
+                    name: "web".into(),
+                    kind: "online".into(),
+                    cpus: "1".into(),
+                    cpu_weight: Some(25),
+                    min_cpu_weight: Some(10),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let text = render(&snapshot);
@@ -438,6 +464,10 @@ mod tests {
         assert!(text.contains("reamer_training_wait_seconds_count{job=\"resnet\"} 4"));
         assert!(text.contains("reamer_training_run_seconds_total{job=\"resnet\"} 1.5"));
         assert!(text.contains("reamer_sensor_counter_total{counter=\"events_sent\"} 7"));
+        assert!(
+            text.contains("reamer_pool_cpu_weight{pool=\"web\"} 25"),
+            "{text}"
+        );
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(

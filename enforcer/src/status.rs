@@ -40,9 +40,11 @@ pub fn render(snapshot: &Snapshot) -> String {
         } else {
             String::new()
         };
-        let weight = pool
-            .cpu_weight
-            .map_or(String::new(), |w| format!("  weight {w}"));
+        let weight = match (pool.cpu_weight, pool.min_cpu_weight) {
+            (Some(weight), Some(floor)) => format!("  weight {weight} (steered, min {floor})"),
+            (Some(weight), None) => format!("  weight {weight}"),
+            (None, _) => String::new(),
+        };
         let relaunching = snapshot
             .pools
             .iter()

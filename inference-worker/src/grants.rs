@@ -10,7 +10,9 @@
 //! On the same connection an online worker tells the enforcer how many CPUs its SLO needs at
 //! its current load (`{"op":"need","cpus":N}`); for an online pool the enforcer grants them
 //! beyond the pool's minimum from the cores training leaves free. After a reconnect the last
-//! need is sent again.
+//! need is sent again. Once a second, while it has requests, it also sends their latency
+//! (`{"op":"latency","requests":N,"missed":M,"p99_us":P,"slo_us":S}`), by which the enforcer
+//! steers the pool's CPU weight.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -21,6 +23,8 @@ use std::{
 };
 
 use serde::Deserialize;
+
+use crate::metrics::WindowLatency;
 
 #[derive(Debug, Clone)]
 pub enum GrantSource {
@@ -45,10 +49,10 @@ enum Message {
 /// How long to wait before connecting again after the enforcer went away.
 const RECONNECT: Duration = Duration::from_secs(1);
 
-/// Sends the worker's SLO need to the enforcer on its grant subscription. Without one (a
-/// fixed grant) it keeps the need and sends nothing.
+/// Sends the worker's SLO need and its latency to the enforcer on its grant subscription.
+/// Without one (a fixed grant) it keeps the need and sends nothing.
 #[derive(Clone, Default)]
-pub struct NeedReporter {
+pub struct SloReporter {
     inner: Arc<Mutex<NeedState>>,
 }
 
@@ -59,7 +63,7 @@ struct NeedState {
     last: Option<usize>,
 }
 
-impl NeedReporter {
+impl SloReporter {
     /// Tells the enforcer the worker needs `cpus` CPUs; only a change is sent.
     pub fn report(&self, cpus: usize) {
         let mut state = self.inner.lock().expect("need lock");
@@ -68,6 +72,25 @@ impl NeedReporter {
         }
         state.last = Some(cpus);
         state.send();
+    }
+
+    /// Tells the enforcer the latency of the requests of the last period, against `slo`; a
+    /// period without requests says nothing. Not kept: a lost report is followed by the next.
+    pub fn report_latency(&self, latency: &WindowLatency, slo: Duration) {
+        if latency.requests == 0 && latency.missed == 0 {
+            return;
+        }
+        // Only refusals and failures: nothing answered to take a percentile of, and the
+        // misses already tell the enforcer the SLO was not kept.
+        let p99 = latency.p99.unwrap_or(slo);
+        let line = serde_json::json!({
+            "op": "latency",
+            "requests": latency.requests,
+            "missed": latency.missed,
+            "p99_us": p99.as_micros() as u64,
+            "slo_us": slo.as_micros() as u64,
+        });
+        self.inner.lock().expect("need lock").write(&line);
     }
 
     /// The connection of a new subscription: the last need goes out on it at once.
@@ -80,13 +103,18 @@ impl NeedReporter {
 
 impl NeedState {
     fn send(&mut self) {
-        let (Some(stream), Some(cpus)) = (&mut self.stream, self.last) else {
+        if let Some(cpus) = self.last {
+            self.write(&serde_json::json!({"op": "need", "cpus": cpus}));
+        }
+    }
+
+    fn write(&mut self, line: &serde_json::Value) {
+        let Some(stream) = &mut self.stream else {
             return;
         };
-        let line = serde_json::json!({"op": "need", "cpus": cpus});
         if let Err(err) = writeln!(stream, "{line}") {
             // The grants thread sees the broken connection too and reconnects.
-            tracing::debug!("sending the need to the enforcer: {err}");
+            tracing::debug!("writing to the enforcer: {err}");
             self.stream = None;
         }
     }
@@ -98,7 +126,7 @@ impl NeedState {
 pub fn follow(
     source: &GrantSource,
     timeout: Duration,
-    needs: &NeedReporter,
+    needs: &SloReporter,
     apply: impl Fn(&Grant) + Send + 'static,
 ) -> anyhow::Result<Grant> {
     let (socket, pool) = match source {

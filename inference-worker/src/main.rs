@@ -230,7 +230,7 @@ fn run_offline(args: OfflineArgs) -> anyhow::Result<ExitCode> {
     let source = args.grants.source()?;
     let (tx, rx) = std::sync::mpsc::channel::<grants::Grant>();
     // An offline job has no SLO: it takes what it is granted and states no need.
-    let no_need = grants::NeedReporter::default();
+    let no_need = grants::SloReporter::default();
     let first = grants::follow(&source, Duration::from_secs(10), &no_need, move |grant| {
         let _ = tx.send(grant.clone());
     })?;

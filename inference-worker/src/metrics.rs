@@ -33,6 +33,53 @@ pub struct Metrics {
     pub needed_cpus: AtomicU64,
 }
 
+/// The latency of the requests answered since the last look: what an online worker tells the
+/// enforcer once a second, which steers its pool's CPU weight by it.
+pub struct LatencyWindow {
+    seen: Vec<u64>,
+    missed: u64,
+}
+
+/// One window's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowLatency {
+    /// Requests answered with outputs.
+    pub requests: u64,
+    /// Requests refused for overload, or failed: misses whatever their latency.
+    pub missed: u64,
+    /// The answered requests' 99th percentile (the upper bound of its bucket), if any.
+    pub p99: Option<Duration>,
+}
+
+impl LatencyWindow {
+    /// Starts the first window now.
+    pub fn new(metrics: &Metrics) -> Self {
+        Self {
+            seen: metrics.latency_histogram(),
+            missed: metrics.missed(),
+        }
+    }
+
+    /// The requests since the last call (or `new`), and starts the next window.
+    pub fn next(&mut self, metrics: &Metrics) -> WindowLatency {
+        let now = metrics.latency_histogram();
+        let window: Vec<u64> = now
+            .iter()
+            .zip(&self.seen)
+            .map(|(now, before)| now.saturating_sub(*before))
+            .collect();
+        let missed = metrics.missed();
+        let latency = WindowLatency {
+            requests: window.iter().sum(),
+            missed: missed.saturating_sub(self.missed),
+            p99: percentile(&window, 0.99).map(Duration::from_nanos),
+        };
+        self.seen = now;
+        self.missed = missed;
+        latency
+    }
+}
+
 /// Gauges read from elsewhere at render time.
 pub struct Gauges {
     pub queue_items: usize,
@@ -77,6 +124,11 @@ impl Metrics {
 
     pub fn latency_histogram(&self) -> Vec<u64> {
         self.latency_ns.iter().map(|c| c.load(Relaxed)).collect()
+    }
+
+    /// Requests refused for overload or failed, so far.
+    fn missed(&self) -> u64 {
+        self.rejected.load(Relaxed) + self.failed.load(Relaxed)
     }
 
     /// Requests answered within the SLO, as a percentage of every request that was not bad
@@ -222,5 +274,35 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_latency_window_holds_only_the_requests_since_the_last_look() {
+        let metrics = Metrics::new(Duration::from_millis(50));
+        metrics.record_ok(Duration::from_millis(40));
+        let mut window = LatencyWindow::new(&metrics);
+        for _ in 0..99 {
+            metrics.record_ok(Duration::from_millis(2));
+        }
+        metrics.record_ok(Duration::from_millis(30));
+        metrics.rejected.fetch_add(2, Relaxed);
+        let first = window.next(&metrics);
+        assert_eq!((first.requests, first.missed), (100, 2));
+        // The 99th of 100 is a 2 ms one (its bucket's upper bound, within 1/8): the 40 ms
+        // request before the window does not count, the 30 ms one is the 100th.
+        let p99 = first.p99.unwrap();
+        assert!(
+            p99 >= Duration::from_millis(2) && p99 <= Duration::from_micros(2_250),
+            "{p99:?}"
+        );
+        let empty = window.next(&metrics);
+        assert_eq!((empty.requests, empty.missed, empty.p99), (0, 0, None));
+        metrics.failed.fetch_add(1, Relaxed);
+        assert_eq!(window.next(&metrics).missed, 1);
     }
 }

@@ -8,7 +8,8 @@
 //! Each check also works out how many CPUs the SLO needs at the measured rate, whatever the
 //! grant is now, and tells the enforcer (a rise at once, a fall after `SHRINK_AFTER` checks):
 //! for an online pool the enforcer grants them beyond the pool's minimum where training
-//! leaves cores free.
+//! leaves cores free. It also tells the enforcer the latency of the requests since the last
+//! check, by which the enforcer steers the pool's CPU weight (lower while the tail has room).
 
 use std::{
     net::SocketAddr,
@@ -22,9 +23,9 @@ use crate::{
     affinity,
     drain::{self, Drain, DrainingListener},
     executor::{Config, Executor},
-    grants::{self, Grant, GrantSource, NeedReporter},
+    grants::{self, Grant, GrantSource, SloReporter},
     http::{self, AppState},
-    metrics::Metrics,
+    metrics::{LatencyWindow, Metrics},
     model::Model,
     profile::Profile,
     queue::JobQueue,
@@ -52,7 +53,7 @@ const ADAPT_EVERY: Duration = Duration::from_secs(1);
 
 pub fn run(options: Options) -> anyhow::Result<()> {
     let (grant_tx, grant_rx) = mpsc::channel::<Grant>();
-    let needs = NeedReporter::default();
+    let needs = SloReporter::default();
     let first = grants::follow(
         &options.grants,
         Duration::from_secs(10),
@@ -176,13 +177,14 @@ fn adapt(
     metrics: &Metrics,
     profile: &Profile,
     grants: mpsc::Receiver<Grant>,
-    needs: &NeedReporter,
+    needs: &SloReporter,
 ) {
     let arrivals = || metrics.arrived_items.load(Relaxed);
     let mut last = (Instant::now(), arrivals());
     let mut smaller_for = 0;
     let machine_cpus = affinity::machine_cpus();
     let mut need = Hysteresis::default();
+    let mut latency = LatencyWindow::new(metrics);
     loop {
         let mut config = executor.config();
         match grants.recv_timeout(ADAPT_EVERY) {
@@ -202,6 +204,7 @@ fn adapt(
         let needed = need.update(profile.cpus_needed(metrics.slo(), rate, machine_cpus));
         metrics.needed_cpus.store(needed as u64, Relaxed);
         needs.report(needed);
+        needs.report_latency(&latency.next(metrics), metrics.slo());
         let choice = profile.choose(metrics.slo(), rate, config.cpus.len());
         let mut wanted = Config {
             threads: choice.threads,

@@ -121,32 +121,56 @@ pub struct Window {
     /// CPUs the kernel left idle on average (idle and iowait in /proc/stat).
     pub cpus_left_idle: f64,
     /// reamer: what the online worker, launched through the enforcer, told it of its SLO
-    /// need during the window.
+    /// need during the window, and how its latency reports moved the pool's weight.
     pub slo_needs: Option<SloNeeds>,
 }
 
-/// The SLO needs an online worker sent the enforcer in one window, as the daemon logged them.
+/// The SLO needs an online worker sent the enforcer in one window, and the changes of the
+/// pool's CPU weight its latency reports made, as the daemon logged them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct SloNeeds {
     /// Needs the daemon took (each a change: the worker sends only changes).
     pub told: usize,
     /// The most cores the pool's workers needed together.
     pub max_pool_cores: usize,
+    /// Changes of the pool's weight.
+    pub weight_changes: usize,
+    /// The lowest weight the pool was given, and the last, where it changed.
+    pub lowest_weight: Option<u32>,
+    pub last_weight: Option<u32>,
 }
 
 impl SloNeeds {
-    /// From the daemon's log: its `online pool's SLO need … pool_cores=N` lines.
+    /// From the daemon's log: its `online pool's SLO need … pool_cores=N` and `online pool's
+    /// CPU weight changed … to=N` lines.
     pub fn from_daemon_log(log: &str) -> Self {
-        log.lines()
-            .filter(|line| line.contains("online pool's SLO need"))
-            .fold(Self::default(), |needs, line| Self {
-                told: needs.told + 1,
-                max_pool_cores: line
-                    .split_whitespace()
-                    .find_map(|field| field.strip_prefix("pool_cores="))
-                    .and_then(|n| n.parse().ok())
-                    .map_or(needs.max_pool_cores, |n: usize| n.max(needs.max_pool_cores)),
-            })
+        let field = |line: &str, name: &str| {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(name))
+                .and_then(|n| n.parse::<u32>().ok())
+        };
+        log.lines().fold(Self::default(), |seen, line| {
+            if line.contains("online pool's SLO need") {
+                Self {
+                    told: seen.told + 1,
+                    max_pool_cores: field(line, "pool_cores=").map_or(seen.max_pool_cores, |n| {
+                        (n as usize).max(seen.max_pool_cores)
+                    }),
+                    ..seen
+                }
+            } else if line.contains("online pool's CPU weight changed")
+                && let Some(to) = field(line, "to=")
+            {
+                Self {
+                    weight_changes: seen.weight_changes + 1,
+                    lowest_weight: Some(seen.lowest_weight.map_or(to, |w| w.min(to))),
+                    last_weight: Some(to),
+                    ..seen
+                }
+            } else {
+                seen
+            }
+        })
     }
 }
 
@@ -365,15 +389,37 @@ fn slo_needs_note(measured: &Measured) -> String {
     }
     let told: Vec<f64> = needs.iter().map(|n| n.told as f64).collect();
     let max_cores = needs.iter().map(|n| n.max_pool_cores).max().unwrap_or(0);
+    let changes: Vec<f64> = needs.iter().map(|n| n.weight_changes as f64).collect();
+    let weights = |of: fn(&SloNeeds) -> Option<u32>| -> String {
+        let mut seen: Vec<u32> = needs.iter().filter_map(of).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        let seen: Vec<String> = seen.iter().map(u32::to_string).collect();
+        seen.join(", ")
+    };
+    let steered = needs.iter().filter(|n| n.weight_changes > 0).count();
+    let weight_note = if steered == 0 {
+        " Its latency reports never moved the pool's CPU weight from `cpu_weight`.".to_owned()
+    } else {
+        format!(
+            " Its latency reports moved the pool's CPU weight in {steered} of the windows ({} \
+             changes per window, median), as low as {} and ending windows at {} \
+             (docs/enforcer.md, \"Online pools: normal, below training\").",
+            crate::stats::median(&changes),
+            weights(|n| n.lowest_weight),
+            weights(|n| n.last_weight),
+        )
+    };
     format!(
         "\nUnder reamer the online worker was started through the enforcer (`enforcer launch \
          --pool online`) and followed the pool's core grants: in {} of its {} windows it told \
-         the enforcer its SLO need ({} times per window, median), at most {} {} for the pool.\n",
+         the enforcer its SLO need ({} times per window, median), at most {} {} for the pool.{}\n",
         needs.iter().filter(|n| n.told > 0).count(),
         needs.len(),
         crate::stats::median(&told),
         max_cores,
         if max_cores == 1 { "core" } else { "cores" },
+        weight_note,
     )
 }
 
@@ -612,13 +658,22 @@ mod tests {
             pid=4242 cpus=Some(1) pool_cores=1\n\
             2026-11-23T10:00:02Z  INFO enforcer::enforce: online pool's SLO need pool=\"online\" \
             pid=4242 cpus=Some(2) pool_cores=2\n\
-            2026-11-23T10:00:03Z  INFO enforcer::enforce: online pool's SLO need pool=\"online\" \
+            2026-11-23T10:00:03Z  INFO enforcer::enforce: online pool's CPU weight changed \
+            pool=\"online\" from=50 to=25 tail_over_slo=\"0.38\"\n\
+            2026-11-23T10:00:04Z  INFO enforcer::enforce: online pool's CPU weight changed \
+            pool=\"online\" from=25 to=12 tail_over_slo=\"0.41\"\n\
+            2026-11-23T10:00:05Z  INFO enforcer::enforce: online pool's CPU weight changed \
+            pool=\"online\" from=12 to=24 tail_over_slo=\"0.80\"\n\
+            2026-11-23T10:00:06Z  INFO enforcer::enforce: online pool's SLO need pool=\"online\" \
             pid=4242 cpus=None pool_cores=0\n";
         assert_eq!(
             SloNeeds::from_daemon_log(log),
             SloNeeds {
                 told: 3,
-                max_pool_cores: 2
+                max_pool_cores: 2,
+                weight_changes: 3,
+                lowest_weight: Some(12),
+                last_weight: Some(24),
             }
         );
         assert_eq!(SloNeeds::from_daemon_log(""), SloNeeds::default());
@@ -638,6 +693,9 @@ mod tests {
             window.slo_needs = Some(SloNeeds {
                 told: i,
                 max_pool_cores: 1,
+                weight_changes: i,
+                lowest_weight: (i > 0).then_some(10),
+                last_weight: (i > 0).then_some(10 * i as u32),
             });
         }
         let note = slo_needs_note(&run);
@@ -647,6 +705,13 @@ mod tests {
             "{note}"
         );
         assert!(note.contains("at most 1 core for the pool"), "{note}");
+        assert!(
+            note.contains(
+                "moved the pool's CPU weight in 3 of the windows (1.5 changes per window, \
+                 median), as low as 10 and ending windows at 10, 20, 30"
+            ),
+            "{note}"
+        );
     }
 
     /// Two rounds of every scenario: training at 100 steps/s alone and 98 beside inference;

@@ -1,0 +1,150 @@
+//! An online pool's CPU weight follows its worker's latency tail (enforcer/src/online_weight.rs):
+//! the real daemon, worker, load generator, training process and cgroups. Needs privilege.
+
+use std::{
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use reamer_tests::{
+    harness::{Daemon, eventually, online_cpu_count, privileged, remove_test_cgroups, wait_ok},
+    worker::{OnlineWorker, scratch, worker_bin},
+};
+use serde_json::Value;
+
+const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
+
+/// The pool's weight file in its cpu group, and what it holds at `weight` (v1 takes weights
+/// as `cpu.shares`, 1024 for 100).
+fn weight_file_value(instance: &str, weight: u32) -> String {
+    let group = format!("/reamer-online.{instance}.web");
+    let (file, want) = if reamer_tests::bench_cgroup::is_v2_host() {
+        ("cpu.weight", weight.to_string())
+    } else {
+        ("cpu.shares", (u64::from(weight) * 1024 / 100).to_string())
+    };
+    let got = reamer_tests::harness::cgroup_value("cpu", &group, file);
+    assert_eq!(got, want, "{group}/{file} at weight {weight}");
+    got
+}
+
+#[test]
+fn an_online_pools_weight_falls_while_its_tail_has_room_and_rises_when_training_crowds_it() {
+    let instance = "it-weight";
+    if !privileged(
+        "an_online_pools_weight_falls_while_its_tail_has_room_and_rises_when_training_crowds_it",
+    ) {
+        return;
+    }
+    // 4 items of the MLP below take the (debug) worker about 4 ms here: a tail near 8 ms,
+    // under half the SLO, while the worker has its core to itself; at a tenth of a training
+    // thread's weight on the same core it gets about a tenth of it, and the tail goes past
+    // three quarters of the SLO.
+    let slo_ms = 25;
+    let config = format!(
+        "[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = {slo_ms}\n\
+         cpu_weight = 50\nmin_cpu_weight = 10\n"
+    );
+    let decision_log = reamer_tests::harness::decision_log_of(instance);
+    let _ = std::fs::remove_file(&decision_log);
+    let daemon = Daemon::start(instance, &config);
+    let dir = scratch("online-weight");
+    let model = dir.join("mlp.onnx");
+    let made = Command::new(worker_bin())
+        .args(["mlp-model", "--width", "1024", "--layers", "8", "--out"])
+        .arg(&model)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let worker = OnlineWorker::launch_into(
+        instance,
+        "web",
+        &["--model", model.to_str().unwrap(), "--name", "mlp"],
+        dir.join("worker.log"),
+    );
+    let web = || reamer_tests::harness::pool_in(&daemon.snapshot(), "web").0;
+    let weight = |pool: &Value| pool["cpu_weight"].as_u64().unwrap_or(0);
+    assert_eq!(weight(&web()), 50, "the pool starts at its cpu_weight");
+    assert_eq!(web()["min_cpu_weight"], 10, "status names the floor");
+    weight_file_value(instance, 50);
+
+    let items = 4;
+    let data: Vec<f32> = (0..items * 16).map(|i| (i as f32 * 0.1).sin()).collect();
+    let body = serde_json::json!({"inputs": [{
+        "name": "x", "shape": [items, 16], "datatype": "FP32", "data": data,
+    }]});
+    std::fs::write(dir.join("body.json"), body.to_string()).unwrap();
+    let load = |seconds: u64| {
+        Command::new(env!("CARGO_BIN_EXE_load-gen"))
+            .args(["--url", &format!("{}/v2/models/mlp/infer", worker.base)])
+            .arg("--body")
+            .arg(dir.join("body.json"))
+            .args(["--rate", "20", "--seconds", &seconds.to_string()])
+            .args(["--slo-ms", &slo_ms.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+
+    // Alone: halved once a second, 50, 25, 12, then the floor.
+    let calm = load(8);
+    eventually(
+        "the weight fell to the floor",
+        Duration::from_secs(8),
+        || weight(&web()) == 10,
+    );
+    weight_file_value(instance, 10);
+    println!("alone: {}", web());
+    wait_ok(calm, "load-gen");
+
+    // A training job spinning on every CPU, the pool's guaranteed one included: the worker
+    // waits behind it, its tail nears the SLO, and the weight goes back up.
+    let training = daemon.launch(
+        "--training",
+        "spin",
+        HOG,
+        &[
+            "--threads",
+            &online_cpu_count().to_string(),
+            "--seconds",
+            "8",
+        ],
+    );
+    let crowded = load(7);
+    eventually("the weight rose again", Duration::from_secs(6), || {
+        weight(&web()) > 10
+    });
+    let raised = weight(&web());
+    println!("beside training: {}", web());
+    weight_file_value(instance, raised as u32);
+    wait_ok(crowded, "load-gen");
+    wait_ok(training, "training cpu-hog");
+
+    let worker_log = worker.log_text();
+    assert!(worker.stop().success(), "{worker_log}");
+    let log = daemon.stop();
+    assert!(log.contains("online pool's CPU weight changed"), "{log}");
+    let changes: Vec<(u64, u64)> = std::fs::read_to_string(&decision_log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|record| {
+            let change = &record["weight"];
+            Some((change["from"].as_u64()?, change["to"].as_u64()?))
+        })
+        .collect();
+    println!("weight changes: {changes:?}");
+    assert_eq!(changes.first(), Some(&(50, 25)), "halved first");
+    for &(from, to) in &changes {
+        assert!(
+            to == (from / 2).max(10) || to == (from * 2).min(50),
+            "a step other than halving to the floor or doubling to the ceiling: {changes:?}"
+        );
+    }
+    assert!(
+        changes.iter().any(|(from, to)| to > from),
+        "no raise logged: {changes:?}"
+    );
+    remove_test_cgroups(instance, "web");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
