@@ -320,7 +320,7 @@ impl Enforcer {
             return;
         };
         if let Err(err) = cgroup.set_weight(change.to) {
-            // A cgroup removed underneath us: say so; the next report tries again.
+            // A cgroup removed underneath us: say so, keep serving the other pools.
             warn!("pool {pool}: {err}");
             return;
         }
