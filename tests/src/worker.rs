@@ -50,6 +50,19 @@ pub fn write_tiny_model(path: &Path, version: u32) {
     assert!(status.success(), "tiny-model failed");
 }
 
+/// Writes a synthetic MLP of 8 layers of 1024 (16 inputs) to DIR/mlp.onnx: a CPU-bound model,
+/// about half a millisecond an item here, for tests that need a worker to use its CPU.
+pub fn write_cpu_bound_model(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("mlp.onnx");
+    let status = Command::new(worker_bin())
+        .args(["mlp-model", "--width", "1024", "--layers", "8", "--out"])
+        .arg(&path)
+        .status()
+        .expect("run inference-worker mlp-model");
+    assert!(status.success(), "mlp-model failed");
+    path
+}
+
 /// The tiny model's answer for one item, computed here from its documented formula:
 /// y = relu(x · W + b), W[i][j] = version · (3i + j + 1) / 10, b[j] = −j / 2.
 pub fn tiny_expected(version: u32, x: &[f32; 4]) -> [f32; 3] {
@@ -115,6 +128,19 @@ impl OnlineWorker {
             .args(["launch", "--pool", pool, "--instance", instance, "--"])
             .arg(worker_bin());
         Self::start_with(launch, args, log)
+    }
+
+    /// `launch_into` with the CPU-bound MLP (`write_cpu_bound_model`, written into `dir`) served
+    /// as model "mlp", logging to DIR/worker.log.
+    pub fn launch_cpu_bound_into(instance: &str, pool: &str, dir: &Path) -> Self {
+        let model = write_cpu_bound_model(dir);
+        let model = model.to_str().expect("utf-8 path");
+        Self::launch_into(
+            instance,
+            pool,
+            &["--model", model, "--name", "mlp"],
+            dir.join("worker.log"),
+        )
     }
 
     pub fn log_text(&self) -> String {

@@ -8,7 +8,7 @@ use std::{
 
 use reamer_tests::{
     harness::{Daemon, eventually, online_cpu_count, privileged, remove_test_cgroups, wait_ok},
-    worker::{OnlineWorker, scratch, worker_bin},
+    worker::{OnlineWorker, scratch},
 };
 use serde_json::Value;
 
@@ -49,19 +49,7 @@ fn an_online_pools_weight_falls_while_its_tail_has_room_and_rises_when_training_
     let _ = std::fs::remove_file(&decision_log);
     let daemon = Daemon::start(instance, &config);
     let dir = scratch("online-weight");
-    let model = dir.join("mlp.onnx");
-    let made = Command::new(worker_bin())
-        .args(["mlp-model", "--width", "1024", "--layers", "8", "--out"])
-        .arg(&model)
-        .status()
-        .unwrap();
-    assert!(made.success());
-    let worker = OnlineWorker::launch_into(
-        instance,
-        "web",
-        &["--model", model.to_str().unwrap(), "--name", "mlp"],
-        dir.join("worker.log"),
-    );
+    let worker = OnlineWorker::launch_cpu_bound_into(instance, "web", &dir);
     let web = || reamer_tests::harness::pool_in(&daemon.snapshot(), "web").0;
     let weight = |pool: &Value| pool["cpu_weight"].as_u64().unwrap_or(0);
     assert_eq!(weight(&web()), 50, "the pool starts at its cpu_weight");

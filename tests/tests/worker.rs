@@ -758,19 +758,7 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
     let daemon = Daemon::start(instance, &config);
     // A CPU-bound model, so that a modest request rate needs more than one thread.
     let dir = scratch("slo-need");
-    let model = dir.join("mlp.onnx");
-    let made = Command::new(worker_bin())
-        .args(["mlp-model", "--width", "1024", "--layers", "8", "--out"])
-        .arg(&model)
-        .status()
-        .unwrap();
-    assert!(made.success());
-    let worker = OnlineWorker::launch_into(
-        instance,
-        "web",
-        &["--model", model.to_str().unwrap(), "--name", "mlp"],
-        dir.join("worker.log"),
-    );
+    let worker = OnlineWorker::launch_cpu_bound_into(instance, "web", &dir);
     let web = || reamer_tests::harness::pool_in(&daemon.snapshot(), "web").0;
     let web_cpus =
         |pool: &Value| reamer_tests::harness::cpu_list_len(pool["cpus"].as_str().unwrap_or(""));
