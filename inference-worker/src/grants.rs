@@ -53,11 +53,11 @@ const RECONNECT: Duration = Duration::from_secs(1);
 /// Without one (a fixed grant) it keeps the need and sends nothing.
 #[derive(Clone, Default)]
 pub struct SloReporter {
-    inner: Arc<Mutex<NeedState>>,
+    inner: Arc<Mutex<ReporterState>>,
 }
 
 #[derive(Default)]
-struct NeedState {
+struct ReporterState {
     /// The subscription's connection, for writing; None while there is none.
     stream: Option<UnixStream>,
     last: Option<usize>,
@@ -66,7 +66,7 @@ struct NeedState {
 impl SloReporter {
     /// Tells the enforcer the worker needs `cpus` CPUs; only a change is sent.
     pub fn report(&self, cpus: usize) {
-        let mut state = self.inner.lock().expect("need lock");
+        let mut state = self.inner.lock().expect("reporter lock");
         if state.last == Some(cpus) {
             return;
         }
@@ -90,18 +90,18 @@ impl SloReporter {
             "p99_us": p99.as_micros() as u64,
             "slo_us": slo.as_micros() as u64,
         });
-        self.inner.lock().expect("need lock").write(&line);
+        self.inner.lock().expect("reporter lock").write(&line);
     }
 
     /// The connection of a new subscription: the last need goes out on it at once.
     fn attach(&self, stream: &UnixStream) {
-        let mut state = self.inner.lock().expect("need lock");
+        let mut state = self.inner.lock().expect("reporter lock");
         state.stream = stream.try_clone().ok();
         state.send();
     }
 }
 
-impl NeedState {
+impl ReporterState {
     fn send(&mut self) {
         if let Some(cpus) = self.last {
             self.write(&serde_json::json!({"op": "need", "cpus": cpus}));

@@ -404,7 +404,7 @@ fn slo_needs_note(measured: &Measured) -> String {
         format!(
             " Its latency reports moved the pool's CPU weight in {steered} of the windows ({} \
              changes per window, median), as low as {} and ending windows at {} \
-             (docs/enforcer.md, \"Online pools: normal, below training\").",
+             (docs/enforcer.md, \"Steered by the latency tail\").",
             crate::stats::median(&changes),
             weights(|n| n.lowest_weight),
             weights(|n| n.last_weight),
