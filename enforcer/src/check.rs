@@ -35,6 +35,9 @@ fn item(name: &'static str, required: bool, result: Result<String, String>) -> I
     }
 }
 
+/// CAP_SYS_NICE's bit in the capability sets: real-time policies and other threads' policies.
+const CAP_SYS_NICE: u32 = 23;
+
 /// Effective capability bits of this process.
 fn effective_caps() -> u64 {
     read("/proc/self/status")
@@ -100,11 +103,11 @@ fn privileges() -> Result<String, String> {
 /// Capabilities the daemon runs without, at a cost: each missing one is named with what it
 /// costs.
 fn optional_capabilities() -> Result<String, String> {
-    // CAP_KILL 5, CAP_SYS_NICE 23.
+    // CAP_KILL 5.
     let caps = effective_caps();
     let missing: Vec<&str> = [
         (
-            23,
+            CAP_SYS_NICE,
             "CAP_SYS_NICE (the event thread stays SCHED_OTHER, with the shortest time slice: \
              reactions may wait behind busy CPUs; offline inference threads are not given \
              SCHED_OTHER back at shutdown)",
@@ -135,8 +138,8 @@ fn real_time() -> Result<String, String> {
         .map_err(|_| "the probing thread panicked".to_owned())?;
     match tried {
         Ok(()) => Ok("SCHED_FIFO allowed here: the event thread runs real-time".to_owned()),
-        // CAP_SYS_NICE is bit 23; the `capabilities` line says what its absence costs.
-        Err(_) if effective_caps() & (1 << 23) == 0 => Err(
+        // The `capabilities` line says what its absence costs.
+        Err(_) if effective_caps() & (1 << CAP_SYS_NICE) == 0 => Err(
             "SCHED_FIFO refused: this process lacks CAP_SYS_NICE (see `capabilities`)".to_owned(),
         ),
         Err(crate::thread_policy::Refused {

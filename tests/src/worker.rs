@@ -50,6 +50,17 @@ pub fn write_tiny_model(path: &Path, version: u32) {
     assert!(status.success(), "tiny-model failed");
 }
 
+/// How `inference-worker online` serves the PP-OCR text-direction classifier: under the name
+/// "cls", its open input dimensions fixed to one 48×192 RGB crop, at most 2 items a batch.
+pub const CLASSIFIER_SERVE_ARGS: [&str; 6] = [
+    "--name",
+    "cls",
+    "--input-shape",
+    "3,48,192",
+    "--max-batch",
+    "2",
+];
+
 /// Writes a synthetic MLP of 8 layers of 1024 (16 inputs) to DIR/mlp.onnx: a CPU-bound model,
 /// about half a millisecond an item here, for tests that need a worker to use its CPU.
 pub fn write_cpu_bound_model(dir: &Path) -> std::path::PathBuf {

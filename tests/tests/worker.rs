@@ -17,7 +17,7 @@ use reamer_tests::{
     harness::{Daemon, eventually, privileged, remove_test_cgroups, u64_of, wait_ok},
     proc_stats::resident_kib,
     worker::{
-        OnlineWorker, agent, check_tiny_answer, get, metric, post, scratch,
+        CLASSIFIER_SERVE_ARGS, OnlineWorker, agent, check_tiny_answer, get, metric, post, scratch,
         scratch_with_tiny_model, tiny_expected, tiny_request, worker_bin, write_tiny_model,
     },
 };
@@ -878,22 +878,9 @@ fn the_shipped_pp_ocr_classifier_serves_through_kserve() {
         return;
     };
     let dir = scratch("pp-ocr");
-    let worker = OnlineWorker::serve(
-        &dir,
-        &model,
-        &[
-            "--name",
-            "cls",
-            "--input-shape",
-            "3,48,192",
-            "--max-batch",
-            "2",
-            "--profile-runs",
-            "1",
-            "--cpus",
-            "0",
-        ],
-    );
+    let mut args = CLASSIFIER_SERVE_ARGS.to_vec();
+    args.extend(["--profile-runs", "1", "--cpus", "0"]);
+    let worker = OnlineWorker::serve(&dir, &model, &args);
     let http = agent();
     let (status, meta) = get(&http, &format!("{}/v2/models/cls", worker.base));
     assert_eq!(status, 200);

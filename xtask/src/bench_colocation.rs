@@ -205,20 +205,14 @@ fn reset_job(job: &Path) {
 
 /// `inference-worker online`'s arguments after `--listen`: the classifier under the SLO.
 fn online_args(inputs: &Inputs) -> anyhow::Result<Vec<String>> {
-    Ok([
-        "--model",
-        inputs.classifier.to_str().context("utf-8 path")?,
-        "--name",
-        "cls",
-        "--input-shape",
-        "3,48,192",
-        "--max-batch",
-        "2",
-        "--slo-ms",
-        &SLO_MS.to_string(),
-    ]
-    .map(str::to_owned)
-    .to_vec())
+    let model = inputs.classifier.to_str().context("utf-8 path")?;
+    let slo_ms = SLO_MS.to_string();
+    Ok(["--model", model]
+        .into_iter()
+        .chain(reamer_tests::worker::CLASSIFIER_SERVE_ARGS)
+        .chain(["--slo-ms", &slo_ms])
+        .map(str::to_owned)
+        .collect())
 }
 
 /// The stderr of the online worker the enforcer started, the last one.
