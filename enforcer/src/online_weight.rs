@@ -30,8 +30,11 @@ pub const RAISE_ABOVE: f64 = 0.75;
 /// A tail below this share of the SLO lowers the weight: at half the weight an item can
 /// take about twice as long when training contends, and the tail still fits.
 pub const LOWER_BELOW: f64 = 0.5;
-/// Lowered at most once in this time: a worker reports once a second.
-pub const STEP_EVERY_NS: u64 = 1_000_000_000;
+/// Lowered at most once in this time: once per report of a worker that reports each second.
+/// A little under the second, so that a report that arrives a few milliseconds early (the
+/// worker's tick, the socket, this daemon's own scheduling) does not skip its step and leave
+/// the weight a second longer above where the tail allows.
+pub const STEP_EVERY_NS: u64 = 900_000_000;
 /// No lowering for this long after a raise.
 pub const HOLD_AFTER_RAISE_NS: u64 = 3_000_000_000;
 /// A worker's report older than this no longer counts (its load stopped).
@@ -176,8 +179,13 @@ mod tests {
             None,
             "once a second"
         );
-        assert_eq!(steering.report(7, &tail(19), 2 * S).map(|c| c.to), Some(12));
-        assert_eq!(steering.report(7, &tail(19), 3 * S).map(|c| c.to), Some(10));
+        // The next second's report, 50 ms early, still takes its step.
+        let early = 2 * S - S / 20;
+        assert_eq!(steering.report(7, &tail(19), early).map(|c| c.to), Some(12));
+        assert_eq!(
+            steering.report(7, &tail(19), early + S).map(|c| c.to),
+            Some(10)
+        );
         assert_eq!(steering.report(7, &tail(19), 4 * S), None, "at the floor");
         assert_eq!(steering.weight(), 10);
     }

@@ -451,7 +451,8 @@ pub fn markdown(
     let mut out = format!(
         "Command: `{command}`\n\nMachine: {machine}\n\n\
          {} rounds of {} windows of {:.1} s (offline alone, then the {} scenarios in an order \
-         rotated every round); training-sim seeded by round; online: PP-OCR cls at {} \
+         rotated every round), each after a lead of {:.1} s in which inference ran without \
+         training, its online traffic included; training-sim seeded by round; online: PP-OCR cls at {} \
          requests/s (Poisson), and at {:.0} requests/s in the heavy-online scenarios ({} CPUs \
          of its work: the worker took {:.2} ms of CPU per request alone, measured at the start), \
          SLO {} ms; offline: a 1024×8 MLP job, batch 8.\n\n\
@@ -464,6 +465,7 @@ pub fn markdown(
         Scenario::ALL.len() + 1,
         measured.window_s,
         Scenario::ALL.len(),
+        measured.lead_s,
         ONLINE_RATE,
         measured.heavy_online_rate,
         HEAVY_ONLINE_CPUS,
@@ -618,6 +620,7 @@ mod tests {
             rounds,
             rounds_asked: 4,
             window_s: 4.0,
+            lead_s: 3.5,
             online_cpu_ms_per_request: 3.5,
             heavy_online_rate: 142.9,
             max_steal_pct: 3.0,
