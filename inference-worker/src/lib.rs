@@ -11,6 +11,7 @@ pub mod executor;
 pub mod grants;
 pub mod http;
 pub mod kserve;
+pub mod latency_report;
 pub mod metrics;
 pub mod mlp_model;
 pub mod model;

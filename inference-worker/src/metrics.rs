@@ -60,8 +60,21 @@ impl LatencyWindow {
         }
     }
 
-    /// The requests since the last call (or `new`), and starts the next window.
+    /// The requests since the last call to `next` (or `new`), and starts the next window.
     pub fn next(&mut self, metrics: &Metrics) -> WindowLatency {
+        let (latency, seen, missed) = self.so_far(metrics);
+        self.seen = seen;
+        self.missed = missed;
+        latency
+    }
+
+    /// The requests of the window so far, which goes on.
+    pub fn peek(&self, metrics: &Metrics) -> WindowLatency {
+        self.so_far(metrics).0
+    }
+
+    /// The window's requests, and the counters it would start the next window from.
+    fn so_far(&self, metrics: &Metrics) -> (WindowLatency, Vec<u64>, u64) {
         let now = metrics.latency_histogram();
         let window: Vec<u64> = now
             .iter()
@@ -74,9 +87,7 @@ impl LatencyWindow {
             missed: missed.saturating_sub(self.missed),
             p99: percentile(&window, 0.99).map(Duration::from_nanos),
         };
-        self.seen = now;
-        self.missed = missed;
-        latency
+        (latency, now, missed)
     }
 }
 
@@ -302,6 +313,10 @@ mod tests {
         );
         let empty = window.next(&metrics);
         assert_eq!((empty.requests, empty.missed, empty.p99), (0, 0, None));
+        // A look does not start a new window.
+        metrics.record_ok(Duration::from_millis(3));
+        assert_eq!(window.peek(&metrics).requests, 1);
+        assert_eq!(window.peek(&metrics).requests, 1);
         metrics.failed.fetch_add(1, Relaxed);
         assert_eq!(window.next(&metrics).missed, 1);
     }

@@ -8,8 +8,9 @@
 //! Each check also works out how many CPUs the SLO needs at the measured rate, whatever the
 //! grant is now, and tells the enforcer (a rise at once, a fall after `SHRINK_AFTER` checks):
 //! for an online pool the enforcer grants them beyond the pool's minimum where training
-//! leaves cores free. It also tells the enforcer the latency of the requests since the last
-//! check, by which the enforcer steers the pool's CPU weight (lower while the tail has room).
+//! leaves cores free. A thread of its own tells the enforcer the latency of the requests
+//! (`latency_report`), by which the enforcer steers the pool's CPU weight (lower while the
+//! tail has room).
 
 use std::{
     net::SocketAddr,
@@ -25,7 +26,8 @@ use crate::{
     executor::{Config, Executor},
     grants::{self, Grant, GrantSource, SloReporter},
     http::{self, AppState},
-    metrics::{LatencyWindow, Metrics},
+    latency_report,
+    metrics::Metrics,
     model::Model,
     profile::Profile,
     queue::JobQueue,
@@ -97,6 +99,12 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             executor.clone(),
             metrics.clone(),
         )?;
+    }
+    {
+        let (metrics, reporter) = (metrics.clone(), needs.clone());
+        std::thread::Builder::new()
+            .name("latency-report".into())
+            .spawn(move || latency_report::run(&metrics, &reporter))?;
     }
     {
         let (executor, metrics) = (executor.clone(), metrics.clone());
@@ -184,7 +192,6 @@ fn adapt(
     let mut smaller_for = 0;
     let machine_cpus = affinity::machine_cpus();
     let mut need = Hysteresis::default();
-    let mut latency = LatencyWindow::new(metrics);
     loop {
         let mut config = executor.config();
         match grants.recv_timeout(ADAPT_EVERY) {
@@ -204,7 +211,6 @@ fn adapt(
         let needed = need.update(profile.cpus_needed(metrics.slo(), rate, machine_cpus));
         metrics.needed_cpus.store(needed as u64, Relaxed);
         needs.report(needed);
-        needs.report_latency(&latency.next(metrics), metrics.slo());
         let choice = profile.choose(metrics.slo(), rate, config.cpus.len());
         let mut wanted = Config {
             threads: choice.threads,
