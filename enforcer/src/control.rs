@@ -42,10 +42,10 @@ pub enum Request {
     /// answer: the grants that follow are the answer. A worker holds a smaller need for a few
     /// seconds before it sends it, so the grants do not follow every wobble of the load.
     Need { cpus: usize },
-    /// Sent by a subscribed worker of an online pool once a second while it has requests:
-    /// their latency over that second against the worker's SLO. The enforcer steers the
-    /// pool's CPU weight by it, between the pool's `min_cpu_weight` and `cpu_weight`
-    /// (`online_weight`). No answer.
+    /// Sent by a subscribed worker of an online pool once a second while it has requests, and
+    /// at once where the period's requests already miss the SLO: their latency over the
+    /// period against the worker's SLO. The enforcer steers the pool's CPU weight by it,
+    /// between the pool's `min_cpu_weight` and `cpu_weight` (`online_weight`). No answer.
     Latency {
         /// Requests answered in the period.
         requests: u64,

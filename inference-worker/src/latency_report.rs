@@ -5,10 +5,9 @@
 //! near the SLO, one doubling per report (docs/enforcer.md, "Steered by the latency tail").
 //! With a report only once a second, a pool whose weight had come down to its floor while it
 //! served alone took three seconds to climb back (10, 20, 40, 50) once a training job arrived,
-//! and missed the SLO meanwhile: in the co-location benchmark at the heavy online load,
-//! reamer's worker answered 94.5% of requests in time, and as few as 79% in a window. Checked
-//! every 100 ms, the same climb takes a few tenths of a second. A report sent early holds a
-//! p99 above the SLO, or a refusal, so it can only raise the weight, never lower it early.
+//! missing the SLO meanwhile. Looked at every 100 ms, requests that miss raise it within a
+//! tenth of a second. A report sent early holds a p99 above the SLO, or a refusal, so it can
+//! only raise the weight, never lower it early.
 
 use std::time::{Duration, Instant};
 
