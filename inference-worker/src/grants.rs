@@ -10,7 +10,8 @@
 //! On the same connection an online worker tells the enforcer how many CPUs its SLO needs at
 //! its current load (`{"op":"need","cpus":N}`); for an online pool the enforcer grants them
 //! beyond the pool's minimum from the cores training leaves free. After a reconnect the last
-//! need is sent again. Once a second, while it has requests, it also sends their latency
+//! need is sent again. Once a second while it has requests, and at once where they already
+//! miss the SLO (`latency_report`), it also sends their latency
 //! (`{"op":"latency","requests":N,"missed":M,"p99_us":P,"slo_us":S}`), by which the enforcer
 //! steers the pool's CPU weight.
 

@@ -145,8 +145,7 @@ impl Metrics {
     /// Requests answered within the SLO, as a percentage of every request that was not bad
     /// input: a request refused for overload or failed counts as missed.
     pub fn slo_attainment_pct(&self) -> Option<f64> {
-        let served =
-            self.ok.load(Relaxed) + self.rejected.load(Relaxed) + self.failed.load(Relaxed);
+        let served = self.ok.load(Relaxed) + self.missed();
         (served > 0).then(|| 100.0 * self.within_slo.load(Relaxed) as f64 / served as f64)
     }
 
