@@ -8,9 +8,8 @@ use std::{sync::Arc, time::Instant};
 
 use axum::{
     Json, Router,
-    body::Body,
     extract::{Path, Request, State},
-    http::{HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
@@ -108,7 +107,7 @@ async fn server_metadata() -> Response {
     Json(json!({
         "name": "reamer-inference-worker",
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": [],
+        "extensions": [kserve::BINARY_EXTENSION],
     }))
     .into_response()
 }
@@ -148,7 +147,7 @@ async fn infer(
     Path(name): Path<String>,
     request: Request,
 ) -> Response {
-    run_infer(state, name, None, request.into_body()).await
+    run_infer(state, name, None, request).await
 }
 
 async fn infer_version(
@@ -156,10 +155,30 @@ async fn infer_version(
     Path((name, version)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    run_infer(state, name, Some(version), request.into_body()).await
+    run_infer(state, name, Some(version), request).await
 }
 
-async fn run_infer(state: Shared, name: String, version: Option<String>, body: Body) -> Response {
+/// The request's `Inference-Header-Content-Length` (binary tensor data), as text; an error
+/// answer when it is not text.
+fn header_length(headers: &HeaderMap) -> Result<Option<String>, String> {
+    headers
+        .get(kserve::HEADER_LENGTH)
+        .map(|v| {
+            v.to_str().map(str::to_owned).map_err(|_| {
+                "header Inference-Header-Content-Length is not text; it must be a byte count"
+                    .to_string()
+            })
+        })
+        .transpose()
+}
+
+async fn run_infer(
+    state: Shared,
+    name: String,
+    version: Option<String>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
     let started = Instant::now();
     let metrics = &state.metrics;
     let bad = |status: StatusCode, message: String| {
@@ -200,7 +219,9 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
         }
     };
     let model = state.executor.model();
-    let mut request = match kserve::parse_infer(&bytes, &model.signature) {
+    let parsed = header_length(&parts.headers)
+        .and_then(|length| kserve::parse_infer(&bytes, length.as_deref(), &model.signature));
+    let mut request = match parsed {
         Ok(request) => request,
         Err(message) => return bad(StatusCode::BAD_REQUEST, message),
     };
@@ -239,10 +260,10 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
         Ok(Ok((version, items))) => {
             // The answer comes from the model version that ran it, which a reload may have
             // replaced since; its signature is the same (reloads that change it are refused).
-            let body =
+            let answer =
                 kserve::infer_response(&model.name, version, &model.signature, &request, &items);
             metrics.record_ok(started.elapsed());
-            Json(body).into_response()
+            answer_response(answer)
         }
         Ok(Err(message)) => {
             metrics
@@ -260,6 +281,30 @@ async fn run_infer(state: Shared, name: String, version: Option<String>, body: B
             )
         }
     }
+}
+
+/// The HTTP answer for an infer response: JSON, or with binary outputs the JSON header and
+/// the bytes after it, as KServe's binary tensor data extension sends them.
+fn answer_response(answer: kserve::InferResponse) -> Response {
+    let (body, header_length) = answer.into_body();
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    match header_length {
+        None => {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+        Some(length) => {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            headers.insert(kserve::HEADER_LENGTH, HeaderValue::from(length));
+        }
+    }
+    response
 }
 
 fn overloaded(metrics: &Metrics, message: String) -> Response {

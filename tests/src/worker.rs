@@ -208,6 +208,16 @@ pub fn tiny_request(id: &str, items: &[[f32; 4]]) -> String {
     .to_string()
 }
 
+/// A body in KServe's binary tensor data extension: the `header` JSON, then `values` as
+/// little-endian FP32. The JSON's length goes in the Inference-Header-Content-Length header.
+pub fn binary_body(header: &str, values: &[f32]) -> Vec<u8> {
+    let mut body = header.as_bytes().to_vec();
+    values
+        .iter()
+        .for_each(|v| body.extend_from_slice(&v.to_le_bytes()));
+    body
+}
+
 /// Checks an infer answer for `items` against the tiny model of the version it reports;
 /// returns that version.
 pub fn check_tiny_answer(body: &str, items: &[[f32; 4]]) -> u32 {

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use reamer_tests::worker::{OnlineWorker, scratch_with_tiny_model, tiny_request};
+use reamer_tests::worker::{OnlineWorker, binary_body, scratch_with_tiny_model, tiny_request};
 use serde_json::Value;
 
 const LOAD_GEN: &str = env!("CARGO_BIN_EXE_load-gen");
@@ -112,5 +112,45 @@ fn load_gen_counts_failures_as_misses_and_refuses_a_remote_url() {
     let (code, _, stderr) = load_gen(&["--url", &url, "--body", "/nonexistent/body.json"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("cannot read --body"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn load_gen_sends_binary_tensor_bodies_with_their_header_length() {
+    let (dir, model) = scratch_with_tiny_model("load-gen-binary");
+    let worker = OnlineWorker::serve(&dir, &model, &["--cpus", "0"]);
+    let header = r#"{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","parameters":{"binary_data_size":16}}]}"#;
+    let body = dir.join("request.bin");
+    std::fs::write(&body, binary_body(header, &[1.0, 2.0, 3.0, 4.0])).unwrap();
+    let url = format!("{}/v2/models/tiny/infer", worker.base);
+    let run = |header_length: usize| {
+        load_gen(&[
+            "--url",
+            &url,
+            "--body",
+            body.to_str().unwrap(),
+            "--inference-header-length",
+            &header_length.to_string(),
+            "--rate",
+            "50",
+            "--seconds",
+            "0.5",
+            "--slo-ms",
+            "1000",
+        ])
+    };
+    let (code, report, _) = run(header.len());
+    assert_eq!(code, 0, "{report}");
+    let sent = count(&report, "sent");
+    assert!(sent > 0, "{report}");
+    assert_eq!(count(&report, "ok"), sent, "{report}");
+    // A length that cuts the JSON short: the worker answers 400, counted as failed.
+    let (code, report, _) = run(header.len() - 1);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(count(&report, "failed"), count(&report, "sent"), "{report}");
+    let (code, _, stderr) = run(header.len() + 100);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("longer than the 110-byte body"), "{stderr}");
+    assert!(worker.stop().success());
     std::fs::remove_dir_all(&dir).unwrap();
 }

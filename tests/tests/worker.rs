@@ -17,8 +17,9 @@ use reamer_tests::{
     harness::{Daemon, eventually, privileged, remove_test_cgroups, u64_of, wait_ok},
     proc_stats::resident_kib,
     worker::{
-        CLASSIFIER_SERVE_ARGS, OnlineWorker, agent, check_tiny_answer, get, metric, post, scratch,
-        scratch_with_tiny_model, tiny_expected, tiny_request, worker_bin, write_tiny_model,
+        CLASSIFIER_SERVE_ARGS, OnlineWorker, agent, binary_body, check_tiny_answer, get, metric,
+        post, scratch, scratch_with_tiny_model, tiny_expected, tiny_request, worker_bin,
+        write_tiny_model,
     },
 };
 use serde_json::Value;
@@ -133,6 +134,105 @@ fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
     assert_eq!(metric(&page, "reamer_worker_requests_bad_total"), 7.0);
     assert_eq!(metric(&page, "reamer_worker_slo_attainment_ratio"), 1.0);
     assert!(metric(&page, "reamer_worker_latency_p99_seconds") > 0.0);
+    assert!(worker.stop().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// POSTs a KServe body with binary tensors: `header` JSON, then `values` as little-endian
+/// FP32, with the Inference-Header-Content-Length header saying where the JSON ends (or
+/// `header_length` in its place). Returns the status, the answer's header length, and its body.
+fn post_binary(
+    http: &ureq::Agent,
+    url: &str,
+    header: &str,
+    values: &[f32],
+    header_length: Option<&str>,
+) -> (u16, Option<usize>, Vec<u8>) {
+    let body = binary_body(header, values);
+    let length = header.len().to_string();
+    let mut response = http
+        .post(url)
+        .header("content-type", "application/octet-stream")
+        .header(
+            "inference-header-content-length",
+            header_length.unwrap_or(&length),
+        )
+        .send(&body[..])
+        .expect("POST");
+    let answer_length = response
+        .headers()
+        .get("inference-header-content-length")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    let body = response.body_mut().read_to_vec().expect("body");
+    (response.status().as_u16(), answer_length, body)
+}
+
+#[test]
+fn online_takes_and_gives_binary_tensors_as_triton_clients_send_them() {
+    let (dir, model) = scratch_with_tiny_model("kserve-binary");
+    let worker = OnlineWorker::serve(&dir, &model, &["--cpus", "0"]);
+    let http = agent();
+    let (_, server) = get(&http, &format!("{}/v2", worker.base));
+    assert_eq!(
+        serde_json::from_str::<Value>(&server).unwrap()["extensions"],
+        serde_json::json!(["binary_tensor_data"]),
+        "the server metadata names the extension"
+    );
+    let infer = format!("{}/v2/models/tiny/infer", worker.base);
+    let batch = items(3, 0.5);
+    let values: Vec<f32> = batch.iter().flatten().copied().collect();
+    let input =
+        r#"{"name":"x","shape":[3,4],"datatype":"FP32","parameters":{"binary_data_size":48}}"#;
+
+    // Binary in, JSON out: the same answer as the JSON request gives.
+    let header = format!(r#"{{"id":"b","inputs":[{input}]}}"#);
+    let (status, length, body) = post_binary(&http, &infer, &header, &values, None);
+    let text = String::from_utf8(body).unwrap();
+    assert_eq!((status, length), (200, None), "{text}");
+    check_tiny_answer(&text, &batch);
+
+    // Binary in, binary out: the JSON header says each output's size, the values follow.
+    let header = format!(
+        r#"{{"inputs":[{input}],"outputs":[{{"name":"y","parameters":{{"binary_data":true}}}}]}}"#
+    );
+    let (status, length, body) = post_binary(&http, &infer, &header, &values, None);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let length = length.expect("a binary answer says where its JSON ends");
+    let answer: Value = serde_json::from_slice(&body[..length]).unwrap();
+    assert_eq!(answer["outputs"][0]["shape"], serde_json::json!([3, 3]));
+    assert_eq!(answer["outputs"][0]["parameters"]["binary_data_size"], 36);
+    let outputs: Vec<f32> = body[length..]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let expected: Vec<f32> = batch.iter().flat_map(|x| tiny_expected(1, x)).collect();
+    assert_eq!(outputs.len(), expected.len());
+    for (got, want) in outputs.iter().zip(&expected) {
+        assert!((got - want).abs() < 1e-3, "{outputs:?} != {expected:?}");
+    }
+
+    // Bad binary bodies: a 400 that names the problem, and the worker goes on serving.
+    let header = format!(r#"{{"inputs":[{input}]}}"#);
+    let cases: [(&[f32], Option<&str>, &str); 3] = [
+        (
+            &values[..11],
+            None,
+            "44 bytes after its JSON header; input 'x' says 48",
+        ),
+        (&values, Some("9999"), "the body is only"),
+        (&values, Some("-3"), "must be a byte count"),
+    ];
+    for (values, header_length, want) in cases {
+        let (status, _, body) = post_binary(&http, &infer, &header, values, header_length);
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(status, 400, "{text}");
+        assert!(text.contains(want), "{text:?} should say {want:?}");
+    }
+    let (status, _, _) = post_binary(&http, &infer, &header, &values, None);
+    assert_eq!(status, 200);
+    let (_, page) = get(&http, &format!("{}/metrics", worker.base));
+    assert_eq!(metric(&page, "reamer_worker_requests_ok_total"), 3.0);
+    assert_eq!(metric(&page, "reamer_worker_requests_bad_total"), 3.0);
     assert!(worker.stop().success());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -108,10 +108,24 @@ pub struct LoadReport {
     pub p99_ms: Option<f64>,
 }
 
+/// How the online requests carry their image.
+#[derive(Debug, Clone, Copy)]
+enum RequestBody {
+    /// KServe's binary tensor data: what the scenarios send.
+    Binary,
+    /// JSON numbers: measured at the start, for what binary saves.
+    Json,
+}
+
 /// Files the benchmark generates once: the offline model and job, the online request.
 struct Inputs {
     classifier: PathBuf,
+    /// The online request body: a JSON header of `request_header_length` bytes, then the
+    /// image as binary FP32 (KServe's binary tensor data extension).
     request: PathBuf,
+    request_header_length: usize,
+    /// The same request as plain JSON, its image as numbers: only measured, at the start.
+    request_json: PathBuf,
     mlp: PathBuf,
     job: PathBuf,
     /// Lines in the job (`job_lines`).
@@ -143,16 +157,27 @@ fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
             classifier.display()
         );
     }
-    // One 3×48×192 "image" (a horizontal gradient, normalized the way PP-OCR feeds it).
-    let request = dir.join("cls-request.json");
+    // One 3×48×192 "image" (a horizontal gradient, normalized the way PP-OCR feeds it), sent
+    // as binary tensor data the way Triton's clients send it: as JSON numbers it is 544 KB,
+    // and parsing them cost the worker more CPU than the model did.
+    let request = dir.join("cls-request.bin");
     let item = 3 * 48 * 192;
-    let data: Vec<f32> = (0..item)
+    let image: Vec<f32> = (0..item)
         .map(|i| ((i % 192) as f32 / 191.0 - 0.5) / 0.5)
         .collect();
+    let header = serde_json::json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192],
+        "datatype": "FP32", "parameters": {"binary_data_size": item * 4}}]})
+    .to_string();
+    let mut body = header.clone().into_bytes();
+    image
+        .iter()
+        .for_each(|v| body.extend_from_slice(&v.to_le_bytes()));
+    std::fs::write(&request, body)?;
+    let request_json = dir.join("cls-request.json");
     std::fs::write(
-        &request,
+        &request_json,
         serde_json::json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192],
-            "datatype": "FP32", "data": data}]})
+            "datatype": "FP32", "data": image}]})
         .to_string(),
     )?;
     let mlp = dir.join("mlp-1024x8.onnx");
@@ -182,6 +207,8 @@ fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
     Ok(Inputs {
         classifier,
         request,
+        request_header_length: header.len(),
+        request_json,
         mlp,
         job,
         job_lines,
@@ -295,6 +322,8 @@ struct Bench {
     training_group: Option<PathBuf>,
     /// The online worker's CPU time per request, alone, ms.
     online_cpu_ms_per_request: f64,
+    /// The same with the request as plain JSON: what the binary body saves.
+    online_cpu_ms_per_json_request: f64,
     /// How the baselines ran where that varies by host (the PSI controller's source).
     notes: Vec<&'static str>,
 }
@@ -332,10 +361,12 @@ impl Bench {
             standby_group,
             training_group,
             online_cpu_ms_per_request: 0.0,
+            online_cpu_ms_per_json_request: 0.0,
             notes: Vec::new(),
         };
-        progress("measuring the online worker's CPU per request, alone");
-        bench.online_cpu_ms_per_request = bench.calibrate_online()?;
+        progress("measuring the online worker's CPU per request, alone, binary body and JSON");
+        bench.online_cpu_ms_per_request = bench.calibrate_online(RequestBody::Binary)?;
+        bench.online_cpu_ms_per_json_request = bench.calibrate_online(RequestBody::Json)?;
         Ok(bench)
     }
 
@@ -345,32 +376,52 @@ impl Bench {
     }
 
     /// `load-gen` against the online worker at `base` at `rate` for `seconds`, seeded by
-    /// `seed`.
+    /// `seed`, with the binary request body.
     fn spawn_load(&self, base: &str, rate: f64, seconds: f64, seed: &str) -> anyhow::Result<Child> {
-        Command::new(release_bin("load-gen"))
-            .args(["--url", &format!("{base}/v2/models/cls/infer")])
-            .arg("--body")
-            .arg(&self.inputs.request)
-            .args([
-                "--rate",
-                &format!("{rate:.1}"),
-                "--slo-ms",
-                &SLO_MS.to_string(),
-                "--seed",
-                seed,
-                "--seconds",
-                &format!("{seconds:.3}"),
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("spawning load-gen")
+        self.spawn_load_with(RequestBody::Binary, base, rate, seconds, seed)
     }
 
-    /// The online worker alone under the base load: its CPU time per request answered, ms.
-    fn calibrate_online(&mut self) -> anyhow::Result<f64> {
+    /// `spawn_load` with the request body `body`.
+    fn spawn_load_with(
+        &self,
+        body: RequestBody,
+        base: &str,
+        rate: f64,
+        seconds: f64,
+        seed: &str,
+    ) -> anyhow::Result<Child> {
+        let mut load = Command::new(release_bin("load-gen"));
+        load.args(["--url", &format!("{base}/v2/models/cls/infer")])
+            .arg("--body");
+        match body {
+            RequestBody::Binary => load.arg(&self.inputs.request).args([
+                "--inference-header-length",
+                &self.inputs.request_header_length.to_string(),
+            ]),
+            RequestBody::Json => load.arg(&self.inputs.request_json),
+        };
+        load.args([
+            "--rate",
+            &format!("{rate:.1}"),
+            "--slo-ms",
+            &SLO_MS.to_string(),
+            "--seed",
+            seed,
+            "--seconds",
+            &format!("{seconds:.3}"),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("spawning load-gen")
+    }
+
+    /// The online worker alone under the base load, sent `body`: its CPU time per request
+    /// answered, ms.
+    fn calibrate_online(&mut self, body: RequestBody) -> anyhow::Result<f64> {
         self.reset_groups()?;
         let jiffies = process_jiffies(self.online.child.id());
-        let load = self.spawn_load(
+        let load = self.spawn_load_with(
+            body,
             &self.online.base,
             ONLINE_RATE,
             ONLINE_CALIBRATION.as_secs_f64(),
@@ -736,6 +787,8 @@ pub struct Measured {
     /// The online worker's CPU time per request alone, ms, and the heavy-online scenarios'
     /// rate derived from it.
     pub online_cpu_ms_per_request: f64,
+    /// The same with the image sent as JSON numbers rather than binary tensor data.
+    pub online_cpu_ms_per_json_request: f64,
     pub heavy_online_rate: f64,
     /// A round with a window where the host stole more than this share of the CPU is run
     /// again.
@@ -843,8 +896,11 @@ pub fn run(
         Ok(())
     })();
     let (cpus, notes) = (bench.cpus, bench.notes.clone());
-    let (online_cpu_ms_per_request, heavy_online_rate) =
-        (bench.online_cpu_ms_per_request, bench.heavy_online_rate());
+    let (online_cpu_ms_per_request, online_cpu_ms_per_json_request, heavy_online_rate) = (
+        bench.online_cpu_ms_per_request,
+        bench.online_cpu_ms_per_json_request,
+        bench.heavy_online_rate(),
+    );
     bench.finish();
     result?;
     progress("timing how slowly an idle vCPU wakes, again (wake-probe)");
@@ -858,6 +914,7 @@ pub fn run(
         window_s,
         lead_s: INFERENCE_LEAD.as_secs_f64(),
         online_cpu_ms_per_request,
+        online_cpu_ms_per_json_request,
         heavy_online_rate,
         max_steal_pct,
         discarded,

@@ -453,9 +453,10 @@ pub fn markdown(
          {} rounds of {} windows of {:.1} s (offline alone, then the {} scenarios in an order \
          rotated every round), each after a lead of {:.1} s in which inference ran without \
          training, its online traffic included; training-sim seeded by round; online: PP-OCR cls at {} \
-         requests/s (Poisson), and at {:.0} requests/s in the heavy-online scenarios ({} CPUs \
-         of its work: the worker took {:.2} ms of CPU per request alone, measured at the start), \
-         SLO {} ms; offline: a 1024×8 MLP job, batch 8.\n\n\
+         requests/s (Poisson), each image as binary tensor data, and at {:.0} requests/s in the \
+         heavy-online scenarios ({} CPUs of its work: the worker took {:.2} ms of CPU per request \
+         alone, measured at the start, and {:.2} ms with the image as JSON numbers), SLO {} ms; \
+         offline: a 1024×8 MLP job, batch 8.\n\n\
          ![co-location scenarios side by side]({plot})\n\n\
          | scenario | training steps/s, median (range) | training slowdown, median [95% CI] (range) | \
          training step p50 / p99 | training run-queue wait | online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
@@ -470,6 +471,7 @@ pub fn markdown(
         measured.heavy_online_rate,
         HEAVY_ONLINE_CPUS,
         measured.online_cpu_ms_per_request,
+        measured.online_cpu_ms_per_json_request,
         SLO_MS
     );
     for (scenario, f) in figures {
@@ -622,6 +624,7 @@ mod tests {
             window_s: 4.0,
             lead_s: 3.5,
             online_cpu_ms_per_request: 3.5,
+            online_cpu_ms_per_json_request: 5.0,
             heavy_online_rate: 142.9,
             max_steal_pct: 3.0,
             discarded,

@@ -26,9 +26,15 @@ struct Args {
     /// The infer URL, e.g. http://127.0.0.1:8000/v2/models/cls/infer (loopback only).
     #[arg(long)]
     url: String,
-    /// A file holding the JSON request body sent every time.
+    /// A file holding the request body sent every time: JSON, or with
+    /// --inference-header-length a JSON header followed by binary tensors.
     #[arg(long)]
     body: std::path::PathBuf,
+    /// The body uses KServe's binary tensor data extension: its first BYTES bytes are the JSON
+    /// header, the tensors' raw values follow. Sent as the Inference-Header-Content-Length
+    /// header.
+    #[arg(long, value_name = "BYTES")]
+    inference_header_length: Option<usize>,
     /// Mean arrivals per second.
     #[arg(long, default_value_t = 40.0)]
     rate: f64,
@@ -96,6 +102,20 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if let Some(length) = args.inference_header_length
+        && length > body.len()
+    {
+        eprintln!(
+            "load-gen: --inference-header-length {length} is longer than the {}-byte body",
+            body.len()
+        );
+        return std::process::ExitCode::from(2);
+    }
+    let content_type = match args.inference_header_length {
+        None => "application/json",
+        Some(_) => "application/octet-stream",
+    };
+    let header_length = args.inference_header_length.map(|n| n.to_string());
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_millis(args.timeout_ms)))
@@ -107,22 +127,24 @@ fn main() -> std::process::ExitCode {
     let (outcomes, results) = mpsc::channel::<Outcome>();
     let senders: Vec<_> = (0..args.senders.max(1))
         .map(|_| {
-            let (inbox, outcomes, agent, body, url) = (
+            let (inbox, outcomes, agent, body, url, header_length) = (
                 inbox.clone(),
                 outcomes.clone(),
                 agent.clone(),
                 body.clone(),
                 args.url.clone(),
+                header_length.clone(),
             );
             std::thread::spawn(move || {
                 loop {
                     let Ok(scheduled) = inbox.lock().expect("inbox").recv() else {
                         return;
                     };
-                    let answer = agent
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .send(&body[..]);
+                    let mut post = agent.post(&url).header("content-type", content_type);
+                    if let Some(length) = &header_length {
+                        post = post.header("inference-header-content-length", length);
+                    }
+                    let answer = post.send(&body[..]);
                     let outcome = match answer {
                         Ok(mut response) => {
                             // Read the whole answer: the request is done when it has arrived.
