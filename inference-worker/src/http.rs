@@ -160,11 +160,11 @@ async fn infer_version(
 
 /// The request's `Inference-Header-Content-Length` (binary tensor data), as text; an error
 /// answer when it is not text.
-fn header_length(headers: &HeaderMap) -> Result<Option<String>, String> {
+fn header_length(headers: &HeaderMap) -> Result<Option<&str>, String> {
     headers
         .get(kserve::HEADER_LENGTH)
         .map(|v| {
-            v.to_str().map(str::to_owned).map_err(|_| {
+            v.to_str().map_err(|_| {
                 "header Inference-Header-Content-Length is not text; it must be a byte count"
                     .to_string()
             })
@@ -220,7 +220,7 @@ async fn run_infer(
     };
     let model = state.executor.model();
     let parsed = header_length(&parts.headers)
-        .and_then(|length| kserve::parse_infer(&bytes, length.as_deref(), &model.signature));
+        .and_then(|length| kserve::parse_infer(&bytes, length, &model.signature));
     let mut request = match parsed {
         Ok(request) => request,
         Err(message) => return bad(StatusCode::BAD_REQUEST, message),
