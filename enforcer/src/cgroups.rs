@@ -79,6 +79,15 @@ fn shares_for_weight(weight: u32) -> u64 {
     (u64::from(weight) * DEFAULT_CPU_SHARES / u64::from(DEFAULT_CPU_WEIGHT)).clamp(2, 262_144)
 }
 
+/// A weight on v2's scale for cgroup v1's `cpu.shares`: the inverse of `shares_for_weight`,
+/// rounded, so that every weight it wrote reads back as itself (the write floors
+/// `weight × 10.24`, which loses less than a tenth of a weight).
+fn weight_for_shares(shares: u64) -> u32 {
+    let weight =
+        (shares * u64::from(DEFAULT_CPU_WEIGHT) + DEFAULT_CPU_SHARES / 2) / DEFAULT_CPU_SHARES;
+    u32::try_from(weight).unwrap_or(u32::MAX)
+}
+
 /// Where a pool's group lives, relative to each hierarchy's root: `reamer/<instance>/<pool>`,
 /// but an online pool on cgroup v2 has its one group at the top level, where its weight
 /// counts against training (module comment).
@@ -95,13 +104,16 @@ pub struct PoolCgroup {
     /// v1 an online pool has only its cpu group at `reamer-online.<instance>.<pool>`).
     pub path: String,
     cgroup: Cgroup,
-    class: CpuClass,
     /// cgroup v1, online pools: the pool's cpu group, `reamer-online.<instance>.<pool>`.
     online_cpu_group: Option<Cgroup>,
     /// `cpuset.cpus`, held open from creation: the fast path's write then skips walking the
     /// path and opening and closing a cgroup file, which together cost as much as the write
     /// itself on this VM (kernfs lookups and allocations on a cold cache).
     cpus_file: Option<File>,
+    /// An online pool adopted with its processes: the weight a previous daemon left on its
+    /// group, at or below the configured one (steered down, `online_weight`), kept rather
+    /// than overwritten, for the enforcer to resume steering from.
+    adopted_weight: Option<u32>,
 }
 
 impl PoolCgroup {
@@ -167,18 +179,26 @@ impl PoolCgroup {
                     .open(cpuset.path().join("cpuset.cpus"))
                     .ok()
             });
-        let pool = Self {
+        let mut pool = Self {
             path,
             cgroup,
-            class,
             online_cpu_group,
             cpus_file,
+            adopted_weight: None,
         };
         if pool.cpu_dir().is_some() {
             pool.set_idle(idle)?;
         }
         if let CpuClass::Weight(weight) = class {
-            pool.set_weight(weight)?;
+            // Only a group that still holds processes was a previous daemon's: a fresh one
+            // has the kernel's default weight, which says nothing about steering.
+            pool.adopted_weight = (!pool.processes().is_empty())
+                .then(|| pool.weight())
+                .flatten()
+                .filter(|left| *left <= weight);
+            if pool.adopted_weight.is_none() {
+                pool.set_weight(weight)?;
+            }
         }
         for pid in pool.processes() {
             pool.place_in_cpu_group(pid)?;
@@ -267,11 +287,6 @@ impl PoolCgroup {
             .map_err(|e| self.error("writing cpu.idle (kernel 5.15+)", e))
     }
 
-    /// How the pool ranks for the CPU, as created.
-    pub fn class(&self) -> CpuClass {
-        self.class
-    }
-
     /// The weight of the pool's cpu group, on v2's scale (v1: as `cpu.shares`). Where the pool
     /// has no cpu group (no cpu hierarchy), there is nothing to weigh.
     pub fn set_weight(&self, weight: u32) -> Result<(), CgroupError> {
@@ -286,6 +301,33 @@ impl PoolCgroup {
         };
         cpu.set_shares(value)
             .map_err(|e| self.error(&format!("setting the cpu weight to {weight}"), e))
+    }
+
+    /// The weight of the pool's cpu group now, on v2's scale; None where it has no cpu group
+    /// or the file cannot be read.
+    fn weight(&self) -> Option<u32> {
+        let group = self.online_cpu_group.as_ref().unwrap_or(&self.cgroup);
+        let cpu: &CpuController = group.controller_of()?;
+        let file = if group.v2() {
+            "cpu.weight"
+        } else {
+            "cpu.shares"
+        };
+        let value: u64 = std::fs::read_to_string(cpu.path().join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(if group.v2() {
+            u32::try_from(value).ok()?
+        } else {
+            weight_for_shares(value)
+        })
+    }
+
+    /// The weight a previous daemon left on this adopted online pool (`adopted_weight`).
+    pub fn adopted_weight(&self) -> Option<u32> {
+        self.adopted_weight
     }
 
     /// Restricts the pool to `cpus`: one write(2) on the held `cpuset.cpus`. Where that fails
@@ -495,5 +537,18 @@ mod tests {
         assert_eq!(shares_for_weight(30), 307);
         assert_eq!(shares_for_weight(0), 2);
         assert_eq!(shares_for_weight(10_000), 102_400);
+    }
+
+    #[test]
+    fn every_weight_written_as_v1_shares_reads_back_as_itself() {
+        for weight in 1..=10_000 {
+            assert_eq!(
+                weight_for_shares(shares_for_weight(weight)),
+                weight.max(1),
+                "weight {weight} ({} shares)",
+                shares_for_weight(weight)
+            );
+        }
+        assert_eq!(weight_for_shares(DEFAULT_CPU_SHARES), DEFAULT_CPU_WEIGHT);
     }
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::{
-    cgroups::{CpuClass, PoolCgroup},
+    cgroups::PoolCgroup,
     config::{Config, PoolKind as ConfigPoolKind},
     control::Grant,
     online_weight::{TailReport, WeightChange, WeightSteering},
@@ -169,6 +169,24 @@ impl Enforcer {
                 ConfigPoolKind::Offline => PoolKind::Offline,
             };
             let cgroup = PoolCgroup::create_or_adopt(instance, &name, pool.cpu_class())?;
+            if let (Some(steering), Some(left)) = (steering.get_mut(&name), cgroup.adopted_weight())
+            {
+                // An observe-only daemon steers nothing: it holds the configured weight.
+                let resumed = if config.policy.enforce {
+                    steering.resume_at(left)
+                } else {
+                    steering.weight()
+                };
+                if resumed != left {
+                    cgroup.set_weight(resumed)?;
+                }
+                info!(
+                    pool = name.as_str(),
+                    left,
+                    resumed,
+                    "adopted pool: the weight a previous daemon left, and the one held from now"
+                );
+            }
             specs.push(PoolSpec {
                 name: name.clone(),
                 kind: kind.clone(),
@@ -513,14 +531,8 @@ impl Enforcer {
                 need_cpus: self.needs.get(name).map_or(0, |needs| {
                     needs.values().fold(0usize, |sum, n| sum.saturating_add(*n))
                 }),
-                cpu_weight: match cgroup.class() {
-                    CpuClass::Weight(weight) => Some(
-                        self.steering
-                            .get(name)
-                            .map_or(weight, WeightSteering::weight),
-                    ),
-                    CpuClass::Idle => None,
-                },
+                // Every online pool has a steering, fixed or not; offline pools have no weight.
+                cpu_weight: self.steering.get(name).map(WeightSteering::weight),
                 min_cpu_weight: self
                     .steering
                     .get(name)

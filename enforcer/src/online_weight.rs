@@ -96,6 +96,16 @@ impl WeightSteering {
         }
     }
 
+    /// Goes on from `weight`, what a previous daemon of this instance left on the pool's group
+    /// (a crash or a kill ends a daemon without releasing it), within the floor and the
+    /// ceiling: a restart does not raise a weight its predecessor steered down, which would
+    /// cost training the seconds the steering takes to come down again. Returns the weight to
+    /// hold, which differs from `weight` where the configured range has moved since.
+    pub fn resume_at(&mut self, weight: u32) -> u32 {
+        self.weight = weight.clamp(self.floor, self.ceiling);
+        self.weight
+    }
+
     pub fn weight(&self) -> u32 {
         self.weight
     }
@@ -261,6 +271,18 @@ mod tests {
         assert_eq!(idle.tail_over_slo(), None);
         assert_eq!(steering.report(2, &idle, 20 * S), None);
         assert_eq!(steering.weight(), 12);
+    }
+
+    #[test]
+    fn a_restart_resumes_from_the_weight_left_within_the_configured_range() {
+        let mut steering = WeightSteering::new(50, 10);
+        assert_eq!(steering.resume_at(12), 12);
+        assert_eq!(steering.weight(), 12);
+        // It steers on from there: a tail near the SLO doubles it, not resets it.
+        assert_eq!(steering.report(7, &tail(40), S).map(|c| c.to), Some(24));
+        // A range changed since the previous daemon: the weight left is brought within it.
+        assert_eq!(WeightSteering::new(50, 20).resume_at(12), 20);
+        assert_eq!(WeightSteering::new(30, 10).resume_at(50), 30);
     }
 
     #[test]

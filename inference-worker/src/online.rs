@@ -10,7 +10,7 @@
 //! for an online pool the enforcer grants them beyond the pool's minimum where training
 //! leaves cores free. A thread of its own tells the enforcer the latency of the requests
 //! (`latency_report`), by which the enforcer steers the pool's CPU weight (lower while the
-//! tail has room).
+//! tail has room); a worker on a fixed grant has no enforcer to tell, and no such thread.
 
 use std::{
     net::SocketAddr,
@@ -100,7 +100,9 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             metrics.clone(),
         )?;
     }
-    {
+    // A fixed grant has no enforcer to tell: no thread looking at the latency ten times a
+    // second for nobody.
+    if matches!(options.grants, GrantSource::Enforcer { .. }) {
         let (metrics, reporter) = (metrics.clone(), needs.clone());
         std::thread::Builder::new()
             .name("latency-report".into())

@@ -14,15 +14,24 @@ use serde_json::Value;
 
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
 
-/// The pool's weight file in its cpu group, and what it holds at `weight` (v1 takes weights
+/// The pool's cpu group, its weight file, and what that holds at `weight` (v1 takes weights
 /// as `cpu.shares`, 1024 for 100).
-fn weight_file_value(instance: &str, weight: u32) -> String {
+fn weight_file(instance: &str, weight: u32) -> (String, &'static str, String) {
     let group = format!("/reamer-online.{instance}.web");
-    let (file, want) = if reamer_tests::bench_cgroup::is_v2_host() {
-        ("cpu.weight", weight.to_string())
+    if reamer_tests::bench_cgroup::is_v2_host() {
+        (group, "cpu.weight", weight.to_string())
     } else {
-        ("cpu.shares", (u64::from(weight) * 1024 / 100).to_string())
-    };
+        (
+            group,
+            "cpu.shares",
+            (u64::from(weight) * 1024 / 100).to_string(),
+        )
+    }
+}
+
+/// Asserts that the pool's weight file holds `weight`.
+fn weight_file_value(instance: &str, weight: u32) -> String {
+    let (group, file, want) = weight_file(instance, weight);
     let got = reamer_tests::harness::cgroup_value("cpu", &group, file);
     assert_eq!(got, want, "{group}/{file} at weight {weight}");
     got
@@ -155,4 +164,61 @@ fn an_online_pools_weight_falls_while_its_tail_has_room_and_rises_when_training_
     );
     remove_test_cgroups(instance, "web");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A daemon killed while its pool's weight was steered down (SIGKILL, a crash: nothing is
+/// released) is followed by one that goes on from that weight instead of raising it to
+/// `cpu_weight`, which would cost training the seconds the steering takes to come down. A
+/// clean stop releases the pool to the default weight, above the range: the next daemon
+/// starts at `cpu_weight` again.
+#[test]
+fn a_restarted_daemon_goes_on_from_the_weight_its_predecessor_steered_down() {
+    let instance = "it-weight-restart";
+    if !privileged("a_restarted_daemon_goes_on_from_the_weight_its_predecessor_steered_down") {
+        return;
+    }
+    let config = "[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = 40\n\
+                  cpu_weight = 50\nmin_cpu_weight = 10\n";
+    let first = Daemon::start(instance, config);
+    // Any process of the pool: the group is adopted because it still holds one.
+    let mut member = first.launch("--pool", "web", "sleep", &["60"]);
+    let web = |daemon: &Daemon| reamer_tests::harness::pool_in(&daemon.snapshot(), "web").0;
+    let holds_member = |pool: &Value| {
+        pool["processes"]
+            .as_array()
+            .is_some_and(|pids| pids.iter().any(|p| p == member.id()))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !holds_member(&web(&first)) {
+        assert!(
+            Instant::now() < deadline,
+            "not in the pool: {}",
+            web(&first)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    weight_file_value(instance, 50);
+
+    first.crash();
+    // Where the steering would have left it after three halvings: 50, 25, 12.
+    let (group, file, steered) = weight_file(instance, 12);
+    let path = reamer_tests::harness::cgroup_dir("cpu", &group).join(file);
+    std::fs::write(&path, &steered).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+
+    let second = Daemon::start(instance, config);
+    weight_file_value(instance, 12);
+    assert_eq!(web(&second)["cpu_weight"], 12, "{}", web(&second));
+    assert!(holds_member(&web(&second)), "{}", web(&second));
+    let log = second.stop();
+    assert!(log.contains("the weight a previous daemon left"), "{log}");
+    weight_file_value(instance, 100);
+
+    let third = Daemon::start(instance, config);
+    weight_file_value(instance, 50);
+    assert_eq!(web(&third)["cpu_weight"], 50, "{}", web(&third));
+    let log = third.stop();
+    assert!(!log.contains("the weight a previous daemon left"), "{log}");
+    member.kill().unwrap();
+    member.wait().unwrap();
+    remove_test_cgroups(instance, "web");
 }
