@@ -544,7 +544,7 @@ mod tests {
         for weight in 1..=10_000 {
             assert_eq!(
                 weight_for_shares(shares_for_weight(weight)),
-                weight.max(1),
+                weight,
                 "weight {weight} ({} shares)",
                 shares_for_weight(weight)
             );
