@@ -7,8 +7,8 @@
 //! served alone took three seconds to climb back (10, 20, 40, 50) once a training job arrived,
 //! missing the SLO meanwhile. Looked at every 100 ms, requests that miss raise it by a step
 //! within a tenth of a second of the miss (in one test run the whole climb from 10 to 50
-//! took 1.4 s, docs/enforcer.md). A report sent early holds a p99 above the SLO, or a refusal, so it can
-//! only raise the weight, never lower it early.
+//! took 1.4 s, docs/enforcer.md). A report sent early holds a p99 above the SLO, or a
+//! refusal, so it can only raise the weight, never lower it early.
 
 use std::time::{Duration, Instant};
 

@@ -168,11 +168,7 @@ fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
     let header = serde_json::json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192],
         "datatype": "FP32", "parameters": {"binary_data_size": item * 4}}]})
     .to_string();
-    let mut body = header.clone().into_bytes();
-    image
-        .iter()
-        .for_each(|v| body.extend_from_slice(&v.to_le_bytes()));
-    std::fs::write(&request, body)?;
+    std::fs::write(&request, reamer_tests::worker::binary_body(&header, &image))?;
     let request_json = dir.join("cls-request.json");
     std::fs::write(
         &request_json,
