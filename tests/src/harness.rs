@@ -58,7 +58,10 @@ pub fn privileged(test: &str) -> bool {
         None
     };
     match reason {
-        None => true,
+        None => {
+            hold_machine_for_this_test();
+            true
+        }
         Some(reason) if std::env::var(REQUIRE_PRIVILEGED).is_ok_and(|v| v == "1") => {
             panic!("{test}: cannot run ({reason}) and {REQUIRE_PRIVILEGED}=1")
         }
@@ -67,6 +70,47 @@ pub fn privileged(test: &str) -> bool {
             false
         }
     }
+}
+
+/// The lock file that serializes privileged tests across threads and processes.
+const MACHINE_LOCK: &str = "/run/reamer-tests.lock";
+
+thread_local! {
+    /// This thread's hold on [`MACHINE_LOCK`], released when the thread (the test) ends.
+    static MACHINE_HELD: std::cell::RefCell<Option<std::fs::File>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Waits until no other privileged test runs on this machine, and keeps it so until the
+/// calling thread ends. Privileged tests share the machine: the top `reamer` cgroup, the
+/// scheduler, the CPUs whose timing they measure. Run side by side (`cargo test`'s default
+/// threads, or nextest's processes), one test's daemon and load disturbed another's, so
+/// `cargo test` without `--test-threads=1` failed where `cargo xtask test` passed. libtest
+/// runs each test on a thread of its own, and nextest in a process of its own: either way the
+/// hold ends with the test. An exclusive `flock` on a file is per open file, so it excludes
+/// other threads of this process as well as other processes, and the kernel drops it with the
+/// process however it ends.
+fn hold_machine_for_this_test() {
+    MACHINE_HELD.with(|held| {
+        let mut held = held.borrow_mut();
+        if held.is_some() {
+            return;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(MACHINE_LOCK)
+            .unwrap_or_else(|e| panic!("opening {MACHINE_LOCK}: {e}"));
+        // SAFETY: flock on a descriptor this function owns.
+        let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) };
+        assert_eq!(
+            locked,
+            0,
+            "locking {MACHINE_LOCK}: {}",
+            std::io::Error::last_os_error()
+        );
+        *held = Some(file);
+    });
 }
 
 /// The directory cargo put this test binary's sibling binaries in (target/<profile>).
