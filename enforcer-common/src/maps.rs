@@ -53,6 +53,17 @@ pub const PROGRAMS: [(&str, &str); 5] = [
 /// Calibration programs (sched_switch), attached only by `enforcer calibrate`.
 pub const CALIBRATION_PROGRAMS: [&str; 2] = ["reamer_cal_noop", "reamer_cal_clk"];
 
+/// A no-op program for each tracepoint of [`PROGRAMS`], in the same order, attached only by
+/// `enforcer calibrate --floor`: what any program on the sensor's tracepoints costs a workload.
+/// The one on sched_switch is the calibration no-op.
+pub const FLOOR_PROGRAMS: [(&str, &str); 5] = [
+    ("reamer_nop_wake", "sched_wakeup"),
+    ("reamer_nop_new", "sched_wakeup_new"),
+    ("reamer_cal_noop", "sched_switch"),
+    ("reamer_nop_fork", "sched_process_fork"),
+    ("reamer_nop_exit", "sched_process_exit"),
+];
+
 /// Names of the read-only globals that carry `task_struct` field offsets, resolved at load
 /// time from the running kernel's BTF (Rust eBPF has no CO-RE, so nothing is fixed at build
 /// time).

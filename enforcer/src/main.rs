@@ -150,10 +150,19 @@ enum Command {
     /// Measure this machine's floor for eBPF program cost on sched_switch (root): attach a
     /// no-op and a clock-read program for a while with run-time statistics on, and print
     /// nanoseconds per run as JSON. Benchmarks run it beside a workload.
+    ///
+    /// With --floor, measure nothing: attach a no-op program to each of the five tracepoints
+    /// the sensor uses, print {"attached": [...]} once they are, and hold them for --seconds
+    /// or until killed. A workload run meanwhile loses what any program on those tracepoints
+    /// costs it, whatever the program does (`cargo xtask bench --only sensor` compares that
+    /// with the sensor's loss).
     Calibrate {
-        /// How long to measure, in seconds.
+        /// How long to measure (or with --floor, to hold the no-ops), in seconds.
         #[arg(long, default_value_t = 2.0, value_parser = parse_interval)]
         seconds: f64,
+        /// Attach the no-op floor to the sensor's tracepoints and hold it, statistics off.
+        #[arg(long)]
+        floor: bool,
     },
 }
 
@@ -266,7 +275,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 json,
             ))
         }
-        Command::Calibrate { seconds } => {
+        Command::Calibrate {
+            seconds,
+            floor: true,
+        } => {
+            enforcer::preflight::require_root()?;
+            enforcer::preflight::ensure_mounts()?;
+            enforcer::sensor::calibration::hold_floor(
+                Duration::from_secs_f64(seconds),
+                |tracepoints| {
+                    println!("{}", serde_json::json!({ "attached": tracepoints }));
+                    // The caller starts its workload on this line: it must not sit in a buffer.
+                    let _ = std::io::Write::flush(&mut std::io::stdout());
+                },
+            )?;
+            Ok(())
+        }
+        Command::Calibrate {
+            seconds,
+            floor: false,
+        } => {
             enforcer::preflight::require_root()?;
             enforcer::preflight::ensure_mounts()?;
             let stats = enforcer::sensor::calibration::measure(Duration::from_secs_f64(seconds))?;

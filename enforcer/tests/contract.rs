@@ -38,9 +38,13 @@ fn object_has_every_program_with_a_kernel_sized_name() {
             "program name {name} is truncated by the kernel"
         );
     }
-    for name in maps::CALIBRATION_PROGRAMS {
+    let mut calibration: Vec<&str> = maps::CALIBRATION_PROGRAMS.to_vec();
+    calibration.extend(maps::FLOOR_PROGRAMS.map(|(name, _)| name));
+    calibration.sort_unstable();
+    calibration.dedup();
+    for name in &calibration {
         assert!(
-            object.programs.contains_key(name),
+            object.programs.contains_key(*name),
             "calibration program {name} missing"
         );
         assert!(
@@ -50,9 +54,18 @@ fn object_has_every_program_with_a_kernel_sized_name() {
     }
     assert_eq!(
         object.programs.len(),
-        maps::PROGRAMS.len() + maps::CALIBRATION_PROGRAMS.len(),
+        maps::PROGRAMS.len() + calibration.len(),
         "{:?}",
         object.programs.keys()
+    );
+}
+
+#[test]
+fn the_floor_has_a_no_op_on_every_tracepoint_the_sensor_uses_and_only_there() {
+    let tracepoints = |programs: [(&'static str, &'static str); 5]| programs.map(|(_, tp)| tp);
+    assert_eq!(
+        tracepoints(maps::FLOOR_PROGRAMS),
+        tracepoints(maps::PROGRAMS)
     );
 }
 

@@ -384,3 +384,102 @@ fn bpftool_reads_pinned_maps_and_stop_cleans_up() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The sensor's five tracepoints, as `enforcer calibrate --floor` reports them.
+const SENSOR_TRACEPOINTS: [&str; 5] = [
+    "sched_wakeup",
+    "sched_wakeup_new",
+    "sched_switch",
+    "sched_process_fork",
+    "sched_process_exit",
+];
+
+/// Link id → tracepoint of every raw-tracepoint link whose program is one of `programs`.
+fn links_of(programs: &HashSet<u64>) -> HashMap<u64, String> {
+    bpftool(&["link", "show"])
+        .as_array()
+        .expect("link list")
+        .iter()
+        .filter(|l| {
+            l["prog_id"]
+                .as_u64()
+                .is_some_and(|id| programs.contains(&id))
+        })
+        .filter_map(|l| Some((l["id"].as_u64()?, l["tp_name"].as_str()?.to_owned())))
+        .collect()
+}
+
+/// `enforcer calibrate` measures its no-op and clock-read programs with statistics on, and
+/// `calibrate --floor` holds a no-op on each of the sensor's five tracepoints until it is
+/// killed: the sensor benchmark's floor arm.
+#[test]
+fn calibrate_measures_its_floor_and_holds_a_no_op_on_every_sensor_tracepoint() {
+    if !privileged("calibrate_measures_its_floor_and_holds_a_no_op_on_every_sensor_tracepoint") {
+        return;
+    }
+    let enforcer = reamer_tests::harness::enforcer_bin();
+    let output = Command::new(&enforcer)
+        .args(["calibrate", "--seconds", "0.3"])
+        .output()
+        .expect("run enforcer calibrate");
+    assert!(
+        output.status.success(),
+        "calibrate: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("calibrate prints JSON");
+    let programs = report["programs"].as_array().expect("programs");
+    let names: Vec<&str> = programs.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(names, ["reamer_cal_noop", "reamer_cal_clk"], "{report}");
+    for program in programs {
+        // sched_switch fires on every CPU many times in 0.3 s, this test's own sleeps included.
+        assert!(u64_of(program, "run_count") > 0, "{report}");
+        assert!(
+            program["ns_per_run"].as_f64().unwrap_or(0.0) > 0.0,
+            "{report}"
+        );
+    }
+
+    let before = loaded_program_ids();
+    let mut floor = Command::new(&enforcer)
+        .args(["calibrate", "--floor", "--seconds", "60"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn enforcer calibrate --floor");
+    let mut line = String::new();
+    BufReader::new(floor.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read calibrate --floor");
+    let attached: Value = serde_json::from_str(&line).expect("calibrate --floor prints JSON");
+    assert_eq!(attached["attached"], json!(SENSOR_TRACEPOINTS), "{line}");
+    let no_ops: HashSet<u64> = bpftool(&["prog", "show"])
+        .as_array()
+        .expect("prog list")
+        .iter()
+        .filter(|p| p["id"].as_u64().is_some_and(|id| !before.contains(&id)))
+        .filter(|p| {
+            p["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("reamer_nop_") || n == "reamer_cal_noop")
+        })
+        .filter_map(|p| p["id"].as_u64())
+        .collect();
+    let links = links_of(&no_ops);
+    let mut tracepoints: Vec<&str> = links.values().map(String::as_str).collect();
+    tracepoints.sort_unstable();
+    let mut expected = SENSOR_TRACEPOINTS.to_vec();
+    expected.sort_unstable();
+    assert_eq!(tracepoints, expected, "links of the no-ops {no_ops:?}");
+
+    floor.kill().expect("kill calibrate --floor");
+    floor.wait().expect("reap calibrate --floor");
+    // The links were the process's own: its exit detaches them (allow the release a moment).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !links_of(&no_ops).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no-op links {links:?} still attached after calibrate --floor was killed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

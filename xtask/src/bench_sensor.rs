@@ -5,8 +5,10 @@
 //! - the throughput two context-switch-heavy workloads lose with the programs attached:
 //!   a pinned pipe ping-pong (nothing but switches: the worst case) and hackbench
 //!   (`perf bench sched messaging`: 80 tasks over sockets). Each runs as a registered training
-//!   job, so every event takes the sensor's full path. Rounds alternate with/without, and which
-//!   goes first;
+//!   job, so every event takes the sensor's full path. Every round runs three arms in an order
+//!   rotated from round to round: without programs, with the sensor, and with a no-op program
+//!   on each of the sensor's tracepoints (`enforcer calibrate --floor`), which splits the loss
+//!   into what any program there costs and what the sensor's work adds;
 //! - the sensor's time as a share of the CPU while each workload runs, from the same
 //!   accounting: what the throughput loss would be if the programs' own run time were all it
 //!   cost, without the throughput measurement's noise;
@@ -14,7 +16,8 @@
 //!   `bpf_ktime_get_ns` instead of the run queue's clock: what the default saves.
 
 use std::{
-    process::{Command, Output},
+    io::{BufRead as _, BufReader},
+    process::{Child, Command, Output, Stdio},
     time::Instant,
 };
 
@@ -124,17 +127,46 @@ fn run_as_training(daemon: &Daemon, workload: &Workload) -> anyhow::Result<f64> 
     (workload.parse)(&checked(output, workload.name)?)
 }
 
+/// A loss over the rounds: per round `1 − arm ÷ reference` (%), its median, the median's 95%
+/// bootstrap interval, and the range.
+#[derive(Debug, Serialize)]
+pub struct Loss {
+    pub median_pct: f64,
+    pub ci_pct: (f64, f64),
+    pub range_pct: (f64, f64),
+}
+
+impl Loss {
+    fn paired(arm: &[f64], reference: &[f64]) -> Self {
+        let losses: Vec<f64> = arm
+            .iter()
+            .zip(reference)
+            .map(|(a, r)| (1.0 - a / r) * 100.0)
+            .collect();
+        Self {
+            median_pct: median(&losses),
+            ci_pct: bootstrap_median_ci(&losses, 42),
+            range_pct: min_max(&losses),
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct WorkloadResult {
     pub name: String,
+    /// Operations per second in each kept round, per arm.
     pub without: Vec<f64>,
+    pub floor: Vec<f64>,
     pub with: Vec<f64>,
-    /// Median of the paired losses (1 - with/without, %), its 95% bootstrap interval, range.
-    pub loss_pct: f64,
-    /// Pairs run again because the host stole more than `max_steal_pct` during an arm.
-    pub pairs_run_again: usize,
-    pub loss_ci_pct: (f64, f64),
-    pub loss_range_pct: (f64, f64),
+    /// With the sensor against without programs: the figure the target is about.
+    pub loss: Loss,
+    /// With a no-op on each of the sensor's tracepoints against without programs: what any
+    /// program there costs this workload.
+    pub floor_loss: Loss,
+    /// With the sensor against the no-op floor: what the sensor's work adds to the floor.
+    pub above_floor: Loss,
+    /// Rounds run again because the host stole more than `max_steal_pct` during an arm.
+    pub rounds_run_again: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -350,13 +382,90 @@ fn with_steal<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, f6
     Ok((value, node_jiffies()?.steal_pct_since(&before)))
 }
 
-/// Attempts per pair asked for, at most: a host that stays busy ends the run with fewer pairs.
+/// Attempts per round asked for, at most: a host that stays busy ends the run with fewer.
 const ATTEMPTS_PER_PAIR: usize = 3;
 
-/// `rounds` pairs per workload, each with and without the sensor. A pair is kept only if the
-/// host stole at most `max_steal_pct` of the CPU during both arms: a one-second arm that
-/// loses a tenth of its CPU to another guest moves the pair's loss by as much, ten times the
-/// target.
+/// What a throughput arm runs its workloads beside.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Arm {
+    /// No program attached.
+    Without,
+    /// A no-op program on each of the sensor's tracepoints.
+    Floor,
+    /// The sensor, the workload registered as training.
+    Sensor,
+}
+
+/// The arms in the order of a round's first rotation, and the index of each in a round's
+/// results.
+const ARMS: [Arm; 3] = [Arm::Without, Arm::Floor, Arm::Sensor];
+
+/// `enforcer calibrate --floor`, attached while this lives; killing it detaches the no-ops.
+struct NoOpFloor(Child);
+
+impl NoOpFloor {
+    fn attach(enforcer: &std::path::Path) -> anyhow::Result<Self> {
+        let mut child = Command::new(enforcer)
+            .args(["calibrate", "--floor", "--seconds", "3600"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting enforcer calibrate --floor")?;
+        let stdout = child.stdout.take().context("calibrate --floor stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .context("reading calibrate --floor")?;
+        let floor = Self(child);
+        if !line.contains("\"attached\"") {
+            bail!(
+                "enforcer calibrate --floor ended before it attached its no-ops (its error is above)"
+            );
+        }
+        Ok(floor)
+    }
+}
+
+impl Drop for NoOpFloor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Each workload once beside `arm`: (operations/s, % of the CPU the host stole meanwhile).
+fn run_arm(
+    arm: Arm,
+    enforcer: &std::path::Path,
+    workloads: &[Workload],
+) -> anyhow::Result<Vec<(f64, f64)>> {
+    match arm {
+        Arm::Without => workloads
+            .iter()
+            .map(|w| with_steal(|| run_alone(w)))
+            .collect(),
+        Arm::Floor => {
+            let _floor = NoOpFloor::attach(enforcer)?;
+            workloads
+                .iter()
+                .map(|w| with_steal(|| run_alone(w)))
+                .collect()
+        }
+        Arm::Sensor => {
+            let daemon = Daemon::start_bin(enforcer, INSTANCE, "");
+            let results = workloads
+                .iter()
+                .map(|w| with_steal(|| run_as_training(&daemon, w)))
+                .collect();
+            daemon.stop();
+            results
+        }
+    }
+}
+
+/// `rounds` rounds per workload, each running the three arms in an order rotated from one
+/// round to the next. A round is kept only if the host stole at most `max_steal_pct` of the
+/// CPU during each of its arms: a one-second arm that loses a tenth of its CPU to another
+/// guest moves the round's loss by as much, ten times the target.
 pub fn run(
     rounds: usize,
     seconds: f64,
@@ -366,60 +475,47 @@ pub fn run(
 ) -> anyhow::Result<SensorBench> {
     let enforcer = release_bin("enforcer");
     let workloads = workloads(seconds, hackbench_loops);
-    let mut samples: Vec<(Vec<f64>, Vec<f64>)> =
-        workloads.iter().map(|_| (Vec::new(), Vec::new())).collect();
+    // Per workload, per arm (indexed as in ARMS): operations/s of the rounds kept.
+    let mut samples: Vec<[Vec<f64>; 3]> = workloads.iter().map(|_| Default::default()).collect();
     let mut run_again = vec![0; workloads.len()];
     for attempt in 0..rounds * ATTEMPTS_PER_PAIR {
-        let pairs = samples.iter().map(|(without, _)| without.len()).min();
-        if pairs >= Some(rounds) {
+        let kept = samples.iter().map(|arms| arms[0].len()).min();
+        if kept >= Some(rounds) {
             break;
         }
         progress(&format!(
-            "pair {}/{rounds}: with and without the sensor (order alternates; {} run again for \
-             steal)",
-            pairs.unwrap_or(0) + 1,
+            "round {}/{rounds}: without programs, with the sensor, with no-ops (order rotates; \
+             {} run again for steal)",
+            kept.unwrap_or(0) + 1,
             run_again.iter().sum::<usize>()
         ));
-        let with_first = attempt % 2 == 1;
-        let mut arms: Vec<[(f64, f64); 2]> = vec![[(0.0, 0.0); 2]; workloads.len()];
-        for with_sensor in [with_first, !with_first] {
-            if with_sensor {
-                let daemon = Daemon::start_bin(&enforcer, INSTANCE, "");
-                for (workload, arm) in workloads.iter().zip(arms.iter_mut()) {
-                    arm[1] = with_steal(|| run_as_training(&daemon, workload))?;
-                }
-                daemon.stop();
-            } else {
-                for (workload, arm) in workloads.iter().zip(arms.iter_mut()) {
-                    arm[0] = with_steal(|| run_alone(workload))?;
-                }
-            }
+        let mut results: [Vec<(f64, f64)>; 3] = Default::default();
+        for step in 0..ARMS.len() {
+            let index = (attempt + step) % ARMS.len();
+            results[index] = run_arm(ARMS[index], &enforcer, &workloads)?;
         }
-        for ((arm, (without, with)), again) in arms
-            .iter()
-            .zip(samples.iter_mut())
-            .zip(run_again.iter_mut())
-        {
-            if without.len() == rounds {
+        for (w, (arms, again)) in samples.iter_mut().zip(run_again.iter_mut()).enumerate() {
+            if arms[0].len() == rounds {
                 continue;
             }
-            if arm[0].1 > max_steal_pct || arm[1].1 > max_steal_pct {
+            if results.iter().any(|arm| arm[w].1 > max_steal_pct) {
                 *again += 1;
                 continue;
             }
-            without.push(arm[0].0);
-            with.push(arm[1].0);
+            for (kept, arm) in arms.iter_mut().zip(&results) {
+                kept.push(arm[w].0);
+            }
         }
     }
     if let Some(((workload, _), again)) = workloads
         .iter()
         .zip(&samples)
         .zip(&run_again)
-        .find(|((_, (without, _)), _)| without.is_empty())
+        .find(|((_, arms), _)| arms[0].is_empty())
     {
         bail!(
             "{}: the host stole more than {max_steal_pct}% of the CPU during every one of {again} \
-             pairs: the losses would measure the other guests. Run again when the host is \
+             rounds: the losses would measure the other guests. Run again when the host is \
              quieter, or allow more with --max-steal",
             workload.name
         );
@@ -436,22 +532,18 @@ pub fn run(
         .iter()
         .zip(samples)
         .zip(run_again)
-        .map(|((workload, (without, with)), pairs_run_again)| {
-            let losses: Vec<f64> = with
-                .iter()
-                .zip(&without)
-                .map(|(w, wo)| (1.0 - w / wo) * 100.0)
-                .collect();
-            WorkloadResult {
+        .map(
+            |((workload, [without, floor, with]), rounds_run_again)| WorkloadResult {
                 name: workload.name.to_owned(),
-                loss_pct: median(&losses),
-                loss_ci_pct: bootstrap_median_ci(&losses, 42),
-                loss_range_pct: min_max(&losses),
-                pairs_run_again,
+                loss: Loss::paired(&with, &without),
+                floor_loss: Loss::paired(&floor, &without),
+                above_floor: Loss::paired(&with, &floor),
+                rounds_run_again,
                 without,
+                floor,
                 with,
-            }
-        })
+            },
+        )
         .collect();
     let spread = |figure: &dyn Fn(&CostRound) -> f64| {
         Spread::of(&costs.iter().map(figure).collect::<Vec<_>>())
@@ -628,29 +720,51 @@ pub fn markdown(bench: &SensorBench, command: &str, machine: &str) -> String {
         "",
     ));
     for w in &bench.workloads {
-        out.push_str(&format!(
-            "| throughput lost: {} (median of {} pairs; 95% CI; range) | {:.2}% ({:.2}% to {:.2}%; {:.2}% to {:.2}%) | ≤ 1% |\n",
-            w.name, w.without.len(), w.loss_pct, w.loss_ci_pct.0, w.loss_ci_pct.1, w.loss_range_pct.0, w.loss_range_pct.1
+        let rounds = w.without.len();
+        let loss = |figure: &str, loss: &Loss, target: &str| {
+            format!(
+                "| {figure}: {} (median of {rounds} rounds; 95% CI; range) | {:.2}% ({:.2}% to {:.2}%; {:.2}% to {:.2}%) | {target} |\n",
+                w.name,
+                loss.median_pct,
+                loss.ci_pct.0,
+                loss.ci_pct.1,
+                loss.range_pct.0,
+                loss.range_pct.1
+            )
+        };
+        out.push_str(&loss("throughput lost to the sensor", &w.loss, "≤ 1%"));
+        out.push_str(&loss(
+            "of which the floor: lost to a no-op program on each of the sensor's tracepoints",
+            &w.floor_loss,
+            "",
+        ));
+        out.push_str(&loss(
+            "the sensor against that floor (1 − with the sensor ÷ with the no-ops)",
+            &w.above_floor,
+            "",
         ));
     }
     let run_again: Vec<String> = bench
         .workloads
         .iter()
-        .map(|w| format!("{} for {}", w.pairs_run_again, w.name))
+        .map(|w| format!("{} for {}", w.rounds_run_again, w.name))
         .collect();
     out.push_str(&format!(
-        "\nPairs where the host stole more than {}% of the CPU during either arm were run \
-         again: {}. Cost rounds run again for the same reason: {}.\n",
+        "\nRounds where the host stole more than {}% of the CPU during any of their three arms \
+         were run again: {}. Cost rounds run again for the same reason: {}.\n",
         bench.max_steal_pct,
         run_again.join(", "),
         bench.cost_rounds_run_again
     ));
-    out.push_str("\n| workload | without (median) | with (median) |\n|---|---|---|\n");
+    out.push_str(
+        "\n| workload | without programs (median) | no-op floor (median) | with the sensor (median) |\n|---|---|---|---|\n",
+    );
     for w in &bench.workloads {
         out.push_str(&format!(
-            "| {} | {:.1} | {:.1} |\n",
+            "| {} | {:.1} | {:.1} | {:.1} |\n",
             w.name,
             median(&w.without),
+            median(&w.floor),
             median(&w.with)
         ));
     }

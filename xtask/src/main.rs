@@ -89,7 +89,7 @@ enum Task {
         /// Seconds of training per co-location window.
         #[arg(long, default_value_t = 4.0)]
         window: f64,
-        /// Sensor pairs and co-location rounds are kept only if the hypervisor stole at most
+        /// Sensor and co-location rounds are kept only if the hypervisor stole at most
         /// this share of the CPU (%) while they ran; others are run again, up to three
         /// attempts per one asked for. On this kind of VM steal moves a result more than the
         /// effects measured.
@@ -104,7 +104,8 @@ enum Task {
         /// Rounds of the GPU benchmark (each runs every GPU scenario once).
         #[arg(long, default_value_t = 3)]
         gpu_rounds: usize,
-        /// Paired rounds (with and without the sensor).
+        /// Rounds of the sensor's throughput measurement (each runs the workloads without
+        /// programs, with the sensor, and with a no-op on each of its tracepoints).
         #[arg(long, default_value_t = 30)]
         rounds: usize,
         /// Seconds per ping-pong measurement (hackbench runs a fixed amount of work).

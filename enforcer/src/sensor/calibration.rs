@@ -1,9 +1,13 @@
-//! `enforcer calibrate`: this machine's floor for the cost of a program on sched_switch.
+//! `enforcer calibrate`: this machine's floor for the cost of a program on the scheduler's
+//! tracepoints.
 //!
-//! Attaches the object's two calibration programs (a no-op and a single clock read) with
-//! run-time statistics on, for a while, and reports nanoseconds per run. On a VM the floor can
-//! be a large part of any program's cost (measured here: tens of ns for the no-op), so the
-//! sensor's cost means most next to it.
+//! - [`measure`] attaches the object's two calibration programs (a no-op and a single clock
+//!   read) to sched_switch with run-time statistics on, for a while, and reports nanoseconds
+//!   per run. On a VM the floor can be a large part of any program's cost (measured here:
+//!   tens of ns for the no-op), so the sensor's cost means most next to it.
+//! - [`hold_floor`] attaches a no-op to every tracepoint the sensor uses and holds them: a
+//!   workload run meanwhile loses what any program there would cost it. Its throughput loss
+//!   is the floor under the sensor's own (docs/benchmarks.md, "Sensor cost").
 
 use std::time::Duration;
 
@@ -11,7 +15,7 @@ use aya::{
     EbpfLoader,
     sys::{Stats, enable_stats},
 };
-use enforcer_common::maps::CALIBRATION_PROGRAMS;
+use enforcer_common::maps::{CALIBRATION_PROGRAMS, FLOOR_PROGRAMS};
 
 use super::{
     loader::{ProgramStats, SensorError, attach_program},
@@ -20,12 +24,7 @@ use super::{
 
 /// Runs the calibration programs for `duration` and returns their statistics.
 pub fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
-    let object = object::object().ok_or(SensorError::NotBuilt)?;
-    // The object's task-local storage map is one aya has no type for (see `offsets::loader_with`).
-    let mut ebpf = EbpfLoader::new()
-        .allow_unsupported_maps()
-        .load(object)
-        .map_err(|source| SensorError::Load { source })?;
+    let mut ebpf = load()?;
     // Statistics stay on while this fd is open, whatever kernel.bpf_stats_enabled says.
     let _stats = enable_stats(Stats::RunTime).map_err(|e| SensorError::Stats(e.to_string()))?;
     let btf = aya::Btf::from_sys_fs().map_err(SensorError::KernelBtf)?;
@@ -50,4 +49,29 @@ pub fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
         });
     }
     Ok(stats)
+}
+
+/// Attaches a no-op program to each tracepoint the sensor uses, with run-time statistics left
+/// as they are (off unless someone turned them on), calls `attached` with the tracepoints once
+/// all are attached, and holds them for `duration`. Killing the process detaches them: they
+/// are links of this process, never pinned.
+pub fn hold_floor(duration: Duration, attached: impl FnOnce(&[&str])) -> Result<(), SensorError> {
+    let mut ebpf = load()?;
+    let btf = aya::Btf::from_sys_fs().map_err(SensorError::KernelBtf)?;
+    for (name, tracepoint) in FLOOR_PROGRAMS {
+        attach_program(&mut ebpf, name, tracepoint, &btf)?;
+    }
+    attached(&FLOOR_PROGRAMS.map(|(_, tracepoint)| tracepoint));
+    std::thread::sleep(duration);
+    Ok(())
+}
+
+/// The sensor's object, loaded for calibration: its maps are created, none is pinned.
+fn load() -> Result<aya::Ebpf, SensorError> {
+    let object = object::object().ok_or(SensorError::NotBuilt)?;
+    // The object's task-local storage map is one aya has no type for (see `offsets::loader_with`).
+    EbpfLoader::new()
+        .allow_unsupported_maps()
+        .load(object)
+        .map_err(|source| SensorError::Load { source })
 }
