@@ -82,11 +82,12 @@ thread_local! {
 
 /// Waits until no other privileged test runs on this machine, and keeps it so until the
 /// calling thread ends. Privileged tests share the machine: the top `reamer` cgroup, the
-/// scheduler, the CPUs whose timing they measure. Run side by side (`cargo test`'s default
-/// threads, or nextest's processes), one test's daemon and load disturbed another's, so
-/// `cargo test` without `--test-threads=1` failed where `cargo xtask test` passed. libtest
-/// runs each test on a thread of its own, and nextest in a process of its own: either way the
-/// hold ends with the test. An exclusive `flock` on a file is per open file, so it excludes
+/// scheduler, and the CPUs whose timing several of them measure (run-queue waits against
+/// schedstat, training's pace beside a hog). Side by side, one test's daemon and load are
+/// another's noise. `cargo xtask test` runs them one at a time (`--test-threads=1`); this
+/// lock does the same for `cargo test`'s default threads and for nextest's processes.
+/// libtest runs each test on a thread of its own, and nextest in a process of its own: either
+/// way the hold ends with the test. An exclusive `flock` is per open file, so it excludes
 /// other threads of this process as well as other processes, and the kernel drops it with the
 /// process however it ends.
 fn hold_machine_for_this_test() {

@@ -383,7 +383,7 @@ fn with_steal<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, f6
 }
 
 /// Attempts per round asked for, at most: a host that stays busy ends the run with fewer.
-const ATTEMPTS_PER_PAIR: usize = 3;
+const ATTEMPTS_PER_ROUND: usize = 3;
 
 /// What a throughput arm runs its workloads beside.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -478,7 +478,7 @@ pub fn run(
     // Per workload, per arm (indexed as in ARMS): operations/s of the rounds kept.
     let mut samples: Vec<[Vec<f64>; 3]> = workloads.iter().map(|_| Default::default()).collect();
     let mut run_again = vec![0; workloads.len()];
-    for attempt in 0..rounds * ATTEMPTS_PER_PAIR {
+    for attempt in 0..rounds * ATTEMPTS_PER_ROUND {
         let kept = samples.iter().map(|arms| arms[0].len()).min();
         if kept >= Some(rounds) {
             break;
@@ -597,7 +597,7 @@ fn cost_rounds(
 ) -> anyhow::Result<(Vec<CostRound>, usize)> {
     let mut kept = Vec::new();
     let mut run_again = 0;
-    for _ in 0..COST_ROUNDS * ATTEMPTS_PER_PAIR {
+    for _ in 0..COST_ROUNDS * ATTEMPTS_PER_ROUND {
         if kept.len() == COST_ROUNDS {
             break;
         }
@@ -786,5 +786,92 @@ pub fn markdown(bench: &SensorBench, command: &str, machine: &str) -> String {
             p.name, p.runs, p.ns_per_run,
         ));
     }
+    out.push_str(&targets(bench));
     out
+}
+
+/// The per-event cost target, at most this many ns per program run on the full path.
+const COST_TARGET_NS: f64 = 100.0;
+/// The throughput target: at most this loss, %.
+const LOSS_TARGET_PCT: f64 = 1.0;
+
+/// The sensor against the issue's two targets, one row per figure.
+fn targets(bench: &SensorBench) -> String {
+    let cost = bench.sensor_ns_per_run.median;
+    let mut out = format!(
+        "\nThe sensor against its targets:\n\n| target | figure | |\n|---|---|---|\n\
+         | ≤ {COST_TARGET_NS:.0} ns per event, full path (median of the cost rounds) | {cost:.1} ns | {} |\n",
+        if cost <= COST_TARGET_NS {
+            "met"
+        } else {
+            "**missed**"
+        }
+    );
+    for w in &bench.workloads {
+        out.push_str(&format!(
+            "| ≤ {LOSS_TARGET_PCT:.0}% throughput lost: {} | {:.2}% [{:.2}, {:.2}] | {} |\n",
+            w.name,
+            w.loss.median_pct,
+            w.loss.ci_pct.0,
+            w.loss.ci_pct.1,
+            throughput_verdict(&w.loss, &w.floor_loss)
+        ));
+    }
+    out
+}
+
+/// Met only when the whole interval of the loss is within the target, missed when all of it
+/// is past; where a no-op on the same tracepoints is past the target by itself, no sensor
+/// there can meet it on this machine, and the verdict says so.
+fn throughput_verdict(loss: &Loss, floor: &Loss) -> String {
+    if loss.ci_pct.1 <= LOSS_TARGET_PCT {
+        "met".to_owned()
+    } else if floor.ci_pct.0 > LOSS_TARGET_PCT {
+        format!(
+            "**out of reach** of any program on these tracepoints here: a no-op on each loses \
+             {:.2}% [{:.2}, {:.2}] by itself",
+            floor.median_pct, floor.ci_pct.0, floor.ci_pct.1
+        )
+    } else if loss.ci_pct.0 > LOSS_TARGET_PCT {
+        "**missed**".to_owned()
+    } else {
+        "**not resolved**: the interval spans 1%".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loss(median_pct: f64, low: f64, high: f64) -> Loss {
+        Loss {
+            median_pct,
+            ci_pct: (low, high),
+            range_pct: (low - 1.0, high + 1.0),
+        }
+    }
+
+    #[test]
+    fn a_loss_is_met_only_when_its_whole_interval_is_within_the_target() {
+        let floor = loss(0.2, -0.5, 0.9);
+        assert_eq!(throughput_verdict(&loss(0.4, -0.3, 0.9), &floor), "met");
+        assert!(throughput_verdict(&loss(0.4, -0.3, 1.2), &floor).contains("not resolved"));
+        assert_eq!(
+            throughput_verdict(&loss(2.0, 1.5, 2.5), &floor),
+            "**missed**"
+        );
+    }
+
+    #[test]
+    fn a_loss_whose_no_op_floor_is_past_the_target_is_out_of_reach_whatever_its_interval() {
+        let floor = loss(4.9, 4.3, 5.1);
+        let verdict = throughput_verdict(&loss(8.5, 8.1, 9.0), &floor);
+        assert!(verdict.contains("out of reach"), "{verdict}");
+        assert!(verdict.contains("4.90% [4.30, 5.10]"), "{verdict}");
+        // A floor whose interval reaches the target does not excuse a miss.
+        assert_eq!(
+            throughput_verdict(&loss(8.5, 8.1, 9.0), &loss(1.5, 0.8, 2.0)),
+            "**missed**"
+        );
+    }
 }
