@@ -275,38 +275,28 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 json,
             ))
         }
-        Command::Calibrate {
-            seconds,
-            floor: true,
-        } => {
+        Command::Calibrate { seconds, floor } => {
             enforcer::preflight::require_root()?;
             enforcer::preflight::ensure_mounts()?;
-            enforcer::sensor::calibration::hold_floor(
-                Duration::from_secs_f64(seconds),
-                |tracepoints| {
+            let duration = Duration::from_secs_f64(seconds);
+            if floor {
+                enforcer::sensor::calibration::hold_floor(duration, |tracepoints| {
                     println!("{}", serde_json::json!({ "attached": tracepoints }));
                     // The caller starts its workload on this line: it must not sit in a buffer.
                     let _ = std::io::Write::flush(&mut std::io::stdout());
-                },
-            )?;
-            Ok(())
-        }
-        Command::Calibrate {
-            seconds,
-            floor: false,
-        } => {
-            enforcer::preflight::require_root()?;
-            enforcer::preflight::ensure_mounts()?;
-            let stats = enforcer::sensor::calibration::measure(Duration::from_secs_f64(seconds))?;
-            let programs: Vec<_> = stats
-                .iter()
-                .map(|p| {
-                    let per_run = p.run_time_ns as f64 / p.run_count.max(1) as f64;
-                    serde_json::json!({"name": p.name, "run_count": p.run_count,
-                                       "run_time_ns": p.run_time_ns, "ns_per_run": per_run})
-                })
-                .collect();
-            println!("{}", serde_json::json!({ "programs": programs }));
+                })?;
+            } else {
+                let stats = enforcer::sensor::calibration::measure(duration)?;
+                let programs: Vec<_> = stats
+                    .iter()
+                    .map(|p| {
+                        let per_run = p.run_time_ns as f64 / p.run_count.max(1) as f64;
+                        serde_json::json!({"name": p.name, "run_count": p.run_count,
+                                           "run_time_ns": p.run_time_ns, "ns_per_run": per_run})
+                    })
+                    .collect();
+                println!("{}", serde_json::json!({ "programs": programs }));
+            }
             Ok(())
         }
         Command::Observe {
