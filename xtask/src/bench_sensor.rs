@@ -385,19 +385,19 @@ fn with_steal<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, f6
 /// Attempts per round asked for, at most: a host that stays busy ends the run with fewer.
 const ATTEMPTS_PER_ROUND: usize = 3;
 
-/// What a throughput arm runs its workloads beside.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// What a throughput arm runs its workloads beside; its value is its index in a round's
+/// results and in each workload's samples.
+#[derive(Clone, Copy, Debug)]
 enum Arm {
     /// No program attached.
-    Without,
+    Without = 0,
     /// A no-op program on each of the sensor's tracepoints.
-    Floor,
+    Floor = 1,
     /// The sensor, the workload registered as training.
-    Sensor,
+    Sensor = 2,
 }
 
-/// The arms in the order of a round's first rotation, and the index of each in a round's
-/// results.
+/// The arms in the order of a round's first rotation.
 const ARMS: [Arm; 3] = [Arm::Without, Arm::Floor, Arm::Sensor];
 
 /// `enforcer calibrate --floor`, attached while this lives; killing it detaches the no-ops.
@@ -475,11 +475,14 @@ pub fn run(
 ) -> anyhow::Result<SensorBench> {
     let enforcer = release_bin("enforcer");
     let workloads = workloads(seconds, hackbench_loops);
-    // Per workload, per arm (indexed as in ARMS): operations/s of the rounds kept.
+    // Per workload, per arm (indexed by `Arm as usize`): operations/s of the rounds kept.
     let mut samples: Vec<[Vec<f64>; 3]> = workloads.iter().map(|_| Default::default()).collect();
     let mut run_again = vec![0; workloads.len()];
     for attempt in 0..rounds * ATTEMPTS_PER_ROUND {
-        let kept = samples.iter().map(|arms| arms[0].len()).min();
+        let kept = samples
+            .iter()
+            .map(|arms| arms[Arm::Without as usize].len())
+            .min();
         if kept >= Some(rounds) {
             break;
         }
@@ -491,11 +494,11 @@ pub fn run(
         ));
         let mut results: [Vec<(f64, f64)>; 3] = Default::default();
         for step in 0..ARMS.len() {
-            let index = (attempt + step) % ARMS.len();
-            results[index] = run_arm(ARMS[index], &enforcer, &workloads)?;
+            let arm = ARMS[(attempt + step) % ARMS.len()];
+            results[arm as usize] = run_arm(arm, &enforcer, &workloads)?;
         }
         for (w, (arms, again)) in samples.iter_mut().zip(run_again.iter_mut()).enumerate() {
-            if arms[0].len() == rounds {
+            if arms[Arm::Without as usize].len() == rounds {
                 continue;
             }
             if results.iter().any(|arm| arm[w].1 > max_steal_pct) {
@@ -511,7 +514,7 @@ pub fn run(
         .iter()
         .zip(&samples)
         .zip(&run_again)
-        .find(|((_, arms), _)| arms[0].is_empty())
+        .find(|((_, arms), _)| arms[Arm::Without as usize].is_empty())
     {
         bail!(
             "{}: the host stole more than {max_steal_pct}% of the CPU during every one of {again} \
