@@ -200,6 +200,7 @@ impl Enforcer {
             demand_half_life_ns: config.policy.demand_half_life_ms.saturating_mul(1_000_000),
             give_back_after_ns: config.policy.give_back_after_ms.saturating_mul(1_000_000),
             headroom_cpus: config.policy.headroom_cpus,
+            offline_on_training_cores: config.policy.offline_on_training_cores,
         };
         let log = match decision_log {
             None => None,

@@ -1,5 +1,5 @@
 //! The co-location benchmark: the training simulator beside online and offline inference,
-//! under nine scenarios, in short windows interleaved round by round.
+//! under ten scenarios, in short windows interleaved round by round.
 //!
 //! - Training: `training-sim`, one window's length, its seed fixed per round.
 //! - Online: `inference-worker online` serving the PP-OCR text-direction classifier (a real
@@ -511,9 +511,13 @@ impl Bench {
         Ok(())
     }
 
-    fn daemon_config(&self) -> String {
+    /// The enforcer's config in `scenario`: the defaults, but for the option a scenario
+    /// compares.
+    fn daemon_config(&self, scenario: Scenario) -> String {
+        let offline_on_training_cores = scenario == Scenario::ReamerOfflineOnTrainingCores;
         format!(
-            "[[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = {}\nslo_ms = {}\n\n\
+            "[policy]\noffline_on_training_cores = {offline_on_training_cores}\n\n\
+             [[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = {}\nslo_ms = {}\n\n\
              [[pool]]\nname = \"offline\"\nkind = \"offline\"\n",
             // The static partition's share, so that the heavy-online pair compares how each
             // keeps the same cores for online inference (one on a 2-CPU machine; with one on
@@ -564,7 +568,7 @@ impl Bench {
             Daemon::start_bin_with_fresh_log(
                 &release_bin("enforcer"),
                 INSTANCE,
-                &self.daemon_config(),
+                &self.daemon_config(scenario),
             )
         });
         // Started before offline inference and training, as the run's worker was: its
