@@ -127,8 +127,9 @@ impl Default for PolicySection {
             demand_half_life_ms: 1000,
             give_back_after_ms: 2000,
             headroom_cpus: 0.25,
-            // Sharing cost training 5.4% of its steps on the 2-CPU VM, keeping offline
-            // inference off its core 0.4% (docs/enforcer.md, "Offline off training's cores").
+            // Sharing cost training 5.1% of its steps in the co-location benchmark on the 2-CPU
+            // VM, keeping offline inference off its core 0.9% (docs/enforcer.md, "Offline off
+            // training's cores").
             offline_on_training_cores: false,
             tick_ms: 100,
             // Above ordinary tasks, below the kernel's own RT threads (priority 50 and up).

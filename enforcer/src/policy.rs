@@ -306,11 +306,12 @@ impl Policy {
         //
         // Not training's cores, though, where the wakeup preemption is not enough: EEVDF can
         // pick the idle group while a queued training thread is not yet eligible, and then
-        // nothing takes the CPU back before the next tick (4 ms at HZ=250). On the 2-CPU VM,
-        // offline on training's core as well cost training 5.4% of its steps, kept off it
-        // 0.4%, for 40 points of offline's share of the idle CPU (docs/enforcer.md, "Offline
-        // off training's cores"). Only where training holds every core does offline share
-        // them: the alternative would be to stop it.
+        // nothing takes the CPU back before the next tick (4 ms at HZ=250), and that is not
+        // the only cost. In the co-location benchmark on the 2-CPU VM, offline on training's
+        // core as well cost training 5.1% of its steps, kept off it 0.9%, for 36 points of
+        // offline's share of the idle CPU (docs/enforcer.md, "Offline off training's cores").
+        // Only where training holds every core does offline share them: the alternative
+        // would be to stop it.
         let outside_training: BTreeSet<u32> =
             self.topology.cpus.difference(&training).copied().collect();
         let offline = if outside_training.is_empty()
