@@ -11,9 +11,10 @@
 //! - Online pools keep their guaranteed minimum of cores even against training. Beyond it
 //!   they get the cores their workers say their SLO needs at the current load, from the cores
 //!   training leaves free (training comes first); offline pools get the rest and share the
-//!   online pools' cores, under SCHED_IDLE (`cpu.idle`), where the kernel preempts them for
-//!   online inference at every wakeup. They share training's cores only where training holds
-//!   every core (or where `offline_on_training_cores` says so).
+//!   online pools' cores, under SCHED_IDLE (`cpu.idle`), where the kernel preempts them at
+//!   every wakeup of online inference or of a training thread placed there. They share
+//!   training's reserved cores only where training holds every core (or where
+//!   `offline_on_training_cores` says so).
 
 use std::collections::{BTreeMap, BTreeSet};
 
