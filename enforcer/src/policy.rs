@@ -509,10 +509,10 @@ mod tests {
         );
         // Training holding every core (no online pool): offline shares them all rather than
         // stop, still under cpu.idle.
-        let offline_only = vec![PoolSpec {
-            name: "batch".into(),
-            kind: PoolKind::Offline,
-        }];
+        let offline_only = pools()
+            .into_iter()
+            .filter(|pool| pool.kind == PoolKind::Offline)
+            .collect();
         let mut everything = Policy::new(config(), Topology::flat(4), offline_only);
         everything.observe_demand(0, 10.0);
         let all_training = everything.allocation();

@@ -511,13 +511,17 @@ impl Bench {
         Ok(())
     }
 
-    /// The enforcer's config in `scenario`: the defaults, but for the option a scenario
-    /// compares.
+    /// The enforcer's config in `scenario`: the enforcer's own defaults, so that "reamer"
+    /// measures what an operator gets, but for the option a scenario compares.
     fn daemon_config(&self, scenario: Scenario) -> String {
-        let offline_on_training_cores = scenario == Scenario::ReamerOfflineOnTrainingCores;
+        let policy = match scenario {
+            Scenario::ReamerOfflineOnTrainingCores => {
+                "[policy]\noffline_on_training_cores = true\n\n"
+            }
+            _ => "",
+        };
         format!(
-            "[policy]\noffline_on_training_cores = {offline_on_training_cores}\n\n\
-             [[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = {}\nslo_ms = {}\n\n\
+            "{policy}[[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = {}\nslo_ms = {}\n\n\
              [[pool]]\nname = \"offline\"\nkind = \"offline\"\n",
             // The static partition's share, so that the heavy-online pair compares how each
             // keeps the same cores for online inference (one on a 2-CPU machine; with one on
