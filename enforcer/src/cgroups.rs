@@ -118,8 +118,9 @@ pub struct PoolCgroup {
 
 impl PoolCgroup {
     /// Creates the pool's cgroup, or adopts it if a previous daemon left it with its processes.
-    /// An adopted pool left frozen (a daemon that died in the middle of a GPU duty cycle) is
-    /// thawed: no daemon holds it frozen any more.
+    /// An adopted pool left frozen (a daemon that died in the middle of a GPU duty cycle, or
+    /// with the offline pools paused) is thawed: no daemon holds it frozen any more, and the
+    /// new one pauses it again at its first demand sample if training is still short.
     pub fn create_or_adopt(
         instance: &str,
         pool: &str,
@@ -397,6 +398,25 @@ impl PoolCgroup {
             freezer.thaw().map_err(|e| self.error("thawing", e))?;
         }
         Ok(())
+    }
+
+    /// Freezes (pauses) or thaws every process of the pool: the CPU policy's pause of an
+    /// offline pool (v1: freezer.state; v2: cgroup.freeze).
+    pub fn set_frozen(&self, frozen: bool) -> Result<(), CgroupError> {
+        let freezer = self
+            .cgroup
+            .controller_of::<FreezerController>()
+            .ok_or_else(|| {
+                self.error(
+                    "pausing",
+                    "no freezer controller (cgroup v1 freezer or v2 cgroup.freeze)",
+                )
+            })?;
+        if frozen {
+            freezer.freeze().map_err(|e| self.error("freezing", e))
+        } else {
+            freezer.thaw().map_err(|e| self.error("thawing", e))
+        }
     }
 
     /// Removes the cgroup if no process is left in it.

@@ -111,6 +111,13 @@ pub struct PolicySection {
     /// throughput on a small machine, for a slower training job. false (the default): training
     /// first; offline pools share training's cores only where training has reserved every core.
     pub offline_on_training_cores: bool,
+    /// true (the default): offline pools pause (their cgroup is frozen) while training wants
+    /// more cores than the online pools' minimums leave it, and resume after its demand has
+    /// stayed below that for `give_back_after_ms`. Training first, at the price of offline
+    /// work where training is short of cores; where it is not, nothing changes. false: offline
+    /// pools run on whatever CPUs they get, under SCHED_IDLE, however short training is. Pools
+    /// with `gpu = true` are left to the GPU duty cycle, which owns their freezer.
+    pub pause_offline_when_training_short: bool,
     /// How often the slow path re-reads training's demand.
     pub tick_ms: u64,
     /// SCHED_FIFO priority of the thread that reacts to sensor events (0: normal class). Where
@@ -131,6 +138,11 @@ impl Default for PolicySection {
             // VM, keeping offline inference off its core 0.9% (docs/enforcer.md, "Offline off
             // training's cores").
             offline_on_training_cores: false,
+            // Training short of cores on the 2-CPU VM lost 1.7% of its steps with offline
+            // inference running on the online pool's core, -1.0% with it paused (the
+            // co-location run in docs/benchmarks.md; docs/enforcer.md, "Offline paused while
+            // training is short").
+            pause_offline_when_training_short: true,
             tick_ms: 100,
             // Above ordinary tasks, below the kernel's own RT threads (priority 50 and up).
             event_thread_rt_priority: 10,
@@ -642,9 +654,20 @@ mod tests {
         assert!(config.policy.enforce);
         assert_eq!(config.policy.give_back_after_ms, 2000);
         assert!(!config.policy.offline_on_training_cores, "training first");
+        assert!(
+            config.policy.pause_offline_when_training_short,
+            "training first"
+        );
         assert_eq!(config.pool[0].min_cores(), 1);
         let sharing = parse("[policy]\noffline_on_training_cores = true\n").unwrap();
         assert!(sharing.policy.offline_on_training_cores);
+        let running = parse("[policy]\npause_offline_when_training_short = false\n").unwrap();
+        assert!(!running.policy.pause_offline_when_training_short);
+        let err = error_of("[policy]\npause_offline_when_training_short = 1\n");
+        assert!(
+            err.starts_with("test.toml:2: field `pause_offline_when_training_short`"),
+            "{err}"
+        );
         let err = error_of("[policy]\noffline_on_training_cores = \"yes\"\n");
         assert!(
             err.starts_with("test.toml:2: field `offline_on_training_cores`"),

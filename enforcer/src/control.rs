@@ -103,12 +103,16 @@ pub enum Response {
 
 /// The CPUs a pool may use. `shrinking` announces that CPUs are being taken away: the cpuset
 /// is rewritten right after this message, and a worker that keeps threads on them is simply
-/// held to the new set by the cgroup.
+/// held to the new set by the cgroup. `paused` (offline pools, `[policy]
+/// pause_offline_when_training_short`): the pool's cgroup is frozen right after this message,
+/// until a grant says otherwise; the CPUs are those it resumes on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
     pub pool: String,
     pub cpus: Vec<u32>,
     pub shrinking: bool,
+    #[serde(default)]
+    pub paused: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

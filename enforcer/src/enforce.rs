@@ -44,6 +44,11 @@ pub struct DecisionRecord {
     pub decision: Decision,
     /// Pools whose CPUs were rewritten.
     pub rewritten: Vec<String>,
+    /// Offline pools frozen by this decision, and those thawed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paused: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<String>,
     /// From the sensor event's timestamp to the last cgroup write done (fast path only).
     pub event_to_write_ns: Option<u64>,
     /// The first part of it: from the event's timestamp to the event thread reading it, which
@@ -99,6 +104,18 @@ pub struct PoolStatus {
     /// Online pools whose weight is steered: the lowest it goes (`[[pool]] min_cpu_weight`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_cpu_weight: Option<u32>,
+    /// Offline pools: frozen now because training is short of cores
+    /// (`[policy] pause_offline_when_training_short`).
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// What one allocation's cgroup writes did, pool by pool.
+#[derive(Default)]
+struct Written {
+    rewritten: Vec<String>,
+    paused: Vec<String>,
+    resumed: Vec<String>,
 }
 
 /// A logged change of an online pool's weight: what the decision log and `status` show.
@@ -123,6 +140,11 @@ pub struct Enforcer {
     topology: Topology,
     pools: BTreeMap<String, (PoolKind, PoolCgroup)>,
     applied: BTreeMap<String, BTreeSet<u32>>,
+    /// Offline pools whose freezer the CPU policy may use to pause them: not the GPU pools,
+    /// whose freezer the GPU duty cycle owns.
+    pausable: BTreeSet<String>,
+    /// The pools frozen now by the policy's pause.
+    paused: BTreeSet<String>,
     /// Serialized `DecisionRecord`s and `{"weight": WeightRecord}`s, oldest first.
     recent: VecDeque<serde_json::Value>,
     log: Option<std::fs::File>,
@@ -154,8 +176,12 @@ impl Enforcer {
         let mut specs = Vec::new();
         let mut pools = BTreeMap::new();
         let mut steering = BTreeMap::new();
+        let mut pausable = BTreeSet::new();
         for pool in &config.pool {
             let name = pool.name.get_ref().clone();
+            if pool.pool_kind() == ConfigPoolKind::Offline && !pool.uses_gpu() {
+                pausable.insert(name.clone());
+            }
             let kind = match pool.pool_kind() {
                 ConfigPoolKind::Online => {
                     steering.insert(
@@ -196,11 +222,19 @@ impl Enforcer {
         if !pools.is_empty() {
             crate::cgroups::set_tree_idle(true)?;
         }
+        let pause = config.policy.pause_offline_when_training_short;
+        if pause && pausable.is_empty() {
+            info!(
+                "pause_offline_when_training_short has no pool to pause: no offline pool, or \
+                 only ones with gpu = true, which the GPU duty cycle gates"
+            );
+        }
         let policy_config = PolicyConfig {
             demand_half_life_ns: config.policy.demand_half_life_ms.saturating_mul(1_000_000),
             give_back_after_ns: config.policy.give_back_after_ms.saturating_mul(1_000_000),
             headroom_cpus: config.policy.headroom_cpus,
             offline_on_training_cores: config.policy.offline_on_training_cores,
+            pause_offline_when_training_short: pause && !pausable.is_empty(),
         };
         let log = match decision_log {
             None => None,
@@ -219,6 +253,8 @@ impl Enforcer {
             topology,
             pools,
             applied: BTreeMap::new(),
+            pausable,
+            paused: BTreeSet::new(),
             recent: VecDeque::new(),
             log,
             reaction_hist: vec![0; NR_BUCKETS],
@@ -262,6 +298,7 @@ impl Enforcer {
             pool: pool.to_owned(),
             cpus: cpus.into_iter().collect(),
             shrinking: false,
+            paused: self.paused.contains(pool),
         };
         worker
             .send(grant)
@@ -417,14 +454,17 @@ impl Enforcer {
             .collect()
     }
 
-    /// Writes the pools whose CPUs changed; returns their names.
-    fn write(&mut self, allocation: &Allocation) -> Vec<String> {
+    /// Writes the pools whose CPUs or pause changed. Their workers hear of it first.
+    fn write(&mut self, allocation: &Allocation) -> Written {
+        let mut written = Written::default();
         if !self.enforcing {
-            return Vec::new();
+            return written;
         }
-        let mut rewritten = Vec::new();
         for (name, cpus) in &allocation.pools {
-            if self.applied.get(name) == Some(cpus) {
+            let paused = allocation.offline_paused && self.pausable.contains(name);
+            let cpus_changed = self.applied.get(name) != Some(cpus);
+            let pause_changed = self.paused.contains(name) != paused;
+            if !cpus_changed && !pause_changed {
                 continue;
             }
             let Some((_, cgroup)) = self.pools.get(name) else {
@@ -439,24 +479,40 @@ impl Enforcer {
                 pool: name.clone(),
                 cpus: cpus.iter().copied().collect(),
                 shrinking,
+                paused,
             };
             if let Some(subscribers) = self.subscribers.get_mut(name) {
                 subscribers.retain(|worker| worker.send(grant.clone()).is_ok());
             }
-            match cgroup.set_cpus(cpus) {
-                Ok(()) => {
-                    self.applied.insert(name.clone(), cpus.clone());
-                    rewritten.push(name.clone());
+            if cpus_changed {
+                match cgroup.set_cpus(cpus) {
+                    Ok(()) => {
+                        self.applied.insert(name.clone(), cpus.clone());
+                        written.rewritten.push(name.clone());
+                    }
+                    // A cgroup removed underneath us: say so, keep serving the others.
+                    Err(err) => warn!("pool {name}: {err}"),
                 }
-                // A cgroup removed underneath us: say so, keep serving the others.
-                Err(err) => warn!("pool {name}: {err}"),
+            }
+            if pause_changed {
+                match cgroup.set_frozen(paused) {
+                    Ok(()) if paused => {
+                        self.paused.insert(name.clone());
+                        written.paused.push(name.clone());
+                    }
+                    Ok(()) => {
+                        self.paused.remove(name);
+                        written.resumed.push(name.clone());
+                    }
+                    Err(err) => warn!("pool {name}: {err}"),
+                }
             }
         }
-        rewritten
+        written
     }
 
     fn apply(&mut self, decision: Decision, event: Option<EventTiming>) {
-        let rewritten = self.write(&decision.allocation);
+        let written = self.write(&decision.allocation);
         let at_ns = monotonic_ns();
         if self.enforcing {
             self.publish_quiet_cpus();
@@ -470,12 +526,15 @@ impl Enforcer {
         let record = DecisionRecord {
             at_ns,
             decision,
-            rewritten,
+            rewritten: written.rewritten,
+            paused: written.paused,
+            resumed: written.resumed,
             event_to_write_ns,
             event_to_read_ns,
         };
         info!(
             training = %format_cpu_list(&record.decision.allocation.training),
+            offline_paused = record.decision.allocation.offline_paused,
             event_to_write_ns = ?record.event_to_write_ns,
             "allocation changed"
         );
@@ -539,6 +598,7 @@ impl Enforcer {
                     .get(name)
                     .filter(|s| s.steers())
                     .map(WeightSteering::floor),
+                paused: self.paused.contains(name),
             })
             .collect();
         EnforcementStatus {

@@ -208,6 +208,20 @@ pub fn render(snapshot: &Snapshot) -> String {
                 );
             }
         }
+        header(
+            &mut out,
+            "reamer_pool_paused",
+            "gauge",
+            "1 while an offline pool is frozen because training is short of cores.",
+        );
+        for pool in enforcement.pools.iter().filter(|p| p.kind == "offline") {
+            let _ = writeln!(
+                out,
+                "reamer_pool_paused{{pool=\"{}\"}} {}",
+                label(&pool.name),
+                u8::from(pool.paused)
+            );
+        }
         if !enforcement.event_to_ran_hist.is_empty() {
             header(
                 &mut out,
@@ -432,14 +446,23 @@ mod tests {
             }],
             counters: [("events_sent".to_owned(), 7u64)].into_iter().collect(),
             enforcement: Some(crate::enforce::EnforcementStatus {
-                pools: vec![crate::enforce::PoolStatus {
-                    name: "web".into(),
-                    kind: "online".into(),
-                    cpus: "1".into(),
-                    cpu_weight: Some(25),
-                    min_cpu_weight: Some(10),
-                    ..Default::default()
-                }],
+                pools: vec![
+                    crate::enforce::PoolStatus {
+                        name: "web".into(),
+                        kind: "online".into(),
+                        cpus: "1".into(),
+                        cpu_weight: Some(25),
+                        min_cpu_weight: Some(10),
+                        ..Default::default()
+                    },
+                    crate::enforce::PoolStatus {
+                        name: "batch".into(),
+                        kind: "offline".into(),
+                        cpus: "1".into(),
+                        paused: true,
+                        ..Default::default()
+                    },
+                ],
                 ..Default::default()
             }),
             ..Default::default()
@@ -468,6 +491,11 @@ mod tests {
             text.contains("reamer_pool_cpu_weight{pool=\"web\"} 25"),
             "{text}"
         );
+        assert!(
+            text.contains("reamer_pool_paused{pool=\"batch\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("reamer_pool_paused{pool=\"web\"}"), "{text}");
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert_eq!(

@@ -34,6 +34,9 @@ pub struct PolicyConfig {
     /// Offline pools share training's cores as soon as no free core is left, not only where
     /// training holds every core.
     pub offline_on_training_cores: bool,
+    /// Offline pools pause (the enforcer freezes them) while training wants more cores than
+    /// it may reserve beside the online pools' minimums.
+    pub pause_offline_when_training_short: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +56,9 @@ pub struct PoolSpec {
 pub struct Allocation {
     pub training: BTreeSet<u32>,
     pub pools: BTreeMap<String, BTreeSet<u32>>,
+    /// Offline pools are paused: training wants more cores than it may reserve. They keep
+    /// their CPUs above, to resume on.
+    pub offline_paused: bool,
 }
 
 /// Why the allocation changed.
@@ -92,7 +98,9 @@ pub struct Policy {
     last_sample_ns: Option<u64>,
     /// Indexes into `topology.cores` reserved for training, in the order they were taken.
     training: Vec<usize>,
-    /// Since when the estimate has wanted fewer cores than reserved.
+    /// Offline pools paused for training (`pause_offline_when_training_short`).
+    offline_paused: bool,
+    /// Since when the estimate has wanted less than training holds (fewer cores, or no pause).
     low_since_ns: Option<u64>,
     /// Cores each online pool's workers need for their SLO, where they said so.
     online_need: BTreeMap<String, usize>,
@@ -107,6 +115,7 @@ impl Policy {
             estimate: 0.0,
             last_sample_ns: None,
             training: Vec::new(),
+            offline_paused: false,
             low_since_ns: None,
             online_need: BTreeMap::new(),
         }
@@ -146,19 +155,30 @@ impl Policy {
             .saturating_sub(self.guaranteed_online_cores())
     }
 
-    /// Whole cores needed for the estimate plus headroom.
+    /// Whole cores needed for the estimate plus headroom, and whether offline pools are to
+    /// pause because that is more than training may reserve.
     /// An estimate below `IDLE_DEMAND_CPUS` is no demand: the exponential decay never reaches
     /// zero exactly, and with the headroom any positive estimate would hold a core for ever.
-    fn wanted_cores(&self) -> usize {
+    fn wanted(&self) -> Wanted {
         let threads_per_core =
             self.topology.cpus.len() as f64 / self.topology.cores.len().max(1) as f64;
         let cpus = self.estimate + self.config.headroom_cpus;
         let cores = if self.estimate < IDLE_DEMAND_CPUS {
-            0.0
+            0
         } else {
-            (cpus / threads_per_core).ceil()
+            (cpus / threads_per_core).ceil() as usize
         };
-        (cores as usize).min(self.max_training_cores())
+        let max = self.max_training_cores();
+        Wanted {
+            cores: cores.min(max),
+            offline_paused: self.config.pause_offline_when_training_short && cores > max,
+        }
+    }
+
+    /// Training's hold as one count for the hysteresis: its cores, and the offline pools'
+    /// pause as one step above them (taken last, given back first).
+    fn held_steps(&self) -> usize {
+        self.training.len() + usize::from(self.offline_paused)
     }
 
     fn decision(&self, trigger: Trigger, before: usize) -> Decision {
@@ -229,13 +249,15 @@ impl Policy {
             let keep = 0.5f64.powf(half_lives);
             self.estimate = self.estimate * keep + demand_cpus * (1.0 - keep);
         }
-        let wanted = self.wanted_cores();
+        let wanted = self.wanted();
         let before = self.training.len();
-        if wanted > before {
+        if wanted.steps() > self.held_steps() {
             let free: Vec<usize> = (0..self.topology.cores.len())
                 .filter(|c| !self.training.contains(c))
                 .collect();
-            self.training.extend(free.into_iter().take(wanted - before));
+            let grow = wanted.cores.saturating_sub(before);
+            self.training.extend(free.into_iter().take(grow));
+            self.offline_paused |= wanted.offline_paused;
             self.low_since_ns = None;
             return Some(self.decision(
                 Trigger::DemandRose {
@@ -244,7 +266,7 @@ impl Policy {
                 before,
             ));
         }
-        if wanted == before {
+        if wanted.steps() == self.held_steps() {
             self.low_since_ns = None;
             return None;
         }
@@ -254,8 +276,13 @@ impl Policy {
                 None
             }
             Some(since) if now_ns.saturating_sub(since) >= self.config.give_back_after_ns => {
-                // Give back the core taken longest ago, then wait a full period again.
-                self.training.remove(0);
+                // Resume offline first, then give back the core taken longest ago, each after
+                // a full period.
+                if self.offline_paused {
+                    self.offline_paused = false;
+                } else {
+                    self.training.remove(0);
+                }
                 self.low_since_ns = Some(now_ns);
                 Some(self.decision(
                     Trigger::DemandFell {
@@ -327,7 +354,26 @@ impl Policy {
                 pools.insert(pool.name.clone(), offline.clone());
             }
         }
-        Allocation { training, pools }
+        Allocation {
+            training,
+            pools,
+            offline_paused: self.offline_paused,
+        }
+    }
+}
+
+/// What training's demand estimate asks for.
+struct Wanted {
+    /// Cores to reserve, at most what the online pools' minimums leave.
+    cores: usize,
+    /// It wants more than that: offline pools are to pause.
+    offline_paused: bool,
+}
+
+impl Wanted {
+    /// As `Policy::held_steps` counts.
+    fn steps(&self) -> usize {
+        self.cores + usize::from(self.offline_paused)
     }
 }
 
@@ -343,6 +389,7 @@ mod tests {
             give_back_after_ns: 2000 * MS,
             headroom_cpus: 0.25,
             offline_on_training_cores: false,
+            pause_offline_when_training_short: false,
         }
     }
 
@@ -584,6 +631,61 @@ mod tests {
         // Offline pools state no need; an unknown pool neither.
         assert!(policy.set_online_need("batch", 4).is_none());
         assert!(policy.set_online_need("nope", 4).is_none());
+    }
+
+    #[test]
+    fn offline_pauses_while_training_is_short_and_resumes_first_after_the_hold() {
+        let pausing = PolicyConfig {
+            pause_offline_when_training_short: true,
+            ..config()
+        };
+        // Two cores, one guaranteed to the online pool: training may reserve one.
+        let mut policy = Policy::new(pausing, Topology::flat(2), pools());
+        // 1 s at 0.6 CPUs (one core is enough), 2 s at 1.6 (more than the one it may have),
+        // then idle.
+        let mut trace: Vec<(u64, f64)> = (0..10).map(|i| (i * 100, 0.6)).collect();
+        trace.extend((10..30).map(|i| (i * 100, 1.6)));
+        trace.extend((30..150).map(|i| (i * 100, 0.0)));
+        let states: Vec<(usize, bool)> = trace
+            .iter()
+            .map(|&(ms, demand)| {
+                policy.observe_demand(ms * MS, demand);
+                let allocation = policy.allocation();
+                (allocation.training.len(), allocation.offline_paused)
+            })
+            .collect();
+        assert_eq!(states[9], (1, false), "one core covers 0.6 + 0.25");
+        assert_eq!(
+            states[10],
+            (1, true),
+            "short of cores: paused at the first sample"
+        );
+        let paused_until = states.iter().rposition(|s| s.1).unwrap();
+        let core_until = states.iter().rposition(|s| s.0 == 1).unwrap();
+        // The pause outlasts the burst by at least the hold, and goes before the core does,
+        // a hold later.
+        assert!(paused_until >= 29 + 20, "{states:?}");
+        assert!(core_until >= paused_until + 20, "{states:?}");
+        assert_eq!(*states.last().unwrap(), (0, false));
+        // The offline pool keeps its CPUs while paused: it resumes where it was.
+        let mut short = Policy::new(pausing, Topology::flat(2), pools());
+        short.observe_demand(0, 1.6);
+        let allocation = short.allocation();
+        assert!(allocation.offline_paused);
+        assert_eq!(allocation.pools["batch"], allocation.pools["web"]);
+
+        // The same trace without the option never pauses.
+        let mut policy = Policy::new(config(), Topology::flat(2), pools());
+        assert!(replay(&mut policy, &trace).iter().all(|&cores| cores <= 1));
+        assert!(!policy.allocation().offline_paused);
+        policy.observe_demand(0, 1.6);
+        assert!(!policy.allocation().offline_paused);
+        // Training short of no core, with the option: no pause. Four cores, one online:
+        // 2.6 + 0.25 wants three, all it may have.
+        let mut roomy = Policy::new(pausing, Topology::flat(4), pools());
+        roomy.observe_demand(0, 2.6);
+        assert_eq!(roomy.allocation().training.len(), 3);
+        assert!(!roomy.allocation().offline_paused);
     }
 
     #[test]

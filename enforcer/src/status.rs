@@ -55,8 +55,13 @@ pub fn render(snapshot: &Snapshot) -> String {
                     p.relaunching_launchers, p.relaunch_generation
                 )
             });
+        let paused = if pool.paused {
+            "  PAUSED (frozen: training wants more cores than it may reserve)"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "  {:<20} {:<8} CPUs [{}]  processes {:?}{weight}{need}{relaunching}\n",
+            "  {:<20} {:<8} CPUs [{}]  processes {:?}{weight}{need}{paused}{relaunching}\n",
             pool.name, pool.kind, pool.cpus, pool.processes
         ));
     }

@@ -2,8 +2,10 @@
 //! pool), or a fixed list when it runs alone.
 //!
 //! The enforcer speaks JSON lines; a grant reads
-//! `{"status":"grant","pool":"P","cpus":[2,3],"shrinking":false}`. `shrinking: true` comes
-//! just before the pool's cpuset is rewritten, so the worker moves its threads first. The
+//! `{"status":"grant","pool":"P","cpus":[2,3],"shrinking":false,"paused":false}`.
+//! `shrinking: true` comes just before the pool's cpuset is rewritten, so the worker moves its
+//! threads first. `paused: true` (offline pools) comes just before the enforcer freezes the
+//! pool while training is short of cores; the grant that resumes it says `paused: false`. The
 //! enforcer accepts a subscription only from a process inside the pool's cgroup (it checks the
 //! socket's peer credentials): start the worker with `enforcer launch --pool P -- …`.
 //!
@@ -38,6 +40,8 @@ pub struct Grant {
     pub cpus: Vec<u32>,
     #[serde(default)]
     pub shrinking: bool,
+    #[serde(default)]
+    pub paused: bool,
 }
 
 #[derive(Deserialize)]
@@ -135,6 +139,7 @@ pub fn follow(
             return Ok(Grant {
                 cpus: cpus.clone(),
                 shrinking: false,
+                paused: false,
             });
         }
         GrantSource::Enforcer { socket, pool } => (socket.clone(), pool.clone()),

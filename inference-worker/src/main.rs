@@ -251,7 +251,9 @@ fn run_offline(args: OfflineArgs) -> anyhow::Result<ExitCode> {
         let executor = executor.clone();
         std::thread::spawn(move || {
             for grant in rx {
-                tracing::info!(cpus = ?grant.cpus, "new grant");
+                // A pause is logged before the freeze it announces, when the thread gets
+                // there first; the grant that resumes the pool follows the thaw.
+                tracing::info!(cpus = ?grant.cpus, paused = grant.paused, "new grant");
                 let mut config = executor.config();
                 config.threads = grant.cpus.len();
                 config.cpus = grant.cpus;

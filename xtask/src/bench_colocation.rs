@@ -1,5 +1,5 @@
 //! The co-location benchmark: the training simulator beside online and offline inference,
-//! under ten scenarios, in short windows interleaved round by round.
+//! under eleven scenarios, in short windows interleaved round by round.
 //!
 //! - Training: `training-sim`, one window's length, its seed fixed per round.
 //! - Online: `inference-worker online` serving the PP-OCR text-direction classifier (a real
@@ -512,11 +512,17 @@ impl Bench {
     }
 
     /// The enforcer's config in `scenario`: the enforcer's own defaults, so that "reamer"
-    /// measures what an operator gets, but for the option a scenario compares.
+    /// measures what an operator gets, but for the options a scenario compares.
     fn daemon_config(&self, scenario: Scenario) -> String {
         let policy = match scenario {
+            Scenario::ReamerOfflineNotPaused => {
+                "[policy]\npause_offline_when_training_short = false\n\n"
+            }
+            // The enforcer's defaults before either option: offline inference neither paused
+            // nor kept off training's cores.
             Scenario::ReamerOfflineOnTrainingCores => {
-                "[policy]\noffline_on_training_cores = true\n\n"
+                "[policy]\npause_offline_when_training_short = false\n\
+                 offline_on_training_cores = true\n\n"
             }
             _ => "",
         };

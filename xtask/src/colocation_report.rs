@@ -19,9 +19,13 @@ pub enum Scenario {
     UtilizationPoller,
     PsiTrigger,
     Reamer,
-    /// Reamer with `offline_on_training_cores = true`: offline inference also shares
-    /// training's cores once none is free, as the enforcer did by default before. The trade
-    /// the option makes, offline throughput for training's pace, side by side.
+    /// Reamer with `pause_offline_when_training_short = false`: offline inference runs on
+    /// the online pool's core under SCHED_IDLE however short of cores training is, as the
+    /// enforcer did by default before. The trade the option makes, offline throughput for
+    /// training's pace, side by side.
+    ReamerOfflineNotPaused,
+    /// Reamer with `offline_on_training_cores = true` as well: offline inference also shares
+    /// training's cores once none is free, as the enforcer did by default before that.
     ReamerOfflineOnTrainingCores,
     /// The static partition and reamer again, with the online load raised until online
     /// inference needs about half a CPU (`HEAVY_ONLINE_CPUS`): the load at which a static
@@ -31,7 +35,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Alone,
         Self::PlainCfs,
         Self::StaticPartition,
@@ -39,6 +43,7 @@ impl Scenario {
         Self::UtilizationPoller,
         Self::PsiTrigger,
         Self::Reamer,
+        Self::ReamerOfflineNotPaused,
         Self::ReamerOfflineOnTrainingCores,
         Self::StaticPartitionHeavyOnline,
         Self::ReamerHeavyOnline,
@@ -49,7 +54,9 @@ impl Scenario {
     pub fn setup(self) -> Self {
         match self {
             Self::StaticPartitionHeavyOnline => Self::StaticPartition,
-            Self::ReamerHeavyOnline | Self::ReamerOfflineOnTrainingCores => Self::Reamer,
+            Self::ReamerHeavyOnline
+            | Self::ReamerOfflineNotPaused
+            | Self::ReamerOfflineOnTrainingCores => Self::Reamer,
             other => other,
         }
     }
@@ -71,6 +78,7 @@ impl Scenario {
             Self::UtilizationPoller => "utilization_poller_1s",
             Self::PsiTrigger => "psi_trigger_500ms",
             Self::Reamer => "reamer",
+            Self::ReamerOfflineNotPaused => "reamer_offline_not_paused",
             Self::ReamerOfflineOnTrainingCores => "reamer_offline_on_training_cores",
             Self::StaticPartitionHeavyOnline => "static_partition_heavy_online",
             Self::ReamerHeavyOnline => "reamer_heavy_online",
@@ -87,6 +95,7 @@ impl Scenario {
             Self::UtilizationPoller => "1 s util. poller",
             Self::PsiTrigger => "PSI 500 ms",
             Self::Reamer => "reamer",
+            Self::ReamerOfflineNotPaused => "reamer, offline not paused",
             Self::ReamerOfflineOnTrainingCores => "reamer, offline on training's cores",
             Self::StaticPartitionHeavyOnline => "static partition, heavy online",
             Self::ReamerHeavyOnline => "reamer, heavy online",

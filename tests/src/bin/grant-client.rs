@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         args.count
     };
     let mut shrunk = false;
+    let mut previous_cpus = None;
     for line in BufReader::new(stream).lines().take(count) {
         let Ok(line) = line else {
             eprintln!("grant-client: no grant within {} s", args.seconds);
@@ -59,14 +60,18 @@ fn main() -> ExitCode {
         };
         writeln!(stdout, "{line}").expect("print");
         stdout.flush().expect("flush");
-        if line.contains("\"status\":\"error\"") {
+        let grant: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if grant["status"] == "error" {
             return ExitCode::from(3);
         }
-        let shrinking = line.contains("\"shrinking\":true");
-        if args.until_growth && shrunk && !shrinking {
+        let cpus = grant["cpus"].as_array().map_or(0, Vec::len);
+        // A pause, or its end, moves no CPU: the grant that grows has more than the last.
+        let grew = previous_cpus.is_some_and(|previous| cpus > previous);
+        if args.until_growth && shrunk && grew && grant["paused"] != true {
             break;
         }
-        shrunk |= shrinking;
+        shrunk |= grant["shrinking"] == true;
+        previous_cpus = Some(cpus);
     }
     ExitCode::SUCCESS
 }

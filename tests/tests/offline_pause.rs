@@ -1,0 +1,182 @@
+//! Privileged test of `[policy] pause_offline_when_training_short` on real cgroups: while
+//! training wants more cores than the online pool's minimum leaves it, the offline pool is
+//! frozen and its workers are told first; it resumes once training's demand has fallen, before
+//! any core goes back, and a daemon that stops leaves it thawed.
+
+use std::{process::Child, time::Duration};
+
+use reamer_tests::harness::{
+    Daemon, cgroup_dir, eventually, online_cpu_count, pool_in, privileged, remove_test_cgroups,
+    wait_ok,
+};
+use serde_json::Value;
+
+const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
+const GRANT_CLIENT: &str = env!("CARGO_BIN_EXE_grant-client");
+/// One core guaranteed to the online pool: training may reserve all but one, and a hog on
+/// every CPU wants one more. Short hold and half-life, so that the test takes seconds.
+const CONFIG: &str = "[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\n\n\
+                      [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
+                      [policy]\npause_offline_when_training_short = true\n\
+                      give_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
+/// Time for the slow path to see demand move, with room for a busy VM.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Whether the kernel reports the pool's cgroup frozen: the v1 freezer's state, or v2's
+/// `cgroup.events`.
+fn kernel_says_frozen(instance: &str) -> bool {
+    let group = format!("/reamer/{instance}/batch");
+    let dir = cgroup_dir("freezer", &group);
+    if reamer_tests::bench_cgroup::is_v2_host() {
+        let events = std::fs::read_to_string(dir.join("cgroup.events")).unwrap_or_default();
+        events.lines().any(|line| line == "frozen 1")
+    } else {
+        std::fs::read_to_string(dir.join("freezer.state"))
+            .unwrap_or_default()
+            .trim()
+            == "FROZEN"
+    }
+}
+
+/// CPU time process `pid` has used, in clock ticks (utime + stime).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the hog's stat");
+    // Fields after the command's closing parenthesis; utime and stime are the 14th and 15th
+    // of the line, the 12th and 13th after it.
+    let after = &stat[stat.rfind(')').expect("stat has a command") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn batch_paused(daemon: &Daemon) -> bool {
+    pool_in(&daemon.snapshot(), "batch").0["paused"] == true
+}
+
+/// A hog on every CPU as the training job.
+fn launch_training(daemon: &Daemon, seconds: &str) -> Child {
+    let threads = online_cpu_count().to_string();
+    daemon.launch(
+        "--training",
+        "t",
+        HOG,
+        &["--threads", &threads, "--seconds", seconds],
+    )
+}
+
+/// The recent decision that froze (`"paused"`) or thawed (`"resumed"`) the batch pool.
+fn decision_that(daemon: &Daemon, list: &str) -> Option<Value> {
+    daemon.snapshot()["enforcement"]["recent_decisions"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|d| {
+            d[list]
+                .as_array()
+                .is_some_and(|p| p.contains(&"batch".into()))
+        })
+        .cloned()
+}
+
+#[test]
+fn offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after() {
+    let instance = "it-pause";
+    if !privileged("offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after") {
+        return;
+    }
+    let daemon = Daemon::start(instance, CONFIG);
+    let offline = daemon.launch(
+        "--pool",
+        "batch",
+        HOG,
+        &["--threads", "1", "--seconds", "60"],
+    );
+    let socket = daemon.socket().display().to_string();
+    // Prints every grant until none has come for 6 s.
+    let subscriber = daemon.launch(
+        "--pool",
+        "batch",
+        GRANT_CLIENT,
+        &[
+            "--socket",
+            &socket,
+            "--pool",
+            "batch",
+            "--count",
+            "100",
+            "--seconds",
+            "6",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!batch_paused(&daemon), "paused before training ran");
+
+    // Training wants every CPU: the offline pool is frozen, and gets no CPU.
+    let training = launch_training(&daemon, "3");
+    eventually("the offline pool paused", SETTLE, || {
+        batch_paused(&daemon) && kernel_says_frozen(instance)
+    });
+    let paused = decision_that(&daemon, "paused").expect("no decision froze the pool");
+    println!("pausing decision: {paused}");
+    assert_eq!(paused["allocation"]["offline_paused"], true);
+    let before = cpu_ticks(offline.id());
+    std::thread::sleep(Duration::from_millis(500));
+    let during = cpu_ticks(offline.id());
+    if batch_paused(&daemon) {
+        assert_eq!(before, during, "the paused pool's process ran");
+    }
+
+    // Training gone: the pool resumes first, in a decision that gives back no core.
+    wait_ok(training, "the training hog");
+    eventually("the offline pool resumed", SETTLE, || {
+        !batch_paused(&daemon) && !kernel_says_frozen(instance)
+    });
+    let resumed = decision_that(&daemon, "resumed").expect("no decision thawed the pool");
+    println!("resuming decision: {resumed}");
+    assert_eq!(resumed["trigger"], "demand_fell");
+    assert_eq!(
+        resumed["training_cores_before"], resumed["training_cores_after"],
+        "a core went back in the same step as the pause: {resumed}"
+    );
+    let after = cpu_ticks(offline.id());
+    eventually("the resumed pool's process ran", SETTLE, || {
+        cpu_ticks(offline.id()) > after
+    });
+
+    // The worker heard of the pause, and of its end, on its grant subscription.
+    let output = subscriber.wait_with_output().unwrap();
+    let grants: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    println!("grants: {grants:?}");
+    let paused_at = grants
+        .iter()
+        .position(|g| g["paused"] == true)
+        .unwrap_or_else(|| panic!("no grant announced the pause: {grants:?}"));
+    assert!(
+        grants[paused_at..].iter().any(|g| g["paused"] == false),
+        "no grant announced the resume: {grants:?}"
+    );
+
+    // Paused again, then the daemon stops: nothing is left frozen.
+    let training = launch_training(&daemon, "20");
+    eventually("the offline pool paused again", SETTLE, || {
+        batch_paused(&daemon) && kernel_says_frozen(instance)
+    });
+    daemon.stop();
+    assert!(
+        !kernel_says_frozen(instance),
+        "the offline pool was left frozen at shutdown"
+    );
+    let after_stop = cpu_ticks(offline.id());
+    eventually("the pool's process ran after shutdown", SETTLE, || {
+        cpu_ticks(offline.id()) > after_stop
+    });
+    for mut child in [training, offline] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    // The empty online pool's group went at shutdown, unless a failed run left it.
+    remove_test_cgroups(instance, "web");
+    remove_test_cgroups(instance, "batch");
+}
