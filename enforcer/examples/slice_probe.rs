@@ -18,11 +18,9 @@ use std::{
 };
 
 use clap::Parser;
-use enforcer::thread_policy::ask_shortest_slice;
-use reamer_tests::{
-    cpu_work::pin_to,
-    quantile::{quantile, sorted},
-};
+use enforcer::actuate::thread_policy::ask_shortest_slice;
+use enforcer_common::stats::{quantile, sorted};
+use reamer_tests::workloads::cpu_work::pin_to;
 
 #[derive(Parser)]
 #[command(

@@ -1,28 +1,21 @@
-//! reamer's enforcer: the library behind the `enforcer` binary (loader, registry, control
-//! socket, daemon). The binary is a thin shell over it.
+//! reamer's enforcer: the library behind the `enforcer` binary. The data flows down the
+//! layers, and the imports with it:
+//!
+//! - `cli`: the commands (the binary's edge);
+//! - `daemon`: `enforcer run`, its threads, the control socket, snapshots and metrics;
+//! - `actuate` and `gpu`: what changes the machine for a decision;
+//! - `policy`: the decisions, pure;
+//! - `sensor` and `registry`: what the kernel measures, and whose each thread is;
+//! - `config` and `host`: the settings, and the machine they run on.
+//!
+//! docs/architecture.md draws it.
 
-pub mod cgroup_support;
-pub mod cgroups;
-pub mod check;
+pub mod actuate;
+pub mod cli;
 pub mod config;
-pub mod control;
 pub mod daemon;
-pub mod enforce;
-pub mod events;
 pub mod gpu;
-pub mod journal;
-pub mod launch;
-pub mod metrics;
-pub mod observe;
-pub mod online_weight;
-pub mod paths;
+pub mod host;
 pub mod policy;
-pub mod preflight;
 pub mod registry;
-pub mod relaunch_board;
-pub mod relaunch_command;
 pub mod sensor;
-pub mod status;
-pub mod supervise;
-pub mod thread_policy;
-pub mod topology;

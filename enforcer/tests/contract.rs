@@ -163,7 +163,7 @@ fn task_cache_is_task_storage_of_the_shared_type() {
 fn the_test_harness_finds_pins_where_the_daemon_puts_them() {
     assert_eq!(
         reamer_tests::harness::pin_dir_of("contract"),
-        enforcer::paths::pin_dir("contract")
+        enforcer::host::paths::pin_dir("contract")
     );
 }
 
@@ -172,6 +172,6 @@ fn the_test_harness_finds_pins_where_the_daemon_puts_them() {
 fn the_test_harness_finds_the_decision_log_where_the_daemon_writes_it() {
     assert_eq!(
         reamer_tests::harness::decision_log_of("contract"),
-        enforcer::paths::decision_log("contract")
+        enforcer::host::paths::decision_log("contract")
     );
 }

@@ -10,12 +10,12 @@ use std::{
 };
 
 use enforcer::{
-    cgroups::{CpuClass, DEFAULT_CPU_WEIGHT, PoolCgroup, PoolFreezer, release_tree},
+    actuate::cgroup::{CpuClass, DEFAULT_CPU_WEIGHT, PoolCgroup, release_tree},
     gpu::duty_cycle::DutyCycle,
 };
 use reamer_tests::{
     harness::privileged,
-    proc_stats::{JIFFIES_PER_S, node_jiffies, process_jiffies},
+    measure::proc_stats::{JIFFIES_PER_S, node_jiffies, process_jiffies},
 };
 
 const INSTANCE: &str = "it-gpu-gate";
@@ -60,9 +60,8 @@ fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
     );
     let pid = spinner.0.id();
     pool.add_process(pid).unwrap();
-    let freezer = PoolFreezer::open(INSTANCE, "gpu", class).unwrap();
-    let freezer_after_stop = PoolFreezer::open(INSTANCE, "gpu", class).unwrap();
-    let gate = DutyCycle::start(vec![freezer], Duration::from_millis(100), 0).unwrap();
+    let freezer = pool.freezer().expect("the pool's freezer").clone();
+    let gate = DutyCycle::start(vec![freezer.clone()], Duration::from_millis(100), 0).unwrap();
 
     let ungated = cpus_over(pid, Duration::from_millis(1000));
     gate.set(0.0);
@@ -72,7 +71,7 @@ fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
     let gated = cpus_over(pid, Duration::from_millis(2000));
     let stats = gate.stats();
     gate.stop();
-    let thawed_state = freezer_after_stop.is_thawed().unwrap();
+    let thawed_state = freezer.is_thawed().unwrap();
     let thawed = cpus_over(pid, Duration::from_millis(500));
     println!(
         "spinner CPUs, net of the host's steal: ungated {ungated:.2}, frozen {frozen:.2}, gated at 30% {gated:.2}, after \

@@ -1,35 +1,24 @@
 //! CPU lists ("0-3,6") and pinning the calling thread to a set of CPUs.
 
+use enforcer_common::cpu_list::{self, CpuListError};
+
+/// A `--cpus` list that names no CPU to run on.
+#[derive(Debug, thiserror::Error)]
+pub enum BadCpus {
+    #[error(transparent)]
+    List(#[from] CpuListError),
+    #[error("CPU list '{0}' names no CPU")]
+    Empty(String),
+}
+
 /// Parses a CPU list as the kernel writes them (cpuset.cpus, /sys/.../online): comma-separated
-/// numbers and inclusive ranges.
-pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.trim().is_empty()) {
-        let part = part.trim();
-        let number = |s: &str| {
-            s.trim()
-                .parse::<u32>()
-                .map_err(|_| format!("'{part}' in CPU list '{text}' is not a CPU number or range"))
-        };
-        match part.split_once('-') {
-            Some((lo, hi)) => {
-                let (lo, hi) = (number(lo)?, number(hi)?);
-                if lo > hi {
-                    return Err(format!(
-                        "range '{part}' in CPU list '{text}' runs backwards"
-                    ));
-                }
-                cpus.extend(lo..=hi);
-            }
-            None => cpus.push(number(part)?),
-        }
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
+/// numbers and inclusive ranges, at least one CPU; sorted, each CPU once.
+pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, BadCpus> {
+    let cpus = cpu_list::parse(text)?;
     if cpus.is_empty() {
-        return Err(format!("CPU list '{text}' names no CPU"));
+        return Err(BadCpus::Empty(text.trim().to_owned()));
     }
-    Ok(cpus)
+    Ok(cpus.into_iter().collect())
 }
 
 /// CPUs online on the machine: the most a worker can ever be granted. (Not
@@ -83,9 +72,10 @@ mod tests {
     fn parses_kernel_cpu_lists() {
         assert_eq!(parse_cpu_list("0-3,6\n").unwrap(), vec![0, 1, 2, 3, 6]);
         assert_eq!(parse_cpu_list("1,1,0").unwrap(), vec![0, 1]);
-        assert!(parse_cpu_list("").unwrap_err().contains("names no CPU"));
-        assert!(parse_cpu_list("3-1").unwrap_err().contains("backwards"));
-        assert!(parse_cpu_list("a").unwrap_err().contains("'a'"));
+        let error = |text| parse_cpu_list(text).unwrap_err().to_string();
+        assert!(error("").contains("names no CPU"));
+        assert!(error("3-1").contains("backwards"));
+        assert!(error("a").contains("'a'"));
     }
 
     #[test]

@@ -8,7 +8,30 @@ use tract_onnx::{prelude::*, tract_core::plan::eval};
 
 use serde::Serialize;
 
-use crate::{affinity, model::Model, session::Session};
+use crate::{
+    affinity,
+    model::Model,
+    session::{RunError, Session},
+};
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("pinning the benchmark thread: {0}")]
+    Pin(#[from] std::io::Error),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("no plan for batch {0}; use a power of two up to the maximum")]
+    NoPlan(usize),
+    #[error("the {0} thread panicked")]
+    Panicked(&'static str),
+}
+
+impl From<TractError> for BenchError {
+    fn from(error: TractError) -> Self {
+        Self::Run(RunError::Tract(error))
+    }
+}
 
 #[derive(Debug, Serialize)]
 pub struct BatchLatency {
@@ -27,7 +50,7 @@ pub fn measure(
     runs: usize,
     warmup: usize,
     cpu: u32,
-) -> anyhow::Result<Vec<BatchLatency>> {
+) -> Result<Vec<BatchLatency>, BenchError> {
     let model = model.clone();
     let batches = batches.to_vec();
     std::thread::spawn(move || {
@@ -50,7 +73,7 @@ pub fn measure(
                             .run(&input, batch)
                             .map(|_| started.elapsed().as_secs_f64() * 1e3)
                     })
-                    .collect::<anyhow::Result<_>>()?;
+                    .collect::<Result<_, RunError>>()?;
                 ms.sort_by(f64::total_cmp);
                 Ok(BatchLatency {
                     batch,
@@ -63,7 +86,7 @@ pub fn measure(
             .collect()
     })
     .join()
-    .map_err(|_| anyhow::anyhow!("the benchmark thread panicked"))?
+    .map_err(|_| BenchError::Panicked("benchmark"))?
 }
 
 /// Time spent in one operator type over the profiled runs.
@@ -82,16 +105,14 @@ pub fn op_profile(
     batch: usize,
     runs: usize,
     cpu: u32,
-) -> anyhow::Result<Vec<OpTime>> {
+) -> Result<Vec<OpTime>, BenchError> {
     let (_, plan) = model
         .split(batch)
         .into_iter()
         .find(|(b, _)| *b == batch)
-        .ok_or_else(|| {
-            anyhow::anyhow!("no plan for batch {batch}; use a power of two up to the maximum")
-        })?;
+        .ok_or(BenchError::NoPlan(batch))?;
     let item_shape = model.signature.input_item_shape.clone();
-    std::thread::spawn(move || -> anyhow::Result<Vec<OpTime>> {
+    std::thread::spawn(move || -> Result<Vec<OpTime>, BenchError> {
         affinity::pin_current_thread(&[cpu])?;
         let mut shape = vec![batch];
         shape.extend_from_slice(&item_shape);
@@ -129,5 +150,5 @@ pub fn op_profile(
         Ok(ops)
     })
     .join()
-    .map_err(|_| anyhow::anyhow!("the profiling thread panicked"))?
+    .map_err(|_| BenchError::Panicked("profiling"))?
 }

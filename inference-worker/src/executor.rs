@@ -20,7 +20,7 @@ use crate::{
     metrics::Metrics,
     model::Model,
     queue::{Job, JobQueue},
-    session::Session,
+    session::{InferenceFailed, Session},
 };
 
 /// How the threads run now.
@@ -202,9 +202,9 @@ fn run_batch(session: &mut Session, batch: Vec<Job>, metrics: &Metrics) {
             }
         }
         Err(err) => {
-            let message = format!("inference failed: {err:#}");
+            let failed = InferenceFailed(Arc::new(err));
             for job in batch {
-                let _ = job.reply.send(Err(message.clone()));
+                let _ = job.reply.send(Err(failed.clone()));
             }
         }
     }

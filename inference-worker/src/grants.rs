@@ -25,7 +25,8 @@ use std::{
     time::Duration,
 };
 
-use serde::Deserialize;
+pub use enforcer_common::protocol::Grant;
+use enforcer_common::protocol::{self, LatencyReport, Request, Response};
 
 use crate::metrics::WindowLatency;
 
@@ -35,20 +36,34 @@ pub enum GrantSource {
     Enforcer { socket: PathBuf, pool: String },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Grant {
-    pub cpus: Vec<u32>,
-    #[serde(default)]
-    pub shrinking: bool,
-    #[serde(default)]
-    pub paused: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-enum Message {
-    Grant(Grant),
-    Error { message: String },
+/// Why the worker has no grant from the enforcer.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    #[error(
+        "cannot reach the enforcer at {}: {error}; run the worker without --enforcer-socket \
+         (and with --cpus) when no enforcer runs",
+        socket.display()
+    )]
+    Connect {
+        socket: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("no grant for pool '{pool}' from {}: {error}", socket.display())]
+    First {
+        pool: String,
+        socket: PathBuf,
+        error: Box<GrantError>,
+    },
+    #[error("talking to the enforcer: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the enforcer closed the connection")]
+    Closed,
+    #[error("the enforcer granted no CPU")]
+    NoCpu,
+    #[error("the enforcer refused: {0}")]
+    Refused(String),
+    #[error("unexpected message from the enforcer ({error}): {line}")]
+    Unexpected { error: String, line: String },
 }
 
 /// How long to wait before connecting again after the enforcer went away.
@@ -88,14 +103,13 @@ impl SloReporter {
         // Only refusals and failures: nothing answered to take a percentile of, and the
         // misses already tell the enforcer the SLO was not kept.
         let p99 = latency.p99.unwrap_or(slo);
-        let line = serde_json::json!({
-            "op": "latency",
-            "requests": latency.requests,
-            "missed": latency.missed,
-            "p99_us": p99.as_micros() as u64,
-            "slo_us": slo.as_micros() as u64,
+        let report = Request::Latency(LatencyReport {
+            requests: latency.requests,
+            missed: latency.missed,
+            p99_us: p99.as_micros() as u64,
+            slo_us: slo.as_micros() as u64,
         });
-        self.inner.lock().expect("reporter lock").write(&line);
+        self.inner.lock().expect("reporter lock").write(&report);
     }
 
     /// The connection of a new subscription: the last need goes out on it at once.
@@ -109,15 +123,15 @@ impl SloReporter {
 impl ReporterState {
     fn send(&mut self) {
         if let Some(cpus) = self.last {
-            self.write(&serde_json::json!({"op": "need", "cpus": cpus}));
+            self.write(&Request::Need { cpus });
         }
     }
 
-    fn write(&mut self, line: &serde_json::Value) {
+    fn write(&mut self, request: &Request) {
         let Some(stream) = &mut self.stream else {
             return;
         };
-        if let Err(err) = writeln!(stream, "{line}") {
+        if let Err(err) = stream.write_all(&protocol::to_line(request)) {
             // The grants thread sees the broken connection too and reconnects.
             tracing::debug!("writing to the enforcer: {err}");
             self.stream = None;
@@ -133,10 +147,11 @@ pub fn follow(
     timeout: Duration,
     needs: &SloReporter,
     apply: impl Fn(&Grant) + Send + 'static,
-) -> anyhow::Result<Grant> {
+) -> Result<Grant, GrantError> {
     let (socket, pool) = match source {
         GrantSource::Fixed(cpus) => {
             return Ok(Grant {
+                pool: String::new(),
                 cpus: cpus.clone(),
                 shrinking: false,
                 paused: false,
@@ -145,8 +160,10 @@ pub fn follow(
         GrantSource::Enforcer { socket, pool } => (socket.clone(), pool.clone()),
     };
     let mut reader = subscribe(&socket, &pool)?;
-    let first = next_grant(&mut reader, Some(timeout)).map_err(|e| {
-        anyhow::anyhow!("no grant for pool '{pool}' from {}: {e}", socket.display())
+    let first = next_grant(&mut reader, Some(timeout)).map_err(|error| GrantError::First {
+        pool: pool.clone(),
+        socket: socket.clone(),
+        error: Box::new(error),
     })?;
     needs.attach(reader.get_ref());
     let needs = needs.clone();
@@ -168,7 +185,7 @@ pub fn follow(
                                     needs.attach(reader.get_ref());
                                     break;
                                 }
-                                Err(err) => tracing::debug!("reconnecting: {err:#}"),
+                                Err(err) => tracing::debug!("reconnecting: {err}"),
                             }
                         }
                     }
@@ -178,35 +195,36 @@ pub fn follow(
     Ok(first)
 }
 
-fn subscribe(socket: &PathBuf, pool: &str) -> anyhow::Result<BufReader<UnixStream>> {
-    let mut stream = UnixStream::connect(socket).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot reach the enforcer at {}: {e}; run the worker without --enforcer-socket \
-             (and with --cpus) when no enforcer runs",
-            socket.display()
-        )
+fn subscribe(socket: &PathBuf, pool: &str) -> Result<BufReader<UnixStream>, GrantError> {
+    let mut stream = UnixStream::connect(socket).map_err(|error| GrantError::Connect {
+        socket: socket.clone(),
+        error,
     })?;
-    let request = serde_json::json!({"op": "subscribe", "pool": pool});
-    writeln!(stream, "{request}")?;
+    let request = Request::Subscribe {
+        pool: pool.to_owned(),
+    };
+    stream.write_all(&protocol::to_line(&request))?;
     Ok(BufReader::new(stream))
 }
 
 fn next_grant(
     reader: &mut BufReader<UnixStream>,
     timeout: Option<Duration>,
-) -> anyhow::Result<Grant> {
+) -> Result<Grant, GrantError> {
     reader.get_ref().set_read_timeout(timeout)?;
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
-        anyhow::bail!("the enforcer closed the connection");
+        return Err(GrantError::Closed);
     }
-    match serde_json::from_str::<Message>(&line) {
-        Ok(Message::Grant(grant)) if !grant.cpus.is_empty() => Ok(grant),
-        Ok(Message::Grant(_)) => anyhow::bail!("the enforcer granted no CPU"),
-        Ok(Message::Error { message }) => anyhow::bail!("the enforcer refused: {message}"),
-        Err(err) => anyhow::bail!(
-            "unexpected message from the enforcer ({err}): {}",
-            line.trim()
-        ),
+    let unexpected = |error: String| GrantError::Unexpected {
+        error,
+        line: line.trim().to_owned(),
+    };
+    match protocol::from_line::<Response>(line.as_bytes()) {
+        Ok(Response::Grant(grant)) if !grant.cpus.is_empty() => Ok(grant),
+        Ok(Response::Grant(_)) => Err(GrantError::NoCpu),
+        Ok(Response::Error { message }) => Err(GrantError::Refused(message)),
+        Ok(other) => Err(unexpected(format!("not a grant: {other:?}"))),
+        Err(err) => Err(unexpected(err.to_string())),
     }
 }

@@ -160,15 +160,10 @@ async fn infer_version(
 
 /// The request's `Inference-Header-Content-Length` (binary tensor data), as text; an error
 /// answer when it is not text.
-fn header_length(headers: &HeaderMap) -> Result<Option<&str>, String> {
+fn header_length(headers: &HeaderMap) -> Result<Option<&str>, kserve::BadRequest> {
     headers
         .get(kserve::HEADER_LENGTH)
-        .map(|v| {
-            v.to_str().map_err(|_| {
-                "header Inference-Header-Content-Length is not text; it must be a byte count"
-                    .to_string()
-            })
-        })
+        .map(|v| v.to_str().map_err(|_| kserve::BadRequest::HeaderNotText))
         .transpose()
 }
 
@@ -223,7 +218,7 @@ async fn run_infer(
         .and_then(|length| kserve::parse_infer(&bytes, length, &model.signature));
     let mut request = match parsed {
         Ok(request) => request,
-        Err(message) => return bad(StatusCode::BAD_REQUEST, message),
+        Err(wrong) => return bad(StatusCode::BAD_REQUEST, wrong.to_string()),
     };
     drop(bytes);
     // The body is read and parsed: its slot goes to the next request. Held until the answer,
@@ -265,11 +260,11 @@ async fn run_infer(
             metrics.record_ok(started.elapsed());
             answer_response(answer)
         }
-        Ok(Err(message)) => {
+        Ok(Err(failed)) => {
             metrics
                 .failed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            error(StatusCode::INTERNAL_SERVER_ERROR, message)
+            error(StatusCode::INTERNAL_SERVER_ERROR, failed.to_string())
         }
         Err(_) => {
             metrics
@@ -329,7 +324,10 @@ async fn metrics(State(state): State<Shared>) -> Response {
         model_version: state.executor.model().version,
     };
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            header::CONTENT_TYPE,
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        )],
         state.metrics.render(&gauges),
     )
         .into_response()

@@ -16,6 +16,96 @@ pub const HEADER_LENGTH: &str = "inference-header-content-length";
 /// The name this extension goes by in the server metadata's `extensions`.
 pub const BINARY_EXTENSION: &str = "binary_tensor_data";
 
+/// What is wrong with a request, as its 400 answer says it.
+#[derive(Debug, thiserror::Error)]
+pub enum BadRequest {
+    #[error("header Inference-Header-Content-Length is not text; it must be a byte count")]
+    HeaderNotText,
+    #[error("header Inference-Header-Content-Length is {0:?}; it must be a byte count")]
+    HeaderLength(String),
+    #[error(
+        "header Inference-Header-Content-Length says the JSON part is {length} bytes; the body \
+         is only {body}"
+    )]
+    HeaderPastBody { length: usize, body: usize },
+    #[error("malformed infer request: {0}")]
+    Malformed(serde_json::Error),
+    #[error("the request has {given} inputs; the model takes exactly one, '{expected}'")]
+    InputCount { given: usize, expected: String },
+    #[error("unknown input '{given}'; the model's input is '{expected}'")]
+    UnknownInput { given: String, expected: String },
+    #[error("input '{input}' has datatype {datatype}; the model takes FP32")]
+    Datatype { input: String, datatype: String },
+    #[error("input '{input}' has shape {shape:?}; the model takes {expected}")]
+    Shape {
+        input: String,
+        shape: Vec<i64>,
+        expected: String,
+    },
+    #[error("input '{input}' has shape {shape:?}: more values than this machine can address")]
+    TooLarge { input: String, shape: Vec<i64> },
+    #[error(
+        "the body has {0} bytes after its JSON header, and no input has 'binary_data_size' to \
+         claim them"
+    )]
+    UnclaimedBinary(usize),
+    #[error("input '{input}' has {given} values; shape {shape:?} needs {want}")]
+    ValueCount {
+        input: String,
+        given: usize,
+        shape: Vec<i64>,
+        want: usize,
+    },
+    #[error("{owner} parameter '{name}' is {kind}; it must be true or false")]
+    NotABool {
+        owner: String,
+        name: String,
+        kind: &'static str,
+    },
+    #[error("unknown output '{given}'; the model has {known:?}")]
+    UnknownOutput { given: String, known: Vec<String> },
+    #[error("input '{input}' parameter 'binary_data_size' is {value}; it must be a byte count")]
+    BinarySize { input: String, value: Value },
+    #[error("input '{0}' has neither 'data' nor the 'binary_data_size' parameter")]
+    NoData(String),
+    #[error("input '{input}' data: {error}")]
+    Data { input: String, error: BadData },
+    #[error(
+        "input '{0}' has 'binary_data_size' but the request has no \
+         Inference-Header-Content-Length header saying where its JSON ends"
+    )]
+    BinaryWithoutHeader(String),
+    #[error("input '{0}' has both 'data' and 'binary_data_size'; send one")]
+    DataAndBinary(String),
+    #[error(
+        "input '{input}' has binary_data_size {size}; its shape needs {want} FP32 values, {} \
+         bytes",
+        want * 4
+    )]
+    BinarySizeMismatch {
+        input: String,
+        size: usize,
+        want: usize,
+    },
+    #[error("the body has {given} bytes after its JSON header; input '{input}' says {size}")]
+    BinaryLength {
+        given: usize,
+        input: String,
+        size: usize,
+    },
+}
+
+/// What is wrong with the numbers of a `data` field (a request's input, an offline job line).
+#[derive(Debug, thiserror::Error)]
+pub enum BadData {
+    #[error("more values than the shape's {0}")]
+    TooMany(usize),
+    #[error("a number out of range")]
+    OutOfRange,
+    #[error("expected numbers, found {0}")]
+    NotANumber(&'static str),
+}
+
 /// A checked request: `items` items of the model's input, back to back.
 #[derive(Debug)]
 pub struct InferRequest {
@@ -69,14 +159,15 @@ fn bool_parameter(
     parameters: &Option<Map<String, Value>>,
     name: &str,
     owner: &str,
-) -> Result<Option<bool>, String> {
+) -> Result<Option<bool>, BadRequest> {
     match parameters.as_ref().and_then(|p| p.get(name)) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => Err(format!(
-            "{owner} parameter '{name}' is {}; it must be true or false",
-            kind(other)
-        )),
+        Some(other) => Err(BadRequest::NotABool {
+            owner: owner.to_owned(),
+            name: name.to_owned(),
+            kind: kind(other),
+        }),
     }
 }
 
@@ -85,19 +176,19 @@ fn bool_parameter(
 fn split_body<'a>(
     body: &'a [u8],
     header_length: Option<&str>,
-) -> Result<(&'a [u8], &'a [u8]), String> {
+) -> Result<(&'a [u8], &'a [u8]), BadRequest> {
     let Some(text) = header_length else {
         return Ok((body, &[]));
     };
-    let length: usize = text.trim().parse().map_err(|_| {
-        format!("header Inference-Header-Content-Length is {text:?}; it must be a byte count")
-    })?;
+    let length: usize = text
+        .trim()
+        .parse()
+        .map_err(|_| BadRequest::HeaderLength(text.to_owned()))?;
     if length > body.len() {
-        return Err(format!(
-            "header Inference-Header-Content-Length says the JSON part is {length} bytes; \
-             the body is only {}",
-            body.len()
-        ));
+        return Err(BadRequest::HeaderPastBody {
+            length,
+            body: body.len(),
+        });
     }
     Ok(body.split_at(length))
 }
@@ -109,28 +200,26 @@ pub fn parse_infer(
     body: &[u8],
     header_length: Option<&str>,
     signature: &Signature,
-) -> Result<InferRequest, String> {
+) -> Result<InferRequest, BadRequest> {
     let (header, binary) = split_body(body, header_length)?;
-    let raw: RawRequest =
-        serde_json::from_slice(header).map_err(|e| format!("malformed infer request: {e}"))?;
+    let raw: RawRequest = serde_json::from_slice(header).map_err(BadRequest::Malformed)?;
     let [input] = raw.inputs.as_slice() else {
-        return Err(format!(
-            "the request has {} inputs; the model takes exactly one, '{}'",
-            raw.inputs.len(),
-            signature.input_name
-        ));
+        return Err(BadRequest::InputCount {
+            given: raw.inputs.len(),
+            expected: signature.input_name.clone(),
+        });
     };
     if input.name != signature.input_name {
-        return Err(format!(
-            "unknown input '{}'; the model's input is '{}'",
-            input.name, signature.input_name
-        ));
+        return Err(BadRequest::UnknownInput {
+            given: input.name.clone(),
+            expected: signature.input_name.clone(),
+        });
     }
     if input.datatype != "FP32" {
-        return Err(format!(
-            "input '{}' has datatype {}; the model takes FP32",
-            input.name, input.datatype
-        ));
+        return Err(BadRequest::Datatype {
+            input: input.name.clone(),
+            datatype: input.datatype.clone(),
+        });
     }
     let item_shape: Vec<i64> = signature
         .input_item_shape
@@ -145,42 +234,35 @@ pub fn parse_infer(
         || input.shape[0] < 1
         || input.shape[1..] != item_shape[..]
     {
-        return Err(format!(
-            "input '{}' has shape {:?}; the model takes {}",
-            input.name,
-            input.shape,
-            expected()
-        ));
+        return Err(BadRequest::Shape {
+            input: input.name.clone(),
+            shape: input.shape.clone(),
+            expected: expected(),
+        });
     }
     let items = input.shape[0] as usize;
     // As FP32 bytes too, so that a binary body's size can be checked against it.
     let want = items
         .checked_mul(signature.input_item_len())
         .filter(|values| values.checked_mul(4).is_some())
-        .ok_or_else(|| {
-            format!(
-                "input '{}' has shape {:?}: more values than this machine can address",
-                input.name, input.shape
-            )
+        .ok_or_else(|| BadRequest::TooLarge {
+            input: input.name.clone(),
+            shape: input.shape.clone(),
         })?;
     let values = match binary_data_size(input)? {
         Some(size) => binary_values(input, size, binary, want, header_length.is_some())?,
         None if !binary.is_empty() => {
-            return Err(format!(
-                "the body has {} bytes after its JSON header, and no input has \
-                 'binary_data_size' to claim them",
-                binary.len()
-            ));
+            return Err(BadRequest::UnclaimedBinary(binary.len()));
         }
         None => json_values(input, want)?,
     };
     if values.len() != want {
-        return Err(format!(
-            "input '{}' has {} values; shape {:?} needs {want}",
-            input.name,
-            values.len(),
-            input.shape
-        ));
+        return Err(BadRequest::ValueCount {
+            input: input.name.clone(),
+            given: values.len(),
+            shape: input.shape.clone(),
+            want,
+        });
     }
     // The request-wide default for binary outputs; each output may say otherwise.
     let binary_default =
@@ -199,17 +281,16 @@ pub fn parse_infer(
                     .outputs
                     .iter()
                     .position(|s| s.name == o.name)
-                    .ok_or_else(|| {
-                        let names: Vec<&str> =
-                            signature.outputs.iter().map(|s| s.name.as_str()).collect();
-                        format!("unknown output '{}'; the model has {names:?}", o.name)
+                    .ok_or_else(|| BadRequest::UnknownOutput {
+                        given: o.name.clone(),
+                        known: signature.outputs.iter().map(|s| s.name.clone()).collect(),
                     })?;
                 let owner = format!("output '{}'", o.name);
                 let binary =
                     bool_parameter(&o.parameters, "binary_data", &owner)?.unwrap_or(binary_default);
                 Ok(RequestedOutput { index, binary })
             })
-            .collect::<Result<_, String>>()?,
+            .collect::<Result<_, BadRequest>>()?,
     };
     Ok(InferRequest {
         id: raw.id.map(|id| match id {
@@ -223,33 +304,35 @@ pub fn parse_infer(
 }
 
 /// The input's `binary_data_size` parameter, when it has one.
-fn binary_data_size(input: &RawInput) -> Result<Option<usize>, String> {
+fn binary_data_size(input: &RawInput) -> Result<Option<usize>, BadRequest> {
     match input
         .parameters
         .as_ref()
         .and_then(|p| p.get("binary_data_size"))
     {
         None => Ok(None),
-        Some(value) => value.as_u64().map(|n| Some(n as usize)).ok_or_else(|| {
-            format!(
-                "input '{}' parameter 'binary_data_size' is {value}; it must be a byte count",
-                input.name
-            )
-        }),
+        Some(value) => {
+            value
+                .as_u64()
+                .map(|n| Some(n as usize))
+                .ok_or_else(|| BadRequest::BinarySize {
+                    input: input.name.clone(),
+                    value: value.clone(),
+                })
+        }
     }
 }
 
 /// An input's values from its JSON `data`.
-fn json_values(input: &RawInput, want: usize) -> Result<Vec<f32>, String> {
+fn json_values(input: &RawInput, want: usize) -> Result<Vec<f32>, BadRequest> {
     let Some(data) = &input.data else {
-        return Err(format!(
-            "input '{}' has neither 'data' nor the 'binary_data_size' parameter",
-            input.name
-        ));
+        return Err(BadRequest::NoData(input.name.clone()));
     };
     let mut values = Vec::with_capacity(want.min(1 << 24));
-    flatten_numbers(data, &mut values, want)
-        .map_err(|e| format!("input '{}' data: {e}", input.name))?;
+    flatten_numbers(data, &mut values, want).map_err(|error| BadRequest::Data {
+        input: input.name.clone(),
+        error,
+    })?;
     Ok(values)
 }
 
@@ -261,30 +344,27 @@ fn binary_values(
     binary: &[u8],
     want: usize,
     has_header_length: bool,
-) -> Result<Vec<f32>, String> {
+) -> Result<Vec<f32>, BadRequest> {
     let name = &input.name;
     if !has_header_length {
-        return Err(format!(
-            "input '{name}' has 'binary_data_size' but the request has no \
-             Inference-Header-Content-Length header saying where its JSON ends"
-        ));
+        return Err(BadRequest::BinaryWithoutHeader(name.clone()));
     }
     if input.data.is_some() {
-        return Err(format!(
-            "input '{name}' has both 'data' and 'binary_data_size'; send one"
-        ));
+        return Err(BadRequest::DataAndBinary(name.clone()));
     }
     if size != want * 4 {
-        return Err(format!(
-            "input '{name}' has binary_data_size {size}; its shape needs {want} FP32 values, {} bytes",
-            want * 4
-        ));
+        return Err(BadRequest::BinarySizeMismatch {
+            input: name.clone(),
+            size,
+            want,
+        });
     }
     if binary.len() != size {
-        return Err(format!(
-            "the body has {} bytes after its JSON header; input '{name}' says {size}",
-            binary.len()
-        ));
+        return Err(BadRequest::BinaryLength {
+            given: binary.len(),
+            input: name.clone(),
+            size,
+        });
     }
     Ok(binary
         .chunks_exact(4)
@@ -294,19 +374,19 @@ fn binary_values(
 
 /// Appends the numbers of `data` (flat or nested arrays, row-major) to `out`, stopping with
 /// an error once more than `limit` arrive. Offline job lines use it too.
-pub fn flatten_numbers(data: &Value, out: &mut Vec<f32>, limit: usize) -> Result<(), String> {
+pub fn flatten_numbers(data: &Value, out: &mut Vec<f32>, limit: usize) -> Result<(), BadData> {
     match data {
         Value::Number(n) => {
             if out.len() >= limit {
-                return Err(format!("more values than the shape's {limit}"));
+                return Err(BadData::TooMany(limit));
             }
-            out.push(n.as_f64().ok_or("a number out of range")? as f32);
+            out.push(n.as_f64().ok_or(BadData::OutOfRange)? as f32);
             Ok(())
         }
         Value::Array(values) => values
             .iter()
             .try_for_each(|v| flatten_numbers(v, out, limit)),
-        other => Err(format!("expected numbers, found {}", kind(other))),
+        other => Err(BadData::NotANumber(kind(other))),
     }
 }
 
@@ -449,7 +529,9 @@ mod tests {
             (br#"{"inputs":[{"name":"x","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}],"parameters":{"binary_data_output":1}}"#, "must be true or false"),
         ];
         for (body, want) in cases {
-            let err = parse_infer(body, None, &signature()).unwrap_err();
+            let err = parse_infer(body, None, &signature())
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{err:?} should say {want:?}");
         }
     }
@@ -549,7 +631,9 @@ mod tests {
             (&not_a_count, &not_a_count_length, "it must be a byte count"),
         ];
         for (body, length, want) in cases {
-            let err = parse_infer(body, Some(length), &signature()).unwrap_err();
+            let err = parse_infer(body, Some(length), &signature())
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{err:?} should say {want:?}");
         }
     }

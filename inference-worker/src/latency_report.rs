@@ -2,12 +2,12 @@
 //! second, and at once where the requests since the last report already miss the SLO.
 //!
 //! Why the early report: the enforcer raises the pool's CPU weight on a report whose tail is
-//! near the SLO, one doubling per report (docs/enforcer.md, "Steered by the latency tail").
+//! near the SLO, one doubling per report (docs/enforcer.md, "The online weight, steered by the latency tail").
 //! With a report only once a second, a pool whose weight had come down to its floor while it
 //! served alone took three seconds to climb back (10, 20, 40, 50) once a training job arrived,
 //! missing the SLO meanwhile. Looked at every 100 ms, requests that miss raise it by a step
 //! within a tenth of a second of the miss (in one test run the whole climb from 10 to 50
-//! took 1.4 s, docs/enforcer.md). A report sent early holds a p99 above the SLO, or a
+//! took 1.4 s, docs/experiments/2026-11-23-steered-weight.md). A report sent early holds a p99 above the SLO, or a
 //! refusal, so it can only raise the weight, never lower it early.
 
 use std::time::{Duration, Instant};

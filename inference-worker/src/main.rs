@@ -361,7 +361,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         bench::op_profile(&model, batch, runs, cpu)
                             .map(|ops| serde_json::json!({"batch": batch, "ops": ops}))
                     })
-                    .collect::<anyhow::Result<_>>()?;
+                    .collect::<Result<_, inference_worker::bench::BenchError>>()?;
                 report["op_profiles"] = serde_json::json!(profiles);
             }
             println!("{report}");

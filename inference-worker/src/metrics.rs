@@ -1,15 +1,21 @@
-//! Online-mode counters and the request latency histogram, rendered for Prometheus.
+//! Online-mode counters and the request latency histogram, encoded for Prometheus by
+//! `prometheus-client`.
 //!
 //! Latency is measured per request from the moment its body was read to the moment its answer
 //! was ready, in the log-linear buckets the sensor uses (at most 1/8 relative width).
 
 use std::{
-    fmt::Write as _,
     sync::atomic::{AtomicU64, Ordering::Relaxed},
     time::Duration,
 };
 
 use enforcer_common::histogram::{NR_BUCKETS, bucket_of, percentile};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, NoLabelSet, prometheus_text},
+    metrics::MetricType,
+    registry::Registry,
+};
 
 pub struct Metrics {
     slo: Duration,
@@ -149,141 +155,160 @@ impl Metrics {
         (served > 0).then(|| 100.0 * self.within_slo.load(Relaxed) as f64 / served as f64)
     }
 
+    /// The Prometheus exposition (text format 0.0.4) of these metrics and `gauges`.
     pub fn render(&self, gauges: &Gauges) -> String {
         let hist = self.latency_histogram();
         let seconds = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| ns as f64 / 1e9);
         let count = |c: &AtomicU64| c.load(Relaxed) as f64;
-        // Name, type, help, value: one row per metric.
-        let rows: [(&str, &str, &str, f64); 20] = [
+        use MetricType::{Counter, Gauge};
+        // Name, type, help, value: one row per metric. Counters are named without their
+        // `_total`, which the encoder appends.
+        let rows = vec![
             (
-                "reamer_worker_requests_ok_total",
-                "counter",
+                "reamer_worker_requests_ok",
+                Counter,
                 "Inference requests answered with outputs.",
                 count(&self.ok),
             ),
             (
-                "reamer_worker_requests_within_slo_total",
-                "counter",
+                "reamer_worker_requests_within_slo",
+                Counter,
                 "Requests answered within the latency SLO.",
                 count(&self.within_slo),
             ),
             (
-                "reamer_worker_requests_rejected_total",
-                "counter",
+                "reamer_worker_requests_rejected",
+                Counter,
                 "Requests refused with 429 because the queue was full.",
                 count(&self.rejected),
             ),
             (
-                "reamer_worker_requests_bad_total",
-                "counter",
+                "reamer_worker_requests_bad",
+                Counter,
                 "Requests refused for bad input (4xx).",
                 count(&self.bad_request),
             ),
             (
-                "reamer_worker_requests_failed_total",
-                "counter",
+                "reamer_worker_requests_failed",
+                Counter,
                 "Requests whose inference failed (500).",
                 count(&self.failed),
             ),
             (
                 "reamer_worker_slo_seconds",
-                "gauge",
+                Gauge,
                 "The latency SLO this worker serves (--slo-ms, or its pool's slo_ms).",
                 self.slo.as_secs_f64(),
             ),
             (
                 "reamer_worker_slo_attainment_ratio",
-                "gauge",
+                Gauge,
                 "Share of requests (overload refusals and failures included) answered within the SLO.",
                 self.slo_attainment_pct().map_or(f64::NAN, |p| p / 100.0),
             ),
             (
                 "reamer_worker_latency_p50_seconds",
-                "gauge",
+                Gauge,
                 "Median request latency since start.",
                 seconds(percentile(&hist, 0.5)),
             ),
             (
                 "reamer_worker_latency_p99_seconds",
-                "gauge",
+                Gauge,
                 "99th percentile request latency since start.",
                 seconds(percentile(&hist, 0.99)),
             ),
             (
-                "reamer_worker_batches_total",
-                "counter",
+                "reamer_worker_batches",
+                Counter,
                 "Batches run.",
                 count(&self.batches),
             ),
             (
-                "reamer_worker_inferences_total",
-                "counter",
+                "reamer_worker_inferences",
+                Counter,
                 "Items inferred (the sum of batch sizes).",
                 count(&self.batch_items),
             ),
             (
-                "reamer_worker_model_reloads_total",
-                "counter",
+                "reamer_worker_model_reloads",
+                Counter,
                 "Model files swapped in while serving.",
                 count(&self.reloads),
             ),
             (
-                "reamer_worker_model_reload_failures_total",
-                "counter",
+                "reamer_worker_model_reload_failures",
+                Counter,
                 "New model files that could not be loaded (the old model kept serving).",
                 count(&self.reload_failures),
             ),
             (
                 "reamer_worker_model_version",
-                "gauge",
+                Gauge,
                 "Version of the model serving now (1 at start, +1 per reload).",
                 gauges.model_version as f64,
             ),
             (
                 "reamer_worker_queue_items",
-                "gauge",
+                Gauge,
                 "Items waiting in the request queue.",
                 gauges.queue_items as f64,
             ),
             (
                 "reamer_worker_threads",
-                "gauge",
+                Gauge,
                 "Inference threads running.",
                 gauges.threads as f64,
             ),
             (
                 "reamer_worker_granted_cpus",
-                "gauge",
+                Gauge,
                 "CPUs granted to this worker.",
                 gauges.cpus as f64,
             ),
             (
                 "reamer_worker_needed_cpus",
-                "gauge",
+                Gauge,
                 "CPUs the SLO needs at the measured load (told to the enforcer).",
                 self.needed_cpus.load(Relaxed) as f64,
             ),
             (
                 "reamer_worker_max_batch",
-                "gauge",
+                Gauge,
                 "Largest batch the dynamic batcher forms now.",
                 gauges.max_batch as f64,
             ),
             (
                 "reamer_worker_batch_delay_seconds",
-                "gauge",
+                Gauge,
                 "Longest time the batcher holds a request to fill a batch.",
                 gauges.batch_delay.as_secs_f64(),
             ),
         ];
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Rows(rows)));
         let mut out = String::new();
-        for (name, kind, help, value) in rows {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        }
+        prometheus_text::encode(&mut out, &registry).expect("encoding into a String cannot fail");
         out
+    }
+}
+
+/// Values read at one scrape: (name, type, help, value).
+#[derive(Debug)]
+struct Rows(Vec<(&'static str, MetricType, &'static str, f64)>);
+
+impl Collector for Rows {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        for (name, kind, help, value) in &self.0 {
+            let mut metric = encoder.encode_descriptor(name, help, None, *kind)?;
+            match kind {
+                MetricType::Counter => {
+                    metric.encode_counter::<NoLabelSet, f64, f64>(value, None)?;
+                }
+                _ => metric.encode_gauge(value)?,
+            }
+        }
+        Ok(())
     }
 }
 

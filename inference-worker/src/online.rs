@@ -53,7 +53,25 @@ pub struct Options {
 const SHRINK_AFTER: u32 = 3;
 const ADAPT_EVERY: Duration = Duration::from_secs(1);
 
-pub fn run(options: Options) -> anyhow::Result<()> {
+/// Why online serving could not start or went down.
+#[derive(Debug, thiserror::Error)]
+pub enum OnlineError {
+    #[error(transparent)]
+    Grants(#[from] grants::GrantError),
+    #[error(transparent)]
+    Profile(#[from] crate::profile::ProfileError),
+    #[error(transparent)]
+    Activation(#[from] socket_activation::ActivationError),
+    #[error("cannot listen on {addr}: {error}")]
+    Listen {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub fn run(options: Options) -> Result<(), OnlineError> {
     let (grant_tx, grant_rx) = mpsc::channel::<Grant>();
     let needs = SloReporter::default();
     let first = grants::follow(
@@ -137,7 +155,10 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             None => {
                 let listener = tokio::net::TcpListener::bind(options.listen)
                     .await
-                    .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.listen))?;
+                    .map_err(|error| OnlineError::Listen {
+                        addr: options.listen,
+                        error,
+                    })?;
                 (listener, Duration::ZERO)
             }
         };
@@ -153,7 +174,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         axum::serve(listener, router)
             .with_graceful_shutdown(drained(drain, drain_timeout))
             .await?;
-        anyhow::Ok(())
+        Ok::<(), OnlineError>(())
     })?;
     tracing::info!("shutting down: serving what is queued");
     executor.shutdown();

@@ -13,7 +13,11 @@ use std::{
 
 use serde::Serialize;
 
-use crate::{affinity, model::Model, session::Session};
+use crate::{
+    affinity,
+    model::Model,
+    session::{RunError, Session},
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Point {
@@ -44,6 +48,15 @@ pub struct Choice {
     pub meets_slo: bool,
 }
 
+/// Why the start-up profile could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("profiling the model: {0}")]
+    Run(#[from] RunError),
+    #[error("profile thread panicked")]
+    Panicked,
+}
+
 /// Share of the SLO a batch may take to run; the rest is left to queueing and batching.
 const SERVICE_SHARE_OF_SLO: f64 = 0.5;
 /// Capacity wanted above the measured arrival rate.
@@ -57,7 +70,7 @@ impl Profile {
         cpus: &[u32],
         max_threads: usize,
         runs: usize,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, ProfileError> {
         let mut points = Vec::new();
         for threads in 1..=max_threads.max(1) {
             for batch in model.batch_sizes() {
@@ -66,7 +79,7 @@ impl Profile {
                     .map(|_| {
                         let (model, barrier, cpus) =
                             (model.clone(), barrier.clone(), cpus.to_vec());
-                        std::thread::spawn(move || -> anyhow::Result<Vec<Duration>> {
+                        std::thread::spawn(move || -> Result<Vec<Duration>, RunError> {
                             let _ = affinity::pin_current_thread(&cpus);
                             let mut session = Session::new(model.clone());
                             let input = vec![0.5f32; batch * model.signature.input_item_len()];
@@ -84,11 +97,7 @@ impl Profile {
                     .collect();
                 let mut samples = Vec::new();
                 for handle in handles {
-                    samples.extend(
-                        handle
-                            .join()
-                            .map_err(|_| anyhow::anyhow!("profile thread panicked"))??,
-                    );
+                    samples.extend(handle.join().map_err(|_| ProfileError::Panicked)??);
                 }
                 samples.sort_unstable();
                 points.push(Point {

@@ -8,10 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::session::ItemOutputs;
+use crate::session::{InferenceFailed, ItemOutputs};
 
 /// What a request gets back: the model version that answered and one entry per item.
-pub type JobResult = Result<(u64, Vec<ItemOutputs>), String>;
+pub type JobResult = Result<(u64, Vec<ItemOutputs>), InferenceFailed>;
 
 /// One inference request: `items` items back to back in `input`.
 pub struct Job {

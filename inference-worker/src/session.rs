@@ -10,6 +10,31 @@ use crate::model::Model;
 /// Per output, one item's values.
 pub type ItemOutputs = Vec<Vec<f32>>;
 
+/// Why a batch could not be inferred.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{values} input values for {items} items of {item_len}")]
+    InputLength {
+        values: usize,
+        items: usize,
+        item_len: usize,
+    },
+    /// tract's own error (an `anyhow::Error`), with its chain.
+    #[error("{0:#}")]
+    Tract(TractError),
+}
+
+impl From<TractError> for RunError {
+    fn from(error: TractError) -> Self {
+        Self::Tract(error)
+    }
+}
+
+/// A batch's failure as each of its requests gets it: the same failure for all of them.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("inference failed: {0}")]
+pub struct InferenceFailed(pub Arc<RunError>);
+
 pub struct Session {
     model: Arc<Model>,
     states: HashMap<usize, TypedSimpleState>,
@@ -37,14 +62,16 @@ impl Session {
 
     /// Runs `items` items laid out back to back in `input` (each `input_item_len` values) and
     /// returns, per item, its outputs.
-    pub fn run(&mut self, input: &[f32], items: usize) -> anyhow::Result<Vec<ItemOutputs>> {
+    pub fn run(&mut self, input: &[f32], items: usize) -> Result<Vec<ItemOutputs>, RunError> {
         let signature = &self.model.signature;
         let item_len = signature.input_item_len();
-        anyhow::ensure!(
-            input.len() == items * item_len,
-            "{} input values for {items} items of {item_len}",
-            input.len()
-        );
+        if input.len() != items * item_len {
+            return Err(RunError::InputLength {
+                values: input.len(),
+                items,
+                item_len,
+            });
+        }
         let mut results = Vec::with_capacity(items);
         let mut offset = 0;
         for (batch, plan) in self.model.split(items) {

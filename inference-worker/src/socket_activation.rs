@@ -18,7 +18,21 @@ const LISTEN_FD: RawFd = 3;
 /// The listening socket passed by a launcher, if one was: `LISTEN_FDS` at least 1 and
 /// `LISTEN_PID` this process (a variable inherited from a parent that was itself activated
 /// names another pid, and is ignored, as sd_listen_fds does).
-pub fn inherited_listener() -> anyhow::Result<Option<TcpListener>> {
+/// What was passed as a listening socket, where it is not one.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivationError {
+    #[error("LISTEN_FDS={0:?} is not a number of passed sockets")]
+    Count(String),
+    #[error(
+        "LISTEN_FDS is set for this process, but fd {LISTEN_FD} is not a listening TCP socket: \
+         the launcher passed something else"
+    )]
+    NotListening,
+    #[error("the passed socket: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub fn inherited_listener() -> Result<Option<TcpListener>, ActivationError> {
     inherited_listener_from(
         std::env::var("LISTEN_PID").ok().as_deref(),
         std::env::var("LISTEN_FDS").ok().as_deref(),
@@ -30,7 +44,7 @@ fn inherited_listener_from(
     listen_pid: Option<&str>,
     listen_fds: Option<&str>,
     own_pid: u32,
-) -> anyhow::Result<Option<TcpListener>> {
+) -> Result<Option<TcpListener>, ActivationError> {
     let (Some(listen_pid), Some(listen_fds)) = (listen_pid, listen_fds) else {
         return Ok(None);
     };
@@ -40,13 +54,10 @@ fn inherited_listener_from(
     match listen_fds.parse::<u32>() {
         Ok(0) => return Ok(None),
         Ok(_) => {}
-        Err(_) => anyhow::bail!("LISTEN_FDS={listen_fds:?} is not a number of passed sockets"),
+        Err(_) => return Err(ActivationError::Count(listen_fds.to_owned())),
     }
     if !is_listening_tcp_socket(LISTEN_FD) {
-        anyhow::bail!(
-            "LISTEN_FDS is set for this process, but fd {LISTEN_FD} is not a listening TCP \
-             socket: the launcher passed something else"
-        );
+        return Err(ActivationError::NotListening);
     }
     // SAFETY: fd 3 was checked to be an open listening TCP socket, given to this process
     // to own; nothing else here uses it.

@@ -1,17 +1,14 @@
-//! Workload generators, the baselines the benchmark compares against, and the harness of
-//! reamer's privileged integration tests.
+//! What reamer's tests and benchmarks run beside the enforcer, and how they drive it.
 //!
-//! The binaries (`training-sim`, `load-gen`, `cpu-hog`, `fork-tree`, `switch-bench`,
-//! `wake-probe`) are real
-//! processes that the tests and benchmarks run under a real enforcer daemon on the real kernel.
+//! - `workloads`: what the workload binaries share. The binaries (`training-sim`, `load-gen`,
+//!   `cpu-hog`, `fork-tree`, `switch-bench`, `wake-probe`, `grant-client`) are real processes
+//!   that the tests and benchmarks run under a real enforcer daemon on the real kernel.
+//! - `harness`: a daemon of the test's own instance, the inference worker, the tests' cgroups,
+//!   the GPU.
+//! - `measure`: what the kernel says a process or the machine used (/proc).
+//! - `baselines`: the controllers the co-location benchmark compares reamer with.
 
-pub mod baseline_controllers;
-pub mod bench_cgroup;
-pub mod cpu_work;
-pub mod gpu;
+pub mod baselines;
 pub mod harness;
-pub mod proc_stats;
-pub mod quantile;
-pub mod rng;
-pub mod schedstat;
-pub mod worker;
+pub mod measure;
+pub mod workloads;

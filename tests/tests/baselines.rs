@@ -8,10 +8,12 @@ use std::{
 };
 
 use reamer_tests::{
-    baseline_controllers::{FLOOR_CPUS, utilization_poller},
-    bench_cgroup::{Group, remove_groups},
-    harness::{online_cpu_count, privileged},
-    proc_stats::{JIFFIES_PER_S, process_jiffies},
+    baselines::{FLOOR_CPUS, utilization_poller},
+    harness::{
+        cgroups::{Group, remove_groups},
+        online_cpu_count, privileged,
+    },
+    measure::proc_stats::{JIFFIES_PER_S, process_jiffies},
 };
 
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");

@@ -4,6 +4,7 @@
 
 use std::process::{Command, Output};
 
+use enforcer_common::protocol::{GroupKind, Request, Response};
 use reamer_tests::harness::{Daemon, enforcer_bin, pin_dir_of, privileged};
 
 fn enforcer(args: &[&str]) -> Output {
@@ -257,17 +258,16 @@ fn unknown_pool_and_bad_requests_get_errors_and_the_daemon_keeps_serving() {
         "{}",
         stderr(&output)
     );
-    let answer = daemon.call(&serde_json::json!({"op": "dance"}));
-    assert_eq!(answer["status"], "error", "{answer}");
-    let answer = daemon.call(
-        &serde_json::json!({"op": "register", "kind": "training", "name": "x", "pid": 4194305}),
-    );
+    let answer = daemon.call_line(r#"{"op": "dance"}"#);
+    assert!(matches!(answer, Response::Error { .. }), "{answer:?}");
+    let answer = daemon.call(&Request::Register {
+        kind: GroupKind::Training,
+        name: "x".into(),
+        pid: 4194305,
+    });
     assert!(
-        answer["message"]
-            .as_str()
-            .unwrap_or("")
-            .contains("no process with pid 4194305"),
-        "{answer}"
+        matches!(&answer, Response::Error { message } if message.contains("no process with pid 4194305")),
+        "{answer:?}"
     );
     daemon.snapshot();
     daemon.stop();

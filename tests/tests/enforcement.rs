@@ -4,6 +4,7 @@
 
 use std::{process::Command, time::Duration};
 
+use enforcer_common::protocol::{self, Grant, Response};
 use reamer_tests::harness::{
     Daemon, cgroup_dir, cgroup_of, cgroup_value, eventually, online_cpu_count, online_cpus,
     pool_in, privileged, remove_test_cgroups, u64_of, wait_ok,
@@ -69,11 +70,10 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
 
     let sim = daemon.launch("--training", "train", SIM, &["--seconds", "2"]);
     wait_ok(sim, "training-sim");
-    let status = daemon.snapshot()["enforcement"].clone();
-    println!("enforcement status: {status}");
-    let contended = status["recent_decisions"]
-        .as_array()
-        .unwrap()
+    let status = daemon.snapshot().enforcement.expect("enforcement status");
+    println!("enforcement status: {status:?}");
+    let contended = status
+        .recent_decisions
         .iter()
         .find(|d| d["trigger"] == "contended")
         .cloned()
@@ -89,17 +89,17 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
         reaction < 50_000_000,
         "reaction of {reaction} ns is not a fast path"
     );
-    assert!(u64_of(&status, "reactions") >= 1);
+    assert!(status.reactions >= 1);
     // The second latency arrives on the next slow-path tick: wait for it.
     let deadline = std::time::Instant::now() + Duration::from_millis(SLOW_TICK_MS + 3000);
     let ran = loop {
-        let status = daemon.snapshot()["enforcement"].clone();
-        if let Some(ns) = status["event_to_ran_p50_ns"].as_u64() {
+        let status = daemon.snapshot().enforcement.expect("enforcement status");
+        if let Some(ns) = status.event_to_ran_p50_ns {
             break ns;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no event-to-ran latency: {status}"
+            "no event-to-ran latency: {status:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -169,9 +169,8 @@ fn training_run(output: std::process::Output) -> TrainingRun {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+fn median(values: Vec<f64>) -> f64 {
+    enforcer_common::stats::median(&values)
 }
 
 /// The same CPU-hungry work beside the training simulator: unmanaged (plain CFS) it keeps
@@ -258,7 +257,7 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
     // so training alone, which leaves one idle, ran at 47.7 steps/s in one run and 85.9 in
     // another while beside a normal-priority hog it ran at 115 and 132 (the two arms compared
     // with each other swap places with the host). Enforced, it stayed within 1.2% of alone on
-    // a quiet host (docs/enforcer.md) and 19% in one busy-host run. The run-queue wait, below,
+    // a quiet host (docs/experiments/2026-11-22-remaining-slowdown.md) and 19% in one busy-host run. The run-queue wait, below,
     // is the sharp check.
     let enforced_slowdown = (1.0 - enforced.0 / alone.0) * 100.0;
     assert!(
@@ -302,10 +301,7 @@ fn metrics_are_served_on_loopback_with_training_figures() {
     let daemon = Daemon::start("it-metrics", "[metrics]\nlisten = \"127.0.0.1:0\"\n");
     let sim = daemon.launch("--training", "metered", SIM, &["--seconds", "1"]);
     wait_ok(sim, "training-sim");
-    let addr = daemon.snapshot()["metrics_addr"]
-        .as_str()
-        .expect("metrics address")
-        .to_owned();
+    let addr = daemon.snapshot().metrics_addr.expect("metrics address");
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
     let (status, body) = http_get(&addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -335,29 +331,29 @@ fn a_training_job_that_exits_frees_its_cores() {
     let daemon = Daemon::start(instance, &format!("{OFFLINE_POOL}{QUICK_POLICY}"));
     let sim = daemon.launch("--training", "short", SIM, &["--seconds", "1"]);
     wait_ok(sim, "training-sim");
-    let held = daemon.snapshot()["enforcement"]["training_cpus"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let held = daemon
+        .snapshot()
+        .enforcement
+        .expect("enforcement status")
+        .training_cpus;
     assert!(!held.is_empty(), "training never got cores while it ran");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let status = daemon.snapshot()["enforcement"].clone();
-        if status["training_cpus"] == "" {
-            let fell = status["recent_decisions"]
-                .as_array()
-                .unwrap()
+        let status = daemon.snapshot().enforcement.expect("enforcement status");
+        if status.training_cpus.is_empty() {
+            let fell = status
+                .recent_decisions
                 .iter()
                 .any(|d| d["trigger"] == "demand_fell");
             assert!(
                 fell,
-                "cores came back without a demand_fell decision: {status}"
+                "cores came back without a demand_fell decision: {status:?}"
             );
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "cores still held 10 s after training exited: {status}"
+            "cores still held 10 s after training exited: {status:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -445,23 +441,22 @@ fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
         output.status.success(),
         "the worker saw no growth after a shrink:\n{text}"
     );
-    let grants: Vec<serde_json::Value> = text
+    let grants: Vec<Grant> = text
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| match protocol::from_line(l.as_bytes()).unwrap() {
+            Response::Grant(grant) => grant,
+            other => panic!("not a grant: {other:?}"),
+        })
         .collect();
     println!("grants: {grants:?}");
-    assert_eq!(grants[0]["status"], "grant");
-    assert_eq!(
-        grants[0]["shrinking"], false,
-        "the first grant is the current one"
-    );
+    assert!(!grants[0].shrinking, "the first grant is the current one");
     assert!(
-        grants.iter().any(|g| g["shrinking"] == true),
+        grants.iter().any(|g| g.shrinking),
         "no shrink was announced: {grants:?}"
     );
     let last = grants.last().unwrap();
-    assert_eq!(
-        last["shrinking"], false,
+    assert!(
+        !last.shrinking,
         "cores did not come back after training left: {grants:?}"
     );
     daemon.stop();
@@ -476,22 +471,20 @@ fn a_worker_that_dies_is_cleaned_up_and_its_pool_serves_the_next_one() {
     }
     let daemon = Daemon::start(instance, OFFLINE_POOL);
     let mut worker = launch_batch_subscriber(&daemon, "1000", "30");
-    let pid = u64::from(worker.id());
+    let pid = worker.id();
     eventually("the worker subscribed", REREAD, || {
-        pool_in(&daemon.snapshot(), "batch").0["subscribers"] == 1
+        pool_in(&daemon.snapshot(), "batch").0.subscribers == 1
     });
     // SIGKILL: the worker gets no chance to say goodbye.
     worker.kill().unwrap();
     worker.wait().unwrap();
     eventually("the dead worker's subscription dropped", REREAD, || {
-        pool_in(&daemon.snapshot(), "batch").0["subscribers"] == 0
+        pool_in(&daemon.snapshot(), "batch").0.subscribers == 0
     });
     eventually("the dead worker left the pool", REREAD, || {
         let (enforced, classified) = pool_in(&daemon.snapshot(), "batch");
-        let listed = enforced["processes"]
-            .as_array()
-            .is_some_and(|p| p.iter().any(|x| x.as_u64() == Some(pid)));
-        !listed && classified["threads"] == 0
+        let listed = enforced.processes.contains(&pid);
+        !listed && classified.threads == 0
     });
     // The pool serves the next worker as before.
     let next = launch_batch_subscriber(&daemon, "1", "5");

@@ -6,9 +6,14 @@
 
 use std::{os::unix::process::ExitStatusExt as _, process::Command, time::Duration};
 
-use reamer_tests::{
+use enforcer_common::protocol::{
+    Snapshot,
+    gpu::{DeviceReport, GpuReport},
+};
+use reamer_tests::harness::{
+    Daemon, enforcer_bin, eventually,
     gpu::{BUSY_ON_GPU, HOLD_GPU_MEMORY, Mps, gpu_test, wait_holding},
-    harness::{Daemon, enforcer_bin, eventually, privileged, remove_test_cgroups, wait_ok},
+    privileged, remove_test_cgroups, wait_ok,
 };
 
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
@@ -39,31 +44,22 @@ fn without_nvml_the_gpu_side_says_so_once_and_cpu_enforcement_goes_on() {
     );
     std::thread::sleep(Duration::from_millis(300));
     let snapshot = daemon.snapshot();
-    let gpu = &snapshot["gpu"];
+    let gpu = snapshot.gpu.clone().expect("a GPU report");
     let status = status_text(instance);
-    let pools = snapshot["enforcement"]["pools"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let serve = pools
-        .iter()
-        .find(|p| p["name"] == "serve")
-        .unwrap_or_else(|| panic!("no pool serve in {pools:?}"));
-    let hog_pid = u64::from(hog.id());
+    let serve = snapshot
+        .pool_status("serve")
+        .unwrap_or_else(|| panic!("no pool serve in {snapshot:?}"));
     assert!(
-        serve["processes"]
-            .as_array()
-            .is_some_and(|p| p.iter().any(|pid| pid.as_u64() == Some(hog_pid))),
-        "the GPU pool's process was not placed: {serve}"
+        serve.processes.contains(&hog.id()),
+        "the GPU pool's process was not placed: {serve:?}"
     );
     wait_ok(hog, "cpu-hog in the GPU pool");
     let log = daemon.stop();
     remove_test_cgroups(instance, "serve");
 
-    match gpu["state"].as_str() {
-        Some("disabled") => {
-            let reason = gpu["reason"].as_str().unwrap_or_default();
-            assert!(!reason.is_empty(), "disabled without a reason: {gpu}");
+    match &gpu {
+        GpuReport::Disabled { reason } => {
+            assert!(!reason.is_empty(), "disabled without a reason: {gpu:?}");
             let lines = log.matches("GPU features disabled").count();
             assert_eq!(lines, 1, "want one log line, got {lines}:\n{log}");
             assert!(
@@ -75,13 +71,15 @@ fn without_nvml_the_gpu_side_says_so_once_and_cpu_enforcement_goes_on() {
                 "{status}"
             );
         }
-        Some("active") => {
+        GpuReport::Active(active) => {
             assert!(log.contains("GPU telemetry on"), "{log}");
-            let devices = gpu["devices"].as_array().map_or(0, Vec::len);
-            assert!(devices > 0, "active without devices: {gpu}");
+            assert!(
+                !active.devices.is_empty(),
+                "active without devices: {gpu:?}"
+            );
             assert!(status.contains("GPU: driver"), "{status}");
         }
-        other => panic!("unexpected GPU state {other:?}: {gpu}"),
+        GpuReport::Off => panic!("unexpected GPU state: {gpu:?}"),
     }
 }
 
@@ -96,7 +94,7 @@ fn gpu_off_by_configuration_is_reported_as_off() {
     let status = status_text(instance);
     let log = daemon.stop();
     remove_test_cgroups(instance, "serve");
-    assert_eq!(snapshot["gpu"]["state"], "off", "{}", snapshot["gpu"]);
+    assert_eq!(snapshot.gpu, Some(GpuReport::Off), "{:?}", snapshot.gpu);
     assert!(log.contains("GPU features off by configuration"), "{log}");
     assert!(!log.contains("GPU features disabled"), "{log}");
     assert!(status.contains("GPU: off"), "{status}");
@@ -163,12 +161,18 @@ fn training_that_grows_into_what_inference_holds_on_the_gpu_gets_it_evicted() {
     assert!(log.contains(&line), "no {line:?} in the log:\n{log}");
 }
 
+/// The devices the daemon's GPU side reads (none where it is not active).
+fn gpu_devices(snapshot: &Snapshot) -> Vec<DeviceReport> {
+    match &snapshot.gpu {
+        Some(GpuReport::Active(active)) => active.devices.clone(),
+        _ => Vec::new(),
+    }
+}
+
 /// Waits until the daemon's GPU side has read NVML once: the memory guard has figures.
 fn wait_first_nvml_sample(daemon: &Daemon) {
     eventually("NVML's first sample", Duration::from_secs(10), || {
-        daemon.snapshot()["gpu"]["devices"]
-            .as_array()
-            .is_some_and(|d| !d.is_empty())
+        !gpu_devices(&daemon.snapshot()).is_empty()
     });
 }
 
@@ -380,19 +384,21 @@ fn training_beside_gated_inference(
     // The SM figures NVML attributes to training and to inference while training runs.
     let (mut training_sm, mut inference_sm) = (Vec::new(), Vec::new());
     while training_sm.len() < 200 && training.try_wait().expect("poll training").is_none() {
-        let device = daemon.snapshot()["gpu"]["devices"][0].clone();
-        if let Some(sm) = device["training_sm_pct"].as_f64() {
+        let Some(device) = gpu_devices(&daemon.snapshot()).into_iter().next() else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        if let Some(sm) = device.training_sm_pct {
             training_sm.push(sm);
         }
-        let inference_pid = u64::from(inference.id());
-        if let Some(sm) = device["processes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["pid"] == inference_pid)
-            .and_then(|p| p["sm_pct"].as_f64())
+        let inference_pid = inference.id();
+        if let Some(sm) = device
+            .processes
+            .iter()
+            .find(|p| p.pid == inference_pid)
+            .and_then(|p| p.sm_pct)
         {
-            inference_sm.push(sm);
+            inference_sm.push(f64::from(sm));
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -4,7 +4,9 @@
 
 use std::process::Command;
 
-use reamer_tests::worker::{OnlineWorker, binary_body, scratch_with_tiny_model, tiny_request};
+use reamer_tests::harness::worker::{
+    OnlineWorker, binary_body, scratch_with_tiny_model, tiny_request,
+};
 use serde_json::Value;
 
 const LOAD_GEN: &str = env!("CARGO_BIN_EXE_load-gen");

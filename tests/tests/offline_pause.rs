@@ -5,6 +5,7 @@
 
 use std::{process::Child, time::Duration};
 
+use enforcer_common::protocol::{self, Grant, Response};
 use reamer_tests::harness::{
     Daemon, cgroup_dir, eventually, online_cpu_count, pool_in, privileged, remove_test_cgroups,
     wait_ok,
@@ -27,7 +28,7 @@ const SETTLE: Duration = Duration::from_secs(5);
 fn kernel_says_frozen(instance: &str) -> bool {
     let group = format!("/reamer/{instance}/batch");
     let dir = cgroup_dir("freezer", &group);
-    if reamer_tests::bench_cgroup::is_v2_host() {
+    if reamer_tests::harness::cgroups::is_v2_host() {
         let events = std::fs::read_to_string(dir.join("cgroup.events")).unwrap_or_default();
         events.lines().any(|line| line == "frozen 1")
     } else {
@@ -49,7 +50,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 fn batch_paused(daemon: &Daemon) -> bool {
-    pool_in(&daemon.snapshot(), "batch").0["paused"] == true
+    pool_in(&daemon.snapshot(), "batch").0.paused
 }
 
 /// A hog on every CPU as the training job.
@@ -65,16 +66,17 @@ fn launch_training(daemon: &Daemon, seconds: &str) -> Child {
 
 /// The recent decision that froze (`"paused"`) or thawed (`"resumed"`) the batch pool.
 fn decision_that(daemon: &Daemon, list: &str) -> Option<Value> {
-    daemon.snapshot()["enforcement"]["recent_decisions"]
-        .as_array()?
-        .iter()
+    daemon
+        .snapshot()
+        .enforcement?
+        .recent_decisions
+        .into_iter()
         .rev()
         .find(|d| {
             d[list]
                 .as_array()
                 .is_some_and(|p| p.contains(&"batch".into()))
         })
-        .cloned()
 }
 
 #[test]
@@ -144,17 +146,20 @@ fn offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after() {
 
     // The worker heard of the pause, and of its end, on its grant subscription.
     let output = subscriber.wait_with_output().unwrap();
-    let grants: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+    let grants: Vec<Grant> = String::from_utf8_lossy(&output.stdout)
         .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
+        .map(|line| match protocol::from_line(line.as_bytes()).unwrap() {
+            Response::Grant(grant) => grant,
+            other => panic!("not a grant: {other:?}"),
+        })
         .collect();
     println!("grants: {grants:?}");
     let paused_at = grants
         .iter()
-        .position(|g| g["paused"] == true)
+        .position(|g| g.paused)
         .unwrap_or_else(|| panic!("no grant announced the pause: {grants:?}"));
     assert!(
-        grants[paused_at..].iter().any(|g| g["paused"] == false),
+        grants[paused_at..].iter().any(|g| !g.paused),
         "no grant announced the resume: {grants:?}"
     );
 

@@ -1,4 +1,4 @@
-//! An online pool's CPU weight follows its worker's latency tail (enforcer/src/online_weight.rs):
+//! An online pool's CPU weight follows its worker's latency tail (enforcer/src/policy/online_weight.rs):
 //! the real daemon, worker, load generator, training process and cgroups. Needs privilege.
 
 use std::{
@@ -6,8 +6,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use reamer_tests::{
-    harness::{Daemon, online_cpu_count, privileged, remove_test_cgroups, wait_ok},
+use enforcer_common::protocol::PoolStatus;
+use reamer_tests::harness::{
+    Daemon, online_cpu_count, privileged, remove_test_cgroups, wait_ok,
     worker::{OnlineWorker, scratch},
 };
 use serde_json::Value;
@@ -18,7 +19,7 @@ const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
 /// as `cpu.shares`, 1024 for 100).
 fn weight_file(instance: &str, weight: u32) -> (String, &'static str, String) {
     let group = format!("/reamer-online.{instance}.web");
-    if reamer_tests::bench_cgroup::is_v2_host() {
+    if reamer_tests::harness::cgroups::is_v2_host() {
         (group, "cpu.weight", weight.to_string())
     } else {
         (
@@ -62,9 +63,9 @@ fn an_online_pools_weight_falls_while_its_tail_has_room_and_rises_when_training_
     let dir = scratch("online-weight");
     let worker = OnlineWorker::launch_cpu_bound_into(instance, "web", &dir);
     let web = || reamer_tests::harness::pool_in(&daemon.snapshot(), "web").0;
-    let weight = |pool: &Value| pool["cpu_weight"].as_u64().unwrap_or(0);
+    let weight = |pool: &PoolStatus| pool.cpu_weight.unwrap_or(0);
     assert_eq!(weight(&web()), 50, "the pool starts at its cpu_weight");
-    assert_eq!(web()["min_cpu_weight"], 10, "status names the floor");
+    assert_eq!(web().min_cpu_weight, Some(10), "status names the floor");
     weight_file_value(instance, 50);
 
     let items = 4;
@@ -104,7 +105,7 @@ fn an_online_pools_weight_falls_while_its_tail_has_room_and_rises_when_training_
             if Instant::now() > deadline {
                 let changes: Vec<String> = weight_changes().into_iter().map(|c| c.2).collect();
                 panic!(
-                    "{what}: not within {seconds} s; pool {}\nweight changes:\n{}\nworker log:\n{}",
+                    "{what}: not within {seconds} s; pool {:?}\nweight changes:\n{}\nworker log:\n{}",
                     web(),
                     changes.join("\n"),
                     worker.log_text()
@@ -118,7 +119,7 @@ fn an_online_pools_weight_falls_while_its_tail_has_room_and_rises_when_training_
     let calm = load(12);
     until("the weight fell to the floor", 12, &|| weight(&web()) == 10);
     weight_file_value(instance, 10);
-    println!("alone: {}", web());
+    println!("alone: {:?}", web());
     wait_ok(calm, "load-gen");
 
     // A training job spinning on every CPU, the pool's guaranteed one included: the worker
@@ -137,8 +138,8 @@ fn an_online_pools_weight_falls_while_its_tail_has_room_and_rises_when_training_
     let crowded = load(7);
     until("the weight rose again", 6, &|| weight(&web()) > 10);
     let raised = weight(&web());
-    println!("beside training: {}", web());
-    weight_file_value(instance, raised as u32);
+    println!("beside training: {:?}", web());
+    weight_file_value(instance, raised);
     wait_ok(crowded, "load-gen");
     wait_ok(training, "training cpu-hog");
 
@@ -183,16 +184,12 @@ fn a_restarted_daemon_goes_on_from_the_weight_its_predecessor_steered_down() {
     // Any process of the pool: the group is adopted because it still holds one.
     let mut member = first.launch("--pool", "web", "sleep", &["60"]);
     let web = |daemon: &Daemon| reamer_tests::harness::pool_in(&daemon.snapshot(), "web").0;
-    let holds_member = |pool: &Value| {
-        pool["processes"]
-            .as_array()
-            .is_some_and(|pids| pids.iter().any(|p| p == member.id()))
-    };
+    let holds_member = |pool: &PoolStatus| pool.processes.contains(&member.id());
     let deadline = Instant::now() + Duration::from_secs(5);
     while !holds_member(&web(&first)) {
         assert!(
             Instant::now() < deadline,
-            "not in the pool: {}",
+            "not in the pool: {:?}",
             web(&first)
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -207,15 +204,15 @@ fn a_restarted_daemon_goes_on_from_the_weight_its_predecessor_steered_down() {
 
     let second = Daemon::start(instance, config);
     weight_file_value(instance, 12);
-    assert_eq!(web(&second)["cpu_weight"], 12, "{}", web(&second));
-    assert!(holds_member(&web(&second)), "{}", web(&second));
+    assert_eq!(web(&second).cpu_weight, Some(12), "{:?}", web(&second));
+    assert!(holds_member(&web(&second)), "{:?}", web(&second));
     let log = second.stop();
     assert!(log.contains("the weight a previous daemon left"), "{log}");
     weight_file_value(instance, 100);
 
     let third = Daemon::start(instance, config);
     weight_file_value(instance, 50);
-    assert_eq!(web(&third)["cpu_weight"], 50, "{}", web(&third));
+    assert_eq!(web(&third).cpu_weight, Some(50), "{:?}", web(&third));
     let log = third.stop();
     assert!(!log.contains("the weight a previous daemon left"), "{log}");
     member.kill().unwrap();

@@ -12,9 +12,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use reamer_tests::{
+use enforcer_common::protocol::{
+    Snapshot,
+    gpu::{GpuReport, Owner},
+};
+use reamer_tests::harness::{
+    Daemon, cgroup_of, enforcer_bin, eventually,
     gpu::{BUSY_ON_GPU, Mps, gpu_test},
-    harness::{Daemon, cgroup_of, enforcer_bin, eventually, privileged, remove_test_cgroups},
+    privileged, remove_test_cgroups,
     worker::{agent, check_tiny_answer, scratch, tiny_request, worker_bin, write_tiny_model},
 };
 
@@ -203,12 +208,10 @@ fn an_online_worker_is_relaunched_without_dropping_a_request() {
     let pool_cgroup = cgroup_of(first, "cpuset");
     // The daemon lists the launcher under its pool (`enforcer status` shows it too).
     eventually("the launcher is listed", Duration::from_secs(5), || {
-        let snapshot = daemon.snapshot();
-        let pools = snapshot["pools"].as_array().unwrap().clone();
-        pools.iter().any(|p| {
-            p["name"] == "serve"
-                && p["relaunching_launchers"] == serde_json::json!([launcher.child.id()])
-        })
+        daemon
+            .snapshot()
+            .pool("serve")
+            .is_some_and(|p| p.relaunching_launchers == [launcher.child.id()])
     });
     assert!(pool_cgroup.contains("serve"), "{pool_cgroup}");
 
@@ -423,6 +426,16 @@ fn relaunch_flags_are_checked_before_anything_starts() {
 }
 
 /// The JSON lines of the GPU worker's starts (BUSY_ON_GPU prints one as it starts).
+/// The GPU side's recent decisions in a snapshot, as JSON.
+fn gpu_decisions(snapshot: &Snapshot) -> String {
+    match &snapshot.gpu {
+        Some(GpuReport::Active(active)) => {
+            serde_json::to_string(&active.recent).expect("decisions serialize")
+        }
+        _ => "[]".to_owned(),
+    }
+}
+
 fn gpu_worker_starts(launcher: &Launcher) -> Vec<serde_json::Value> {
     launcher
         .out()
@@ -504,18 +517,24 @@ fn a_held_gpu_clamp_relaunches_a_pytorch_worker_at_the_new_mps_percentage() {
     let relaunched_pid = relaunched["pid"].as_u64().expect("pid") as u32;
     let relaunched_under_mps = mps.clients().contains(&relaunched_pid);
     // NVML lists the new worker's context, attributed to the pool through its launcher.
-    let attributed = serde_json::json!({"kind": "pool", "name": "serve"});
+    let attributed = Some(Owner::Pool("serve".to_owned()));
     let mut snapshot = daemon.snapshot();
+    let gpu_processes = |snapshot: &Snapshot| match &snapshot.gpu {
+        Some(GpuReport::Active(active)) => active
+            .devices
+            .first()
+            .map(|device| device.processes.clone())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     eventually(
         "the relaunched worker attributed to its pool on the GPU",
         Duration::from_secs(10),
         || {
             snapshot = daemon.snapshot();
-            snapshot["gpu"]["devices"][0]["processes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|p| p["pid"] == relaunched_pid && p["owner"] == attributed)
+            gpu_processes(&snapshot)
+                .iter()
+                .any(|p| p.pid == relaunched_pid && p.owner == attributed)
         },
     );
     // Training ends on its own after its 120 s.
@@ -543,7 +562,7 @@ fn a_held_gpu_clamp_relaunches_a_pytorch_worker_at_the_new_mps_percentage() {
         "{test}: starts {starts:?}\nfrom training's launch: second start {second_start:?}, \
          training ended {training_ended:?}, third start {third_start:?}\nGPU decisions: {}\n\
          launcher:\n{launcher_log}",
-        snapshot["gpu"]["recent"]
+        gpu_decisions(&snapshot)
     );
     let percentages: Vec<&str> = starts
         .iter()
@@ -563,10 +582,8 @@ fn a_held_gpu_clamp_relaunches_a_pytorch_worker_at_the_new_mps_percentage() {
         "the launcher did not say why it relaunched:\n{launcher_log}"
     );
     assert!(
-        snapshot["gpu"]["recent"]
-            .to_string()
-            .contains(r#""action":"retarget","percentage":10"#),
+        gpu_decisions(&snapshot).contains(r#""action":"retarget","percentage":10"#),
         "no retarget to 10% in {}",
-        snapshot["gpu"]["recent"]
+        gpu_decisions(&snapshot)
     );
 }

@@ -3,11 +3,9 @@
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
-use reamer_tests::{
-    harness::{
-        Daemon, bpftool, cgroup_dir, cgroup_of, eventually, job, mount_bpffs_if_missing,
-        pin_dir_of, pool_in, privileged, remove_test_cgroups, u64_of, wait_ok,
-    },
+use reamer_tests::harness::{
+    Daemon, bpftool, cgroup_dir, cgroup_of, eventually, job, mount_bpffs_if_missing, pin_dir_of,
+    pool_in, privileged, remove_test_cgroups, u64_of, wait_ok,
     worker::{OnlineWorker, agent, check_tiny_answer, post, scratch_with_tiny_model, tiny_request},
 };
 
@@ -28,7 +26,7 @@ fn pinned_map_id(daemon: &Daemon, map: &str) -> u64 {
 /// Freezes the cgroup `pid` is in, as a daemon that died in the middle of a GPU duty cycle
 /// leaves it: the v1 freezer, or `cgroup.freeze` on a cgroup v2 host.
 fn freeze_cgroup_of(pid: u32) -> PathBuf {
-    let (file, value) = if reamer_tests::bench_cgroup::is_v2_host() {
+    let (file, value) = if reamer_tests::harness::cgroups::is_v2_host() {
         ("cgroup.freeze", "1")
     } else {
         ("freezer.state", "FROZEN")
@@ -69,15 +67,14 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
         REREAD_AND_RECONNECT,
         || {
             let snapshot = first.snapshot();
-            let registered =
-                snapshot["jobs"].as_array().unwrap().iter().any(|t| {
-                    t["name"] == "t" && u64_of(t, "threads") > 0 && u64_of(t, "run_ns") > 0
-                });
-            registered && pool_in(&snapshot, "serve").0["subscribers"] == 1
+            let registered = snapshot
+                .job("t")
+                .is_some_and(|t| t.threads > 0 && t.run_ns > 0);
+            registered && pool_in(&snapshot, "serve").0.subscribers == 1
         },
     );
     let before = first.snapshot();
-    let job_id = u64_of(job(&before, "t"), "id");
+    let job_id = job(&before, "t").id;
     let maps_before = ["thread_state", "job_stats"].map(|m| pinned_map_id(&first, m));
 
     let crashed_log = first.crash();
@@ -86,7 +83,7 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
         "a killed daemon's pins should outlive it:\n{crashed_log}"
     );
     let frozen = freeze_cgroup_of(worker_pid);
-    let run_at_crash = u64_of(job(&before, "t"), "run_ns");
+    let run_at_crash = job(&before, "t").run_ns;
 
     let second = Daemon::start(instance, CONFIG);
     let log = second.log();
@@ -117,24 +114,20 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
     );
     let after = second.snapshot();
     let t = job(&after, "t");
-    assert_eq!(
-        u64_of(t, "id"),
-        job_id,
-        "the job came back under another id"
-    );
+    assert_eq!(t.id, job_id, "the job came back under another id");
     assert!(
-        u64_of(t, "run_ns") >= run_at_crash,
+        t.run_ns >= run_at_crash,
         "the job's run time restarted from zero: {} < {run_at_crash}",
-        u64_of(t, "run_ns")
+        t.run_ns
     );
     println!(
         "job t: run {} ms at the crash, {} ms after the restart; map ids {maps_after:?}",
         run_at_crash / 1_000_000,
-        u64_of(t, "run_ns") / 1_000_000
+        t.run_ns / 1_000_000
     );
     eventually("the re-adopted job is sensed", REREAD_AND_RECONNECT, || {
         let t = job(&second.snapshot(), "t").clone();
-        u64_of(&t, "threads") > 0 && u64_of(&t, "run_ns") > run_at_crash
+        t.threads > 0 && t.run_ns > run_at_crash
     });
 
     // The worker: the same process in the same cgroup, classified from the pool's cgroup,
@@ -146,7 +139,7 @@ fn a_restarted_daemon_readopts_jobs_pools_and_pinned_state_without_disturbing_wo
         REREAD_AND_RECONNECT,
         || {
             let (enforced, classified) = pool_in(&second.snapshot(), "serve");
-            enforced["subscribers"] == 1 && u64_of(&classified, "threads") > 0
+            enforced.subscribers == 1 && classified.threads > 0
         },
     );
     assert!(
@@ -215,7 +208,7 @@ fn a_pinned_map_of_another_shape_is_not_taken_over() {
     // The sensor works on its fresh map: a launched job is classified and sensed.
     let sim = daemon.launch("--training", "t", SIM, &["--seconds", "1"]);
     wait_ok(sim, "training-sim");
-    assert!(u64_of(job(&daemon.snapshot(), "t"), "run_ns") > 0);
+    assert!(job(&daemon.snapshot(), "t").run_ns > 0);
     let log = daemon.stop();
     assert!(log.contains("pins removed"), "{log}");
     remove_test_cgroups(instance, "serve");
@@ -230,11 +223,11 @@ fn an_online_pool_left_under_the_idle_tree_moves_to_its_own_group_on_cgroup_v2()
     if !privileged("an_online_pool_left_under_the_idle_tree_moves_to_its_own_group_on_cgroup_v2") {
         return;
     }
-    if !reamer_tests::bench_cgroup::is_v2_host() {
+    if !reamer_tests::harness::cgroups::is_v2_host() {
         eprintln!("SKIPPED: only cgroup v2 ever kept online pools under the idle tree");
         return;
     }
-    let old = reamer_tests::bench_cgroup::Group::ensure(instance, "web").expect("old group");
+    let old = reamer_tests::harness::cgroups::Group::ensure(instance, "web").expect("old group");
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     old.add_process(sleeper.id()).expect("into the old group");
     assert_eq!(

@@ -9,9 +9,10 @@ use std::{
     time::Duration,
 };
 
+use enforcer_common::protocol::Snapshot;
 use reamer_tests::{
     harness::{Daemon, bpftool, job, online_cpu_count, privileged, u64_of, wait_ok},
-    schedstat,
+    measure::schedstat,
 };
 use serde_json::{Value, json};
 
@@ -32,11 +33,10 @@ fn launch_sim(daemon: &Daemon, job_name: &str, seconds: &str) -> std::process::C
         &["--seconds", seconds, "--loaders", "2"],
     );
     for _ in 0..100 {
-        let snapshot = daemon.snapshot();
-        let found = snapshot["jobs"].as_array().is_some_and(|jobs| {
-            jobs.iter()
-                .any(|j| j["name"] == job_name && j["threads"].as_u64().unwrap_or(0) >= 3)
-        });
+        let found = daemon
+            .snapshot()
+            .job(job_name)
+            .is_some_and(|j| j.threads >= 3);
         if found {
             return child;
         }
@@ -63,7 +63,7 @@ fn runqueue_wait_agrees_with_schedstat_run_delay() {
 /// the daemon can take tens of milliseconds to answer, while the waits grow by most of a
 /// second per second here: read on one side only, the two measures would cover different
 /// stretches of time.
-fn at_one_moment(daemon: &Daemon, pid: u32) -> (HashMap<u32, u64>, Value) {
+fn at_one_moment(daemon: &Daemon, pid: u32) -> (HashMap<u32, u64>, Snapshot) {
     let kernel_before = schedstat::run_delays(pid);
     let snapshot = daemon.snapshot();
     let kernel_after = schedstat::run_delays(pid);
@@ -96,21 +96,21 @@ fn wait_agrees_with_schedstat(clock: &str) {
     std::thread::sleep(Duration::from_millis(500));
 
     let (kernel_before, before) = at_one_moment(&daemon, sim.id());
-    let sensor_before = u64_of(job(&before, "sim"), "wait_ns");
+    let sensor_before = job(&before, "sim").wait_ns;
     std::thread::sleep(Duration::from_secs(3));
     let (kernel_after, after) = at_one_moment(&daemon, sim.id());
-    let sensor_after = u64_of(job(&after, "sim"), "wait_ns");
+    let sensor_after = job(&after, "sim").wait_ns;
 
     let kernel = schedstat::growth(&kernel_before, &kernel_after) as f64;
     let sensor = sensor_after.saturating_sub(sensor_before) as f64;
-    let zero_waits = job(&after, "sim")["wait_hist"][0].as_u64().unwrap_or(0);
+    let zero_waits = job(&after, "sim").wait_hist.first().copied().unwrap_or(0);
     println!(
         "{clock} clock: run-queue wait over 3 s: sensor {:.1} ms, schedstat run_delay {:.1} ms \
          ({} threads); waits read as 0 ns since the start: {zero_waits} of {}",
         sensor / 1e6,
         kernel / 1e6,
         kernel_after.len(),
-        u64_of(job(&after, "sim"), "waits"),
+        job(&after, "sim").waits,
     );
     // On the run queue's clock the sensor reads the waits from sched_info itself (the piece
     // since `last_queued` plus the pieces already in `run_delay`), so the two measures differ
@@ -162,15 +162,12 @@ fn events_fire_behind_inference_and_only_there() {
     wait_ok(hog, "cpu-hog (pool)");
     let snapshot = daemon.snapshot();
     let behind = job(&snapshot, "behind-inference");
-    println!("behind inference: {behind}");
+    println!("behind inference: {behind:?}");
     assert!(
-        u64_of(behind, "behind_inference") > 0,
+        behind.behind_inference > 0,
         "no enqueue behind inference detected"
     );
-    assert!(
-        u64_of(behind, "events_received") > 0,
-        "no event reached userspace"
-    );
+    assert!(behind.events_received > 0, "no event reached userspace");
 
     // Behind an unclassified hog: contention, but not inference.
     let hog = Command::new(HOG)
@@ -182,14 +179,10 @@ fn events_fire_behind_inference_and_only_there() {
     wait_ok(hog, "cpu-hog (other)");
     let snapshot = daemon.snapshot();
     let other = job(&snapshot, "behind-other");
-    println!("behind other: {other}");
-    assert!(
-        u64_of(other, "wait_ns") > 0,
-        "no contention at all: test is void"
-    );
+    println!("behind other: {other:?}");
+    assert!(other.wait_ns > 0, "no contention at all: test is void");
     assert_eq!(
-        u64_of(other, "behind_inference"),
-        0,
+        other.behind_inference, 0,
         "behind-inference detected with no inference"
     );
     daemon.stop();
@@ -202,7 +195,7 @@ fn classification_follows_new_threads_and_children() {
         return;
     }
     let daemon = Daemon::start("it-fork", "");
-    let forks_before = u64_of(&daemon.snapshot()["counters"], "forks_inherited");
+    let forks_before = daemon.snapshot().counters["forks_inherited"];
     let mut tree = daemon.launch(
         "--training",
         "tree",
@@ -227,7 +220,7 @@ fn classification_follows_new_threads_and_children() {
     assert_eq!(created.len(), 6, "{report}");
 
     let classified = classified_threads(&daemon);
-    let tree_job_id = u64_of(job(&daemon.snapshot(), "tree"), "id");
+    let tree_job_id = u64::from(job(&daemon.snapshot(), "tree").id);
     for tid in &created {
         let state = classified
             .get(tid)
@@ -238,7 +231,7 @@ fn classification_follows_new_threads_and_children() {
             "tid {tid} classified as {state:?}"
         );
     }
-    let forks_after = u64_of(&daemon.snapshot()["counters"], "forks_inherited");
+    let forks_after = daemon.snapshot().counters["forks_inherited"];
     assert!(
         forks_after - forks_before >= 6,
         "the fork hook classified {} children; 6 were created",
@@ -271,7 +264,7 @@ fn a_thread_classified_after_it_ran_is_sensed() {
     wait_ok(shell, "bash spin");
     let snapshot = daemon.snapshot();
     let shell_job = job(&snapshot, "shell");
-    let run_ns = u64_of(shell_job, "run_ns");
+    let run_ns = shell_job.run_ns;
     println!(
         "single-threaded job: ran {:.2} s of a {spin_s} s spin",
         run_ns as f64 / 1e9
@@ -281,7 +274,7 @@ fn a_thread_classified_after_it_ran_is_sensed() {
     assert!(
         run_ns >= 1_000_000_000,
         "the job ran only {run_ns} ns ({} threads): its thread is still unclassified",
-        u64_of(shell_job, "threads")
+        shell_job.threads
     );
     daemon.stop();
 }
@@ -333,11 +326,11 @@ fn bpftool_reads_pinned_maps_and_stop_cleans_up() {
         "[sensor]\nwait_threshold_us = 1234\nevent_min_interval_us = 56\n",
     );
     // The daemon's own programs, by kernel id: other daemons may run beside it.
-    let ours: HashSet<u64> = daemon.snapshot()["programs"]
-        .as_array()
-        .expect("programs")
+    let ours: HashSet<u64> = daemon
+        .snapshot()
+        .programs
         .iter()
-        .filter_map(|p| p["id"].as_u64())
+        .map(|p| u64::from(p.id))
         .collect();
     assert_eq!(ours.len(), 5, "the five sensor programs are loaded");
     assert!(

@@ -132,7 +132,10 @@ fn the_service_units_capabilities_are_all_the_daemon_needs() {
     let realtime = root_may_run_realtime();
     if realtime {
         assert_eq!(policy, libc::SCHED_FIFO, "the event thread's policy");
-        assert_eq!(daemon.snapshot()["event_thread"], "SCHED_FIFO 10");
+        assert_eq!(
+            daemon.snapshot().event_thread.as_deref(),
+            Some("SCHED_FIFO 10")
+        );
     } else {
         // Where even root with every capability is refused (a cgroup v2 host whose group has
         // no real-time runtime), the daemon must say so, not fail.
@@ -149,10 +152,10 @@ fn the_service_units_capabilities_are_all_the_daemon_needs() {
         {
             assert_eq!(slice, 100_000, "the event thread's se.slice");
         }
-        let how = daemon.snapshot()["event_thread"].clone();
+        let how = daemon.snapshot().event_thread;
         assert!(
-            how.as_str().is_some_and(|h| h.starts_with("SCHED_OTHER")),
-            "status's event thread: {how}"
+            how.as_deref().is_some_and(|h| h.starts_with("SCHED_OTHER")),
+            "status's event thread: {how:?}"
         );
     }
 
@@ -191,7 +194,7 @@ struct RemovedOnDrop(&'static str);
 
 impl Drop for RemovedOnDrop {
     fn drop(&mut self) {
-        reamer_tests::bench_cgroup::remove_groups(self.0, &["daemon"]);
+        reamer_tests::harness::cgroups::remove_groups(self.0, &["daemon"]);
     }
 }
 

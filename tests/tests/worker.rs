@@ -13,14 +13,17 @@ use std::{
     time::{Duration, Instant},
 };
 
+use enforcer_common::protocol::PoolStatus;
 use reamer_tests::{
-    harness::{Daemon, eventually, privileged, remove_test_cgroups, u64_of, wait_ok},
-    proc_stats::resident_kib,
-    worker::{
-        CLASSIFIER_SERVE_ARGS, OnlineWorker, agent, binary_body, check_tiny_answer, get, metric,
-        post, scratch, scratch_with_tiny_model, tiny_expected, tiny_request, worker_bin,
-        write_tiny_model,
+    harness::{
+        Daemon, eventually, privileged, remove_test_cgroups, wait_ok,
+        worker::{
+            CLASSIFIER_SERVE_ARGS, OnlineWorker, agent, binary_body, check_tiny_answer, get,
+            metric, post, scratch, scratch_with_tiny_model, tiny_expected, tiny_request,
+            worker_bin, write_tiny_model,
+        },
     },
+    measure::proc_stats::resident_kib,
 };
 use serde_json::Value;
 
@@ -860,8 +863,7 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
     let dir = scratch("slo-need");
     let worker = OnlineWorker::launch_cpu_bound_into(instance, "web", &dir);
     let web = || reamer_tests::harness::pool_in(&daemon.snapshot(), "web").0;
-    let web_cpus =
-        |pool: &Value| reamer_tests::harness::cpu_list_len(pool["cpus"].as_str().unwrap_or(""));
+    let web_cpus = |pool: &PoolStatus| enforcer_common::cpu_list::count(&pool.cpus);
     let http = agent();
     let granted = || {
         metric(
@@ -870,14 +872,18 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
         )
     };
     assert_eq!(web_cpus(&web()), 1, "an idle online pool holds its minimum");
-    assert_eq!(web()["cpu_weight"], 30, "status reports the pool's weight");
+    assert_eq!(
+        web().cpu_weight,
+        Some(30),
+        "status reports the pool's weight"
+    );
     // The online worker has the pool's own top-level cpu group (on v2 the pool's only group),
     // out of the idle `reamer` tree where the offline pool is, so that it stays in the normal
     // class against training, at the pool's weight: cpu_weight 30, which v1 takes as 307
     // shares of 1024.
     let group = reamer_tests::harness::cgroup_of(worker.child.id(), "cpu");
     assert_eq!(group, format!("/reamer-online.{instance}.web"));
-    let (weight_file, weight) = if reamer_tests::bench_cgroup::is_v2_host() {
+    let (weight_file, weight) = if reamer_tests::harness::cgroups::is_v2_host() {
         ("cpu.weight", "30")
     } else {
         ("cpu.shares", "307")
@@ -934,14 +940,14 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
     };
     until("the pool grew to the worker's need", 5, &|| {
         let pool = web();
-        u64_of(&pool, "need_cpus") >= 2 && web_cpus(&pool) >= 2 && granted() >= 2.0
+        pool.need_cpus >= 2 && web_cpus(&pool) >= 2 && granted() >= 2.0
     });
-    println!("under load: {}", web());
+    println!("under load: {:?}", web());
     wait_ok(load, "load-gen");
     // The need falls once the lower rate held for 3 checks; the cores go back to offline.
     until("the pool shrank back to its minimum", 8, &|| {
         let pool = web();
-        u64_of(&pool, "need_cpus") == 1 && web_cpus(&pool) == 1
+        pool.need_cpus == 1 && web_cpus(&pool) == 1
     });
     assert!(worker.stop().success());
     let log = daemon.stop();

@@ -59,10 +59,6 @@ pub(crate) fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> anyhow
     Ok(())
 }
 
-fn is_root() -> bool {
-    stdout_of("id", &["-u"]).trim() == "0"
-}
-
 fn package_installed(package: &str) -> bool {
     stdout_of("dpkg-query", &["-W", "-f=${Status}", package]).contains("install ok installed")
 }
@@ -125,7 +121,7 @@ fn ensure_packages() -> anyhow::Result<()> {
         return Ok(());
     }
     let has_apt = succeeds("apt-get", &["--version"]);
-    if !is_root() || !has_apt {
+    if !crate::cargo::is_root() || !has_apt {
         bail!(
             "missing system packages: {}. Install them with:\n    sudo apt-get update && sudo apt-get install -y {}\n\
              (on a distribution without apt-get: LLVM 22 development files, zlib, zstd and bpftool)",

@@ -10,6 +10,8 @@ use std::{io::Read as _, process::Command, time::Duration};
 use anyhow::{Context as _, bail};
 use reamer_tests::harness::Daemon;
 
+use enforcer_common::protocol::Snapshot;
+
 use crate::{
     cargo::{build_release, is_root, release_bin},
     wake_probe::WakeLatency,
@@ -114,11 +116,7 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn summarize(
-    report: &str,
-    snapshot: &serde_json::Value,
-    wake: Option<&WakeLatency>,
-) -> anyhow::Result<()> {
+fn summarize(report: &str, snapshot: &Snapshot, wake: Option<&WakeLatency>) -> anyhow::Result<()> {
     let report: serde_json::Value =
         serde_json::from_str(report.trim()).context("training-sim report")?;
     let steps: Vec<f64> = report["step_ms"]
@@ -161,25 +159,19 @@ fn summarize(
             wake.busy_p99_us / 1e3
         );
     }
-    let job = snapshot["jobs"]
-        .as_array()
-        .and_then(|j| j.first())
-        .context("demo job")?;
+    let job = snapshot.jobs.first().context("demo job")?;
     println!(
         "sensor: {} run-queue waits, {} times training was enqueued behind inference, {} events delivered",
-        job["waits"], job["behind_inference"], job["events_received"]
+        job.waits, job.behind_inference, job.events_received
     );
-    let enforcement = &snapshot["enforcement"];
-    let micros = |field: &str| {
-        enforcement[field]
-            .as_u64()
-            .map_or("-".to_owned(), |ns| format!("{:.0} µs", ns as f64 / 1e3))
-    };
+    let enforcement = snapshot.enforcement.clone().unwrap_or_default();
+    let micros =
+        |ns: Option<u64>| ns.map_or("-".to_owned(), |ns| format!("{:.0} µs", ns as f64 / 1e3));
     println!(
         "fast path: {} reactions to those events, kernel event to cgroup write p50 {}, p99 {}",
-        enforcement["reactions"],
-        micros("event_to_write_p50_ns"),
-        micros("event_to_write_p99_ns")
+        enforcement.reactions,
+        micros(enforcement.event_to_write_p50_ns),
+        micros(enforcement.event_to_write_p99_ns)
     );
     println!(
         "The enforcer placed the inference pool in an offline cgroup (cpu.idle, so the kernel \

@@ -1,23 +1,13 @@
 //! reamer's developer tasks. `cargo xtask --help` lists them.
 
-mod bench_colocation;
-mod bench_gpu;
-mod bench_reaction;
-mod bench_sensor;
-mod bench_worker;
+mod bench;
 mod bootstrap;
 mod cargo;
-mod colocation_plot;
-mod colocation_report;
 mod demo;
-mod docs;
-mod gpu_report;
 mod models;
-mod progress_bar;
-mod stats;
 mod wake_probe;
 
-use std::{os::unix::process::CommandExt as _, path::PathBuf, process::ExitCode};
+use std::{os::unix::process::CommandExt as _, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -30,15 +20,6 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     task: Task,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Section {
-    Sensor,
-    Reaction,
-    Worker,
-    Colocation,
-    Gpu,
 }
 
 #[derive(Subcommand)]
@@ -77,62 +58,7 @@ enum Task {
     /// benchmark: a PyTorch training loop beside a PyTorch inference loop under MPS, with and
     /// without the enforcer's clamp (skipped, saying why, without a GPU). All but the
     /// worker's need root.
-    Bench {
-        /// The sections to run, comma-separated.
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "sensor,reaction,worker,colocation,gpu"
-        )]
-        only: Vec<Section>,
-        /// Rounds of the co-location benchmark (each runs every scenario once).
-        #[arg(long, default_value_t = 12)]
-        colocation_rounds: usize,
-        /// Seconds of training per co-location window.
-        #[arg(long, default_value_t = 4.0)]
-        window: f64,
-        /// Sensor and co-location rounds are kept only if the hypervisor stole at most
-        /// this share of the CPU (%) while they ran; others are run again, up to three
-        /// attempts per one asked for. On this kind of VM steal moves a result more than the
-        /// effects measured.
-        #[arg(long, default_value_t = 3.0, value_name = "PERCENT")]
-        max_steal: f64,
-        /// Interleaved repetitions per engine in the worker section.
-        #[arg(long, default_value_t = 3)]
-        worker_reps: usize,
-        /// Timed runs per batch size and repetition in the worker section.
-        #[arg(long, default_value_t = 20)]
-        worker_runs: usize,
-        /// Rounds of the GPU benchmark (each runs every GPU scenario once).
-        #[arg(long, default_value_t = 3)]
-        gpu_rounds: usize,
-        /// Rounds of the sensor's throughput measurement (each runs the workloads without
-        /// programs, with the sensor, and with a no-op on each of its tracepoints).
-        #[arg(long, default_value_t = 30)]
-        rounds: usize,
-        /// Seconds per ping-pong measurement (hackbench runs a fixed amount of work).
-        #[arg(long, default_value_t = 1.0)]
-        seconds: f64,
-        /// Training bursts for the reaction measurement.
-        #[arg(long, default_value_t = 60)]
-        bursts: usize,
-        /// A short smoke run (3 rounds of 1 s, 10 bursts, 1 worker repetition, 3 co-location
-        /// rounds of 1.5 s windows, kept whatever the steal); does not touch docs/benchmarks.md.
-        #[arg(long)]
-        quick: bool,
-        /// Also write the figures as JSON to this file.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Do not update docs/benchmarks.md.
-        #[arg(long)]
-        no_docs: bool,
-        /// Use the release binaries already in target/release: no toolchain check, no build.
-        /// For a machine without the Rust toolchain (a GPU server the repository and its
-        /// built target/release were copied to), running target/release/xtask from the
-        /// repository's root.
-        #[arg(long)]
-        prebuilt: bool,
-    },
+    Bench(bench::Options),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -177,216 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             test_args.extend(args.iter().map(String::as_str));
             cargo::cargo_test(&test_args)
         }
-        Task::Bench {
-            only,
-            colocation_rounds,
-            window,
-            max_steal,
-            worker_reps,
-            worker_runs,
-            rounds,
-            seconds,
-            bursts,
-            quick,
-            json,
-            no_docs,
-            gpu_rounds,
-            prebuilt,
-        } => {
-            if !prebuilt {
-                bootstrap::ensure()?;
-            }
-            let privileged = only.iter().any(|s| *s != Section::Worker);
-            if privileged && !cargo::is_root() {
-                anyhow::bail!(
-                    "the sensor, reaction and co-location benchmarks load eBPF programs and \
-                     write cgroups: run them as root (sudo -E cargo xtask bench), or only the \
-                     worker's with --only worker"
-                );
-            }
-            if !(window >= 1.0 && window.is_finite()) || colocation_rounds == 0 || gpu_rounds == 0 {
-                anyhow::bail!(
-                    "--window must be at least 1 second, --colocation-rounds and --gpu-rounds \
-                     at least 1"
-                );
-            }
-            if !(0.0..=100.0).contains(&max_steal) {
-                anyhow::bail!("--max-steal is a share of the CPU: 0 to 100 (%), not {max_steal}");
-            }
-            if only.contains(&Section::Colocation) && !prebuilt {
-                // The online inference there serves the PP-OCR classifier.
-                models::ensure_models()?;
-            }
-            if prebuilt {
-                cargo::check_release_bins()?;
-            } else {
-                cargo::build_release()?;
-            }
-            let (rounds, seconds, hackbench_loops) = if quick {
-                (3, 1.0, 200)
-            } else {
-                (rounds, seconds, 500)
-            };
-            let progress = |step: &str| eprintln!("[bench] {step}");
-            let bursts = if quick { 10 } else { bursts };
-            let (worker_reps, worker_runs) = if quick {
-                (1, 3)
-            } else {
-                (worker_reps, worker_runs)
-            };
-            let (colocation_rounds, window) = if quick {
-                (3, 1.5)
-            } else {
-                (colocation_rounds, window)
-            };
-            let (gpu_rounds, gpu_train) = if quick {
-                (1, std::time::Duration::from_secs(4))
-            } else {
-                (gpu_rounds, std::time::Duration::from_secs(8))
-            };
-            // A smoke run checks the mechanics, whatever the host's steal.
-            let max_steal = if quick { 100.0 } else { max_steal };
-            // The command that reproduces this run, with only the options that mattered to it.
-            // With --prebuilt it ran as the copied binary, without cargo.
-            let mut command = if prebuilt {
-                "target/release/xtask bench --prebuilt".to_owned()
-            } else {
-                "cargo xtask bench".to_owned()
-            };
-            if quick {
-                command.push_str(" --quick");
-            }
-            let names: Vec<&str> = [
-                (Section::Sensor, "sensor"),
-                (Section::Reaction, "reaction"),
-                (Section::Worker, "worker"),
-                (Section::Colocation, "colocation"),
-                (Section::Gpu, "gpu"),
-            ]
-            .iter()
-            .filter(|(section, _)| only.contains(section))
-            .map(|(_, name)| *name)
-            .collect();
-            if names.len() < 5 {
-                command.push_str(&format!(" --only {}", names.join(",")));
-            }
-            if !quick && only.contains(&Section::Sensor) {
-                command.push_str(&format!(" --rounds {rounds} --seconds {seconds}"));
-            }
-            if !quick && only.contains(&Section::Reaction) {
-                command.push_str(&format!(" --bursts {bursts}"));
-            }
-            if !quick && only.contains(&Section::Worker) {
-                command.push_str(&format!(
-                    " --worker-reps {worker_reps} --worker-runs {worker_runs}"
-                ));
-            }
-            if !quick && only.contains(&Section::Colocation) {
-                command.push_str(&format!(
-                    " --colocation-rounds {colocation_rounds} --window {window}"
-                ));
-            }
-            if !quick && only.contains(&Section::Gpu) {
-                command.push_str(&format!(" --gpu-rounds {gpu_rounds}"));
-            }
-            if !quick && (only.contains(&Section::Sensor) || only.contains(&Section::Colocation)) {
-                command.push_str(&format!(" --max-steal {max_steal}"));
-            }
-            let machine = docs::machine_description();
-            let mut body = serde_json::json!({"machine": machine});
-            let mut sections = Vec::new();
-            if only.contains(&Section::Sensor) {
-                let sensor =
-                    bench_sensor::run(rounds, seconds, hackbench_loops, max_steal, &progress)?;
-                sections.push((
-                    "sensor",
-                    bench_sensor::markdown(&sensor, &command, &machine),
-                ));
-                body["sensor"] = serde_json::to_value(&sensor)?;
-            }
-            if only.contains(&Section::Reaction) {
-                let reaction = bench_reaction::run(bursts, &progress)?;
-                sections.push((
-                    "reaction",
-                    bench_reaction::markdown(&reaction, &command, &machine),
-                ));
-                body["reaction"] = serde_json::to_value(&reaction)?;
-            }
-            if only.contains(&Section::Worker) {
-                let worker = bench_worker::run(worker_reps, worker_runs, &progress)?;
-                sections.push((
-                    "worker",
-                    bench_worker::markdown(&worker, &command, &machine),
-                ));
-                body["worker"] = serde_json::to_value(&worker)?;
-            }
-            if only.contains(&Section::Colocation) {
-                let measured =
-                    bench_colocation::run(colocation_rounds, window, max_steal, &progress)?;
-                let figures = colocation_report::figures(&measured);
-                // The plot goes beside benchmarks.md when the run updates it.
-                let plot = if quick || no_docs {
-                    cargo::workspace_root().join("target/bench/colocation.svg")
-                } else {
-                    cargo::workspace_root().join("docs/colocation.svg")
-                };
-                std::fs::write(
-                    &plot,
-                    colocation_plot::svg(&figures, &format!("reamer co-location: {machine}")),
-                )
-                .with_context(|| format!("writing {}", plot.display()))?;
-                eprintln!("[bench] plot written to {}", plot.display());
-                sections.push((
-                    "colocation",
-                    colocation_report::markdown(
-                        &figures,
-                        &measured,
-                        &command,
-                        &machine,
-                        "colocation.svg",
-                    ),
-                ));
-                body["scenarios"] = colocation_report::scenarios_json(&figures);
-                // Every window, for a second look at the figures.
-                body["colocation"] = serde_json::to_value(&measured)?;
-            }
-            if only.contains(&Section::Gpu) {
-                match bench_gpu::unavailable() {
-                    Some(reason) => {
-                        eprintln!(
-                            "[bench] gpu: skipped, docs/benchmarks.md keeps its GPU section: {reason}"
-                        );
-                        body["gpu"] = serde_json::json!({"skipped": reason});
-                    }
-                    None => {
-                        let run = bench_gpu::run(gpu_rounds, gpu_train, &progress)?;
-                        let figures = gpu_report::figures(&run);
-                        sections.push((
-                            "gpu",
-                            gpu_report::markdown(&run, &figures, &command, &machine),
-                        ));
-                        body["gpu"] = serde_json::json!({
-                            "scenarios": figures,
-                            "run": run,
-                        });
-                    }
-                }
-            }
-            for (_, section) in &sections {
-                println!("{section}");
-            }
-            if let Some(path) = json {
-                std::fs::write(&path, serde_json::to_string_pretty(&body)?)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-            if !quick && !no_docs {
-                for (name, section) in &sections {
-                    docs::replace_section(name, section)?;
-                }
-                eprintln!("[bench] docs/benchmarks.md updated");
-            }
-            Ok(())
-        }
+        Task::Bench(options) => bench::run(options),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Running `wake-probe`: how long this machine takes to wake a thread on another CPU, with the
 //! CPUs idle and kept busy. On a VM with a busy host the first is far slower, which moves any
-//! workload that leaves a vCPU idle (docs/enforcer.md, "This VM's idle vCPUs wake slowly").
+//! workload that leaves a vCPU idle (docs/experiments/2026-11-22-idle-vcpu-wake.md).
 
 use std::process::Command;
 

@@ -1,37 +1,15 @@
 //! Attributes each GPU process to its training job or inference pool, by the same membership
-//! the CPU side uses (the registry's groups: cgroups, registered processes and their
+//! the CPU side uses (`Registry::owners`: cgroups, registered processes and their
 //! descendants), and sums what the policy and the memory guard need per device.
 
 use std::collections::HashMap;
+
+pub use enforcer_common::protocol::gpu::Owner;
 
 use super::{
     memory_guard::{DeviceMemory, InferenceProcess},
     telemetry::GpuSample,
 };
-use crate::registry::{Registry, group_threads};
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "kind", content = "name", rename_all = "snake_case")]
-pub enum Owner {
-    Training(String),
-    Pool(String),
-}
-
-/// Every thread id of every group, with its owner. A process's pid is its main thread's id.
-pub fn owners(registry: &Registry) -> HashMap<u32, Owner> {
-    let mut owners = HashMap::new();
-    for job in &registry.training {
-        for tid in group_threads(&job.sources) {
-            owners.insert(tid, Owner::Training(job.name.clone()));
-        }
-    }
-    for pool in &registry.pools {
-        for tid in group_threads(&pool.sources) {
-            owners.insert(tid, Owner::Pool(pool.name.clone()));
-        }
-    }
-    owners
-}
 
 /// One device's figures, attributed.
 #[derive(Debug, Clone, PartialEq)]

@@ -23,96 +23,13 @@
 //! `retarget_after` becomes an MPS active-thread percentage for the next clients: the lasting
 //! form of the same limit, which costs no freezing.
 
-/// Tunables, from the config's `[gpu]` section.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClampConfig {
-    /// Inference's run fraction right after training's demand rises.
-    pub clamp_run_fraction: f64,
-    /// The lowest run fraction a back-off goes to.
-    pub min_run_fraction: f64,
-    /// Probe above the clamp on training's per-process SM utilization (see the module's
-    /// doc for why it is off by default).
-    pub probe: bool,
-    /// How much a probe adds to the run fraction.
-    pub step: f64,
-    /// The share of its best SM utilization training may lose before inference backs off.
-    pub tolerance: f64,
-    /// Time between two adjustments, ns: at least one fresh NVML sample.
-    pub adjust_every_ns: u64,
-    /// Training's CPU use (CPUs) at or above which it counts as active.
-    pub active_cpus: f64,
-    /// Training's CPU use over one short read (the daemon's 10 ms, while a GPU pool is gated)
-    /// at or above which a step counts as starting: its launch thread issues kernels, then
-    /// spins in CUDA's synchronisation, near one CPU. Higher than `active_cpus`, so that a
-    /// short blip of a training job's helper threads does not clamp inference.
-    pub rise_cpus: f64,
-    /// Training's SM utilization (%) at or above which it counts as active.
-    pub active_sm_pct: f64,
-    /// Without either signal for this long, ns, inference is ungated.
-    pub idle_after_ns: u64,
-    /// A run fraction held this long, ns, becomes an MPS percentage.
-    pub retarget_after_ns: u64,
-}
+pub use enforcer_common::protocol::gpu::{ClampReason, GpuDecision, Signal};
 
-impl Default for ClampConfig {
-    fn default() -> Self {
-        const MS: u64 = 1_000_000;
-        Self {
-            clamp_run_fraction: 0.1,
-            min_run_fraction: 0.1,
-            probe: false,
-            step: 0.1,
-            tolerance: 0.05,
-            // NVML's utilization counters cover 1/6 s to 1 s depending on the GPU.
-            adjust_every_ns: 1000 * MS,
-            active_cpus: 0.05,
-            rise_cpus: 0.5,
-            active_sm_pct: 5.0,
-            idle_after_ns: 2000 * MS,
-            retarget_after_ns: 10_000 * MS,
-        }
-    }
-}
-
-/// Which signal saw training's demand rise.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Signal {
-    Cpu,
-    Nvml,
-}
-
-/// Why inference's run fraction changed.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "reason", rename_all = "snake_case")]
-pub enum ClampReason {
-    TrainingRose {
-        signal: Signal,
-    },
-    /// Training kept its SM utilization: inference may run more.
-    Probe {
-        training_sm_pct: f64,
-    },
-    /// Training lost SM utilization: inference runs less.
-    TrainingSlowed {
-        training_sm_pct: f64,
-        best_sm_pct: f64,
-    },
-    TrainingIdle,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "action", rename_all = "snake_case")]
-pub enum GpuDecision {
-    /// Run inference for this fraction of each duty-cycle period (1: never frozen).
-    Gate { run_fraction: f64, why: ClampReason },
-    /// Give new inference clients this MPS active-thread percentage.
-    Retarget { percentage: u32 },
-}
+use crate::config::gpu::ClampSettings;
 
 #[derive(Debug)]
 pub struct GpuPolicy {
-    config: ClampConfig,
+    config: ClampSettings,
     run_fraction: f64,
     /// When either signal last saw training active; None: training idle.
     last_active_ns: Option<u64>,
@@ -129,7 +46,7 @@ pub struct GpuPolicy {
 }
 
 impl GpuPolicy {
-    pub fn new(config: ClampConfig) -> Self {
+    pub fn new(config: ClampSettings) -> Self {
         Self {
             config,
             run_fraction: 1.0,
@@ -290,14 +207,14 @@ mod tests {
 
     /// A policy whose last NVML sample showed training on a GPU, not yet busy.
     fn on_gpu() -> GpuPolicy {
-        let mut policy = GpuPolicy::new(ClampConfig::default());
+        let mut policy = GpuPolicy::new(ClampSettings::default());
         assert!(policy.on_nvml(0, true, Some(0.0)).is_empty());
         policy
     }
 
     #[test]
     fn cpu_only_training_never_gates_gpu_inference() {
-        let mut policy = GpuPolicy::new(ClampConfig::default());
+        let mut policy = GpuPolicy::new(ClampSettings::default());
         assert!(policy.on_nvml(0, false, None).is_empty());
         for t in 1..50 {
             assert!(policy.on_training_cpu(t * 100 * MS, 2.0).is_empty());
@@ -335,7 +252,7 @@ mod tests {
 
     #[test]
     fn nvml_alone_also_detects_the_rise() {
-        let mut policy = GpuPolicy::new(ClampConfig::default());
+        let mut policy = GpuPolicy::new(ClampSettings::default());
         let decisions = policy.on_nvml(0, true, Some(80.0));
         assert_eq!(gates(&decisions), vec![0.1]);
         assert!(matches!(
@@ -351,9 +268,9 @@ mod tests {
 
     /// A policy with probing on, whose last NVML sample showed training on a GPU.
     fn probing_on_gpu() -> GpuPolicy {
-        let mut policy = GpuPolicy::new(ClampConfig {
+        let mut policy = GpuPolicy::new(ClampSettings {
             probe: true,
-            ..ClampConfig::default()
+            ..ClampSettings::default()
         });
         assert!(policy.on_nvml(0, true, Some(0.0)).is_empty());
         policy
@@ -397,9 +314,9 @@ mod tests {
 
     #[test]
     fn adjustments_wait_for_a_fresh_nvml_period() {
-        let mut policy = GpuPolicy::new(ClampConfig {
+        let mut policy = GpuPolicy::new(ClampSettings {
             probe: true,
-            ..ClampConfig::default()
+            ..ClampSettings::default()
         });
         policy.on_nvml(0, true, Some(90.0));
         policy.on_nvml(1000 * MS, true, Some(90.0)); // reference

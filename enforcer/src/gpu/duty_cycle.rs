@@ -14,9 +14,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use enforcer_common::protocol::gpu::GateStats;
 use tracing::warn;
 
-use crate::cgroups::PoolFreezer;
+use crate::actuate::freezer::Freezer;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Target {
@@ -24,15 +25,6 @@ struct Target {
     /// Bumped on every change, so the thread knows to start a new cycle.
     generation: u64,
     stop: bool,
-}
-
-/// Figures the status reports.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct GateStats {
-    pub run_fraction: f64,
-    pub freezes: u64,
-    /// The latest freeze's cgroup writes, µs (every gated pool).
-    pub last_freeze_write_us: f64,
 }
 
 struct Shared {
@@ -49,7 +41,7 @@ pub struct DutyCycle {
 impl DutyCycle {
     /// Starts the gating thread over `pools`, ungated.
     pub fn start(
-        pools: Vec<PoolFreezer>,
+        pools: Vec<Arc<Freezer>>,
         period: Duration,
         rt_priority: i32,
     ) -> std::io::Result<Self> {
@@ -70,7 +62,7 @@ impl DutyCycle {
             std::thread::Builder::new()
                 .name("reamer-gpu-gate".to_owned())
                 .spawn(move || {
-                    crate::thread_policy::run_as_fifo(rt_priority, "GPU gating thread");
+                    crate::actuate::thread_policy::run_as_fifo(rt_priority, "GPU gating thread");
                     gate_forever(&shared, &pools, period);
                 })?
         };
@@ -144,11 +136,10 @@ fn wait_until(shared: &Shared, generation: u64, deadline: Option<Instant>) -> Ta
     }
 }
 
-fn set_all(pools: &[PoolFreezer], frozen: bool, shared: &Shared) {
+fn set_all(pools: &[Arc<Freezer>], frozen: bool, shared: &Shared) {
     let start = Instant::now();
     for pool in pools {
-        let result = if frozen { pool.freeze() } else { pool.thaw() };
-        if let Err(err) = result {
+        if let Err(err) = pool.set_gated(frozen) {
             warn!(pool = pool.pool, "GPU gating: {err}");
         }
     }
@@ -162,10 +153,10 @@ fn set_all(pools: &[PoolFreezer], frozen: bool, shared: &Shared) {
 /// Gates until stopped. Each cycle's phases end at fixed offsets from the cycle's start, and a
 /// cycle starts where the last one ended: the time spent in the cgroup writes and in waking up
 /// does not stretch the period (waking an idle vCPU took milliseconds on a busy VM host here,
-/// docs/enforcer.md; with each phase timed from its own wake-up, a test run on such a host
+/// docs/experiments/2026-11-22-idle-vcpu-wake.md; with each phase timed from its own wake-up, a test run on such a host
 /// counted 14 freezes in a 2 s window of 100 ms periods). A new target starts a new cycle at
 /// once, frozen first.
-fn gate_forever(shared: &Shared, pools: &[PoolFreezer], period: Duration) {
+fn gate_forever(shared: &Shared, pools: &[Arc<Freezer>], period: Duration) {
     let mut target = *shared.target.lock().unwrap_or_else(|e| e.into_inner());
     let mut cycle_start = Instant::now();
     loop {

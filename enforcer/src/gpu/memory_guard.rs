@@ -7,7 +7,7 @@
 //! NVML samples memory, so a training allocation that outgrows the free memory between two
 //! samples can still fail: `reserve_mib` is the margin kept free for that growth.
 
-use super::mps::MemLimitMib;
+use enforcer_common::protocol::gpu::MemLimitMib;
 
 /// One inference process's memory on a device.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,6 @@
 
 pub mod attribution;
 pub mod clamp;
-pub mod config;
 pub mod duty_cycle;
 pub mod memory_guard;
 pub mod mps;

@@ -16,8 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// NVIDIA's default name for the control program, found on PATH.
-pub const CONTROL_PROGRAM: &str = "nvidia-cuda-mps-control";
+use enforcer_common::protocol::gpu::{LimitsInForce, MemLimitMib, ServerLimits};
 
 /// How long one command may take. The control daemon answers in milliseconds; one that does
 /// not answer in seconds is wedged, and the enforcer must not wait on it.
@@ -39,63 +38,52 @@ pub enum MpsError {
     Timeout { command: String, timeout: Duration },
     #[error("unexpected reply to `{command}`: {reply:?}")]
     Unparsable { command: String, reply: String },
-    #[error("{0}")]
-    Invalid(String),
+    #[error("one command per line, not {0:?}")]
+    MultiLine(String),
+    #[error(
+        "no MPS control daemon answers{}; start one with `{program} -d` or set \
+         [gpu] mps = \"start\"",
+        pipe_dir.as_ref().map_or(String::new(), |d| format!(" on {}", d.display()))
+    )]
+    NoDaemon {
+        program: String,
+        pipe_dir: Option<PathBuf>,
+    },
+    #[error("creating the MPS pipe directory {}: {error}", dir.display())]
+    PipeDir { dir: PathBuf, error: std::io::Error },
+    #[error("an active-thread percentage must be 1 to 100, not {0}")]
+    Percentage(u32),
 }
 
-/// A pinned device-memory limit, in MiB: MPS takes an integer with an `M` or `G` suffix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct MemLimitMib(pub u64);
+/// A pinned-memory limit as MPS takes it: an integer with an `M` or `G` suffix.
+fn command_value(limit: MemLimitMib) -> String {
+    format!("{}M", limit.0)
+}
 
-impl MemLimitMib {
-    fn command_value(self) -> String {
-        format!("{}M", self.0)
+/// Parses a memory-limit reply such as `2048M`, `10G`, `900 MB` or a plain MiB count.
+/// Returns Ok(None) for a limit that is not set.
+fn parse_mem_limit(reply: &str) -> Result<Option<MemLimitMib>, ()> {
+    let text = reply.trim();
+    let lower = text.to_ascii_lowercase();
+    if lower.is_empty() || ["0", "none", "n/a", "unlimited", "disabled"].contains(&lower.as_str()) {
+        return Ok(None);
     }
-
-    /// Parses a reply such as `2048M`, `10G`, `900 MB` or a plain MiB count. Returns Ok(None)
-    /// for a limit that is not set.
-    fn parse_reply(reply: &str) -> Result<Option<Self>, ()> {
-        let text = reply.trim();
-        let lower = text.to_ascii_lowercase();
-        if lower.is_empty()
-            || ["0", "none", "n/a", "unlimited", "disabled"].contains(&lower.as_str())
-        {
-            return Ok(None);
-        }
-        let digits_end = lower
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(lower.len());
-        let number: f64 = lower[..digits_end].parse().map_err(|_| ())?;
-        let unit = lower[digits_end..]
-            .trim()
-            .trim_end_matches("ib")
-            .trim_end_matches('b');
-        let mib = match unit {
-            "" | "m" => number,
-            "g" => number * 1024.0,
-            "t" => number * 1024.0 * 1024.0,
-            "k" => number / 1024.0,
-            _ => return Err(()),
-        };
-        Ok(Some(Self(mib.round() as u64)))
-    }
-}
-
-/// What the control daemon has in force, read back after setting it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LimitsInForce {
-    /// For servers started from now on.
-    pub default_thread_percentage: f64,
-    /// Per device ordinal: the default pinned limit (None: no limit).
-    pub default_mem_limits: Vec<(u32, Option<MemLimitMib>)>,
-    pub servers: Vec<ServerLimits>,
-}
-
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ServerLimits {
-    pub pid: u32,
-    pub thread_percentage: f64,
-    pub mem_limits: Vec<(u32, Option<MemLimitMib>)>,
+    let digits_end = lower
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(lower.len());
+    let number: f64 = lower[..digits_end].parse().map_err(|_| ())?;
+    let unit = lower[digits_end..]
+        .trim()
+        .trim_end_matches("ib")
+        .trim_end_matches('b');
+    let mib = match unit {
+        "" | "m" => number,
+        "g" => number * 1024.0,
+        "t" => number * 1024.0 * 1024.0,
+        "k" => number / 1024.0,
+        _ => return Err(()),
+    };
+    Ok(Some(MemLimitMib(mib.round() as u64)))
 }
 
 /// The control program and the pipe directory its daemon uses.
@@ -131,7 +119,7 @@ impl MpsControl {
     /// words that this turns into `Refused`.
     pub fn command(&self, line: &str) -> Result<String, MpsError> {
         if line.contains('\n') {
-            return Err(MpsError::Invalid(format!("one command per line: {line:?}")));
+            return Err(MpsError::MultiLine(line.to_owned()));
         }
         let mut child = self
             .command_for()
@@ -208,21 +196,15 @@ impl MpsControl {
             return Ok(false);
         }
         if !may_start {
-            return Err(MpsError::Invalid(format!(
-                "no MPS control daemon answers{}; start one with `{} -d` or set \
-                 [gpu] mps = \"start\"",
-                self.pipe_dir
-                    .as_ref()
-                    .map_or(String::new(), |d| format!(" on {}", d.display())),
-                self.program_name()
-            )));
+            return Err(MpsError::NoDaemon {
+                program: self.program_name(),
+                pipe_dir: self.pipe_dir.clone(),
+            });
         }
         if let Some(dir) = &self.pipe_dir {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                MpsError::Invalid(format!(
-                    "creating the MPS pipe directory {}: {e}",
-                    dir.display()
-                ))
+            std::fs::create_dir_all(dir).map_err(|error| MpsError::PipeDir {
+                dir: dir.clone(),
+                error,
             })?;
         }
         let status = self
@@ -292,15 +274,13 @@ impl MpsControl {
         if (1..=100).contains(&percentage) {
             Ok(())
         } else {
-            Err(MpsError::Invalid(format!(
-                "an active-thread percentage must be 1 to 100, not {percentage}"
-            )))
+            Err(MpsError::Percentage(percentage))
         }
     }
 
     fn mem_limit(&self, command: &str) -> Result<Option<MemLimitMib>, MpsError> {
         let reply = self.command(command)?;
-        MemLimitMib::parse_reply(&reply).map_err(|()| MpsError::Unparsable {
+        parse_mem_limit(&reply).map_err(|()| MpsError::Unparsable {
             command: command.to_owned(),
             reply,
         })
@@ -335,7 +315,7 @@ impl MpsControl {
     pub fn set_default_mem_limit(&self, device: u32, limit: MemLimitMib) -> Result<(), MpsError> {
         self.command(&format!(
             "set_default_device_pinned_mem_limit {device} {}",
-            limit.command_value()
+            command_value(limit)
         ))
         .map(drop)
     }
@@ -352,7 +332,7 @@ impl MpsControl {
     ) -> Result<(), MpsError> {
         self.command(&format!(
             "set_device_pinned_mem_limit {server} {device} {}",
-            limit.command_value()
+            command_value(limit)
         ))
         .map(drop)
     }
@@ -416,7 +396,7 @@ pub fn client_env(
     if !mem_limits.is_empty() {
         let value = mem_limits
             .iter()
-            .map(|(device, limit)| format!("{device}={}", limit.command_value()))
+            .map(|(device, limit)| format!("{device}={}", command_value(*limit)))
             .collect::<Vec<_>>()
             .join(",");
         env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_owned(), value));
@@ -566,7 +546,7 @@ esac
 
     #[test]
     fn memory_limit_replies_parse_in_every_unit() {
-        let parse = MemLimitMib::parse_reply;
+        let parse = parse_mem_limit;
         assert_eq!(parse("2048M"), Ok(Some(MemLimitMib(2048))));
         assert_eq!(parse("10G"), Ok(Some(MemLimitMib(10240))));
         assert_eq!(parse("900 MB"), Ok(Some(MemLimitMib(900))));

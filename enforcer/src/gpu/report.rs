@@ -1,88 +1,9 @@
-//! What the GPU side reports in snapshots: `enforcer status` renders it, `/metrics` exports
-//! it, `enforcer status --json` prints it as is.
+//! The GPU side's report as `enforcer status` prints it (the types are the protocol's:
+//! `enforcer_common::protocol::gpu`).
 
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
-
-use super::{attribution::Owner, clamp::GpuDecision, duty_cycle::GateStats, mps::LimitsInForce};
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum GpuReport {
-    /// `[gpu] enabled = "off"`.
-    Off,
-    /// No NVML, no driver or no GPU: why, in one line.
-    Disabled {
-        reason: String,
-    },
-    Active(Box<GpuActive>),
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuActive {
-    pub driver: String,
-    pub devices: Vec<DeviceReport>,
-    /// Devices NVML failed to read at the last sample, with the error.
-    pub device_errors: Vec<String>,
-    /// Pools with `gpu = true`: the ones gated and guarded.
-    pub gated_pools: Vec<String>,
-    pub gate: GateStats,
-    pub training_active: bool,
-    /// The MPS active-thread percentage new inference clients get.
-    pub client_percentage: u32,
-    pub mps: MpsReport,
-    pub evictions: u64,
-    pub recent: Vec<GpuDecisionRecord>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuDecisionRecord {
-    pub at_ns: u64,
-    pub decision: GpuDecision,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeviceReport {
-    pub index: u32,
-    pub name: String,
-    pub utilization_pct: u32,
-    pub memory_used_mib: u64,
-    pub memory_total_mib: u64,
-    pub training_mib: u64,
-    pub inference_mib: u64,
-    pub other_mib: u64,
-    pub training_sm_pct: Option<f64>,
-    /// The pinned-memory limit a new inference client gets on this device.
-    pub new_client_limit_mib: u64,
-    pub processes: Vec<ProcessReport>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProcessReport {
-    pub pid: u32,
-    pub owner: Option<Owner>,
-    pub used_mib: Option<u64>,
-    pub sm_pct: Option<u32>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum MpsReport {
-    Off,
-    /// Configured, but no control daemon could be used: why.
-    Unavailable {
-        reason: String,
-    },
-    Attached {
-        /// Whether the enforcer started the control daemon.
-        started: bool,
-        /// Read back from the control daemon at the last reconcile.
-        in_force: Option<LimitsInForce>,
-        /// The last command that failed, if the latest reconcile had one.
-        last_error: Option<String>,
-    },
-}
+use enforcer_common::protocol::gpu::{GpuReport, MpsReport, Owner};
 
 fn owner_text(owner: &Option<Owner>) -> String {
     match owner {
@@ -201,6 +122,8 @@ pub fn render(report: &GpuReport) -> String {
 
 #[cfg(test)]
 mod tests {
+    use enforcer_common::protocol::gpu::{DeviceReport, GateStats, GpuActive, ProcessReport};
+
     use super::*;
 
     #[test]

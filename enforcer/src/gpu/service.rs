@@ -7,8 +7,6 @@
 
 use std::{
     collections::{BTreeSet, HashMap, HashSet, VecDeque},
-    io::Write as _,
-    path::Path,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -17,19 +15,27 @@ use std::{
     time::{Duration, Instant},
 };
 
+use enforcer_common::protocol::gpu::{
+    DeviceReport, GpuActive, GpuDecisionRecord, GpuReport, MemLimitMib, MpsReport, ProcessReport,
+};
 use tracing::{info, warn};
 
 use super::{
     attribution::{self, Owner},
     clamp::{GpuDecision, GpuPolicy},
-    config::{GpuSwitch, MpsMode},
     duty_cycle::{DutyCycle, GateStats},
     memory_guard::{self, Eviction},
-    mps::{self, MemLimitMib, MpsControl},
-    report::{DeviceReport, GpuActive, GpuDecisionRecord, GpuReport, MpsReport, ProcessReport},
+    mps::{self, MpsControl},
     telemetry::GpuTelemetry,
 };
-use crate::{cgroups::PoolFreezer, config::Config, sensor::snapshot::monotonic_ns};
+use crate::{
+    actuate::{decision_log::DecisionLog, freezer::Freezer},
+    config::{
+        Settings,
+        gpu::{GpuSettings, MpsMode},
+    },
+    host::{clock::monotonic_ns, procfs},
+};
 
 /// Decisions kept for the status.
 const RECENT: usize = 8;
@@ -39,6 +45,19 @@ const MPS_RECONCILE: Duration = Duration::from_secs(5);
 const EVICTION_GRACE: Duration = Duration::from_secs(10);
 /// A new inference client needs at least this much GPU memory to start a CUDA context.
 const MIN_CLIENT_MIB: u64 = 512;
+
+/// A GPU pool that cannot admit another process: no device has room for a CUDA context.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "GPU pool {pool:?} is full: no GPU has {MIN_CLIENT_MIB} MiB left for a new inference client \
+     beside training and its reserve ({})",
+    room.iter().map(|(d, mib)| format!("GPU {d}: {mib} MiB")).collect::<Vec<_>>().join(", ")
+)]
+pub struct PoolFull {
+    pub pool: String,
+    /// Each device and the MiB a new client would get there.
+    pub room: Vec<(u32, u64)>,
+}
 
 /// Who owns which thread id, read from the registry when asked.
 pub type OwnersFn = Arc<dyn Fn() -> HashMap<u32, Owner> + Send + Sync>;
@@ -60,7 +79,7 @@ struct Inner {
     reserve_mib: u64,
     evict: bool,
     state: Mutex<State>,
-    log: Mutex<Option<std::fs::File>>,
+    log: DecisionLog,
     stop: AtomicBool,
 }
 
@@ -78,11 +97,16 @@ struct State {
 }
 
 impl GpuService {
-    /// Starts the GPU side as configured; never fails. The pools' cgroups must exist already
-    /// (the enforcer creates them).
-    pub fn start(config: &Config, instance: &str, decision_log: &Path, owners: OwnersFn) -> Self {
-        let section = &config.gpu;
-        if section.enabled == GpuSwitch::Off {
+    /// Starts the GPU side as configured; never fails. `freezers` are the GPU pools', which
+    /// the duty cycle gates; decisions go to `log`.
+    pub fn start(
+        settings: &Settings,
+        freezers: Vec<Arc<Freezer>>,
+        log: DecisionLog,
+        owners: OwnersFn,
+    ) -> Self {
+        let section = &settings.gpu;
+        if !section.enabled {
             info!("GPU features off by configuration ([gpu] enabled = \"off\")");
             return Self::inactive(GpuReport::Off);
         }
@@ -90,7 +114,9 @@ impl GpuService {
             Ok(telemetry) => telemetry,
             Err(reason) => {
                 warn!("GPU features disabled: {reason}. CPU enforcement is unaffected.");
-                return Self::inactive(GpuReport::Disabled { reason });
+                return Self::inactive(GpuReport::Disabled {
+                    reason: reason.to_string(),
+                });
             }
         };
         let driver = telemetry.driver_version();
@@ -99,30 +125,18 @@ impl GpuService {
             driver, "GPU telemetry on (NVML)"
         );
 
-        let gpu_pool_configs: Vec<_> = config.pool.iter().filter(|p| p.uses_gpu()).collect();
-        let gpu_pools: BTreeSet<String> = gpu_pool_configs
+        let gpu_pools: BTreeSet<String> = settings
+            .pools
             .iter()
-            .map(|p| p.name.get_ref().clone())
-            .collect();
-        let freezers: Vec<PoolFreezer> = gpu_pool_configs
-            .iter()
-            .filter_map(|p| {
-                let pool = p.name.get_ref();
-                match PoolFreezer::open(instance, pool, p.cpu_class()) {
-                    Ok(freezer) => Some(freezer),
-                    Err(err) => {
-                        warn!(pool, "GPU gating off for this pool: {err}");
-                        None
-                    }
-                }
-            })
+            .filter(|p| p.gpu)
+            .map(|p| p.name.clone())
             .collect();
         let gate = if freezers.is_empty() {
             info!("no [[pool]] has gpu = true: GPU telemetry only, nothing to gate");
             None
         } else {
-            let period = Duration::from_millis(section.gate_period_ms);
-            match DutyCycle::start(freezers, period, config.policy.event_thread_rt_priority) {
+            let period = section.gate_period;
+            match DutyCycle::start(freezers, period, settings.event_thread_rt_priority) {
                 Ok(gate) => Some(gate),
                 Err(err) => {
                     warn!("GPU gating off: cannot start its thread: {err}");
@@ -131,13 +145,8 @@ impl GpuService {
             }
         };
         let (mps, mps_report) = attach_mps(section);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(decision_log)
-            .ok();
         let inner = Arc::new(Inner {
-            policy: Mutex::new(GpuPolicy::new(section.clamp_config())),
+            policy: Mutex::new(GpuPolicy::new(section.clamp.clone())),
             gate,
             gpu_pools,
             mps,
@@ -156,10 +165,10 @@ impl GpuService {
                 evicted: HashMap::new(),
                 recent: VecDeque::new(),
             }),
-            log: Mutex::new(log),
+            log,
             stop: AtomicBool::new(false),
         });
-        let period = Duration::from_millis(section.sample_ms);
+        let period = section.sample_every;
         let sampler = {
             let inner = inner.clone();
             std::thread::Builder::new()
@@ -243,7 +252,7 @@ impl GpuService {
     /// The environment a process joining `pool` starts with: its MPS limits when the pool
     /// uses the GPU and MPS is attached. Refuses the process when no device has room for a
     /// CUDA context beside training.
-    pub fn client_env(&self, pool: &str) -> Result<Vec<(String, String)>, String> {
+    pub fn client_env(&self, pool: &str) -> Result<Vec<(String, String)>, PoolFull> {
         let Some(inner) = &self.inner else {
             return Ok(Vec::new());
         };
@@ -257,15 +266,10 @@ impl GpuService {
             .map(|d| (d.index, MemLimitMib(d.new_client_limit_mib)))
             .collect();
         if !limits.is_empty() && limits.iter().all(|(_, l)| l.0 < MIN_CLIENT_MIB) {
-            return Err(format!(
-                "GPU pool {pool:?} is full: no GPU has {MIN_CLIENT_MIB} MiB left for a new \
-                 inference client beside training and its reserve ({})",
-                limits
-                    .iter()
-                    .map(|(d, l)| format!("GPU {d}: {} MiB", l.0))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(PoolFull {
+                pool: pool.to_owned(),
+                room: limits.iter().map(|(d, l)| (*d, l.0)).collect(),
+            });
         }
         if !matches!(state.mps, MpsReport::Attached { .. }) {
             return Ok(Vec::new());
@@ -317,7 +321,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn attach_mps(section: &super::config::GpuSection) -> (Option<MpsControl>, MpsReport) {
+fn attach_mps(section: &GpuSettings) -> (Option<MpsControl>, MpsReport) {
     if section.mps == MpsMode::Off {
         return (None, MpsReport::Off);
     }
@@ -367,11 +371,7 @@ impl Inner {
             at_ns: now_ns,
             decision,
         };
-        if let Some(log) = lock(&self.log).as_mut()
-            && let Ok(line) = serde_json::to_string(&serde_json::json!({ "gpu": &record }))
-        {
-            let _ = writeln!(log, "{line}");
-        }
+        self.log.append(&serde_json::json!({ "gpu": &record }));
         let mut state = lock(&self.state);
         if state.recent.len() == RECENT {
             state.recent.pop_front();
@@ -436,12 +436,16 @@ impl Inner {
             let training_uids: HashSet<u32> = owners
                 .iter()
                 .filter(|(_, owner)| matches!(owner, Owner::Training(_)))
-                .filter_map(|(pid, _)| uid_of(*pid))
+                .filter_map(|(pid, _)| procfs::uid_of(*pid))
                 .collect();
             for server in control.server_list()? {
                 let clients = control.client_list(server)?;
                 let all_inference = !clients.is_empty() && clients.iter().all(is_inference);
-                if !server_takes_inference_limits(all_inference, uid_of(server), &training_uids) {
+                if !server_takes_inference_limits(
+                    all_inference,
+                    procfs::uid_of(server),
+                    &training_uids,
+                ) {
                     continue;
                 }
                 control.set_thread_percentage(server, percentage)?;
@@ -485,14 +489,6 @@ fn server_takes_inference_limits(
     clients_all_inference && server_uid.is_some_and(|uid| !training_uids.contains(&uid))
 }
 
-/// The uid a process runs under (the owner of its /proc directory).
-fn uid_of(pid: u32) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt as _;
-    std::fs::metadata(format!("/proc/{pid}"))
-        .ok()
-        .map(|m| m.uid())
-}
-
 fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn, period: Duration) {
     let mut last_mps = Instant::now();
     while !inner.stop.load(Ordering::Relaxed) {
@@ -507,7 +503,7 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
             let sample = match sample {
                 Ok(sample) => sample,
                 Err(err) => {
-                    device_errors.push(err);
+                    device_errors.push(err.to_string());
                     continue;
                 }
             };
@@ -601,15 +597,15 @@ fn signal(pid: u32, signal: i32) {
 mod tests {
     use super::*;
     use crate::{
-        gpu::clamp::ClampConfig,
-        supervise::{StartedWith, relaunch_reason},
+        cli::launch::supervise::{StartedWith, relaunch_reason},
+        config::gpu::ClampSettings,
     };
 
     const MS: u64 = 1_000_000;
 
     /// The service as it runs with NVML and an attached MPS control daemon, without either:
     /// the policy's signals are fed by hand.
-    fn attached(gpu_pools: &[&str], config: ClampConfig) -> GpuService {
+    fn attached(gpu_pools: &[&str], config: ClampSettings) -> GpuService {
         let inner = Arc::new(Inner {
             policy: Mutex::new(GpuPolicy::new(config)),
             gate: None,
@@ -634,7 +630,7 @@ mod tests {
                 evicted: HashMap::new(),
                 recent: VecDeque::new(),
             }),
-            log: Mutex::new(None),
+            log: DecisionLog::none(),
             stop: AtomicBool::new(false),
         });
         GpuService {
@@ -670,9 +666,9 @@ mod tests {
 
     #[test]
     fn a_held_clamp_becomes_the_percentage_relaunching_launchers_start_workers_with() {
-        let config = ClampConfig {
+        let config = ClampSettings {
             retarget_after_ns: 1000 * MS,
-            ..ClampConfig::default()
+            ..ClampSettings::default()
         };
         let gpu = attached(&["serve"], config);
         let new_worker = |gpu: &GpuService| StartedWith::new(0, &gpu.client_env("serve").unwrap());
@@ -704,7 +700,7 @@ mod tests {
 
     #[test]
     fn training_starts_with_the_pipe_directory_of_the_attached_mps_daemon_and_no_limits() {
-        let mut gpu = attached(&["serve"], ClampConfig::default());
+        let mut gpu = attached(&["serve"], ClampSettings::default());
         // NVIDIA's default directory: nothing to tell training.
         assert!(gpu.training_env().is_empty());
         let inner = Arc::get_mut(gpu.inner.as_mut().unwrap()).unwrap();

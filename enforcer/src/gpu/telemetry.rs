@@ -4,9 +4,48 @@
 
 use std::collections::HashMap;
 
-use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory};
+use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory, error::NvmlError};
 
 const MIB: u64 = 1024 * 1024;
+
+/// Why the GPU side cannot run here, in the operator's words.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    #[error("libnvidia-ml.so cannot be loaded ({0}): no NVIDIA driver is installed")]
+    NoLibrary(String),
+    #[error("the NVIDIA driver is installed but not loaded (no GPU, or its module is missing)")]
+    DriverNotLoaded,
+    #[error("NVML refused access to the driver (permissions)")]
+    NoPermission,
+    #[error("NVML failed to start: {0}")]
+    Init(NvmlError),
+    #[error("NVML cannot count the GPUs: {0}")]
+    Count(NvmlError),
+    #[error("NVML found no GPU on this machine")]
+    NoGpu,
+}
+
+impl From<NvmlError> for Unavailable {
+    /// NVML's init errors.
+    fn from(err: NvmlError) -> Self {
+        match err {
+            NvmlError::LibloadingError(inner) => Self::NoLibrary(inner.to_string()),
+            NvmlError::DriverNotLoaded => Self::DriverNotLoaded,
+            NvmlError::NoPermission => Self::NoPermission,
+            other => Self::Init(other),
+        }
+    }
+}
+
+/// A device NVML failed to read at a sample: which, what, and NVML's error.
+#[derive(Debug, thiserror::Error)]
+#[error("GPU {index}{what}: {error}")]
+pub struct DeviceError {
+    pub index: u32,
+    /// What was being read, with its leading space (" memory"), or nothing for the device.
+    pub what: &'static str,
+    pub error: NvmlError,
+}
 
 /// One GPU process, as NVML sees it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -42,13 +81,11 @@ pub struct GpuTelemetry {
 impl GpuTelemetry {
     /// Loads NVML and counts the GPUs. The error is the one line an operator needs: whether
     /// the library, the driver or the GPUs are missing.
-    pub fn open() -> Result<Self, String> {
-        let nvml = Nvml::init().map_err(|err| describe_init_error(&err))?;
-        let count = nvml
-            .device_count()
-            .map_err(|err| format!("NVML cannot count the GPUs: {err}"))?;
+    pub fn open() -> Result<Self, Unavailable> {
+        let nvml = Nvml::init()?;
+        let count = nvml.device_count().map_err(Unavailable::Count)?;
         if count == 0 {
-            return Err("NVML found no GPU on this machine".to_owned());
+            return Err(Unavailable::NoGpu);
         }
         Ok(Self {
             nvml,
@@ -69,25 +106,21 @@ impl GpuTelemetry {
 
     /// Samples every GPU. A device that fails a call is reported with what could be read, so
     /// that one lost GPU does not blind the enforcer to the others.
-    pub fn sample(&mut self) -> Vec<Result<GpuSample, String>> {
+    pub fn sample(&mut self) -> Vec<Result<GpuSample, DeviceError>> {
         (0..self.count)
             .map(|index| self.sample_one(index))
             .collect()
     }
 
-    fn sample_one(&mut self, index: u32) -> Result<GpuSample, String> {
-        let device = self
-            .nvml
-            .device_by_index(index)
-            .map_err(|e| format!("GPU {index}: {e}"))?;
+    fn sample_one(&mut self, index: u32) -> Result<GpuSample, DeviceError> {
+        let failed = |what| move |error| DeviceError { index, what, error };
+        let device = self.nvml.device_by_index(index).map_err(failed(""))?;
         let name = device.name().unwrap_or_else(|_| format!("GPU {index}"));
         let utilization_pct = device
             .utilization_rates()
             .map(|u| u.gpu)
-            .map_err(|e| format!("GPU {index} utilization: {e}"))?;
-        let memory = device
-            .memory_info()
-            .map_err(|e| format!("GPU {index} memory: {e}"))?;
+            .map_err(failed(" utilization"))?;
+        let memory = device.memory_info().map_err(failed(" memory"))?;
         let since = self.last_seen_us.get(&index).copied();
         // Unsupported on some GPUs and under MPS: then no per-process SM figure, not an error.
         let samples = device.process_utilization_stats(since).unwrap_or_default();
@@ -102,7 +135,7 @@ impl GpuTelemetry {
         }
         let processes = device
             .running_compute_processes()
-            .map_err(|e| format!("GPU {index} processes: {e}"))?
+            .map_err(failed(" processes"))?
             .into_iter()
             .map(|p| GpuProcess {
                 pid: p.pid,
@@ -123,21 +156,5 @@ impl GpuTelemetry {
             memory_total_mib: memory.total / MIB,
             processes,
         })
-    }
-}
-
-/// NVML's init errors, in the operator's words.
-fn describe_init_error(err: &nvml_wrapper::error::NvmlError) -> String {
-    use nvml_wrapper::error::NvmlError;
-    match err {
-        NvmlError::LibloadingError(inner) => {
-            format!("libnvidia-ml.so cannot be loaded ({inner}): no NVIDIA driver is installed")
-        }
-        NvmlError::DriverNotLoaded => {
-            "the NVIDIA driver is installed but not loaded (no GPU, or its module is missing)"
-                .to_owned()
-        }
-        NvmlError::NoPermission => "NVML refused access to the driver (permissions)".to_owned(),
-        other => format!("NVML failed to start: {other}"),
     }
 }

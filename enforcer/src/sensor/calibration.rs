@@ -15,10 +15,13 @@ use aya::{
     EbpfLoader,
     sys::{Stats, enable_stats},
 };
-use enforcer_common::maps::{CALIBRATION_PROGRAMS, FLOOR_PROGRAMS};
+use enforcer_common::{
+    maps::{CALIBRATION_PROGRAMS, FLOOR_PROGRAMS},
+    protocol::ProgramStats,
+};
 
 use super::{
-    loader::{ProgramStats, SensorError, attach_program},
+    loader::{SensorError, attach_program},
     object,
 };
 
@@ -26,7 +29,7 @@ use super::{
 pub fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
     let mut ebpf = load()?;
     // Statistics stay on while this fd is open, whatever kernel.bpf_stats_enabled says.
-    let _stats = enable_stats(Stats::RunTime).map_err(|e| SensorError::Stats(e.to_string()))?;
+    let _stats = enable_stats(Stats::RunTime).map_err(SensorError::Stats)?;
     let btf = aya::Btf::from_sys_fs().map_err(SensorError::KernelBtf)?;
     for name in CALIBRATION_PROGRAMS {
         attach_program(&mut ebpf, name, "sched_switch", &btf)?;

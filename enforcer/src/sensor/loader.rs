@@ -7,10 +7,10 @@ use aya::{
     maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, ProgramError},
 };
-use enforcer_common::{CpuState, JobStats, Settings, ThreadState, maps as names};
+use enforcer_common::{CpuState, JobStats, ThreadState, maps as names, protocol::ProgramStats};
 use tracing::{info, warn};
 
-use crate::config::SensorClock;
+use crate::{config::SensorSettings, host::paths};
 
 use super::{
     btf::Btf,
@@ -50,9 +50,18 @@ pub enum SensorError {
         name: &'static str,
     },
     #[error("cannot enable BPF run-time statistics: {0}")]
-    Stats(String),
-    #[error("pinning maps under {path}: {message}")]
-    Pin { path: PathBuf, message: String },
+    Stats(aya::sys::SyscallError),
+    #[error("creating the pin directory {path}: {error}")]
+    PinDir {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("pinning map {name} under {path}: {error}")]
+    Pin {
+        path: PathBuf,
+        name: &'static str,
+        error: aya::pin::PinError,
+    },
 }
 
 /// The maps userspace reads and writes, taken out of the loaded object.
@@ -61,7 +70,7 @@ pub struct SensorMaps {
     pub job_stats: PerCpuArray<MapData, JobStats>,
     pub cpu_state: Array<MapData, CpuState>,
     pub counters: PerCpuArray<MapData, u64>,
-    pub settings: Array<MapData, Settings>,
+    pub settings: Array<MapData, enforcer_common::Settings>,
     /// `classify_gen`: bumped after every change to `thread_state`.
     pub classify_gen: Array<MapData, u64>,
 }
@@ -84,22 +93,18 @@ impl Sensor {
     /// Loads and attaches the sensor, pins its maps in `pin_dir` and applies `settings`. The
     /// state maps a previous daemon of this instance left pinned there are taken over
     /// (`readopt`); the others are made afresh.
-    pub fn load(
-        pin_dir: &Path,
-        settings: Settings,
-        clock: SensorClock,
-    ) -> Result<Self, SensorError> {
+    pub fn load(pin_dir: &Path, settings: &SensorSettings) -> Result<Self, SensorError> {
         let object = object::object().ok_or(SensorError::NotBuilt)?;
         let btf = Btf::from_sys_fs().map_err(offsets::OffsetError::from)?;
-        let offsets = offsets::resolve(&btf, clock)?;
+        let offsets = offsets::resolve(&btf, settings.clock)?;
         info!(
-            clock = offsets::clock_in_use(&offsets, clock),
+            clock = offsets::clock_in_use(&offsets, settings.clock),
             "sensor's wait and run-time clock"
         );
         let readopted = readopt::prepare(pin_dir);
-        std::fs::create_dir_all(pin_dir).map_err(|e| SensorError::Pin {
+        std::fs::create_dir_all(pin_dir).map_err(|error| SensorError::PinDir {
             path: pin_dir.to_owned(),
-            message: e.to_string(),
+            error,
         })?;
         let mut loader = offsets::loader_with(&offsets);
         // Opened from their pin when it is there, created and pinned there otherwise.
@@ -148,13 +153,16 @@ impl Sensor {
             maps,
             readopted,
         };
-        sensor.apply_settings(settings)?;
+        sensor.apply_settings(settings.kernel())?;
         info!(pin_dir = %pin_dir.display(), "sensor attached to {} tracepoints", names::PROGRAMS.len());
         Ok(sensor)
     }
 
     /// Rewrites the runtime knobs; the programs see them at their next run.
-    pub fn apply_settings(&mut self, settings: Settings) -> Result<(), SensorError> {
+    pub fn apply_settings(
+        &mut self,
+        settings: enforcer_common::Settings,
+    ) -> Result<(), SensorError> {
         self.maps
             .settings
             .set(0, settings, 0)
@@ -211,16 +219,6 @@ impl Sensor {
     }
 }
 
-/// Run statistics of one program, from `bpf_prog_info`.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct ProgramStats {
-    /// Kernel program id, as `bpftool prog show` lists it.
-    pub id: u32,
-    pub name: String,
-    pub run_count: u64,
-    pub run_time_ns: u64,
-}
-
 /// Loads program `name` of the object and attaches it to the BTF-enabled `tracepoint`.
 pub(super) fn attach_program(
     ebpf: &mut Ebpf,
@@ -244,10 +242,6 @@ pub(super) fn attach_program(
 
 /// Pins the maps the loader did not (the state maps are pinned where they were opened).
 fn pin_all(ebpf: &Ebpf, pin_dir: &Path) -> Result<(), SensorError> {
-    let pin_error = |message: String| SensorError::Pin {
-        path: pin_dir.to_owned(),
-        message,
-    };
     let state_maps: Vec<&str> = readopt::state_map_names().collect();
     for name in names::ALL_MAPS {
         if state_maps.contains(&name) {
@@ -257,7 +251,11 @@ fn pin_all(ebpf: &Ebpf, pin_dir: &Path) -> Result<(), SensorError> {
             .map(name)
             .ok_or(SensorError::Missing { what: "map", name })?;
         map.pin(pin_dir.join(name))
-            .map_err(|e| pin_error(format!("{name}: {e}")))?;
+            .map_err(|error| SensorError::Pin {
+                path: pin_dir.to_owned(),
+                name,
+                error,
+            })?;
     }
     Ok(())
 }
@@ -271,7 +269,7 @@ pub fn remove_pins(pin_dir: &Path) {
     // Parents are shared with other instances: remove_dir fails harmlessly while they are used.
     let mut parent = pin_dir.parent();
     while let Some(dir) = parent {
-        if dir == Path::new(crate::paths::BPFFS) || std::fs::remove_dir(dir).is_err() {
+        if dir == Path::new(paths::BPFFS) || std::fs::remove_dir(dir).is_err() {
             break;
         }
         parent = dir.parent();

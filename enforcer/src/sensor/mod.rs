@@ -2,11 +2,11 @@
 
 pub mod btf;
 pub mod calibration;
+pub mod interval;
 pub mod loader;
 pub mod object;
 pub mod offsets;
+pub mod readings;
 pub mod readopt;
-pub mod snapshot;
 
-pub use loader::{Sensor, SensorError};
-pub use snapshot::{JobTotals, Snapshot};
+pub use loader::{Sensor, SensorError, SensorMaps};

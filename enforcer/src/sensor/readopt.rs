@@ -129,9 +129,27 @@ pub fn prepare(pin_dir: &Path) -> Readopted {
     readopted
 }
 
-fn check_shape(path: &Path, expected: &StateMap) -> Result<(), String> {
-    let info = MapInfo::from_pin(path).map_err(|e| format!("cannot read its info: {e}"))?;
-    let map_type = info.map_type().map_err(|e| e.to_string())?;
+/// Why a pinned state map is not taken over.
+#[derive(Debug, thiserror::Error)]
+enum Unusable {
+    #[error("cannot read its info: {0}")]
+    Info(aya::maps::MapError),
+    #[error("its type is unknown to this build: {0}")]
+    Type(aya::maps::MapError),
+    #[error("its shape (type, key, value, entries) is {found:?}, this build's {wanted:?}")]
+    Shape {
+        found: (MapType, u32, u32, u32),
+        wanted: (MapType, u32, u32, u32),
+    },
+    #[error("cannot open it: {0}")]
+    Open(aya::maps::MapError),
+    #[error("correcting it for the gap: {0}")]
+    Correct(aya::maps::MapError),
+}
+
+fn check_shape(path: &Path, expected: &StateMap) -> Result<(), Unusable> {
+    let info = MapInfo::from_pin(path).map_err(Unusable::Info)?;
+    let map_type = info.map_type().map_err(Unusable::Type)?;
     let found = (
         map_type,
         info.key_size(),
@@ -145,18 +163,16 @@ fn check_shape(path: &Path, expected: &StateMap) -> Result<(), String> {
         expected.max_entries,
     );
     if found != wanted {
-        return Err(format!(
-            "its shape (type, key, value, entries) is {found:?}, this build's {wanted:?}"
-        ));
+        return Err(Unusable::Shape { found, wanted });
     }
     Ok(())
 }
 
 /// Corrects one state map for the time no program ran. For `thread_state`, returns the
 /// threads kept and pruned.
-fn correct_for_gap(path: &Path, name: &str) -> Result<Option<(usize, usize)>, String> {
-    let data = MapData::from_pin(path).map_err(|e| format!("cannot open it: {e}"))?;
-    let failed = |e: aya::maps::MapError| format!("correcting it for the gap: {e}");
+fn correct_for_gap(path: &Path, name: &str) -> Result<Option<(usize, usize)>, Unusable> {
+    let data = MapData::from_pin(path).map_err(Unusable::Open)?;
+    let failed = Unusable::Correct;
     if name == names::THREAD_STATE {
         let mut threads =
             HashMap::<_, u32, ThreadState>::try_from(Map::HashMap(data)).map_err(failed)?;

@@ -4,7 +4,18 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::kserve::flatten_numbers;
+use crate::kserve::{BadData, flatten_numbers};
+
+/// Why an input line is rejected (recorded as its result; the job goes on).
+#[derive(Debug, thiserror::Error)]
+pub enum BadLine {
+    #[error("not a job line: {0}")]
+    NotJson(serde_json::Error),
+    #[error("\"data\": {0}")]
+    Data(BadData),
+    #[error("{given} values; the model's input item has {item_len}")]
+    Length { given: usize, item_len: usize },
+}
 
 #[derive(Deserialize)]
 struct RawLine {
@@ -21,15 +32,15 @@ pub struct Item {
 }
 
 /// Parses one input line for an item of `item_len` values; the error says what is wrong.
-pub fn parse_line(line: &str, item_len: usize) -> Result<Item, String> {
-    let raw: RawLine = serde_json::from_str(line).map_err(|e| format!("not a job line: {e}"))?;
+pub fn parse_line(line: &str, item_len: usize) -> Result<Item, BadLine> {
+    let raw: RawLine = serde_json::from_str(line).map_err(BadLine::NotJson)?;
     let mut data = Vec::with_capacity(item_len);
-    flatten_numbers(&raw.data, &mut data, item_len).map_err(|e| format!("\"data\": {e}"))?;
+    flatten_numbers(&raw.data, &mut data, item_len).map_err(BadLine::Data)?;
     if data.len() != item_len {
-        return Err(format!(
-            "{} values; the model's input item has {item_len}",
-            data.len()
-        ));
+        return Err(BadLine::Length {
+            given: data.len(),
+            item_len,
+        });
     }
     Ok(Item { id: raw.id, data })
 }
@@ -46,21 +57,25 @@ mod tests {
         assert!(
             parse_line(r#"{"id":1,"data":[1,2,3]}"#, 4)
                 .unwrap_err()
+                .to_string()
                 .contains("3 values")
         );
         assert!(
             parse_line(r#"{"id":1,"data":[1,2,3,4,5]}"#, 4)
                 .unwrap_err()
+                .to_string()
                 .contains("more values")
         );
         assert!(
             parse_line(r#"{"id":1,"data":[1,"x",3,4]}"#, 4)
                 .unwrap_err()
+                .to_string()
                 .contains("found a string")
         );
         assert!(
             parse_line("garbage", 4)
                 .unwrap_err()
+                .to_string()
                 .contains("not a job line")
         );
     }

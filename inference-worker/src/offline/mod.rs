@@ -31,9 +31,11 @@ use serde_json::{Value, json};
 
 use crate::{
     executor::Executor,
-    queue::{Job, JobResult},
+    queue::{Job, JobResult, Rejected},
+    session::InferenceFailed,
 };
-use checkpoint::Checkpoint;
+use checkpoint::{Checkpoint, CheckpointError};
+use job::BadLine;
 
 pub const INPUTS: &str = "inputs.jsonl";
 pub const RESULTS: &str = "results.jsonl";
@@ -62,24 +64,50 @@ pub struct Summary {
     pub threads: usize,
 }
 
+/// Why an offline run stopped before the end of its job (a rejected line does not stop it).
+#[derive(Debug, thiserror::Error)]
+pub enum OfflineError {
+    #[error(
+        "cannot open the job's inputs {}: {error} (a job directory holds {INPUTS}, one JSON \
+         item per line)",
+        path.display()
+    )]
+    Inputs {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("cannot open {}: {error}", path.display())]
+    Results {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("reading or writing the job: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the inference queue refused a batch: {0:?}")]
+    Refused(Rejected),
+    #[error("the inference threads went away")]
+    ThreadsGone,
+    #[error(transparent)]
+    Inference(#[from] InferenceFailed),
+}
+
 struct InFlight {
-    /// Per line: its number, its id, and either its place in the batch or its parse error.
-    lines: Vec<(u64, Value, Result<usize, String>)>,
+    /// Per line: its number, its id, and either its place in the batch or why it is rejected.
+    lines: Vec<(u64, Value, Result<usize, BadLine>)>,
     /// Byte offset in the inputs just after the batch's last line.
     end_offset: u64,
     answer: Option<tokio::sync::oneshot::Receiver<JobResult>>,
 }
 
-pub fn run(executor: &Arc<Executor>, options: &Options) -> anyhow::Result<Summary> {
+pub fn run(executor: &Arc<Executor>, options: &Options) -> Result<Summary, OfflineError> {
     let inputs_path = options.dir.join(INPUTS);
     let results_path = options.dir.join(RESULTS);
     let checkpoint_path = options.dir.join(CHECKPOINT);
-    let inputs = File::open(&inputs_path).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot open the job's inputs {}: {e} (a job directory holds {INPUTS}, one JSON \
-             item per line)",
-            inputs_path.display()
-        )
+    let inputs = File::open(&inputs_path).map_err(|error| OfflineError::Inputs {
+        path: inputs_path.clone(),
+        error,
     })?;
     let inputs_len = inputs.metadata()?.len();
     let mut results = OpenOptions::new()
@@ -88,7 +116,10 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> anyhow::Result<Summar
         .read(true)
         .write(true)
         .open(&results_path)
-        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", results_path.display()))?;
+        .map_err(|error| OfflineError::Results {
+            path: results_path.clone(),
+            error,
+        })?;
     let mut checkpoint = Checkpoint::load(&checkpoint_path, inputs_len, results.metadata()?.len())?;
     let started = Instant::now();
     let mut summary = Summary {
@@ -173,7 +204,7 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> anyhow::Result<Summar
                         enqueued: Instant::now(),
                         reply,
                     })
-                    .map_err(|e| anyhow::anyhow!("the inference queue refused a batch: {e:?}"))?;
+                    .map_err(OfflineError::Refused)?;
                 batch.answer = Some(answer);
             }
             in_flight.push_back(batch);
@@ -185,8 +216,7 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> anyhow::Result<Summar
             Some(answer) => Some(
                 answer
                     .blocking_recv()
-                    .map_err(|_| anyhow::anyhow!("the inference threads went away"))?
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+                    .map_err(|_| OfflineError::ThreadsGone)??,
             ),
             None => None,
         };
@@ -210,10 +240,10 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> anyhow::Result<Summar
                     summary.rejected_this_run += 1;
                     checkpoint.rejected += 1;
                     tracing::warn!("{INPUTS} line {number}: {reason}");
-                    json!({"line": number, "id": id, "error": reason})
+                    json!({"line": number, "id": id, "error": reason.to_string()})
                 }
             };
-            serde_json::to_writer(&mut text, &record)?;
+            serde_json::to_writer(&mut text, &record).map_err(std::io::Error::from)?;
             text.push(b'\n');
         }
         results.write_all(&text)?;

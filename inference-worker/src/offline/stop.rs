@@ -13,8 +13,16 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
     REQUESTED.store(true, Ordering::Relaxed);
 }
 
+/// A stop signal whose handler the kernel refused.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot handle signal {signal}: {error}")]
+pub struct HandlerRefused {
+    pub signal: libc::c_int,
+    pub error: std::io::Error,
+}
+
 /// Installs the handlers; from then on `requested` says whether a stop was asked.
-pub fn install() -> anyhow::Result<()> {
+pub fn install() -> Result<(), HandlerRefused> {
     for signal in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: a plain sigaction with a handler that only stores to an atomic.
         let installed = unsafe {
@@ -25,10 +33,10 @@ pub fn install() -> anyhow::Result<()> {
             libc::sigaction(signal, &raw const action, std::ptr::null_mut())
         };
         if installed != 0 {
-            anyhow::bail!(
-                "cannot handle signal {signal}: {}",
-                std::io::Error::last_os_error()
-            );
+            return Err(HandlerRefused {
+                signal,
+                error: std::io::Error::last_os_error(),
+            });
         }
     }
     Ok(())

@@ -9,6 +9,7 @@ use std::{
 };
 
 use clap::Parser;
+use enforcer_common::protocol::{self, Request, Response};
 
 #[derive(Parser)]
 #[command(about = "Subscribes to a pool's core grants and prints them")]
@@ -43,8 +44,12 @@ fn main() -> ExitCode {
     stream
         .set_read_timeout(Some(Duration::from_secs_f64(args.seconds)))
         .expect("timeout");
-    let request = serde_json::json!({"op": "subscribe", "pool": args.pool});
-    writeln!(stream, "{request}").expect("send subscribe");
+    let request = Request::Subscribe {
+        pool: args.pool.clone(),
+    };
+    stream
+        .write_all(&protocol::to_line(&request))
+        .expect("send subscribe");
     let mut stdout = std::io::stdout().lock();
     let count = if args.until_growth {
         usize::MAX
@@ -60,17 +65,25 @@ fn main() -> ExitCode {
         };
         writeln!(stdout, "{line}").expect("print");
         stdout.flush().expect("flush");
-        let grant: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-        if grant["status"] == "error" {
-            return ExitCode::from(3);
-        }
-        let cpus = grant["cpus"].as_array().map_or(0, Vec::len);
+        let grant = match protocol::from_line::<Response>(line.as_bytes()) {
+            Ok(Response::Grant(grant)) => grant,
+            Ok(Response::Error { .. }) => return ExitCode::from(3),
+            Ok(other) => {
+                eprintln!("grant-client: not a grant: {other:?}");
+                return ExitCode::from(3);
+            }
+            Err(err) => {
+                eprintln!("grant-client: {err}");
+                return ExitCode::from(3);
+            }
+        };
+        let cpus = grant.cpus.len();
         // A pause, or its end, moves no CPU: the grant that grows has more than the last.
         let grew = previous_cpus.is_some_and(|previous| cpus > previous);
-        if args.until_growth && shrunk && grew && grant["paused"] != true {
+        if args.until_growth && shrunk && grew && !grant.paused {
             break;
         }
-        shrunk |= grant["shrinking"] == true;
+        shrunk |= grant.shrinking;
         previous_cpus = Some(cpus);
     }
     ExitCode::SUCCESS

@@ -12,9 +12,9 @@ use std::{
 };
 
 use clap::Parser;
-use reamer_tests::{
-    quantile::{quantile, sorted},
+use enforcer_common::{
     rng::SplitMix64,
+    stats::{quantile, sorted},
 };
 
 #[derive(Parser, Debug)]

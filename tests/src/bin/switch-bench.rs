@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use reamer_tests::cpu_work::pin_to;
+use reamer_tests::workloads::cpu_work::pin_to;
 
 #[derive(Parser)]
 #[command(about = "Pipe ping-pong between two threads on one CPU; prints round trips/s")]

@@ -15,11 +15,11 @@ use std::{
 };
 
 use clap::Parser;
-use reamer_tests::{
-    cpu_work::burn,
-    quantile::{quantile, sorted},
+use enforcer_common::{
     rng::SplitMix64,
+    stats::{quantile, sorted},
 };
+use reamer_tests::workloads::cpu_work::burn;
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Simulates the CPU side of a GPU training job and reports its step rate")]

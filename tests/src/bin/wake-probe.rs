@@ -6,8 +6,8 @@
 //! busy host that can take milliseconds. A vCPU kept busy, even by a SCHED_IDLE thread that the
 //! guest preempts at once, is never halted. So a workload that leaves a vCPU idle (training
 //! alone, say) can run slower than the same workload beside idle-class work, and the
-//! co-location benchmark's reference moves with the host (docs/enforcer.md, "This VM's idle
-//! vCPUs wake slowly").
+//! co-location benchmark's reference moves with the host
+//! (docs/experiments/2026-11-22-idle-vcpu-wake.md).
 //!
 //! Method: a thread on `--from` CPU sends a byte over a pipe to a thread blocked on `--to` CPU,
 //! which sends it back (waking the sender, whose CPU idled meanwhile); each round trip is
@@ -24,10 +24,8 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use reamer_tests::{
-    cpu_work::pin_to,
-    quantile::{quantile, sorted},
-};
+use enforcer_common::stats::{quantile, sorted};
+use reamer_tests::workloads::cpu_work::pin_to;
 
 #[derive(Parser)]
 #[command(

@@ -1,0 +1,189 @@
+//! The control socket's protocol: a unix stream socket speaking JSON lines, one request per
+//! line and one response per request, except a grant subscription, which streams grants one
+//! way and takes needs and latency reports the other.
+//!
+//! The enforcer serves it; `enforcer launch`, `observe`, `status` and `relaunch`, the inference
+//! worker, the tests and the benchmarks speak it, all through these types.
+
+pub mod gpu;
+pub mod snapshot;
+
+use serde::{Deserialize, Serialize};
+
+pub use snapshot::{EnforcementStatus, JobTotals, PoolInfo, PoolStatus, ProgramStats, Snapshot};
+
+/// Set for every command `enforcer launch` starts: the control socket of the daemon it
+/// registered with.
+pub const SOCKET_ENV: &str = "REAMER_SOCKET";
+/// Set for a command launched into a pool: the pool's name, so that an inference worker
+/// subscribes to its grants without being told twice.
+pub const POOL_ENV: &str = "REAMER_POOL";
+/// Set for a command launched into a pool whose config gives `slo_ms`: the inference worker
+/// takes it as its `--slo-ms` unless the command line says otherwise.
+pub const SLO_ENV: &str = "REAMER_SLO_MS";
+
+/// Longest request line accepted; anything longer is a broken or hostile client.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// What a launched process joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    Training,
+    Pool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Adds process `pid` (with its threads and descendants) to a training job or a pool.
+    Register {
+        kind: GroupKind,
+        name: String,
+        pid: u32,
+    },
+    /// A worker of pool `pool` asks for its core grants: the current one at once, then every
+    /// change, a shrink announced before the cgroup is rewritten. Only a process inside the
+    /// pool's cgroup may subscribe for it (checked with the socket's peer credentials). The
+    /// subscription lasts while the connection is open both ways: closing it, or only its
+    /// write half, ends the subscription.
+    Subscribe { pool: String },
+    /// Sent by a subscribed worker of an online pool, on its subscription: it needs `cpus`
+    /// CPUs to meet its SLO at its current load. The pool's need is the sum over its workers;
+    /// beyond the pool's `min_cores` it is granted from the cores training leaves free. No
+    /// answer: the grants that follow are the answer. A worker holds a smaller need for a few
+    /// seconds before it sends it, so the grants do not follow every wobble of the load.
+    Need { cpus: usize },
+    /// Sent by a subscribed worker of an online pool once a second while it has requests, and
+    /// at once where the period's requests already miss the SLO: their latency over the
+    /// period against the worker's SLO. The enforcer steers the pool's CPU weight by it,
+    /// between the pool's `min_cpu_weight` and `cpu_weight`. No answer.
+    Latency(LatencyReport),
+    /// Reads the sensor's totals and the enforcement state.
+    Snapshot,
+    /// A launcher started with `--relaunch` asks, every half second, what a new worker of
+    /// `pool` would start with now and the pool's relaunch generation: a new MPS
+    /// percentage, or a raised generation, makes it relaunch its command.
+    Watch { pool: String },
+    /// Makes every launcher of `pool` started with `--relaunch` relaunch its command: the new
+    /// one is started, and the old one is stopped once the new one is ready (root only).
+    Relaunch { pool: String },
+}
+
+/// One online worker's latency over its last report period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyReport {
+    /// Requests answered in the period.
+    pub requests: u64,
+    /// Requests refused for overload, or failed, in the period: misses whatever the latency.
+    #[serde(default)]
+    pub missed: u64,
+    pub p99_us: u64,
+    pub slo_us: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Response {
+    Registered {
+        name: String,
+        id: u32,
+        threads: usize,
+        /// Environment the registered process should start with (a GPU pool's MPS limits).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<(String, String)>,
+    },
+    Snapshot(Box<Snapshot>),
+    Grant(Grant),
+    Watching {
+        /// Raised by each `Relaunch` of the pool.
+        generation: u64,
+        /// What a new worker of the pool starts with now (a GPU pool's MPS limits).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        env: Vec<(String, String)>,
+        /// Why a new worker would be refused now (no GPU memory left for one): a relaunch
+        /// waits until this clears.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<String>,
+    },
+    Relaunching {
+        pool: String,
+        generation: u64,
+        /// The pids of the launchers that will relaunch their command.
+        launchers: Vec<u32>,
+    },
+    Error {
+        message: String,
+    },
+}
+
+/// The CPUs a pool may use. `shrinking` announces that CPUs are being taken away: the cpuset
+/// is rewritten right after this message, and a worker that keeps threads on them is simply
+/// held to the new set by the cgroup. `paused` (offline pools, `[policy]
+/// pause_offline_when_training_short`): the pool's cgroup is frozen right after this message,
+/// until a grant says otherwise; the CPUs are those it resumes on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub pool: String,
+    pub cpus: Vec<u32>,
+    #[serde(default)]
+    pub shrinking: bool,
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// A message as one line of the protocol: its JSON and a newline.
+pub fn to_line<T: Serialize>(message: &T) -> Vec<u8> {
+    // The protocol's types hold no map with non-string keys and no float that is not finite
+    // where it matters: serializing them cannot fail, and a failure would be a bug here.
+    let mut line = serde_json::to_vec(message).expect("protocol messages serialize");
+    line.push(b'\n');
+    line
+}
+
+/// A line that is not a message of the protocol.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed message: {0}")]
+pub struct Malformed(#[from] pub serde_json::Error);
+
+/// Parses one line (its newline optional).
+pub fn from_line<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Result<T, Malformed> {
+    Ok(serde_json::from_slice(line)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_keep_the_wire_form_workers_and_scripts_send() {
+        let grant = Response::Grant(Grant {
+            pool: "batch".into(),
+            cpus: vec![2, 3],
+            shrinking: false,
+            paused: true,
+        });
+        assert_eq!(
+            String::from_utf8(to_line(&grant)).unwrap(),
+            "{\"status\":\"grant\",\"pool\":\"batch\",\"cpus\":[2,3],\"shrinking\":false,\"paused\":true}\n"
+        );
+        let latency: Request =
+            from_line(br#"{"op":"latency","requests":40,"missed":1,"p99_us":9000,"slo_us":50000}"#)
+                .unwrap();
+        assert_eq!(
+            latency,
+            Request::Latency(LatencyReport {
+                requests: 40,
+                missed: 1,
+                p99_us: 9000,
+                slo_us: 50000
+            })
+        );
+        // An older worker's grant without `paused`, and a report without `missed`.
+        let old: Grant = from_line(br#"{"pool":"p","cpus":[1],"shrinking":true}"#).unwrap();
+        assert!(!old.paused);
+        let need: Request = from_line(b"{\"op\":\"need\",\"cpus\":3}\n").unwrap();
+        assert_eq!(need, Request::Need { cpus: 3 });
+        assert!(from_line::<Request>(br#"{"op":"dance"}"#).is_err());
+    }
+}

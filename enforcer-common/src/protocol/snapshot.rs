@@ -1,0 +1,162 @@
+//! What `Request::Snapshot` answers: the sensor's totals per training job, the pools, the
+//! enforcement state and the GPU side, read at one instant. `enforcer observe` turns two of
+//! them into an interval's figures, `status` renders one, `/metrics` exports one.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::gpu::GpuReport;
+use crate::NR_CLASSES;
+
+/// Everything `observe` and `status` show, read at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub instance: String,
+    /// CLOCK_MONOTONIC at the reading, the clock of the sensor's timestamps.
+    pub monotonic_ns: u64,
+    pub jobs: Vec<JobTotals>,
+    pub pools: Vec<PoolInfo>,
+    /// Per CPU, time spent running each class (other, training, online, offline, idle).
+    pub cpu_class_ns: Vec<[u64; NR_CLASSES]>,
+    pub counters: BTreeMap<String, u64>,
+    pub programs: Vec<ProgramStats>,
+    /// Cores and pools as enforced now, with recent decisions.
+    pub enforcement: Option<EnforcementStatus>,
+    /// Where /metrics is served, if anywhere.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
+    /// The GPU side: off, disabled (and why) or what it sees and does.
+    #[serde(default)]
+    pub gpu: Option<GpuReport>,
+    /// How the event thread is scheduled ("SCHED_FIFO 10", or the normal class and its slice
+    /// where real time was refused).
+    #[serde(default)]
+    pub event_thread: Option<String>,
+}
+
+impl Snapshot {
+    /// The training job named `name`.
+    pub fn job(&self, name: &str) -> Option<&JobTotals> {
+        self.jobs.iter().find(|job| job.name == name)
+    }
+
+    /// Pool `name` as classified (threads, relaunching launchers).
+    pub fn pool(&self, name: &str) -> Option<&PoolInfo> {
+        self.pools.iter().find(|pool| pool.name == name)
+    }
+
+    /// Pool `name` as enforced (CPUs, processes, weight, pause).
+    pub fn pool_status(&self, name: &str) -> Option<&PoolStatus> {
+        self.enforcement
+            .as_ref()?
+            .pools
+            .iter()
+            .find(|pool| pool.name == name)
+    }
+}
+
+/// Cumulative totals of one training job, summed over CPUs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct JobTotals {
+    pub id: u32,
+    pub name: String,
+    /// Threads classified into the job at the last reconcile.
+    pub threads: usize,
+    pub run_ns: u64,
+    pub wait_ns: u64,
+    pub waits: u64,
+    pub max_wait_ns: u64,
+    pub behind_inference: u64,
+    pub long_waits: u64,
+    /// Events userspace received for the job.
+    pub events_received: u64,
+    pub wait_hist: Vec<u64>,
+    /// Reports behind inference whose thread has run since, and the delay histogram.
+    #[serde(default)]
+    pub reports_ran: u64,
+    #[serde(default)]
+    pub report_to_ran_ns: u64,
+    #[serde(default)]
+    pub report_to_ran_hist: Vec<u64>,
+}
+
+/// An inference pool as the daemon classifies it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PoolInfo {
+    pub id: u32,
+    pub name: String,
+    pub kind: String,
+    pub threads: usize,
+    /// The pool's relaunch generation (raised by `enforcer relaunch`).
+    #[serde(default)]
+    pub relaunch_generation: u64,
+    /// The launchers started with `--relaunch` that watch the pool.
+    #[serde(default)]
+    pub relaunching_launchers: Vec<u32>,
+}
+
+/// Run statistics of one sensor program, from `bpf_prog_info`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramStats {
+    /// Kernel program id, as `bpftool prog show` lists it.
+    pub id: u32,
+    pub name: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+}
+
+/// What `status` shows of enforcement.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnforcementStatus {
+    pub enforcing: bool,
+    pub training_cpus: String,
+    pub demand_estimate_cpus: f64,
+    /// Each pool: its kind, the CPUs in its cpuset now, its processes.
+    pub pools: Vec<PoolStatus>,
+    pub reactions: u64,
+    pub event_to_write_p50_ns: Option<u64>,
+    pub event_to_write_p99_ns: Option<u64>,
+    /// The event-to-write histogram (sensor bucket layout) and its sum, for /metrics.
+    #[serde(default)]
+    pub event_to_write_hist: Vec<u64>,
+    #[serde(default)]
+    pub event_to_write_sum_ns: u64,
+    /// The latest decisions, oldest first, each as the decision log's line holds it.
+    pub recent_decisions: Vec<serde_json::Value>,
+    /// From the kernel event to the waiting training thread's next switch-in, over all jobs
+    /// (aggregated by the sensor).
+    #[serde(default)]
+    pub event_to_ran_p50_ns: Option<u64>,
+    #[serde(default)]
+    pub event_to_ran_p99_ns: Option<u64>,
+    #[serde(default)]
+    pub event_to_ran_hist: Vec<u64>,
+    #[serde(default)]
+    pub event_to_ran_sum_ns: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    pub name: String,
+    pub kind: String,
+    pub cpus: String,
+    pub processes: Vec<u32>,
+    /// Workers subscribed to the pool's grants, whose connection is still open.
+    #[serde(default)]
+    pub subscribers: usize,
+    /// CPUs its workers said their SLO needs (online pools; 0 where none said).
+    #[serde(default)]
+    pub need_cpus: usize,
+    /// Online pools: the CPU weight against training's 100 now, between `min_cpu_weight`
+    /// and `[[pool]] cpu_weight`, steered by the workers' latency tail.
+    #[serde(default)]
+    pub cpu_weight: Option<u32>,
+    /// Online pools whose weight is steered: the lowest it goes (`[[pool]] min_cpu_weight`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_cpu_weight: Option<u32>,
+    /// Offline pools: frozen now because training is short of cores
+    /// (`[policy] pause_offline_when_training_short`).
+    #[serde(default)]
+    pub paused: bool,
+}

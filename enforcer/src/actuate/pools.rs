@@ -1,0 +1,257 @@
+//! The inference pools' cgroups as the enforcement holds them: each pool's cgroup, the CPUs
+//! last written into it, and whether the CPU policy has paused it. `write` brings them to an
+//! allocation, telling each pool's workers before its cgroup changes.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::PathBuf,
+    sync::Arc,
+};
+
+use enforcer_common::protocol::Grant;
+use tracing::warn;
+
+use super::{
+    cgroup::{self, CgroupError, CpuClass, PoolCgroup, PoolFiles},
+    freezer::Freezer,
+};
+use crate::{
+    config::{PoolKind, PoolSettings},
+    policy::Allocation,
+};
+
+struct Pool {
+    kind: PoolKind,
+    cgroup: PoolCgroup,
+    /// The CPUs last written into its cpuset; None before the first write.
+    applied: Option<BTreeSet<u32>>,
+    /// An offline pool that does not use the GPU: the CPU policy may pause it. A GPU pool's
+    /// freezer is the duty cycle's to drive.
+    pausable: bool,
+    /// Paused now by the CPU policy.
+    paused: bool,
+    uses_gpu: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PoolsError {
+    #[error("no pool {0:?}")]
+    Unknown(String),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+}
+
+/// What one allocation's writes did, pool by pool.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// Pools whose CPUs were rewritten.
+    pub rewritten: Vec<String>,
+    /// Offline pools frozen by it, and those thawed.
+    pub paused: Vec<String>,
+    pub resumed: Vec<String>,
+}
+
+/// A pool as `status` shows it, with where its CPUs and processes are read from.
+pub struct PoolView {
+    pub name: String,
+    pub kind: PoolKind,
+    pub paused: bool,
+    pub files: PoolFiles,
+}
+
+pub struct Pools {
+    all_cpus: BTreeSet<u32>,
+    pools: BTreeMap<String, Pool>,
+}
+
+impl Pools {
+    /// Creates (or adopts) the pools' cgroups under `reamer/<instance>`, and marks the top
+    /// `reamer` group idle where there is any pool (`cgroup` says why).
+    pub fn create(
+        instance: &str,
+        settings: &[PoolSettings],
+        all_cpus: BTreeSet<u32>,
+    ) -> Result<Self, CgroupError> {
+        let mut pools = BTreeMap::new();
+        for pool in settings {
+            let cgroup =
+                PoolCgroup::create_or_adopt(instance, &pool.name, CpuClass::from(&pool.kind))?;
+            pools.insert(
+                pool.name.clone(),
+                Pool {
+                    kind: pool.kind,
+                    cgroup,
+                    applied: None,
+                    pausable: !pool.is_online() && !pool.gpu,
+                    paused: false,
+                    uses_gpu: pool.gpu,
+                },
+            );
+        }
+        if !pools.is_empty() {
+            cgroup::set_tree_idle(true)?;
+        }
+        Ok(Self { all_cpus, pools })
+    }
+
+    /// Whether the CPU policy has any pool to pause.
+    pub fn any_pausable(&self) -> bool {
+        self.pools.values().any(|pool| pool.pausable)
+    }
+
+    /// The weight a previous daemon left on an adopted online pool (`PoolCgroup`).
+    pub fn adopted_weight(&self, pool: &str) -> Option<u32> {
+        self.pools.get(pool)?.cgroup.adopted_weight()
+    }
+
+    /// Writes an online pool's CPU weight.
+    pub fn set_weight(&self, pool: &str, weight: u32) -> Result<(), PoolsError> {
+        Ok(self.get(pool)?.cgroup.set_weight(weight)?)
+    }
+
+    fn get(&self, pool: &str) -> Result<&Pool, PoolsError> {
+        self.pools
+            .get(pool)
+            .ok_or_else(|| PoolsError::Unknown(pool.to_owned()))
+    }
+
+    /// Brings the pools to `allocation`: for each pool whose CPUs or pause changed, its workers
+    /// hear of it first (`tell`), then its cgroup is written. A failed write is logged and
+    /// the pool keeps its old state, to be written again by the next allocation that
+    /// differs from it.
+    pub fn write(&mut self, allocation: &Allocation, mut tell: impl FnMut(Grant)) -> Written {
+        let mut written = Written::default();
+        for (name, cpus) in &allocation.pools {
+            let Some(pool) = self.pools.get_mut(name) else {
+                continue;
+            };
+            let paused = allocation.offline_paused && pool.pausable;
+            let cpus_changed = pool.applied.as_ref() != Some(cpus);
+            let pause_changed = pool.paused != paused;
+            if !cpus_changed && !pause_changed {
+                continue;
+            }
+            // Workers hear of a shrink before the cgroup holds them to it.
+            let shrinking = pool
+                .applied
+                .as_ref()
+                .is_some_and(|old| !cpus.is_superset(old));
+            tell(Grant {
+                pool: name.clone(),
+                cpus: cpus.iter().copied().collect(),
+                shrinking,
+                paused,
+            });
+            if cpus_changed {
+                match pool.cgroup.set_cpus(cpus) {
+                    Ok(()) => {
+                        pool.applied = Some(cpus.clone());
+                        written.rewritten.push(name.clone());
+                    }
+                    // A cgroup removed underneath us: say so, keep serving the others.
+                    Err(err) => warn!("pool {name}: {err}"),
+                }
+            }
+            if pause_changed {
+                let result = match pool.cgroup.freezer() {
+                    Some(freezer) => freezer.set_paused(paused),
+                    None => Err(CgroupError::NoController {
+                        path: pool.cgroup.path.clone(),
+                        what: "pausing",
+                        controller: "freezer (cgroup v1 freezer or v2 cgroup.freeze)",
+                    }),
+                };
+                match result {
+                    Ok(()) => {
+                        pool.paused = paused;
+                        let list = if paused {
+                            &mut written.paused
+                        } else {
+                            &mut written.resumed
+                        };
+                        list.push(name.clone());
+                    }
+                    Err(err) => warn!("pool {name}: {err}"),
+                }
+            }
+        }
+        written
+    }
+
+    /// What a worker of `pool` subscribing now is granted: the CPUs last written (all of them
+    /// before any write), and whether the pool is paused.
+    pub fn current_grant(&self, pool: &str) -> Result<Grant, PoolsError> {
+        let state = self.get(pool)?;
+        let cpus = state.applied.as_ref().unwrap_or(&self.all_cpus);
+        Ok(Grant {
+            pool: pool.to_owned(),
+            cpus: cpus.iter().copied().collect(),
+            shrinking: false,
+            paused: state.paused,
+        })
+    }
+
+    /// Where `pool` lists its CPUs and processes.
+    pub fn files(&self, pool: &str) -> Result<PoolFiles, PoolsError> {
+        Ok(self.get(pool)?.cgroup.files())
+    }
+
+    /// Moves process `pid` into `pool`'s cgroup.
+    pub fn add_process(&self, pool: &str, pid: u32) -> Result<(), PoolsError> {
+        Ok(self.get(pool)?.cgroup.add_process(pid)?)
+    }
+
+    /// Each pool's name and the directory listing its threads: every thread in a pool's
+    /// cgroup is a member, whoever put it there and whichever daemon did.
+    pub fn member_dirs(&self) -> Vec<(String, PathBuf)> {
+        self.pools
+            .iter()
+            .filter_map(|(name, pool)| Some((name.clone(), pool.cgroup.member_dir()?)))
+            .collect()
+    }
+
+    /// The freezers of the pools that use the GPU, for the GPU duty cycle.
+    pub fn gpu_freezers(&self) -> Vec<Arc<Freezer>> {
+        let gpu_pools = self.pools.iter().filter(|(_, pool)| pool.uses_gpu);
+        gpu_pools
+            .filter_map(|(name, pool)| {
+                let freezer = pool.cgroup.freezer().cloned();
+                if freezer.is_none() {
+                    warn!(
+                        pool = name.as_str(),
+                        "GPU gating off for this pool: no freezer controller (cgroup v1 \
+                         freezer or v2 cgroup.freeze)"
+                    );
+                }
+                freezer
+            })
+            .collect()
+    }
+
+    /// Every pool, for `status`.
+    pub fn views(&self) -> Vec<PoolView> {
+        self.pools
+            .iter()
+            .map(|(name, pool)| PoolView {
+                name: name.clone(),
+                kind: pool.kind,
+                paused: pool.paused,
+                files: pool.cgroup.files(),
+            })
+            .collect()
+    }
+
+    /// Leaves every inference process runnable on every CPU, unfrozen, at normal priority;
+    /// removes pool cgroups that are empty (the others stay for a restarted daemon to adopt).
+    pub fn release(&self, instance: &str) {
+        for (name, pool) in &self.pools {
+            if let Err(err) = pool.cgroup.release(&self.all_cpus) {
+                warn!("pool {name}: releasing at shutdown: {err}");
+            }
+            pool.cgroup.remove_if_empty();
+        }
+        if let Err(err) = cgroup::release_tree(instance) {
+            warn!("releasing the reamer cgroup tree at shutdown: {err}");
+        }
+    }
+}

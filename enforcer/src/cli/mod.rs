@@ -1,0 +1,300 @@
+//! The command line: every subcommand of `enforcer`, and what each runs. This is the binary's
+//! edge, where errors become one printed line (`anyhow`); the library below it speaks typed
+//! errors.
+
+pub mod calibrate;
+pub mod check;
+pub mod client;
+pub mod launch;
+pub mod observe;
+pub mod relaunch;
+pub mod status;
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use enforcer_common::protocol::GroupKind;
+
+use crate::{
+    config::{self, Settings},
+    daemon,
+    host::paths::{self, DEFAULT_CONFIG, DEFAULT_INSTANCE},
+};
+
+/// reamer's enforcer: runs inference in the CPU capacity training leaves idle, and gives it
+/// back the instant training needs it.
+///
+/// Start the daemon with `enforcer run` (as root). It attaches eBPF programs to the scheduler
+/// tracepoints, measures how long each training job's threads wait for a CPU, and tells
+/// userspace when a training thread lands behind inference.
+#[derive(Parser)]
+#[command(name = "enforcer", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log level when RUST_LOG is not set: error, warn, info, debug or trace.
+    #[arg(long, global = true, default_value = "info")]
+    pub log_level: String,
+}
+
+#[derive(Args, Clone)]
+struct InstanceArg {
+    /// Which daemon: each instance has its own pins (/sys/fs/bpf/reamer/v4/INSTANCE) and
+    /// control socket (/run/reamer/INSTANCE.sock).
+    #[arg(long, default_value = DEFAULT_INSTANCE, value_parser = parse_instance)]
+    instance: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon (root): load the sensor, classify threads, serve the control socket.
+    ///
+    /// Stops cleanly on SIGINT or SIGTERM, detaching the programs and removing the pins.
+    Run {
+        /// TOML config with [sensor], [[training]] and [[pool]] sections. Default: /etc/reamer/enforcer.toml
+        /// if it exists, else built-in defaults with no groups.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Append every decision (trigger, new allocation, event-to-write latency) to this file
+        /// as JSON lines. Default: /run/reamer/INSTANCE.decisions.jsonl
+        #[arg(long)]
+        decision_log: Option<PathBuf>,
+        #[command(flatten)]
+        instance: InstanceArg,
+    },
+    /// Run a command as part of a training job or an inference pool (needs a running daemon).
+    ///
+    /// The command keeps the launcher's pid and starts with REAMER_SOCKET set; in a pool also
+    /// with REAMER_POOL and the pool's REAMER_SLO_MS, which an inference worker follows, and in
+    /// a GPU pool with its MPS limits. Training gets CUDA_MPS_PIPE_DIRECTORY where `[gpu]
+    /// mps_pipe_dir` moved the MPS control daemon, unless its environment sets one.
+    ///
+    /// Examples:
+    ///
+    ///   enforcer launch --training resnet -- python train.py
+    ///
+    ///   enforcer launch --pool serve --relaunch --listen 127.0.0.1:8000 -- inference-worker online --model m.onnx
+    #[command(group = clap::ArgGroup::new("group").required(true).args(["training", "pool"]))]
+    Launch {
+        /// Training job to join; created if new.
+        #[arg(long)]
+        training: Option<String>,
+        /// Inference pool to join; must be declared in the daemon's config.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Stay as the command's parent and relaunch it when new workers of the pool would
+        /// start differently (a GPU pool's MPS percentage changed: NVIDIA applies one only to
+        /// new clients) or when `enforcer relaunch --pool NAME` asks. Pools only.
+        #[arg(long, conflicts_with = "training")]
+        relaunch: bool,
+        /// With --relaunch: own a TCP listening socket on ADDR and give it to the command as
+        /// fd 3 (systemd socket activation: LISTEN_FDS=1, LISTEN_PID). A relaunch then starts
+        /// the new command first and stops the old one once the new one reports READY=1 on
+        /// NOTIFY_SOCKET, so no request is dropped. Without it the old command stops first.
+        #[arg(long, requires = "relaunch", value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// With --listen: seconds a new command may take to report READY=1 before it is
+        /// stopped and the old one kept.
+        #[arg(long, requires = "relaunch", default_value_t = 120.0, value_parser = parse_interval)]
+        ready_timeout_s: f64,
+        /// With --relaunch: seconds a command may take to exit on SIGTERM (to drain) before
+        /// SIGKILL.
+        #[arg(long, requires = "relaunch", default_value_t = 30.0, value_parser = parse_interval)]
+        stop_timeout_s: f64,
+        #[command(flatten)]
+        instance: InstanceArg,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Relaunch a pool's workers started with `launch --relaunch` (root).
+    ///
+    /// Each such launcher starts its command anew (to pick up a new model file, say) and stops
+    /// the old one, without dropping requests when it owns the listening socket (`--listen`).
+    Relaunch {
+        /// The pool whose workers to relaunch.
+        #[arg(long)]
+        pool: String,
+        #[command(flatten)]
+        instance: InstanceArg,
+    },
+    /// Internal: exec the command with LISTEN_PID set to its own pid (used by --listen).
+    #[command(name = "exec-listening", hide = true)]
+    ExecListening {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Print live figures per training job from a running daemon: run-queue wait p50/p99/max,
+    /// CPU demand, events per second.
+    ///
+    /// Waits are measured on the run queue's clock unless the daemon's config says
+    /// `[sensor] clock = "monotonic"`: a wakeup that preempts at once then counts as a 0 µs
+    /// wait, as in the kernel's schedstat, so a p50 of 0 means most waits were of that kind.
+    Observe {
+        /// Seconds between lines (fractions allowed).
+        #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
+        interval: f64,
+        /// Stop after this many intervals (0: run until interrupted).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        /// One JSON object per interval instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        instance: InstanceArg,
+    },
+    /// Preflight report: kernel, BTF, privileges, real time, program types, mounts, cgroup
+    /// mode, GPU; each missing piece with how to fix it. Exits 1 when something required is
+    /// missing.
+    Check,
+    /// Show training jobs, pools, the CPUs each holds now, and recent decisions.
+    Status {
+        /// The whole snapshot as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        instance: InstanceArg,
+    },
+    /// Measure this machine's floor for eBPF program cost on sched_switch (root): attach a
+    /// no-op and a clock-read program for a while with run-time statistics on, and print
+    /// nanoseconds per run as JSON. Benchmarks run it beside a workload.
+    ///
+    /// With --floor, measure nothing: attach a no-op program to each of the five tracepoints
+    /// the sensor uses, print {"attached": [...]} once they are, and hold them for --seconds
+    /// or until killed. A workload run meanwhile loses what any program on those tracepoints
+    /// costs it, whatever the program does (`cargo xtask bench --only sensor` compares that
+    /// with the sensor's loss).
+    Calibrate {
+        /// How long to measure (or with --floor, to hold the no-ops), in seconds.
+        #[arg(long, default_value_t = 2.0, value_parser = parse_interval)]
+        seconds: f64,
+        /// Attach the no-op floor to the sensor's tracepoints and hold it, statistics off.
+        #[arg(long)]
+        floor: bool,
+    },
+}
+
+fn parse_instance(value: &str) -> Result<String, paths::InvalidInstance> {
+    paths::validate_instance(value).map(|()| value.to_owned())
+}
+
+/// A number of seconds out of the range a command takes.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a number of seconds between 0.05 and 3600")]
+struct BadSeconds(String);
+
+fn parse_interval(value: &str) -> Result<f64, BadSeconds> {
+    match value.parse::<f64>() {
+        Ok(v) if (0.05..=3600.0).contains(&v) => Ok(v),
+        _ => Err(BadSeconds(value.to_owned())),
+    }
+}
+
+/// The settings `enforcer run` runs with: `--config`, else the default file where it exists,
+/// else the built-in defaults with no groups.
+fn load_settings(path: Option<PathBuf>) -> Result<Settings, config::ConfigError> {
+    match path {
+        Some(path) => config::load(&path),
+        None if std::path::Path::new(DEFAULT_CONFIG).exists() => {
+            config::load(std::path::Path::new(DEFAULT_CONFIG))
+        }
+        None => Ok(Settings::default()),
+    }
+}
+
+/// Every subcommand runs its async work on the calling thread.
+fn current_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Runs the command `cli` names.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let ran_to_end = match cli.command {
+        Command::Launch {
+            pool: Some(pool),
+            relaunch: true,
+            listen,
+            ready_timeout_s,
+            stop_timeout_s,
+            instance,
+            command,
+            ..
+        } => {
+            let options = launch::supervise::Options {
+                listen,
+                ready_timeout: Duration::from_secs_f64(ready_timeout_s),
+                stop_timeout: Duration::from_secs_f64(stop_timeout_s),
+            };
+            let socket = paths::socket_path(&instance.instance);
+            // The launcher ends as its last command did.
+            let code = launch::supervise::run(&socket, &pool, &command, options)?;
+            return Ok(ExitCode::from(code));
+        }
+        Command::ExecListening { command } => Err(launch::supervise::exec_listening(&command)),
+        Command::Relaunch { pool, instance } => {
+            let runtime = current_thread_runtime()?;
+            runtime.block_on(relaunch::run(
+                &paths::socket_path(&instance.instance),
+                &pool,
+            ))
+        }
+        Command::Run {
+            config,
+            decision_log,
+            instance,
+        } => {
+            let settings = load_settings(config)?;
+            let decision_log =
+                decision_log.unwrap_or_else(|| paths::decision_log(&instance.instance));
+            let runtime = current_thread_runtime()?;
+            Ok(runtime.block_on(daemon::run(settings, &instance.instance, &decision_log))?)
+        }
+        Command::Launch {
+            training,
+            pool,
+            instance,
+            command,
+            ..
+        } => {
+            let (kind, name) = match (training, pool) {
+                (Some(name), _) => (GroupKind::Training, name),
+                (None, Some(name)) => (GroupKind::Pool, name),
+                (None, None) => unreachable!("clap requires --training or --pool"),
+            };
+            launch::run(
+                &paths::socket_path(&instance.instance),
+                kind,
+                &name,
+                &command,
+            )
+        }
+        Command::Check => check::report(),
+        Command::Status { json, instance } => {
+            let runtime = current_thread_runtime()?;
+            runtime.block_on(status::run(&paths::socket_path(&instance.instance), json))
+        }
+        Command::Calibrate { seconds, floor } => {
+            calibrate::run(Duration::from_secs_f64(seconds), floor)
+        }
+        Command::Observe {
+            interval,
+            count,
+            json,
+            instance,
+        } => {
+            let runtime = current_thread_runtime()?;
+            let socket = paths::socket_path(&instance.instance);
+            runtime.block_on(observe::run(
+                &socket,
+                Duration::from_secs_f64(interval),
+                count,
+                json,
+            ))
+        }
+    };
+    ran_to_end.map(|()| ExitCode::SUCCESS)
+}

@@ -1,0 +1,149 @@
+//! `enforcer observe`: live per-job figures from a running daemon.
+
+use std::{collections::HashMap, io::Write as _, path::Path, time::Duration};
+
+use enforcer_common::protocol::Snapshot;
+
+use super::client::Client;
+use crate::sensor::interval::{JobInterval, job_interval};
+
+/// One printed interval.
+#[derive(Debug, serde::Serialize)]
+pub struct ObservedInterval {
+    pub seconds: f64,
+    pub jobs: Vec<JobInterval>,
+    /// Sensor counters that changed in the interval (events sent, dropped, ...).
+    pub counters: HashMap<String, u64>,
+    /// Average cost of one sensor program run in the interval, when bpf_stats is enabled.
+    pub sensor_ns_per_run: Option<f64>,
+}
+
+/// Figures between two snapshots.
+pub fn interval(prev: &Snapshot, cur: &Snapshot) -> ObservedInterval {
+    let dt = cur.monotonic_ns.saturating_sub(prev.monotonic_ns);
+    let jobs = cur
+        .jobs
+        .iter()
+        .map(|job| {
+            let before = prev
+                .jobs
+                .iter()
+                .find(|p| p.id == job.id)
+                .cloned()
+                .unwrap_or_default();
+            job_interval(&before, job, dt)
+        })
+        .collect();
+    let counters = cur
+        .counters
+        .iter()
+        .map(|(name, value)| {
+            (
+                name.clone(),
+                value - prev.counters.get(name).copied().unwrap_or(0),
+            )
+        })
+        .collect();
+    let runs = |s: &Snapshot| {
+        s.programs
+            .iter()
+            .map(|p| (p.run_count, p.run_time_ns))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    let (runs_before, time_before) = runs(prev);
+    let (runs_now, time_now) = runs(cur);
+    let run_delta = runs_now.saturating_sub(runs_before);
+    let sensor_ns_per_run = (run_delta > 0 && time_now > time_before)
+        .then(|| (time_now - time_before) as f64 / run_delta as f64);
+    ObservedInterval {
+        seconds: dt as f64 / 1e9,
+        jobs,
+        counters,
+        sensor_ns_per_run,
+    }
+}
+
+fn duration(ns: Option<u64>) -> String {
+    match ns {
+        None => "-".to_owned(),
+        Some(ns) if ns < 1_000 => format!("{ns}ns"),
+        Some(ns) if ns < 1_000_000 => format!("{:.1}µs", ns as f64 / 1e3),
+        Some(ns) if ns < 1_000_000_000 => format!("{:.2}ms", ns as f64 / 1e6),
+        Some(ns) => format!("{:.2}s", ns as f64 / 1e9),
+    }
+}
+
+/// The interval as a table.
+pub fn render(observed: &ObservedInterval) -> String {
+    let mut out = format!(
+        "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10}\n",
+        "job",
+        "threads",
+        "wait p50",
+        "wait p99",
+        "wait max",
+        "demand",
+        "running",
+        "events/s",
+        "behind/s"
+    );
+    if observed.jobs.is_empty() {
+        out.push_str("(no training jobs registered: add [[training]] to the config, or use `enforcer launch --training NAME -- CMD`)\n");
+    }
+    for job in &observed.jobs {
+        out.push_str(&format!(
+            "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8.2} {:>8.2} {:>9.1} {:>10.1}\n",
+            job.name,
+            job.threads,
+            duration(job.wait_p50_ns),
+            duration(job.wait_p99_ns),
+            duration(job.wait_max_ns),
+            job.demand_cpus,
+            job.running_cpus,
+            job.events_per_s,
+            job.behind_inference_per_s,
+        ));
+    }
+    let counter = |name: &str| observed.counters.get(name).copied().unwrap_or(0);
+    let cost = observed.sensor_ns_per_run.map_or(
+        "sensor cost: n/a (sysctl kernel.bpf_stats_enabled=1 to measure)".to_owned(),
+        |ns| format!("sensor cost: {ns:.0} ns/run"),
+    );
+    out.push_str(&format!(
+        "events sent {} | rate-limited {} | ring full {} | clock skew {} | map full {} | {cost}\n",
+        counter("events_sent"),
+        counter("events_rate_limited"),
+        counter("events_ringbuf_full"),
+        counter("wait_clock_skew"),
+        counter("thread_map_full"),
+    ));
+    out
+}
+
+/// Prints an interval every `every` until `count` intervals (0: forever).
+pub async fn run(socket: &Path, every: Duration, count: u64, json: bool) -> anyhow::Result<()> {
+    let mut client = Client::connect(socket).await?;
+    let mut prev = client.snapshot().await?;
+    let mut printed = 0;
+    while count == 0 || printed < count {
+        tokio::time::sleep(every).await;
+        let cur = client.snapshot().await?;
+        let observed = interval(&prev, &cur);
+        let mut stdout = std::io::stdout().lock();
+        if json {
+            writeln!(stdout, "{}", serde_json::to_string(&observed)?)?;
+        } else {
+            writeln!(
+                stdout,
+                "--- {} ({:.1}s)\n{}",
+                cur.instance,
+                observed.seconds,
+                render(&observed)
+            )?;
+        }
+        stdout.flush()?;
+        prev = cur;
+        printed += 1;
+    }
+    Ok(())
+}

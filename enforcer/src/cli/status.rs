@@ -1,0 +1,103 @@
+//! `enforcer status`: training jobs, pools, the CPUs each holds now, and recent decisions.
+
+use std::path::Path;
+
+use enforcer_common::protocol::Snapshot;
+
+use super::client::Client;
+
+/// The snapshot as a human-readable report.
+pub fn render(snapshot: &Snapshot) -> String {
+    let mut out = format!("instance {}\n", snapshot.instance);
+    let Some(enforcement) = &snapshot.enforcement else {
+        return out + "(no enforcement state)\n";
+    };
+    out.push_str(&format!(
+        "enforcing: {} | training demand estimate {:.2} CPUs | training holds CPUs [{}]\n",
+        if enforcement.enforcing {
+            "yes"
+        } else {
+            "no (policy.enforce = false)"
+        },
+        enforcement.demand_estimate_cpus,
+        enforcement.training_cpus
+    ));
+    out.push_str("\ntraining jobs:\n");
+    if snapshot.jobs.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    for job in &snapshot.jobs {
+        out.push_str(&format!("  {:<20} {} threads\n", job.name, job.threads));
+    }
+    out.push_str("\npools:\n");
+    if enforcement.pools.is_empty() {
+        out.push_str("  (none: add [[pool]] entries to the config)\n");
+    }
+    for pool in &enforcement.pools {
+        let need = if pool.need_cpus > 0 {
+            format!("  SLO needs {} CPUs", pool.need_cpus)
+        } else {
+            String::new()
+        };
+        let weight = match (pool.cpu_weight, pool.min_cpu_weight) {
+            (Some(weight), Some(floor)) => format!("  weight {weight} (steered, min {floor})"),
+            (Some(weight), None) => format!("  weight {weight}"),
+            (None, _) => String::new(),
+        };
+        let relaunching = snapshot
+            .pools
+            .iter()
+            .find(|p| p.name == pool.name && !p.relaunching_launchers.is_empty())
+            .map_or(String::new(), |p| {
+                format!(
+                    "  relaunching launchers {:?} (generation {})",
+                    p.relaunching_launchers, p.relaunch_generation
+                )
+            });
+        let paused = if pool.paused {
+            "  PAUSED (frozen: training wants more cores than it may reserve)"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "  {:<20} {:<8} CPUs [{}]  processes {:?}{weight}{need}{paused}{relaunching}\n",
+            pool.name, pool.kind, pool.cpus, pool.processes
+        ));
+    }
+    let micros =
+        |ns: Option<u64>| ns.map_or("-".to_owned(), |ns| format!("{:.0} µs", ns as f64 / 1e3));
+    out.push_str(&format!(
+        "\nreactions: {} | event to cgroup write p50 {} p99 {} | event to training ran p50 {} p99 {}{}\n",
+        enforcement.reactions,
+        micros(enforcement.event_to_write_p50_ns),
+        micros(enforcement.event_to_write_p99_ns),
+        micros(enforcement.event_to_ran_p50_ns),
+        micros(enforcement.event_to_ran_p99_ns),
+        snapshot
+            .event_thread
+            .as_ref()
+            .map_or(String::new(), |how| format!(" | event thread {how}"))
+    ));
+    out.push_str("recent decisions (oldest first):\n");
+    if enforcement.recent_decisions.is_empty() {
+        out.push_str("  (none yet)\n");
+    }
+    for decision in &enforcement.recent_decisions {
+        out.push_str(&format!("  {decision}\n"));
+    }
+    if let Some(gpu) = &snapshot.gpu {
+        out.push('\n');
+        out.push_str(&crate::gpu::report::render(gpu));
+    }
+    out
+}
+
+pub async fn run(socket: &Path, json: bool) -> anyhow::Result<()> {
+    let snapshot = Client::connect(socket).await?.snapshot().await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&snapshot)?);
+    } else {
+        print!("{}", render(&snapshot));
+    }
+    Ok(())
+}

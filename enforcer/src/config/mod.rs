@@ -1,0 +1,818 @@
+//! The enforcer's TOML configuration.
+//!
+//! Every error names the file, the line and the field, because an operator fixing a node at
+//! night should not have to guess which of forty lines is wrong.
+//!
+//! ```toml
+//! [sensor]
+//! wait_threshold_us = 2000       # a training thread waiting longer raises an event
+//! event_min_interval_us = 100    # at most one event per CPU per interval
+//! clock = "run-queue"            # or "monotonic": see SensorClock
+//!
+//! [[training]]
+//! name = "resnet"
+//! cgroup = "/sys/fs/cgroup/cpu/reamer/resnet"   # every thread of the cgroup
+//! pids = [4242]                                  # and/or these processes
+//!
+//! [[pool]]
+//! name = "ocr"
+//! kind = "offline"                               # or "online"
+//! pids = [5151]
+//!
+//! [[pool]]
+//! name = "web"
+//! kind = "online"
+//! min_cores = 1                                  # guaranteed even against training
+//! slo_ms = 50
+//! cpu_weight = 50                                # against training's 100 (cgroup v2 scale)
+//! min_cpu_weight = 10                            # while the latency tail has room
+//! ```
+
+pub mod gpu;
+pub mod settings;
+
+use std::{
+    ops::Range,
+    path::{Path, PathBuf},
+};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+pub use settings::{
+    GroupSettings, OnlinePool, PolicySettings, PoolKind, PoolSettings, SensorSettings, Settings,
+    Source,
+};
+
+/// Most characters in a job or pool name.
+pub const MAX_NAME_LEN: usize = 63;
+
+/// An online pool's CPU weight, on cgroup v2's scale where training (a default process) has
+/// 100. Half of training's: where a training thread and an online worker want the same CPU,
+/// training gets two thirds of it, for about a point of online SLO attainment
+/// (docs/experiments/2026-11-22-online-pool-weight.md).
+pub const DEFAULT_ONLINE_CPU_WEIGHT: u32 = 50;
+/// How low an online pool's weight goes while its workers' latency tail is far below their
+/// SLO (`online_weight`): a tenth of training's, where a training thread gets 10/11 of a CPU
+/// it wants with an online worker. Not lower: near 1 the pool would wait for training's every
+/// burst and its tail rise in steps the once-a-second report follows too late.
+pub const DEFAULT_MIN_ONLINE_CPU_WEIGHT: u32 = 10;
+/// The range of cgroup v2's `cpu.weight`.
+const CPU_WEIGHT_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub sensor: SensorConfig,
+    #[serde(default)]
+    pub policy: PolicySection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
+    #[serde(default)]
+    pub gpu: gpu::GpuSection,
+    #[serde(default)]
+    pub training: Vec<GroupConfig>,
+    #[serde(default)]
+    pub pool: Vec<GroupConfig>,
+}
+
+/// Prometheus exposition.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSection {
+    /// Address for `/metrics`, or "off". Loopback by default: the node's Prometheus agent
+    /// scrapes locally; exposing it further is a deliberate choice.
+    pub listen: Spanned<String>,
+}
+
+impl Default for MetricsSection {
+    fn default() -> Self {
+        Self {
+            listen: Spanned::new(0..0, "127.0.0.1:9464".to_owned()),
+        }
+    }
+}
+
+impl MetricsSection {
+    /// The address to serve on, None when "off".
+    pub fn address(&self) -> Option<std::net::SocketAddr> {
+        self.listen.get_ref().parse().ok()
+    }
+}
+
+/// How cores move between training and inference.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySection {
+    /// false: observe only, never touch a cgroup's CPUs.
+    pub enforce: bool,
+    /// Half-life of the decay of training's demand estimate (rises are taken at once).
+    pub demand_half_life_ms: u64,
+    /// How long demand must stay low before a core goes back to inference (hysteresis).
+    pub give_back_after_ms: u64,
+    /// CPUs reserved for training above its estimated demand.
+    pub headroom_cpus: f64,
+    /// true: offline pools also share training's reserved cores once no core is left outside
+    /// them and the online pools' (the enforcer's behaviour before this option): more offline
+    /// throughput on a small machine, for a slower training job. false (the default): training
+    /// first; offline pools share training's cores only where training has reserved every core.
+    pub offline_on_training_cores: bool,
+    /// true (the default): offline pools pause (their cgroup is frozen) while training wants
+    /// more cores than the online pools' minimums leave it, and resume after its demand has
+    /// stayed below that for `give_back_after_ms`. Training first, at the price of offline
+    /// work where training is short of cores; where it is not, nothing changes. false: offline
+    /// pools run on whatever CPUs they get, under SCHED_IDLE, however short training is. Pools
+    /// with `gpu = true` are left to the GPU duty cycle, which owns their freezer.
+    pub pause_offline_when_training_short: bool,
+    /// How often the slow path re-reads training's demand.
+    pub tick_ms: u64,
+    /// SCHED_FIFO priority of the thread that reacts to sensor events (0: normal class). Where
+    /// the kernel refuses it, the thread stays in the normal class with the shortest time slice.
+    pub event_thread_rt_priority: i32,
+}
+
+impl Default for PolicySection {
+    fn default() -> Self {
+        // 2 s hold: several training steps at the 50 steps/s measured here, so a step's idle
+        // phase never gives a core away; 1 s half-life: the estimate forgets a burst in seconds.
+        Self {
+            enforce: true,
+            demand_half_life_ms: 1000,
+            give_back_after_ms: 2000,
+            headroom_cpus: 0.25,
+            // Training first: offline work on training's reserved core cost training its pace
+            // (docs/experiments/2026-11-24-offline-off-training-cores.md).
+            offline_on_training_cores: false,
+            // Training first: offline work on the online pool's core, while training spills
+            // onto it, cost training its pace (docs/experiments/2026-11-24-offline-pause.md).
+            pause_offline_when_training_short: true,
+            tick_ms: 100,
+            // Above ordinary tasks, below the kernel's own RT threads (priority 50 and up).
+            event_thread_rt_priority: 10,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SensorConfig {
+    /// A training thread that waited in the run queue longer than this raises an event.
+    /// 2 ms: well above the p99 wait of an uncontended training thread measured here
+    /// (tens of µs), well below a training step.
+    pub wait_threshold_us: u64,
+    /// Minimum spacing of events from one CPU. 100 µs bounds the event rate at 10 000/s per
+    /// CPU, while the consumer's own wakeup takes tens of µs
+    /// (docs/experiments/2026-11-22-fast-path-latency.md).
+    pub event_min_interval_us: u64,
+    /// The clock of the sensor's per-switch timestamps.
+    pub clock: SensorClock,
+}
+
+impl Default for SensorConfig {
+    fn default() -> Self {
+        Self {
+            wait_threshold_us: 2000,
+            event_min_interval_us: 100,
+            clock: SensorClock::RunQueue,
+        }
+    }
+}
+
+/// Where the sensor's wait and run-time timestamps come from (docs/sensor.md, "Clock").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SensorClock {
+    /// The run queue's own clock (`rq->clock`), which the scheduler has just read: three
+    /// loads instead of a clock read on every training thread's wakeup and switch, and the
+    /// clock of the kernel's own run delay (schedstat). A wakeup that preempts at once reads
+    /// as a zero wait, as in schedstat. Falls back to `monotonic` on a kernel without
+    /// CONFIG_FAIR_GROUP_SCHED.
+    RunQueue,
+    /// `bpf_ktime_get_ns` on every timestamp: also sees the microseconds between a
+    /// preempting wakeup and the switch, for a clock read per training event (the cost of
+    /// both settings is in docs/benchmarks.md).
+    Monotonic,
+}
+
+/// Members of a training job or an inference pool.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    pub name: Spanned<String>,
+    /// A cgroup directory (v1 or v2): all its threads belong to the group.
+    #[serde(default)]
+    pub cgroup: Option<Spanned<PathBuf>>,
+    /// Processes whose threads (and later children) belong to the group.
+    #[serde(default)]
+    pub pids: Vec<Spanned<u32>>,
+    /// `[[pool]]` only: "online" (latency SLO) or "offline" (best effort).
+    #[serde(default)]
+    pub kind: Option<Spanned<PoolKindField>>,
+    /// Online pools: cores guaranteed even against training (default 1).
+    #[serde(default)]
+    pub min_cores: Option<Spanned<usize>>,
+    /// Online pools: the latency SLO the pool's workers serve, in ms (reported; the workers
+    /// size themselves to it).
+    #[serde(default)]
+    pub slo_ms: Option<Spanned<u64>>,
+    /// Online pools: the pool's CPU weight against training where both want a CPU, on cgroup
+    /// v2's `cpu.weight` scale (1 to 10000; a default process has 100).
+    #[serde(default)]
+    pub cpu_weight: Option<Spanned<u32>>,
+    /// Online pools: the lowest weight the pool goes down to while its workers' latency tail
+    /// is far below their SLO (`cpu_weight` is where it starts and goes back to). Equal to
+    /// `cpu_weight`: a fixed weight.
+    #[serde(default)]
+    pub min_cpu_weight: Option<Spanned<u32>>,
+    /// Pools only: its processes use the GPU, so the GPU policy gates, limits and guards them.
+    #[serde(default)]
+    pub gpu: Option<Spanned<bool>>,
+}
+
+impl GroupConfig {
+    /// Guaranteed cores of an online pool.
+    pub fn min_cores(&self) -> usize {
+        self.min_cores.as_ref().map_or(1, |m| *m.get_ref())
+    }
+
+    /// An online pool's latency SLO, where the config gives one.
+    pub fn slo_ms(&self) -> Option<u64> {
+        self.slo_ms.as_ref().map(|m| *m.get_ref())
+    }
+
+    /// An online pool's CPU weight (`DEFAULT_ONLINE_CPU_WEIGHT` unless the config says).
+    pub fn cpu_weight(&self) -> u32 {
+        self.cpu_weight
+            .as_ref()
+            .map_or(DEFAULT_ONLINE_CPU_WEIGHT, |w| *w.get_ref())
+    }
+
+    /// An online pool's lowest weight (`DEFAULT_MIN_ONLINE_CPU_WEIGHT`, or `cpu_weight` where
+    /// that is lower, unless the config says).
+    pub fn min_cpu_weight(&self) -> u32 {
+        self.min_cpu_weight
+            .as_ref()
+            .map_or(DEFAULT_MIN_ONLINE_CPU_WEIGHT.min(self.cpu_weight()), |w| {
+                *w.get_ref()
+            })
+    }
+
+    /// Whether a pool's processes use the GPU.
+    pub fn uses_gpu(&self) -> bool {
+        self.gpu.as_ref().is_some_and(|g| *g.get_ref())
+    }
+
+    /// The pool kind; `validate` guarantees it is set for every `[[pool]]`.
+    pub fn pool_kind(&self) -> PoolKindField {
+        self.kind
+            .as_ref()
+            .map_or(PoolKindField::Offline, |k| *k.get_ref())
+    }
+}
+
+/// `kind` of a `[[pool]]` as written; the settings make it a `PoolKind` with its fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolKindField {
+    Online,
+    Offline,
+}
+
+/// A configuration error, located.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: field `{field}`: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
+    #[error("{path}:{line}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// Reads, validates and converts `path`: the settings the daemon runs with.
+pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+    Ok(Config::load(path)?.settings())
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses and validates `text`, naming `path` in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let config: Self = toml::from_str(text).map_err(|err| {
+            let span = err.span().unwrap_or(0..0);
+            let line = line_of(text, span.start);
+            let message = err.message().to_owned();
+            match key_at(text, &span) {
+                Some(field) => ConfigError::Invalid {
+                    path: path.to_owned(),
+                    line,
+                    field,
+                    message,
+                },
+                None => ConfigError::Syntax {
+                    path: path.to_owned(),
+                    line,
+                    message,
+                },
+            }
+        })?;
+        config.validate(path, text)?;
+        Ok(config)
+    }
+
+    fn validate(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
+        let invalid = |span: Range<usize>, field: &str, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            line: line_of(text, span.start),
+            field: field.to_owned(),
+            message,
+        };
+        let listen = self.metrics.listen.get_ref();
+        if listen != "off" && listen.parse::<std::net::SocketAddr>().is_err() {
+            let message = format!("{listen:?} is not an address like 127.0.0.1:9464, nor \"off\"");
+            return Err(invalid(self.metrics.listen.span(), "listen", message));
+        }
+        if let Err(gpu::InvalidGpuField { field, message }) = self.gpu.validate() {
+            let offset = gpu_key_offset(text, field);
+            return Err(invalid(offset..offset, field, message));
+        }
+        let mut seen = std::collections::HashSet::new();
+        let groups = self.training.iter().map(|g| ("training", g));
+        let pools = self.pool.iter().map(|p| ("pool", p));
+        for (section, group) in groups.chain(pools) {
+            let name = group.name.get_ref();
+            match (section, &group.kind) {
+                ("training", Some(kind)) => {
+                    let message = "`kind` applies to [[pool]] entries only".to_owned();
+                    return Err(invalid(kind.span(), "kind", message));
+                }
+                ("pool", None) => {
+                    let message = format!("pool {name:?} needs kind = \"online\" or \"offline\"");
+                    return Err(invalid(group.name.span(), "kind", message));
+                }
+                _ => {}
+            }
+            if let Some(gpu) = &group.gpu
+                && section == "training"
+            {
+                let message = "`gpu` applies to [[pool]] entries only: training's GPU use is \
+                               measured, never limited"
+                    .to_owned();
+                return Err(invalid(gpu.span(), "gpu", message));
+            }
+            let offline = group
+                .kind
+                .as_ref()
+                .is_some_and(|k| *k.get_ref() == PoolKindField::Offline);
+            for (field, span) in [
+                ("min_cores", group.min_cores.as_ref().map(|m| m.span())),
+                ("slo_ms", group.slo_ms.as_ref().map(|m| m.span())),
+                ("cpu_weight", group.cpu_weight.as_ref().map(|w| w.span())),
+                (
+                    "min_cpu_weight",
+                    group.min_cpu_weight.as_ref().map(|w| w.span()),
+                ),
+            ] {
+                if let Some(span) = span
+                    && (section == "training" || offline)
+                {
+                    let message = format!("`{field}` applies to online pools only");
+                    return Err(invalid(span, field, message));
+                }
+            }
+            for (field, weight) in [
+                ("cpu_weight", &group.cpu_weight),
+                ("min_cpu_weight", &group.min_cpu_weight),
+            ] {
+                if let Some(weight) = weight
+                    && !CPU_WEIGHT_RANGE.contains(weight.get_ref())
+                {
+                    let message = format!(
+                        "{} is outside 1 to 10000 (cgroup v2's cpu.weight scale; a default \
+                         process has 100)",
+                        weight.get_ref()
+                    );
+                    return Err(invalid(weight.span(), field, message));
+                }
+            }
+            if let Some(floor) = &group.min_cpu_weight
+                && *floor.get_ref() > group.cpu_weight()
+            {
+                let message = format!(
+                    "{} is above the pool's cpu_weight {} (the weight it starts at and goes back \
+                     to when its latency tail nears the SLO); set them equal for a fixed weight",
+                    floor.get_ref(),
+                    group.cpu_weight()
+                );
+                return Err(invalid(floor.span(), "min_cpu_weight", message));
+            }
+            if let Err(err) = validate_name(name) {
+                return Err(invalid(group.name.span(), "name", err.to_string()));
+            }
+            if !seen.insert(name.clone()) {
+                return Err(invalid(
+                    group.name.span(),
+                    "name",
+                    format!("{section} name {name:?} is used twice; names must be unique"),
+                ));
+            }
+            if let Some(cgroup) = &group.cgroup
+                && let Err(err) = check_cgroup(cgroup.get_ref())
+            {
+                return Err(invalid(cgroup.span(), "cgroup", err.to_string()));
+            }
+            for pid in &group.pids {
+                let pid_value = *pid.get_ref();
+                if pid_value == 0 || !Path::new(&format!("/proc/{pid_value}")).exists() {
+                    return Err(invalid(
+                        pid.span(),
+                        "pids",
+                        format!("no process with pid {pid_value}"),
+                    ));
+                }
+            }
+        }
+        let online_min: usize = self
+            .pool
+            .iter()
+            .filter(|p| p.pool_kind() == PoolKindField::Online)
+            .map(GroupConfig::min_cores)
+            .sum();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if online_min >= cpus && online_min > 0 {
+            return Err(ConfigError::Syntax {
+                path: path.to_owned(),
+                line: 1,
+                message: format!(
+                    "online pools are guaranteed {online_min} cores in all, but this machine has \
+                     {cpus} CPUs: training would have none"
+                ),
+            });
+        }
+        if self.training.len() > enforcer_common::MAX_JOBS as usize {
+            return Err(ConfigError::Syntax {
+                path: path.to_owned(),
+                line: 1,
+                message: format!(
+                    "{} training jobs configured; the sensor tracks at most {}",
+                    self.training.len(),
+                    enforcer_common::MAX_JOBS
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A job or pool name that cannot become a map label, a metric label or a log field.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidName {
+    #[error("name {0:?} must be 1 to {MAX_NAME_LEN} characters")]
+    Length(String),
+    #[error("name {0:?} may contain only letters, digits, '-', '_' and '.'")]
+    Characters(String),
+}
+
+/// Names become map labels, metric labels and log fields: keep them plain.
+pub fn validate_name(name: &str) -> Result<(), InvalidName> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(InvalidName::Length(name.to_owned()));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(InvalidName::Characters(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// A path that is not a cgroup directory.
+#[derive(Debug, thiserror::Error)]
+pub enum NotACgroup {
+    #[error("cgroup {} must be an absolute path", .0.display())]
+    Relative(PathBuf),
+    #[error("{} is not a cgroup directory (no cgroup.procs)", .0.display())]
+    NoProcs(PathBuf),
+}
+
+/// A cgroup directory is one with a `cgroup.procs` file, on v1 or v2.
+pub fn check_cgroup(dir: &Path) -> Result<(), NotACgroup> {
+    if !dir.is_absolute() {
+        return Err(NotACgroup::Relative(dir.to_owned()));
+    }
+    if !dir.join("cgroup.procs").is_file() {
+        return Err(NotACgroup::NoProcs(dir.to_owned()));
+    }
+    Ok(())
+}
+
+/// Where `field` is set inside the `[gpu]` table, for the error's line number (the table's
+/// header when the field takes its default).
+fn gpu_key_offset(text: &str, field: &str) -> usize {
+    let Some(table) = text.find("[gpu]") else {
+        return 0;
+    };
+    let section_end = text[table + 5..]
+        .find("\n[")
+        .map_or(text.len(), |i| table + 5 + i);
+    let mut offset = table;
+    for line in text[table..section_end].split_inclusive('\n') {
+        if line.trim_start().starts_with(field) {
+            return offset;
+        }
+        offset += line.len();
+    }
+    table
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The key written on the line where an error's span starts, e.g. `pids` in `pids = ["x"]`.
+fn key_at(text: &str, span: &Range<usize>) -> Option<String> {
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line = &text[line_start..line_end];
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    (!key.is_empty() && !key.starts_with('[')).then(|| key.trim_matches('"').to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("test.toml"), text)
+    }
+
+    /// The error `text` is refused with, as the user reads it.
+    fn error_of(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn empty_config_takes_defaults() {
+        let config = parse("").unwrap();
+        assert_eq!(config.sensor.wait_threshold_us, 2000);
+        assert_eq!(config.sensor.event_min_interval_us, 100);
+        assert!(config.training.is_empty() && config.pool.is_empty());
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let pid = std::process::id();
+        let text = format!(
+            "[sensor]\nwait_threshold_us = 500\n\n[[training]]\nname = \"resnet\"\npids = [{pid}]\n\n\
+             [[pool]]\nname = \"ocr\"\nkind = \"offline\"\npids = [{pid}]\n"
+        );
+        let config = parse(&text).unwrap();
+        assert_eq!(config.sensor.wait_threshold_us, 500);
+        assert_eq!(config.training[0].name.get_ref(), "resnet");
+        assert_eq!(config.pool[0].pool_kind(), PoolKindField::Offline);
+        assert_eq!(*config.pool[0].pids[0].get_ref(), pid);
+    }
+
+    #[test]
+    fn sensor_clock_is_run_queue_unless_asked() {
+        assert_eq!(parse("").unwrap().sensor.clock, SensorClock::RunQueue);
+        let config = parse("[sensor]\nclock = \"monotonic\"\n").unwrap();
+        assert_eq!(config.sensor.clock, SensorClock::Monotonic);
+        let err = error_of("[sensor]\nclock = \"tsc\"\n");
+        assert!(err.starts_with("test.toml:2: field `clock`"), "{err}");
+        assert!(
+            err.contains("run-queue") && err.contains("monotonic"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_file_line_and_field() {
+        let err = error_of("[sensor]\n\nwait_threshold_us = \"fast\"\n");
+        assert!(
+            err.starts_with("test.toml:3: field `wait_threshold_us`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let err = error_of("[[training]]\nname = \"a\"\ncgruop = \"/x\"\n");
+        assert!(
+            err.contains("test.toml:3") && err.contains("cgruop"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn missing_pid_is_named_with_its_line() {
+        let err = error_of("[[training]]\nname = \"a\"\npids = [\n  4194305,\n]\n");
+        assert!(
+            err.starts_with("test.toml:4: field `pids`: no process with pid 4194305"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_cgroup_is_named() {
+        let err = error_of("[[training]]\nname = \"a\"\ncgroup = \"/nonexistent/cg\"\n");
+        assert!(
+            err.starts_with("test.toml:3: field `cgroup`") && err.contains("not a cgroup"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_and_bad_names_are_rejected() {
+        let err =
+            error_of("[[training]]\nname = \"a\"\n[[pool]]\nname = \"a\"\nkind = \"online\"\n");
+        assert!(
+            err.starts_with("test.toml:4: field `name`") && err.contains("twice"),
+            "{err}"
+        );
+        let err = error_of("[[training]]\nname = \"a b\"\n");
+        assert!(err.contains("field `name`"), "{err}");
+    }
+
+    #[test]
+    fn policy_defaults_and_online_only_fields() {
+        let config = parse("[[pool]]\nname = \"web\"\nkind = \"online\"\nslo_ms = 50\n").unwrap();
+        assert!(config.policy.enforce);
+        assert_eq!(config.policy.give_back_after_ms, 2000);
+        assert!(!config.policy.offline_on_training_cores, "training first");
+        assert!(
+            config.policy.pause_offline_when_training_short,
+            "training first"
+        );
+        assert_eq!(config.pool[0].min_cores(), 1);
+        let sharing = parse("[policy]\noffline_on_training_cores = true\n").unwrap();
+        assert!(sharing.policy.offline_on_training_cores);
+        let running = parse("[policy]\npause_offline_when_training_short = false\n").unwrap();
+        assert!(!running.policy.pause_offline_when_training_short);
+        let err = error_of("[policy]\npause_offline_when_training_short = 1\n");
+        assert!(
+            err.starts_with("test.toml:2: field `pause_offline_when_training_short`"),
+            "{err}"
+        );
+        let err = error_of("[policy]\noffline_on_training_cores = \"yes\"\n");
+        assert!(
+            err.starts_with("test.toml:2: field `offline_on_training_cores`"),
+            "{err}"
+        );
+        let err = error_of("[[pool]]\nname = \"b\"\nkind = \"offline\"\nmin_cores = 2\n");
+        assert!(err.starts_with("test.toml:4: field `min_cores`"), "{err}");
+        let err = error_of("[policy]\ngive_back_after_ms = -1\n");
+        assert!(
+            err.starts_with("test.toml:2: field `give_back_after_ms`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn cpu_weight_is_for_online_pools_within_the_kernels_range() {
+        let online = "[[pool]]\nname = \"web\"\nkind = \"online\"\n";
+        let config = parse(online).unwrap();
+        assert_eq!(config.pool[0].cpu_weight(), DEFAULT_ONLINE_CPU_WEIGHT);
+        let config = parse(&format!("{online}cpu_weight = 60\n")).unwrap();
+        assert_eq!(config.pool[0].cpu_weight(), 60);
+        for bad in ["0", "10001"] {
+            let err = error_of(&format!("{online}cpu_weight = {bad}\n"));
+            assert!(
+                err.starts_with("test.toml:4: field `cpu_weight`") && err.contains("1 to 10000"),
+                "{err}"
+            );
+        }
+        let err = error_of("[[pool]]\nname = \"b\"\nkind = \"offline\"\ncpu_weight = 50\n");
+        assert!(
+            err.starts_with("test.toml:4: field `cpu_weight`") && err.contains("online pools only"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn min_cpu_weight_defaults_to_a_tenth_of_training_and_stays_at_most_cpu_weight() {
+        let online = "[[pool]]\nname = \"web\"\nkind = \"online\"\n";
+        let pool = |extra: &str| parse(&format!("{online}{extra}")).unwrap().pool.remove(0);
+        assert_eq!(pool("").min_cpu_weight(), DEFAULT_MIN_ONLINE_CPU_WEIGHT);
+        assert_eq!(
+            pool("cpu_weight = 5\n").min_cpu_weight(),
+            5,
+            "a lower cpu_weight is the floor"
+        );
+        assert_eq!(
+            pool("cpu_weight = 60\nmin_cpu_weight = 60\n").min_cpu_weight(),
+            60
+        );
+        let err = error_of(&format!("{online}cpu_weight = 40\nmin_cpu_weight = 41\n"));
+        assert!(
+            err.starts_with("test.toml:5: field `min_cpu_weight`") && err.contains("above"),
+            "{err}"
+        );
+        let err = error_of(&format!("{online}min_cpu_weight = 0\n"));
+        assert!(
+            err.starts_with("test.toml:4: field `min_cpu_weight`") && err.contains("1 to 10000"),
+            "{err}"
+        );
+        let err = error_of("[[pool]]\nname = \"b\"\nkind = \"offline\"\nmin_cpu_weight = 5\n");
+        assert!(
+            err.contains("field `min_cpu_weight`") && err.contains("online pools only"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn metrics_address_is_checked() {
+        assert_eq!(
+            parse("").unwrap().metrics.address(),
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        assert_eq!(
+            parse("[metrics]\nlisten = \"off\"\n")
+                .unwrap()
+                .metrics
+                .address(),
+            None
+        );
+        let err = error_of("[metrics]\nlisten = \"localhost\"\n");
+        assert!(err.starts_with("test.toml:2: field `listen`"), "{err}");
+    }
+
+    #[test]
+    fn bad_pool_kind_is_named() {
+        let err = error_of("[[pool]]\nname = \"p\"\nkind = \"batch\"\n");
+        assert!(err.contains("test.toml:3") && err.contains("kind"), "{err}");
+    }
+
+    #[test]
+    fn gpu_section_takes_defaults_and_names_bad_values_by_line() {
+        let config = parse("").unwrap();
+        assert_eq!(config.gpu.enabled, gpu::GpuSwitch::Auto);
+        assert_eq!(config.gpu.mps, gpu::MpsMode::Attach);
+        let err = error_of("[gpu]\nmps = \"start\"\nclamp_run_fraction = 1.5\n");
+        assert!(
+            err.starts_with("test.toml:3: field `clamp_run_fraction`") && err.contains("1.5"),
+            "{err}"
+        );
+        let err = error_of("[gpu]\nmps = \"sometimes\"\n");
+        assert!(err.starts_with("test.toml:2: field `mps`"), "{err}");
+        let err = error_of("[gpu]\nmin_run_fraction = 0.5\n");
+        assert!(err.contains("above clamp_run_fraction"), "{err}");
+    }
+
+    #[test]
+    fn the_shipped_example_config_parses_with_its_stated_defaults() {
+        let config = parse(include_str!("../../../deploy/enforcer.example.toml")).unwrap();
+        let defaults = gpu::GpuSection::default();
+        assert_eq!(config.gpu.sample_ms, defaults.sample_ms);
+        assert_eq!(config.gpu.settings(), defaults.settings());
+        assert_eq!(
+            config.gpu.training_memory_reserve_mib,
+            defaults.training_memory_reserve_mib
+        );
+    }
+
+    #[test]
+    fn gpu_flag_belongs_to_pools() {
+        let config = parse("[[pool]]\nname = \"g\"\nkind = \"online\"\ngpu = true\n").unwrap();
+        assert!(config.pool[0].uses_gpu());
+        let pid = std::process::id();
+        let err = error_of(&format!(
+            "[[training]]\nname = \"t\"\npids = [{pid}]\ngpu = true\n"
+        ));
+        assert!(err.starts_with("test.toml:4: field `gpu`"), "{err}");
+    }
+
+    #[test]
+    fn syntax_error_has_a_line() {
+        let err = error_of("[sensor\n");
+        assert!(err.starts_with("test.toml:1:"), "{err}");
+    }
+}

@@ -1,0 +1,454 @@
+//! Enforcement: the policy's decisions applied to the pools. It takes the sensor's events (the
+//! fast path), training's demand each tick (the slow path) and the workers' SLO needs and
+//! latency reports, asks the pure policies what to do, and has the actuators do it: grants
+//! first, then the pools' cgroups, the sensor's quiet CPUs, and a line in the decision log
+//! with the time from the kernel event to the completed write.
+//!
+//! Each piece of state has its owner: the CPU policy (`policy::Policy`), the pools' cgroups
+//! (`actuate::pools`), the grants (`actuate::grants`), the SLO needs
+//! (`policy::online_need`), each online pool's weight (`policy::online_weight`), the decision
+//! log, the reaction histogram and the sensor's quiet-CPU map. This file only wires them.
+
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc};
+
+use enforcer_common::{
+    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_PREEMPTED_BY_INFERENCE, SensorEvent, cpu_list,
+    protocol::{EnforcementStatus, Grant, LatencyReport, PoolStatus},
+};
+use serde::Serialize;
+use tokio::sync::mpsc::UnboundedSender;
+use tracing::{info, warn};
+
+use super::reactions::Reactions;
+use crate::{
+    actuate::{
+        cgroup::{CgroupError, PoolFiles},
+        decision_log::{DecisionLog, RecentDecisions},
+        freezer::Freezer,
+        grants::{GrantBoard, WorkerGone},
+        pools::{Pools, PoolsError},
+        quiet_cpus::QuietCpus,
+    },
+    config::{PoolKind, Settings},
+    host::{
+        clock::monotonic_ns,
+        topology::{Topology, TopologyError},
+    },
+    policy::{
+        Decision, Policy, PoolSpec,
+        online_need::OnlineNeeds,
+        online_weight::{WeightChange, WeightSteering},
+    },
+};
+
+/// Recent decisions (allocations and weight changes) kept for `status`.
+const RECENT_DECISIONS: usize = 32;
+
+/// When the sensor event behind a fast-path decision happened and when the event thread read
+/// it, both CLOCK_MONOTONIC (the kernel's `bpf_ktime_get_ns` is the same clock).
+#[derive(Debug, Clone, Copy)]
+struct EventTiming {
+    ts_ns: u64,
+    read_ns: u64,
+}
+
+/// One logged allocation decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionRecord {
+    /// CLOCK_MONOTONIC when the cgroup writes completed.
+    pub at_ns: u64,
+    #[serde(flatten)]
+    pub decision: Decision,
+    /// Pools whose CPUs were rewritten.
+    pub rewritten: Vec<String>,
+    /// Offline pools frozen by this decision, and those thawed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paused: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<String>,
+    /// From the sensor event's timestamp to the last cgroup write done (fast path only).
+    pub event_to_write_ns: Option<u64>,
+    /// The first part of it: from the event's timestamp to the event thread reading it, which
+    /// is the ring buffer's wakeup of the sleeping thread (fast path only).
+    pub event_to_read_ns: Option<u64>,
+}
+
+/// A logged change of an online pool's weight: what the decision log and `status` show.
+#[derive(Debug, Clone, Serialize)]
+struct WeightRecord<'a> {
+    at_ns: u64,
+    pool: &'a str,
+    from: u32,
+    to: u32,
+    /// The pool's tail: the highest of its workers' latest p99 over their SLO.
+    tail_over_slo: f64,
+    /// The report that made the change.
+    pid: u32,
+    p99_us: u64,
+    slo_us: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnforcementError {
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error(transparent)]
+    Pools(#[from] PoolsError),
+}
+
+/// Why a worker's subscription was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SubscribeError {
+    #[error(transparent)]
+    Pool(#[from] PoolsError),
+    #[error(
+        "process {pid} is not in pool {pool:?}: a worker may only subscribe for its own pool \
+         (start it with `enforcer launch --pool {pool} -- ...`)"
+    )]
+    NotAMember { pid: u32, pool: String },
+    #[error(transparent)]
+    Gone(#[from] WorkerGone),
+}
+
+pub struct Enforcement {
+    /// false: observe only (`[policy] enforce = false`): decisions are logged, never written.
+    enforcing: bool,
+    /// CPUs per physical core, for an SLO need in whole cores.
+    threads_per_core: usize,
+    policy: Policy,
+    pools: Pools,
+    grants: GrantBoard,
+    needs: OnlineNeeds,
+    /// Each online pool's CPU weight, steered by its workers' latency reports.
+    steering: BTreeMap<String, WeightSteering>,
+    log: DecisionLog,
+    recent: RecentDecisions,
+    reactions: Reactions,
+    /// The sensor's map of CPUs where contention reports would change nothing; None until
+    /// the daemon hands it over.
+    quiet: Option<QuietCpus>,
+}
+
+impl Enforcement {
+    /// Creates (or adopts) the pools' cgroups and applies the initial allocation.
+    pub fn new(
+        settings: &Settings,
+        instance: &str,
+        log: DecisionLog,
+    ) -> Result<Self, EnforcementError> {
+        let topology = Topology::detect()?;
+        let pools = Pools::create(instance, &settings.pools, topology.cpus.clone())?;
+        let mut steering = BTreeMap::new();
+        for pool in &settings.pools {
+            let PoolKind::Online(online) = &pool.kind else {
+                continue;
+            };
+            let mut weights = WeightSteering::new(online.cpu_weight, online.min_cpu_weight);
+            if let Some(left) = pools.adopted_weight(&pool.name) {
+                // An observe-only daemon steers nothing: it holds the configured weight.
+                let resumed = if settings.enforce {
+                    weights.resume_at(left)
+                } else {
+                    weights.weight()
+                };
+                if resumed != left {
+                    pools.set_weight(&pool.name, resumed)?;
+                }
+                info!(
+                    pool = pool.name.as_str(),
+                    left,
+                    resumed,
+                    "adopted pool: the weight a previous daemon left, and the one held from now"
+                );
+            }
+            steering.insert(pool.name.clone(), weights);
+        }
+        let mut policy_settings = settings.policy;
+        if policy_settings.pause_offline_when_training_short && !pools.any_pausable() {
+            info!(
+                "pause_offline_when_training_short has no pool to pause: no offline pool, or \
+                 only ones with gpu = true, which the GPU duty cycle gates"
+            );
+            policy_settings.pause_offline_when_training_short = false;
+        }
+        let threads_per_core = (topology.threads_per_core() as usize).max(1);
+        let specs = settings.pools.iter().map(PoolSpec::from).collect();
+        let mut enforcement = Self {
+            enforcing: settings.enforce,
+            threads_per_core,
+            policy: Policy::new(policy_settings, topology, specs),
+            pools,
+            grants: GrantBoard::default(),
+            needs: OnlineNeeds::default(),
+            steering,
+            log,
+            recent: RecentDecisions::new(RECENT_DECISIONS),
+            reactions: Reactions::default(),
+            quiet: None,
+        };
+        let initial = enforcement.policy.allocation();
+        if enforcement.enforcing {
+            enforcement.pools.write(&initial, |_| {});
+        }
+        Ok(enforcement)
+    }
+
+    /// Hands over the sensor's `reserved_cpus` map, where the CPUs whose contention reports
+    /// would change nothing are published (`Policy::quiet_cpus`).
+    pub fn set_quiet_map(&mut self, quiet: QuietCpus) {
+        self.quiet = Some(quiet);
+        if self.enforcing {
+            self.publish_quiet_cpus();
+        }
+    }
+
+    /// Tells the sensor where to stay quiet, after the cgroup writes: where training holds the
+    /// CPU, or holds all the cores it may, the enforcer has nothing to do.
+    fn publish_quiet_cpus(&mut self) {
+        if let Some(quiet) = &mut self.quiet {
+            quiet.publish(self.policy.quiet_cpus());
+        }
+    }
+
+    /// Moves process `pid` into pool `pool`'s cgroup.
+    pub fn add_process(&self, pool: &str, pid: u32) -> Result<(), PoolsError> {
+        self.pools.add_process(pool, pid)
+    }
+
+    /// Each pool's name and the directory listing its threads.
+    pub fn pool_member_dirs(&self) -> Vec<(String, PathBuf)> {
+        self.pools.member_dirs()
+    }
+
+    /// The freezers of the GPU pools, for the GPU duty cycle.
+    pub fn gpu_freezers(&self) -> Vec<Arc<Freezer>> {
+        self.pools.gpu_freezers()
+    }
+
+    /// Where `pool` lists its processes, to check a subscriber without holding this.
+    pub fn pool_files(&self, pool: &str) -> Result<PoolFiles, PoolsError> {
+        self.pools.files(pool)
+    }
+
+    /// Subscribes a worker of `pool` (already checked to be in its cgroup) to its grants; the
+    /// current grant is sent at once.
+    pub fn subscribe(
+        &mut self,
+        pool: &str,
+        worker: UnboundedSender<Grant>,
+    ) -> Result<(), SubscribeError> {
+        let current = self.pools.current_grant(pool)?;
+        Ok(self.grants.subscribe(current, worker)?)
+    }
+
+    /// Worker `pid` of `pool` needs `cpus` CPUs for its SLO (None: it went away). An online
+    /// pool's need, summed over its workers in whole cores, goes to the policy; an offline pool
+    /// has no SLO and gets what is left, so its workers' needs are only logged.
+    pub fn set_need(&mut self, pool: &str, pid: u32, cpus: Option<usize>) {
+        // Every online pool, and only an online pool, has a steering.
+        if !self.steering.contains_key(pool) {
+            if let Some(cpus) = cpus {
+                info!(
+                    pool,
+                    pid, cpus, "need noted, not granted: an offline pool gets what is left"
+                );
+            }
+            return;
+        }
+        let Some(cores) = self.needs.set(pool, pid, cpus, self.threads_per_core) else {
+            return;
+        };
+        info!(
+            pool,
+            pid,
+            ?cpus,
+            pool_cores = cores,
+            "online pool's SLO need"
+        );
+        if let Some(decision) = self.policy.set_online_need(pool, cores) {
+            self.apply(decision, None);
+        }
+    }
+
+    /// Worker `pid` of `pool` reported its latency tail over the last period: the pool's
+    /// weight moves by it (`online_weight`), and a change is written, logged and kept for
+    /// `status`. Offline pools and observe-only daemons ignore it.
+    pub fn set_latency(&mut self, pool: &str, pid: u32, report: &LatencyReport, now_ns: u64) {
+        if !self.enforcing {
+            return;
+        }
+        let Some(steering) = self.steering.get_mut(pool).filter(|s| s.steers()) else {
+            return;
+        };
+        let Some(change) = steering.report(pid, report, now_ns) else {
+            return;
+        };
+        self.apply_weight(pool, pid, report, change);
+    }
+
+    /// Worker `pid` of `pool` went away: its need and its latency tail no longer count.
+    pub fn worker_gone(&mut self, pool: &str, pid: u32) {
+        self.set_need(pool, pid, None);
+        if let Some(steering) = self.steering.get_mut(pool) {
+            steering.forget(pid);
+        }
+    }
+
+    fn apply_weight(&mut self, pool: &str, pid: u32, report: &LatencyReport, change: WeightChange) {
+        if let Err(err) = self.pools.set_weight(pool, change.to) {
+            // A cgroup removed underneath us: say so, keep serving the other pools.
+            warn!("pool {pool}: {err}");
+            return;
+        }
+        let record = WeightRecord {
+            at_ns: monotonic_ns(),
+            pool,
+            from: change.from,
+            to: change.to,
+            tail_over_slo: change.tail_over_slo,
+            pid,
+            p99_us: report.p99_us,
+            slo_us: report.slo_us,
+        };
+        info!(
+            pool,
+            from = change.from,
+            to = change.to,
+            tail_over_slo = format!("{:.2}", change.tail_over_slo),
+            "online pool's CPU weight changed"
+        );
+        self.record(serde_json::json!({ "weight": record }));
+    }
+
+    /// Appends a decision to the decision log and to what `status` shows.
+    fn record(&mut self, value: serde_json::Value) {
+        self.log.append(&value);
+        self.recent.push(value);
+    }
+
+    fn apply(&mut self, decision: Decision, event: Option<EventTiming>) {
+        let written = if self.enforcing {
+            let grants = &mut self.grants;
+            self.pools
+                .write(&decision.allocation, |grant| grants.publish(&grant))
+        } else {
+            Default::default()
+        };
+        let at_ns = monotonic_ns();
+        if self.enforcing {
+            self.publish_quiet_cpus();
+        }
+        let event_to_write_ns = event.map(|e| at_ns.saturating_sub(e.ts_ns));
+        let event_to_read_ns = event.map(|e| e.read_ns.saturating_sub(e.ts_ns));
+        if let Some(ns) = event_to_write_ns {
+            self.reactions.record(ns);
+        }
+        let record = DecisionRecord {
+            at_ns,
+            decision,
+            rewritten: written.rewritten,
+            paused: written.paused,
+            resumed: written.resumed,
+            event_to_write_ns,
+            event_to_read_ns,
+        };
+        info!(
+            training = %cpu_list::format(&record.decision.allocation.training),
+            offline_paused = record.decision.allocation.offline_paused,
+            event_to_write_ns = ?record.event_to_write_ns,
+            "allocation changed"
+        );
+        if let Ok(value) = serde_json::to_value(&record) {
+            self.record(value);
+        }
+    }
+
+    /// Fast path: a sensor event, read from the ring buffer at `read_ns` (CLOCK_MONOTONIC).
+    pub fn on_event(&mut self, event: &SensorEvent, read_ns: u64) {
+        if event.kind != EVENT_ENQUEUED_BEHIND_INFERENCE
+            && event.kind != EVENT_PREEMPTED_BY_INFERENCE
+        {
+            return;
+        }
+        if let Some(decision) = self.policy.contended(event.ts_ns, event.cpu) {
+            let timing = EventTiming {
+                ts_ns: event.ts_ns,
+                read_ns,
+            };
+            self.apply(decision, Some(timing));
+        }
+    }
+
+    /// Slow path: training's demand over the last tick, in CPUs (threads runnable or running
+    /// on average).
+    pub fn on_demand(&mut self, now_ns: u64, demand_cpus: f64) {
+        if let Some(decision) = self.policy.observe_demand(now_ns, demand_cpus) {
+            self.apply(decision, None);
+        }
+    }
+
+    /// What `status` shows, but the pools' CPUs and processes, which are files to read:
+    /// `PoolFiles` for each pool, in the order of `status.pools`, read them without this
+    /// (`fill_pool_files`).
+    pub fn status(&self) -> (EnforcementStatus, Vec<PoolFiles>) {
+        let (pools, files) = self
+            .pools
+            .views()
+            .into_iter()
+            .map(|view| {
+                let steering = self.steering.get(&view.name);
+                let status = PoolStatus {
+                    kind: match view.kind {
+                        PoolKind::Online(_) => "online".to_owned(),
+                        PoolKind::Offline => "offline".to_owned(),
+                    },
+                    cpus: String::new(),
+                    processes: Vec::new(),
+                    subscribers: self.grants.subscribers(&view.name),
+                    need_cpus: self.needs.cpus(&view.name),
+                    // Every online pool has a steering, fixed or not; offline pools have no
+                    // weight.
+                    cpu_weight: steering.map(WeightSteering::weight),
+                    min_cpu_weight: steering.filter(|s| s.steers()).map(WeightSteering::floor),
+                    paused: view.paused,
+                    name: view.name,
+                };
+                (status, view.files)
+            })
+            .unzip();
+        let status = EnforcementStatus {
+            enforcing: self.enforcing,
+            training_cpus: cpu_list::format(&self.policy.allocation().training),
+            demand_estimate_cpus: self.policy.estimate_cpus(),
+            pools,
+            reactions: self.reactions.count(),
+            event_to_write_p50_ns: self.reactions.percentile(0.5),
+            event_to_write_p99_ns: self.reactions.percentile(0.99),
+            event_to_write_hist: self.reactions.hist().to_vec(),
+            event_to_write_sum_ns: self.reactions.sum_ns(),
+            recent_decisions: self.recent.to_vec(),
+            // Filled by the daemon from the sensor's per-job histograms.
+            event_to_ran_p50_ns: None,
+            event_to_ran_p99_ns: None,
+            event_to_ran_hist: Vec::new(),
+            event_to_ran_sum_ns: 0,
+        };
+        (status, files)
+    }
+
+    /// Leaves every inference process runnable on every CPU, unfrozen, at normal priority;
+    /// removes pool cgroups that are empty (the others stay for a restarted daemon to adopt).
+    pub fn shutdown(&self, instance: &str) {
+        self.pools.release(instance);
+    }
+}
+
+/// Fills each pool's CPUs and processes into `status` from its files (`Enforcement::status`).
+pub fn fill_pool_files(status: &mut EnforcementStatus, files: &[PoolFiles]) {
+    for (pool, files) in status.pools.iter_mut().zip(files) {
+        pool.cpus = files.cpus().unwrap_or_else(|| "?".to_owned());
+        pool.processes = files.processes();
+    }
+}

@@ -1,0 +1,35 @@
+//! The daemon's shared state, and the lock each part of it lives behind.
+//!
+//! The event thread takes only `enforcement` and then `tally`, for microseconds each. Readers
+//! (snapshots, `/metrics`) take `enforcement` only for its in-memory state and read every file
+//! after letting go of it. Where more than one lock is held, they are taken in the order of
+//! the fields below.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock},
+};
+
+use super::{
+    enforcement::Enforcement, event_thread::EventTally, journal::Journal,
+    relaunch_board::RelaunchBoard,
+};
+use crate::{gpu::service::GpuService, registry::Registry, sensor::Sensor};
+
+pub struct Shared {
+    pub instance: String,
+    pub registry: Mutex<Registry>,
+    /// Training processes launched through this daemon, for a restarted one to find.
+    pub journal: Mutex<Journal>,
+    pub enforcement: Arc<Mutex<Enforcement>>,
+    pub sensor: Mutex<Sensor>,
+    pub tally: Arc<Mutex<EventTally>>,
+    /// The launchers that relaunch their command on request, and each pool's generation.
+    pub relaunch: Mutex<RelaunchBoard>,
+    /// Where /metrics is served, if anywhere.
+    pub metrics_addr: Option<String>,
+    /// The SLO of each pool whose config gives one, for the processes launched into it.
+    pub pool_slo_ms: HashMap<String, u64>,
+    /// Set once, right after `Shared` exists: its NVML sampler reads the registry.
+    pub gpu: OnceLock<GpuService>,
+}

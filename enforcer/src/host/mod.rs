@@ -1,0 +1,10 @@
+//! What the daemon needs to know of the machine it runs on, and the preparations it makes
+//! there: every path it uses, its privileges and mounts, the cgroup mode, the CPUs and their
+//! SMT siblings, and the clock the sensor stamps events with.
+
+pub mod cgroup_support;
+pub mod clock;
+pub mod paths;
+pub mod preflight;
+pub mod procfs;
+pub mod topology;

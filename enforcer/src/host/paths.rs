@@ -1,0 +1,63 @@
+//! Every filesystem path the enforcer uses, in one place.
+
+use std::path::PathBuf;
+
+/// Where bpffs is (and is mounted when missing).
+pub const BPFFS: &str = "/sys/fs/bpf";
+/// Where tracefs is (and is mounted when missing). Holds the tracepoint `format` files.
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+/// Root of everything the enforcer pins; never the flat root of bpffs.
+pub const PIN_ROOT: &str = "/sys/fs/bpf/reamer";
+/// Layout version of the pinned maps: bumped whenever a shared type changes size or meaning,
+/// so that a new daemon never reads an old daemon's maps as its own. v2: `ThreadState` gained
+/// `report_ran_since_ns`. v3: `ThreadState` keeps only class and group (the wait in progress
+/// moved to the unpinned `task_cache`), and `counters` gained `task_cache_missing`. v4:
+/// `CpuState` padded to 128 bytes, a cache line pair of its own per CPU.
+pub const PIN_LAYOUT: &str = "v4";
+/// Runtime directory for control sockets.
+pub const RUN_DIR: &str = "/run/reamer";
+/// Config file read by `enforcer run` when `--config` is not given (optional).
+pub const DEFAULT_CONFIG: &str = "/etc/reamer/enforcer.toml";
+/// Instance name when `--instance` is not given. Instances let tests and the demo run a daemon
+/// of their own beside the node's.
+pub const DEFAULT_INSTANCE: &str = "default";
+
+/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v4/<instance>`.
+pub fn pin_dir(instance: &str) -> PathBuf {
+    PathBuf::from(PIN_ROOT).join(PIN_LAYOUT).join(instance)
+}
+
+/// This instance's control socket: `/run/reamer/<instance>.sock`.
+pub fn socket_path(instance: &str) -> PathBuf {
+    PathBuf::from(RUN_DIR).join(format!("{instance}.sock"))
+}
+
+/// This instance's decision log: `/run/reamer/<instance>.decisions.jsonl`.
+pub fn decision_log(instance: &str) -> PathBuf {
+    PathBuf::from(RUN_DIR).join(format!("{instance}.decisions.jsonl"))
+}
+
+/// Training processes launched through this instance's daemon, for its successor to find:
+/// `/run/reamer/<instance>.launched.json`.
+pub fn launched_journal(instance: &str) -> PathBuf {
+    PathBuf::from(RUN_DIR).join(format!("{instance}.launched.json"))
+}
+
+/// An instance name that cannot name a directory and a file.
+#[derive(Debug, thiserror::Error)]
+#[error("instance name {0:?} must be 1-64 characters of letters, digits, '-' or '_'")]
+pub struct InvalidInstance(pub String);
+
+/// Checks an instance name: it becomes a directory and a file name.
+pub fn validate_instance(instance: &str) -> Result<(), InvalidInstance> {
+    let ok = !instance.is_empty()
+        && instance.len() <= 64
+        && instance
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(InvalidInstance(instance.to_owned()))
+    }
+}

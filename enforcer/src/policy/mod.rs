@@ -1,0 +1,13 @@
+//! The decisions, pure: no kernel, no cgroups, a clock passed in. Each module is driven by
+//! signals and unit-tested on recorded ones.
+//!
+//! - `cores`: which cores training reserves and which each pool gets, from training's demand,
+//!   the sensor's contention events and the online pools' SLO needs.
+//! - `online_need`: an online pool's SLO need, from its workers' reports.
+//! - `online_weight`: an online pool's CPU weight, steered by its workers' latency tail.
+
+pub mod cores;
+pub mod online_need;
+pub mod online_weight;
+
+pub use cores::{Allocation, Decision, Policy, PoolSpec, Trigger};

@@ -1,0 +1,291 @@
+//! Which threads belong to which training job or inference pool, and keeping the kernel's
+//! `thread_state` map in step with that.
+//!
+//! A group's members come from cgroups (all their threads) and processes (their threads and
+//! descendants). New threads and children are classified by the sensor itself at fork; the
+//! periodic reconcile here catches what existed before registration and anything the fork
+//! hook could not insert.
+
+pub mod members;
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+};
+
+use aya::maps::MapData;
+use enforcer_common::{
+    CLASS_OFFLINE, CLASS_ONLINE, CLASS_TRAINING, MAX_JOBS, ThreadState, protocol::gpu::Owner,
+};
+
+pub use self::members::{group_processes, group_threads};
+use crate::{
+    config::{InvalidName, Settings, Source, validate_name},
+    host::procfs,
+};
+
+/// A training job or an inference pool.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub name: String,
+    /// `CLASS_TRAINING`, `CLASS_ONLINE` or `CLASS_OFFLINE`.
+    pub class: u32,
+    /// Index of the job in `job_stats`, or the pool's number.
+    pub id: u32,
+    pub sources: Vec<Source>,
+    /// Threads found at the last reconcile.
+    pub threads: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("the sensor tracks at most {MAX_JOBS} training jobs; {name:?} would be one more")]
+    TooManyJobs { name: String },
+    #[error(
+        "unknown pool {name:?}: pools come from the config's [[pool]] entries (known: {known})"
+    )]
+    UnknownPool { name: String, known: String },
+    #[error("{name:?} is already a {existing}; a name names one group")]
+    NameTaken {
+        name: String,
+        existing: &'static str,
+    },
+    #[error("no process with pid {pid}")]
+    NoSuchProcess { pid: u32 },
+    #[error(transparent)]
+    InvalidName(#[from] InvalidName),
+}
+
+/// What one reconcile pass did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    pub classified: usize,
+    pub newly_classified: usize,
+    pub failed: usize,
+    /// The offline pools' threads this pass found: the daemon gives them SCHED_IDLE.
+    pub offline_threads: Vec<u32>,
+}
+
+#[derive(Debug, Default)]
+pub struct Registry {
+    pub training: Vec<Group>,
+    pub pools: Vec<Group>,
+}
+
+fn class_name(class: u32) -> &'static str {
+    match class {
+        CLASS_TRAINING => "training job",
+        CLASS_ONLINE => "online pool",
+        CLASS_OFFLINE => "offline pool",
+        _ => "group",
+    }
+}
+
+impl Registry {
+    /// The groups the config declares.
+    pub fn from_settings(settings: &Settings) -> Self {
+        let training = settings.training.iter().enumerate().map(|(i, job)| Group {
+            name: job.name.clone(),
+            class: CLASS_TRAINING,
+            id: i as u32,
+            sources: job.sources.clone(),
+            threads: 0,
+        });
+        let pools = settings.pools.iter().enumerate().map(|(i, pool)| Group {
+            name: pool.name.clone(),
+            class: if pool.is_online() {
+                CLASS_ONLINE
+            } else {
+                CLASS_OFFLINE
+            },
+            id: i as u32,
+            sources: pool.sources.clone(),
+            threads: 0,
+        });
+        Self {
+            training: training.collect(),
+            pools: pools.collect(),
+        }
+    }
+
+    /// Adds process `pid` to training job `name`, creating the job if it is new.
+    pub fn add_training_process(&mut self, name: &str, pid: u32) -> Result<&Group, RegistryError> {
+        validate_name(name)?;
+        check_process(pid)?;
+        if self.pools.iter().any(|p| p.name == name) {
+            let existing = self
+                .pools
+                .iter()
+                .find(|p| p.name == name)
+                .map_or("pool", |p| class_name(p.class));
+            return Err(RegistryError::NameTaken {
+                name: name.to_owned(),
+                existing,
+            });
+        }
+        let index = match self.training.iter().position(|j| j.name == name) {
+            Some(index) => index,
+            None => {
+                if self.training.len() >= MAX_JOBS as usize {
+                    return Err(RegistryError::TooManyJobs {
+                        name: name.to_owned(),
+                    });
+                }
+                let id = self.training.len() as u32;
+                self.training.push(Group {
+                    name: name.to_owned(),
+                    class: CLASS_TRAINING,
+                    id,
+                    sources: Vec::new(),
+                    threads: 0,
+                });
+                self.training.len() - 1
+            }
+        };
+        let job = &mut self.training[index];
+        if !job.sources.contains(&Source::Process(pid)) {
+            job.sources.push(Source::Process(pid));
+        }
+        Ok(job)
+    }
+
+    /// Adds process `pid` to the configured pool `name`.
+    pub fn add_pool_process(&mut self, name: &str, pid: u32) -> Result<&Group, RegistryError> {
+        check_process(pid)?;
+        let known = self
+            .pools
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let Some(pool) = self.pools.iter_mut().find(|p| p.name == name) else {
+            let known = if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known
+            };
+            return Err(RegistryError::UnknownPool {
+                name: name.to_owned(),
+                known,
+            });
+        };
+        if !pool.sources.contains(&Source::Process(pid)) {
+            pool.sources.push(Source::Process(pid));
+        }
+        Ok(pool)
+    }
+
+    /// Makes every thread in `dir` (a pool's own cgroup) a member of pool `name`.
+    pub fn add_pool_cgroup(&mut self, name: &str, dir: PathBuf) {
+        if let Some(pool) = self.pools.iter_mut().find(|p| p.name == name) {
+            let source = Source::Cgroup(dir);
+            if !pool.sources.contains(&source) {
+                pool.sources.push(source);
+            }
+        }
+    }
+
+    /// Writes every member thread's class into `thread_state`. Threads already classified the
+    /// same way are left alone: `newly_classified` counts the writes, and only writes make the
+    /// sensor copy classes again (`Sensor::classes_changed`).
+    pub fn reconcile(
+        &mut self,
+        map: &mut aya::maps::HashMap<MapData, u32, ThreadState>,
+    ) -> Reconciled {
+        let mut report = Reconciled::default();
+        for group in self.training.iter_mut().chain(self.pools.iter_mut()) {
+            // A registered process that has exited leaves the group: its pid may be reused by
+            // an unrelated process, which must not be classified as training or inference.
+            group.sources.retain(|source| match source {
+                Source::Process(pid) => procfs::is_alive(*pid),
+                Source::Cgroup(_) => true,
+            });
+            let tids = group_threads(&group.sources);
+            group.threads = tids.len();
+            if group.class == CLASS_OFFLINE {
+                report.offline_threads.extend(&tids);
+            }
+            for tid in tids {
+                report.classified += 1;
+                if let Ok(existing) = map.get(&tid, 0)
+                    && existing.class == group.class
+                    && existing.group == group.id
+                {
+                    continue;
+                }
+                let state = ThreadState {
+                    class: group.class,
+                    group: group.id,
+                };
+                match map.insert(tid, state, 0) {
+                    Ok(()) => report.newly_classified += 1,
+                    Err(_) => report.failed += 1,
+                }
+            }
+        }
+        report
+    }
+
+    /// Every thread id of every group, with its owner (a process's pid is its main thread's
+    /// id): what the GPU side attributes GPU processes by.
+    pub fn owners(&self) -> HashMap<u32, Owner> {
+        let mut owners = HashMap::new();
+        for job in &self.training {
+            for tid in group_threads(&job.sources) {
+                owners.insert(tid, Owner::Training(job.name.clone()));
+            }
+        }
+        for pool in &self.pools {
+            for tid in group_threads(&pool.sources) {
+                owners.insert(tid, Owner::Pool(pool.name.clone()));
+            }
+        }
+        owners
+    }
+
+    /// Every thread of the offline pools now (a fresh walk, for shutdown).
+    pub fn offline_threads(&self) -> HashSet<u32> {
+        self.pools
+            .iter()
+            .filter(|pool| pool.class == CLASS_OFFLINE)
+            .flat_map(|pool| group_threads(&pool.sources))
+            .collect()
+    }
+}
+
+fn check_process(pid: u32) -> Result<(), RegistryError> {
+    if !procfs::exists(pid) {
+        return Err(RegistryError::NoSuchProcess { pid });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_are_created_on_first_launch_and_names_are_unique() {
+        let mut registry = Registry::default();
+        let pid = std::process::id();
+        let id = registry.add_training_process("train-a", pid).unwrap().id;
+        assert_eq!(
+            registry.add_training_process("train-a", pid).unwrap().id,
+            id
+        );
+        assert_eq!(registry.training[0].sources, vec![Source::Process(pid)]);
+        assert_ne!(
+            registry.add_training_process("train-b", pid).unwrap().id,
+            id
+        );
+        assert!(matches!(
+            registry.add_pool_process("nope", pid),
+            Err(RegistryError::UnknownPool { .. })
+        ));
+        assert!(matches!(
+            registry.add_training_process("x", 4_194_305),
+            Err(RegistryError::NoSuchProcess { pid: 4_194_305 })
+        ));
+        assert!(registry.add_training_process("bad name", pid).is_err());
+    }
+}

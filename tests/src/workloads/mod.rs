@@ -1,0 +1,3 @@
+//! What the workload binaries share.
+
+pub mod cpu_work;

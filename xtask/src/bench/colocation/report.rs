@@ -1,0 +1,852 @@
+//! The co-location benchmark's figures: per scenario, from its windows, paired by round; and
+//! their JSON and Markdown forms.
+
+use serde::Serialize;
+
+use super::{HEAVY_ONLINE_CPUS, LoadReport, Measured, ONLINE_RATE, SLO_MS};
+use crate::{
+    bench::stats::{bootstrap_median_ci, median, min_max, quantile},
+    wake_probe::WakeLatency,
+};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(into = "&'static str")]
+pub enum Scenario {
+    Alone,
+    PlainCfs,
+    StaticPartition,
+    LowShares,
+    UtilizationPoller,
+    PsiTrigger,
+    Reamer,
+    /// Reamer with `pause_offline_when_training_short = false`: offline inference runs on
+    /// the online pool's core under SCHED_IDLE however short of cores training is, as the
+    /// enforcer did by default before. The trade the option makes, offline throughput for
+    /// training's pace, side by side.
+    ReamerOfflineNotPaused,
+    /// Reamer with `offline_on_training_cores = true` as well: offline inference also shares
+    /// training's cores once none is free, as the enforcer did by default before that.
+    ReamerOfflineOnTrainingCores,
+    /// The static partition and reamer again, with the online load raised until online
+    /// inference needs about half a CPU (`HEAVY_ONLINE_CPUS`): the load at which a static
+    /// core shared with offline inference runs short.
+    StaticPartitionHeavyOnline,
+    ReamerHeavyOnline,
+}
+
+impl Scenario {
+    pub const ALL: [Self; 11] = [
+        Self::Alone,
+        Self::PlainCfs,
+        Self::StaticPartition,
+        Self::LowShares,
+        Self::UtilizationPoller,
+        Self::PsiTrigger,
+        Self::Reamer,
+        Self::ReamerOfflineNotPaused,
+        Self::ReamerOfflineOnTrainingCores,
+        Self::StaticPartitionHeavyOnline,
+        Self::ReamerHeavyOnline,
+    ];
+
+    /// How the machine is set up for it: the scenario itself, or the one it repeats at the
+    /// heavy online load or with another enforcer option.
+    pub fn setup(self) -> Self {
+        match self {
+            Self::StaticPartitionHeavyOnline => Self::StaticPartition,
+            Self::ReamerHeavyOnline
+            | Self::ReamerOfflineNotPaused
+            | Self::ReamerOfflineOnTrainingCores => Self::Reamer,
+            other => other,
+        }
+    }
+
+    pub fn heavy_online(self) -> bool {
+        matches!(
+            self,
+            Self::StaticPartitionHeavyOnline | Self::ReamerHeavyOnline
+        )
+    }
+
+    /// The key in the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Alone => "alone",
+            Self::PlainCfs => "plain_cfs",
+            Self::StaticPartition => "static_partition",
+            Self::LowShares => "low_shares",
+            Self::UtilizationPoller => "utilization_poller_1s",
+            Self::PsiTrigger => "psi_trigger_500ms",
+            Self::Reamer => "reamer",
+            Self::ReamerOfflineNotPaused => "reamer_offline_not_paused",
+            Self::ReamerOfflineOnTrainingCores => "reamer_offline_on_training_cores",
+            Self::StaticPartitionHeavyOnline => "static_partition_heavy_online",
+            Self::ReamerHeavyOnline => "reamer_heavy_online",
+        }
+    }
+
+    /// What it is, for the table and the plot.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Alone => "training alone",
+            Self::PlainCfs => "plain CFS",
+            Self::StaticPartition => "static partition",
+            Self::LowShares => "low shares",
+            Self::UtilizationPoller => "1 s util. poller",
+            Self::PsiTrigger => "PSI 500 ms",
+            Self::Reamer => "reamer",
+            Self::ReamerOfflineNotPaused => "reamer, offline not paused",
+            Self::ReamerOfflineOnTrainingCores => "reamer, offline on training's cores",
+            Self::StaticPartitionHeavyOnline => "static partition, heavy online",
+            Self::ReamerHeavyOnline => "reamer, heavy online",
+        }
+    }
+}
+
+impl From<Scenario> for &'static str {
+    fn from(scenario: Scenario) -> Self {
+        scenario.name()
+    }
+}
+
+/// What one window of one scenario measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    pub scenario: Scenario,
+    pub round: usize,
+    pub steps_per_s: f64,
+    pub step_ms_p50: f64,
+    pub step_ms_p99: f64,
+    /// CPUs training used on average.
+    pub training_cpus: f64,
+    /// Time training's threads spent runnable but waiting for a CPU, ms per second (schedstat,
+    /// summed over its threads): the part of the slowdown co-located work causes on this
+    /// kernel, without the hypervisor's steal.
+    pub training_runqueue_wait_ms_per_s: f64,
+    pub online: Option<LoadReport>,
+    /// CPUs the online worker used on average.
+    pub online_cpus: f64,
+    pub offline_items_per_s: Option<f64>,
+    /// CPUs the offline worker used on average.
+    pub offline_cpus: Option<f64>,
+    /// reamer: event to cgroup write of each fast-path decision; the reactive baselines: from
+    /// training's start to their first tightening.
+    pub reaction_us: Vec<f64>,
+    /// The enforcer daemon's, or a baseline controller thread's, CPU use, % of one CPU.
+    pub enforcer_cpu_pct: Option<f64>,
+    pub enforcer_rss_mib: Option<f64>,
+    /// Share of the machine's CPU time the hypervisor stole during the window, %.
+    pub steal_pct: f64,
+    /// CPUs the kernel left idle on average (idle and iowait in /proc/stat).
+    pub cpus_left_idle: f64,
+    /// reamer: what the online worker, launched through the enforcer, told it of its SLO
+    /// need during the window, and how its latency reports moved the pool's weight.
+    pub slo_needs: Option<SloNeeds>,
+}
+
+/// The SLO needs an online worker sent the enforcer in one window, and the changes of the
+/// pool's CPU weight its latency reports made, as the daemon logged them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SloNeeds {
+    /// Needs the daemon took (each a change: the worker sends only changes).
+    pub told: usize,
+    /// The most cores the pool's workers needed together.
+    pub max_pool_cores: usize,
+    /// Changes of the pool's weight.
+    pub weight_changes: usize,
+    /// The lowest weight the pool was given, and the last, where it changed.
+    pub lowest_weight: Option<u32>,
+    pub last_weight: Option<u32>,
+}
+
+impl SloNeeds {
+    /// From the daemon's log: its `online pool's SLO need … pool_cores=N` and `online pool's
+    /// CPU weight changed … to=N` lines.
+    pub fn from_daemon_log(log: &str) -> Self {
+        let field = |line: &str, name: &str| {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(name))
+                .and_then(|n| n.parse::<u32>().ok())
+        };
+        log.lines().fold(Self::default(), |seen, line| {
+            if line.contains("online pool's SLO need") {
+                Self {
+                    told: seen.told + 1,
+                    max_pool_cores: field(line, "pool_cores=").map_or(seen.max_pool_cores, |n| {
+                        (n as usize).max(seen.max_pool_cores)
+                    }),
+                    ..seen
+                }
+            } else if line.contains("online pool's CPU weight changed")
+                && let Some(to) = field(line, "to=")
+            {
+                Self {
+                    weight_changes: seen.weight_changes + 1,
+                    lowest_weight: Some(seen.lowest_weight.map_or(to, |w| w.min(to))),
+                    last_weight: Some(to),
+                    ..seen
+                }
+            } else {
+                seen
+            }
+        })
+    }
+}
+
+/// The figures of one scenario. Fields that do not apply are null.
+#[derive(Debug, Serialize)]
+pub struct Figures {
+    pub training_steps_per_s: f64,
+    /// The slowest and fastest window: for training alone, how far the reference itself
+    /// moves from round to round, which bounds how narrow any slowdown's interval can be.
+    pub training_steps_per_s_range: [f64; 2],
+    pub training_slowdown_pct: f64,
+    /// 95% bootstrap interval of the median paired slowdown.
+    pub training_slowdown_ci95_pct: [f64; 2],
+    /// The smallest and largest paired slowdown of a round.
+    pub training_slowdown_range_pct: [f64; 2],
+    pub training_step_ms_p50: f64,
+    pub training_step_ms_p99: f64,
+    /// Training's threads' run-queue wait, ms per second, median of the windows.
+    pub training_runqueue_wait_ms_per_s: f64,
+    pub online_slo_attainment_pct: Option<f64>,
+    pub online_requests_within_slo: Option<u64>,
+    pub online_p50_ms: Option<f64>,
+    pub online_p99_ms: Option<f64>,
+    pub offline_inferences_per_s: Option<f64>,
+    pub offline_idle_capacity_pct: Option<f64>,
+    /// CPUs the offline worker used, median of the windows.
+    pub offline_cpus: Option<f64>,
+    /// Offline inferences per CPU-second it used, against its rate alone in the same round,
+    /// median of the windows: below 100% the CPU it got did less work than alone (preempted
+    /// more often, caches shared), apart from how much CPU it got.
+    pub offline_work_per_cpu_pct: Option<f64>,
+    /// CPUs the kernel left idle, median of the windows: where offline inference got less
+    /// than the idle CPU allows, whether the CPU went unused or to other work.
+    pub cpus_left_idle: f64,
+    pub reaction_us_p50: Option<f64>,
+    pub reaction_us_p99: Option<f64>,
+    pub reaction_samples: usize,
+    pub enforcer_cpu_pct: Option<f64>,
+    pub enforcer_rss_mib: Option<f64>,
+    /// CPU time stolen by the hypervisor during its windows, median %.
+    pub host_steal_pct: f64,
+    pub windows: usize,
+}
+
+fn some_median(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| median(values))
+}
+
+/// Every scenario's figures, in `Scenario::ALL` order.
+pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
+    let alone = |round: usize| {
+        measured
+            .windows
+            .iter()
+            .find(|w| w.scenario == Scenario::Alone && w.round == round)
+    };
+    Scenario::ALL
+        .iter()
+        .map(|&scenario| {
+            let windows: Vec<&Window> = measured
+                .windows
+                .iter()
+                .filter(|w| w.scenario == scenario)
+                .collect();
+            let of = |f: fn(&Window) -> f64| windows.iter().map(|w| f(w)).collect::<Vec<_>>();
+            // The median of a figure over the windows that have it.
+            let median_where_measured = |f: fn(&Window) -> Option<f64>| {
+                some_median(&windows.iter().filter_map(|w| f(w)).collect::<Vec<_>>())
+            };
+            // Paired with training alone in the same round (same seed).
+            let slowdowns: Vec<f64> = windows
+                .iter()
+                .filter_map(|w| {
+                    let base = alone(w.round)?;
+                    Some((1.0 - w.steps_per_s / base.steps_per_s) * 100.0)
+                })
+                .collect();
+            let (ci_low, ci_high) = bootstrap_median_ci(&slowdowns, 7);
+            let (low, high) = min_max(&slowdowns);
+            let loads: Vec<&LoadReport> =
+                windows.iter().filter_map(|w| w.online.as_ref()).collect();
+            let sent: u64 = loads.iter().map(|l| l.sent).sum();
+            let within: u64 = loads.iter().map(|l| l.within_slo).sum();
+            let p50s: Vec<f64> = loads.iter().filter_map(|l| l.p50_ms).collect();
+            let p99s: Vec<f64> = loads.iter().filter_map(|l| l.p99_ms).collect();
+            // Offline against what the CPU left idle by training (as it runs alone) and by
+            // online inference allows, at offline's own rate per CPU-second.
+            let capacity: Vec<f64> = windows
+                .iter()
+                .filter_map(|w| {
+                    let rate = w.offline_items_per_s?;
+                    let idle_cpus =
+                        measured.cpus as f64 - alone(w.round)?.training_cpus - w.online_cpus;
+                    let allowed = measured.offline_per_cpu_s.get(w.round)? * idle_cpus.max(0.0);
+                    (allowed > 0.0).then(|| rate / allowed * 100.0)
+                })
+                .collect();
+            let work_per_cpu: Vec<f64> = windows
+                .iter()
+                .filter_map(|w| {
+                    let cpus = w.offline_cpus.filter(|c| *c > 0.0)?;
+                    let alone_rate = measured.offline_per_cpu_s.get(w.round)?;
+                    Some(w.offline_items_per_s? / cpus / alone_rate * 100.0)
+                })
+                .collect();
+            let mut reactions: Vec<f64> =
+                windows.iter().flat_map(|w| w.reaction_us.clone()).collect();
+            reactions.sort_by(f64::total_cmp);
+            let enforcer_cpu: Vec<f64> =
+                windows.iter().filter_map(|w| w.enforcer_cpu_pct).collect();
+            let rss = windows
+                .iter()
+                .filter_map(|w| w.enforcer_rss_mib)
+                .reduce(f64::max);
+            let figures = Figures {
+                training_steps_per_s: median(&of(|w| w.steps_per_s)),
+                training_steps_per_s_range: min_max(&of(|w| w.steps_per_s)).into(),
+                training_slowdown_pct: median(&slowdowns),
+                training_slowdown_ci95_pct: [ci_low, ci_high],
+                training_slowdown_range_pct: [low, high],
+                training_step_ms_p50: median(&of(|w| w.step_ms_p50)),
+                training_step_ms_p99: median(&of(|w| w.step_ms_p99)),
+                training_runqueue_wait_ms_per_s: median(&of(|w| w.training_runqueue_wait_ms_per_s)),
+                online_slo_attainment_pct: (sent > 0).then(|| within as f64 * 100.0 / sent as f64),
+                online_requests_within_slo: (sent > 0).then_some(within),
+                online_p50_ms: some_median(&p50s),
+                online_p99_ms: some_median(&p99s),
+                offline_inferences_per_s: median_where_measured(|w| w.offline_items_per_s),
+                offline_idle_capacity_pct: some_median(&capacity),
+                offline_cpus: median_where_measured(|w| w.offline_cpus),
+                offline_work_per_cpu_pct: some_median(&work_per_cpu),
+                cpus_left_idle: median(&of(|w| w.cpus_left_idle)),
+                reaction_us_p50: (!reactions.is_empty()).then(|| quantile(&reactions, 0.5)),
+                reaction_us_p99: (!reactions.is_empty()).then(|| quantile(&reactions, 0.99)),
+                reaction_samples: reactions.len(),
+                enforcer_cpu_pct: some_median(&enforcer_cpu),
+                enforcer_rss_mib: rss,
+                host_steal_pct: median(&of(|w| w.steal_pct)),
+                windows: windows.len(),
+            };
+            (scenario, figures)
+        })
+        .collect()
+}
+
+/// The JSON object `{"<scenario>": {...}}`.
+pub fn scenarios_json(figures: &[(Scenario, Figures)]) -> serde_json::Value {
+    serde_json::Value::Object(
+        figures
+            .iter()
+            .map(|(s, f)| {
+                (
+                    s.name().to_owned(),
+                    serde_json::to_value(f).expect("serialize"),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn cell(value: Option<f64>, digits: usize, unit: &str) -> String {
+    value.map_or("–".to_owned(), |v| format!("{v:.digits$}{unit}"))
+}
+
+fn find(figures: &[(Scenario, Figures)], scenario: Scenario) -> &Figures {
+    &figures
+        .iter()
+        .find(|(s, _)| *s == scenario)
+        .expect("every scenario")
+        .1
+}
+
+/// Which rounds the figures come from: those with little steal, and what was run again.
+fn rounds_note(measured: &Measured) -> String {
+    let bound = measured.max_steal_pct;
+    let mut note = match measured.discarded.as_slice() {
+        [] => format!(
+            "\nIn every round the host stole at most {bound}% of the CPU in each window: none \
+             was run again.\n"
+        ),
+        discarded => {
+            let worst = discarded
+                .iter()
+                .max_by(|a, b| a.worst_steal_pct.total_cmp(&b.worst_steal_pct))
+                .expect("not empty");
+            format!(
+                "\n{} rounds were run again, with the same seed and order, because the host \
+                 stole more than {bound}% of the CPU in one of their windows (the worst: {:.0}%, \
+                 in {}): the figures come from the rounds kept.\n",
+                discarded.len(),
+                worst.worst_steal_pct,
+                worst.worst_scenario.label()
+            )
+        }
+    };
+    if measured.rounds < measured.rounds_asked {
+        note.push_str(&format!(
+            "\nOnly {} of the {} rounds asked for were kept: the attempts ran out while the host \
+             was busy, and the intervals are the wider for it.\n",
+            measured.rounds, measured.rounds_asked
+        ));
+    }
+    note
+}
+
+/// What reamer's online worker, launched through the enforcer, told it: the proof that the
+/// pool's grants and SLO need were in play, not a pid adopted from outside.
+fn slo_needs_note(measured: &Measured) -> String {
+    let needs: Vec<SloNeeds> = measured
+        .windows
+        .iter()
+        .filter_map(|w| w.slo_needs)
+        .collect();
+    if needs.is_empty() {
+        return String::new();
+    }
+    let told: Vec<f64> = needs.iter().map(|n| n.told as f64).collect();
+    let max_cores = needs.iter().map(|n| n.max_pool_cores).max().unwrap_or(0);
+    let changes: Vec<f64> = needs.iter().map(|n| n.weight_changes as f64).collect();
+    let weights = |of: fn(&SloNeeds) -> Option<u32>| -> String {
+        let mut seen: Vec<u32> = needs.iter().filter_map(of).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        let seen: Vec<String> = seen.iter().map(u32::to_string).collect();
+        seen.join(", ")
+    };
+    let steered = needs.iter().filter(|n| n.weight_changes > 0).count();
+    let weight_note = if steered == 0 {
+        " Its latency reports never moved the pool's CPU weight from `cpu_weight`.".to_owned()
+    } else {
+        format!(
+            " Its latency reports moved the pool's CPU weight in {steered} of the windows ({} \
+             changes per window, median), as low as {} and ending windows at {} \
+             (docs/enforcer.md, \"The online weight, steered by the latency tail\").",
+            crate::bench::stats::median(&changes),
+            weights(|n| n.lowest_weight),
+            weights(|n| n.last_weight),
+        )
+    };
+    format!(
+        "\nUnder reamer the online worker was started through the enforcer (`enforcer launch \
+         --pool online`) and followed the pool's core grants: in {} of its {} windows it told \
+         the enforcer its SLO need ({} times per window, median), at most {} {} for the pool.{}\n",
+        needs.iter().filter(|n| n.told > 0).count(),
+        needs.len(),
+        crate::bench::stats::median(&told),
+        max_cores,
+        if max_cores == 1 { "core" } else { "cores" },
+        weight_note,
+    )
+}
+
+/// The host's regime as `wake-probe` saw it before and after the rounds: training alone leaves
+/// a vCPU idle and pays the idle case, the co-located scenarios keep the vCPUs busy.
+fn wake_note(measured: &Measured) -> String {
+    let describe = |wake: &Option<WakeLatency>| {
+        wake.as_ref()
+            .map_or("not measured (wake-probe failed)".to_owned(), |w| {
+                w.describe()
+            })
+    };
+    format!(
+        "\nHow slowly this host woke an idle vCPU, which training alone pays and the co-located \
+         scenarios, whose vCPUs stay busy, do not (docs/experiments/2026-11-22-idle-vcpu-wake.md         slowly\"): before the rounds, {}; after them, {}.\n",
+        describe(&measured.wake_before),
+        describe(&measured.wake_after)
+    )
+}
+
+pub fn markdown(
+    figures: &[(Scenario, Figures)],
+    measured: &Measured,
+    command: &str,
+    machine: &str,
+    plot: &str,
+) -> String {
+    let mut out = format!(
+        "Command: `{command}`\n\nMachine: {machine}\n\n\
+         {} rounds of {} windows of {:.1} s (offline alone, then the {} scenarios in an order \
+         rotated every round), each after a lead of {:.1} s in which inference ran without \
+         training, its online traffic included; training-sim seeded by round; online: PP-OCR cls at {} \
+         requests/s (Poisson), each image as binary tensor data, and at {:.0} requests/s in the \
+         heavy-online scenarios ({} CPUs of its work: the worker took {:.2} ms of CPU per request \
+         alone, measured at the start, and {:.2} ms with the image as JSON numbers), SLO {} ms; \
+         offline: a 1024×8 MLP job, batch 8.\n\n\
+         ![co-location scenarios side by side]({plot})\n\n\
+         | scenario | training steps/s, median (range) | training slowdown, median [95% CI] (range) | \
+         training step p50 / p99 | training run-queue wait | online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
+         offline CPUs used, work per CPU-s vs alone | CPUs left idle | reaction p50 / p99 | enforcer CPU / RSS | host steal |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        measured.rounds,
+        Scenario::ALL.len() + 1,
+        measured.window_s,
+        Scenario::ALL.len(),
+        measured.lead_s,
+        ONLINE_RATE,
+        measured.heavy_online_rate,
+        HEAVY_ONLINE_CPUS,
+        measured.online_cpu_ms_per_request,
+        measured.online_cpu_ms_per_json_request,
+        SLO_MS
+    );
+    for (scenario, f) in figures {
+        let slowdown = if *scenario == Scenario::Alone {
+            "(baseline)".to_owned()
+        } else {
+            format!(
+                "{:.1}% [{:.1}, {:.1}] ({:.1} to {:.1})",
+                f.training_slowdown_pct,
+                f.training_slowdown_ci95_pct[0],
+                f.training_slowdown_ci95_pct[1],
+                f.training_slowdown_range_pct[0],
+                f.training_slowdown_range_pct[1]
+            )
+        };
+        let reaction = match (f.reaction_us_p50, f.reaction_us_p99) {
+            (Some(p50), Some(p99)) if p99 >= 10_000.0 => {
+                format!("{:.0} / {:.0} ms", p50 / 1e3, p99 / 1e3)
+            }
+            (Some(p50), Some(p99)) => format!("{p50:.0} / {p99:.0} µs"),
+            _ => "–".to_owned(),
+        };
+        out.push_str(&format!(
+            "| {} | {:.1} ({:.0} to {:.0}) | {slowdown} | {:.2} / {:.2} ms | {:.0} ms/s | {} | {} / {} | {} | {} \
+             | {} / {} | {:.2} | {reaction} | {} / {} | {:.0}% |\n",
+            scenario.label(),
+            f.training_steps_per_s,
+            f.training_steps_per_s_range[0],
+            f.training_steps_per_s_range[1],
+            f.training_step_ms_p50,
+            f.training_step_ms_p99,
+            f.training_runqueue_wait_ms_per_s,
+            cell(f.online_slo_attainment_pct, 1, "%"),
+            cell(f.online_p50_ms, 1, ""),
+            cell(f.online_p99_ms, 1, " ms"),
+            cell(f.offline_inferences_per_s, 0, ""),
+            cell(f.offline_idle_capacity_pct, 0, "%"),
+            cell(f.offline_cpus, 2, ""),
+            cell(f.offline_work_per_cpu_pct, 0, "%"),
+            f.cpus_left_idle,
+            cell(f.enforcer_cpu_pct, 1, "%"),
+            cell(f.enforcer_rss_mib, 0, " MiB"),
+            f.host_steal_pct,
+        ));
+    }
+    let faster_than_alone = figures
+        .iter()
+        .filter(|(s, f)| *s != Scenario::Alone && f.training_slowdown_pct < 0.0)
+        .count();
+    if faster_than_alone > 0 {
+        out.push_str(&format!(
+            "\nIn {faster_than_alone} of {} scenarios training ran faster beside inference than \
+             alone (a negative slowdown): on this host the reference itself is not stable, see \
+             the host steal column and how slowly an idle vCPU woke (below).\n",
+            Scenario::ALL.len() - 1
+        ));
+    }
+    out.push_str(&rounds_note(measured));
+    out.push_str(&slo_needs_note(measured));
+    out.push_str(&wake_note(measured));
+    for note in &measured.notes {
+        out.push_str(&format!("\nOn this host: {note}.\n"));
+    }
+    let reamer = find(figures, Scenario::Reamer);
+    // Requests within the SLO are compared at the heavy online load: at the base load a
+    // static core meets the SLO too, and the count cannot tell the two apart.
+    let reamer_heavy = find(figures, Scenario::ReamerHeavyOnline);
+    let static_heavy = find(figures, Scenario::StaticPartitionHeavyOnline);
+    let more_within = match (
+        reamer_heavy.online_requests_within_slo,
+        static_heavy.online_requests_within_slo,
+    ) {
+        (Some(r), Some(s)) if s > 0 => Some((r as f64 / s as f64 - 1.0) * 100.0),
+        _ => None,
+    };
+    // Met only when the whole interval is within the target; missed when all of it is past.
+    let [ci_low, ci_high] = reamer.training_slowdown_ci95_pct;
+    let slowdown_verdict = if ci_high <= 1.0 {
+        "met"
+    } else if ci_low > 1.0 {
+        "**missed**"
+    } else {
+        "**not resolved**: the interval spans 1%"
+    };
+    let attainment_met = reamer.online_slo_attainment_pct.map(|a| a >= 99.0);
+    let more_verdict = more_within_verdict(more_within, static_heavy.online_slo_attainment_pct);
+    let offline_met = reamer.offline_idle_capacity_pct.map(|c| c >= 90.0);
+    let reaction_met = reamer.reaction_us_p99.map(|p| p <= 500.0);
+    out.push_str(&format!(
+        "\nreamer against its targets:\n\n| target | anchor | reamer | |\n|---|---|---|---|\n\
+         | training slowdown ≤ 1% | Cloud Reamer 3.2% | {:.1}% [{:.1}, {:.1}] | {} |\n\
+         | online attainment ≥ 99% | | {} | {} |\n\
+         | ≥ 46% more requests within the SLO than the static partition, heavy online | Cloud Reamer +46% | {} | {} |\n\
+         | offline ≥ 90% of the idle CPU | | {} | {} |\n\
+         | reaction p99 ≤ 500 µs | Koordinator 1 s | {} | {} |\n",
+        reamer.training_slowdown_pct,
+        reamer.training_slowdown_ci95_pct[0],
+        reamer.training_slowdown_ci95_pct[1],
+        slowdown_verdict,
+        cell(reamer.online_slo_attainment_pct, 1, "%"),
+        verdict(attainment_met),
+        more_within.map_or("–".to_owned(), |m| format!("{m:+.0}%")),
+        more_verdict,
+        // One decimal: at 0 a value just under the target printed as the target itself.
+        cell(reamer.offline_idle_capacity_pct, 1, "%"),
+        verdict(offline_met),
+        cell(reamer.reaction_us_p99, 0, " µs"),
+        verdict(reaction_met),
+    ));
+    out
+}
+
+fn verdict(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "**missed**",
+        None => "not measured",
+    }
+}
+
+/// The verdict on "at least 46% more requests within the SLO than the static partition"
+/// (`more_within_pct`), given the static partition's own attainment. Requests are counted at
+/// the benchmark's one offered load: where the static partition answered nearly all of them
+/// in time too, no scheduler can answer 46% more, and the comparison says nothing either way.
+fn more_within_verdict(
+    more_within_pct: Option<f64>,
+    static_attainment_pct: Option<f64>,
+) -> &'static str {
+    let static_met_slo = static_attainment_pct.is_some_and(|a| a >= 99.0);
+    match more_within_pct.map(|m| m >= 46.0) {
+        Some(false) if static_met_slo => {
+            "**not resolved**: at this load the static partition met the SLO too"
+        }
+        met => verdict(met),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::colocation::DiscardedRound;
+
+    fn measured(rounds: usize, discarded: Vec<DiscardedRound>) -> Measured {
+        Measured {
+            windows: Vec::new(),
+            offline_per_cpu_s: vec![100.0; rounds],
+            cpus: 2,
+            rounds,
+            rounds_asked: 4,
+            window_s: 4.0,
+            lead_s: 3.5,
+            online_cpu_ms_per_request: 3.5,
+            online_cpu_ms_per_json_request: 5.0,
+            heavy_online_rate: 142.9,
+            max_steal_pct: 3.0,
+            discarded,
+            notes: Vec::new(),
+            wake_before: None,
+            wake_after: None,
+        }
+    }
+
+    #[test]
+    fn the_wake_note_gives_each_probe_or_says_it_failed() {
+        let mut run = measured(4, Vec::new());
+        run.wake_before = Some(WakeLatency {
+            idle_p50_us: 87.0,
+            idle_p99_us: 12_300.0,
+            busy_p50_us: 21.0,
+            busy_p99_us: 400.0,
+        });
+        let note = wake_note(&run);
+        assert!(
+            note.contains(
+                "before the rounds, a thread woken on another CPU answers in p50 87 µs, p99 \
+                 12.3 ms when the CPUs were idle, and in p50 21 µs, p99 0.4 ms"
+            ),
+            "{note}"
+        );
+        assert!(
+            note.contains("after them, not measured (wake-probe failed)"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn slo_needs_are_read_from_the_daemons_log_lines() {
+        let log = "2026-11-23T10:00:00Z  INFO enforcer::daemon: enforcing\n\
+            2026-11-23T10:00:01Z  INFO enforcer::enforce: online pool's SLO need pool=\"online\" \
+            pid=4242 cpus=Some(1) pool_cores=1\n\
+            2026-11-23T10:00:02Z  INFO enforcer::enforce: online pool's SLO need pool=\"online\" \
+            pid=4242 cpus=Some(2) pool_cores=2\n\
+            2026-11-23T10:00:03Z  INFO enforcer::enforce: online pool's CPU weight changed \
+            pool=\"online\" from=50 to=25 tail_over_slo=\"0.38\"\n\
+            2026-11-23T10:00:04Z  INFO enforcer::enforce: online pool's CPU weight changed \
+            pool=\"online\" from=25 to=12 tail_over_slo=\"0.41\"\n\
+            2026-11-23T10:00:05Z  INFO enforcer::enforce: online pool's CPU weight changed \
+            pool=\"online\" from=12 to=24 tail_over_slo=\"0.80\"\n\
+            2026-11-23T10:00:06Z  INFO enforcer::enforce: online pool's SLO need pool=\"online\" \
+            pid=4242 cpus=None pool_cores=0\n";
+        assert_eq!(
+            SloNeeds::from_daemon_log(log),
+            SloNeeds {
+                told: 3,
+                max_pool_cores: 2,
+                weight_changes: 3,
+                lowest_weight: Some(12),
+                last_weight: Some(24),
+            }
+        );
+        assert_eq!(SloNeeds::from_daemon_log(""), SloNeeds::default());
+    }
+
+    #[test]
+    fn the_report_says_whether_reamers_online_worker_told_its_slo_need() {
+        let mut run = measured(2, Vec::new());
+        run.windows = windows(|_| 100);
+        assert_eq!(slo_needs_note(&run), "", "no reamer window measured needs");
+        for (i, window) in run
+            .windows
+            .iter_mut()
+            .filter(|w| matches!(w.scenario, Scenario::Reamer | Scenario::ReamerHeavyOnline))
+            .enumerate()
+        {
+            window.slo_needs = Some(SloNeeds {
+                told: i,
+                max_pool_cores: 1,
+                weight_changes: i,
+                lowest_weight: (i > 0).then_some(10),
+                last_weight: (i > 0).then_some(10 * i as u32),
+            });
+        }
+        let note = slo_needs_note(&run);
+        // Four reamer windows (two rounds, two loads), told 0, 1, 2 and 3 times.
+        assert!(
+            note.contains("in 3 of its 4 windows it told the enforcer its SLO need (1.5 times"),
+            "{note}"
+        );
+        assert!(note.contains("at most 1 core for the pool"), "{note}");
+        assert!(
+            note.contains(
+                "moved the pool's CPU weight in 3 of the windows (1.5 changes per window, \
+                 median), as low as 10 and ending windows at 10, 20, 30"
+            ),
+            "{note}"
+        );
+    }
+
+    /// Two rounds of every scenario: training at 100 steps/s alone and 98 beside inference;
+    /// online answers `within` of 100 requests in time, by scenario.
+    fn windows(within: fn(Scenario) -> u64) -> Vec<Window> {
+        (0..2)
+            .flat_map(|round| {
+                Scenario::ALL.into_iter().map(move |scenario| {
+                    let inference = scenario != Scenario::Alone;
+                    Window {
+                        scenario,
+                        round,
+                        steps_per_s: if inference { 98.0 } else { 100.0 },
+                        step_ms_p50: 5.0,
+                        step_ms_p99: 9.0,
+                        training_cpus: 0.8,
+                        training_runqueue_wait_ms_per_s: 100.0,
+                        online: inference.then(|| LoadReport {
+                            sent: 100,
+                            within_slo: within(scenario),
+                            p50_ms: Some(10.0),
+                            p99_ms: Some(40.0),
+                        }),
+                        online_cpus: 0.2,
+                        offline_items_per_s: inference.then_some(90.0),
+                        offline_cpus: inference.then_some(1.0),
+                        reaction_us: Vec::new(),
+                        enforcer_cpu_pct: None,
+                        enforcer_rss_mib: None,
+                        steal_pct: 0.0,
+                        cpus_left_idle: 0.05,
+                        slo_needs: None,
+                    }
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn requests_within_the_slo_are_compared_at_the_heavy_online_load() {
+        let mut run = measured(2, Vec::new());
+        run.windows = windows(|scenario| match scenario {
+            Scenario::StaticPartitionHeavyOnline => 40,
+            Scenario::ReamerHeavyOnline => 98,
+            _ => 100,
+        });
+        let figures = figures(&run);
+        let report = markdown(
+            &figures,
+            &run,
+            "cargo xtask bench",
+            "test machine",
+            "plot.svg",
+        );
+        assert!(
+            report.contains(
+                "| ≥ 46% more requests within the SLO than the static partition, heavy online \
+                 | Cloud Reamer +46% | +145% | met |"
+            ),
+            "{report}"
+        );
+        assert!(
+            report.contains("at 143 requests/s in the heavy-online scenarios"),
+            "{report}"
+        );
+        assert!(
+            report.contains("| training slowdown ≤ 1% | Cloud Reamer 3.2% | 2.0% "),
+            "{report}"
+        );
+        let reamer_heavy = &figures
+            .iter()
+            .find(|(s, _)| *s == Scenario::ReamerHeavyOnline)
+            .expect("every scenario")
+            .1;
+        assert_eq!(reamer_heavy.online_slo_attainment_pct, Some(98.0));
+        assert_eq!(reamer_heavy.cpus_left_idle, 0.05);
+    }
+
+    #[test]
+    fn more_within_the_slo_is_unresolved_where_the_static_partition_met_it_too() {
+        assert_eq!(more_within_verdict(Some(50.0), Some(70.0)), "met");
+        assert_eq!(more_within_verdict(Some(21.0), Some(80.9)), "**missed**");
+        assert!(more_within_verdict(Some(0.0), Some(100.0)).starts_with("**not resolved**"));
+        assert_eq!(more_within_verdict(None, Some(100.0)), "not measured");
+    }
+
+    #[test]
+    fn the_rounds_note_says_none_was_run_again_on_a_quiet_host() {
+        let note = rounds_note(&measured(4, Vec::new()));
+        assert!(note.contains("at most 3% of the CPU"), "{note}");
+        assert!(note.contains("none was run again"), "{note}");
+        assert!(!note.contains("Only"), "{note}");
+    }
+
+    #[test]
+    fn the_rounds_note_names_the_worst_steal_and_the_rounds_missing() {
+        let discarded = vec![
+            DiscardedRound {
+                round: 1,
+                worst_steal_pct: 12.4,
+                worst_scenario: Scenario::PlainCfs,
+            },
+            DiscardedRound {
+                round: 1,
+                worst_steal_pct: 41.0,
+                worst_scenario: Scenario::Alone,
+            },
+        ];
+        let note = rounds_note(&measured(3, discarded));
+        assert!(note.contains("2 rounds were run again"), "{note}");
+        assert!(note.contains("the worst: 41%, in training alone"), "{note}");
+        assert!(note.contains("Only 3 of the 4 rounds"), "{note}");
+    }
+}

@@ -1,0 +1,399 @@
+//! The GPU benchmark's figures, from the windows the benchmark (`bench::gpu`) measured, and their section of
+//! docs/benchmarks.md.
+//!
+//! References: training alone's step rate (its steps over its run), and inference's rate in
+//! the shared scenario while training idles (nothing limits it then). Every other rate is a
+//! share of one of those, the median over the rounds.
+
+use serde::Serialize;
+
+use super::{GpuRun, LEAD, Scenario, Trace, Window, Workload};
+use crate::bench::stats::{median, min_max};
+
+/// "Restored": a run of this many consecutive training steps at 90% of alone's pace or better.
+const RESTORED_STEPS: usize = 10;
+const RESTORED_SHARE: f64 = 0.9;
+/// Inference's idle-phase rate is read over the last this-long of the lead, after the
+/// process's first batches and any ungating.
+const IDLE_SPAN_NS: u64 = 2_000_000_000;
+
+#[derive(Debug, Serialize)]
+pub struct ScenarioFigures {
+    pub scenario: Scenario,
+    pub label: String,
+    pub windows: usize,
+    /// Training's steps per second over its run, % of alone: median, min, max.
+    pub training_pct: f64,
+    pub training_pct_range: (f64, f64),
+    /// Training's steps in its first second, % of alone's rate.
+    pub training_first_second_pct: f64,
+    /// From training's start to the start of its first run of `RESTORED_STEPS` steps at
+    /// `RESTORED_SHARE` of alone's pace, ms; None where a window never got there.
+    pub restored_after_ms: Option<f64>,
+    pub windows_restored: usize,
+    /// Inference's rate while training idles / runs, % of the reference.
+    pub inference_idle_pct: Option<f64>,
+    pub inference_busy_pct: Option<f64>,
+    /// Reamer: from training's start to the clamp decision, ms.
+    pub clamp_after_ms: Option<f64>,
+    /// Reamer: inference's mean run fraction of each gate period while training ran.
+    pub mean_run_fraction: Option<f64>,
+}
+
+fn rate_in(trace: &Trace, from_ns: u64, to_ns: u64) -> f64 {
+    let steps = trace
+        .done_ns
+        .iter()
+        .filter(|&&t| t >= from_ns && t < to_ns)
+        .count();
+    steps as f64 / ((to_ns - from_ns) as f64 / 1e9)
+}
+
+/// Steps per second over the whole loop.
+fn rate(trace: &Trace) -> f64 {
+    let last = trace.done_ns.last().copied().unwrap_or(trace.started_ns);
+    trace.done_ns.len() as f64 / (last.saturating_sub(trace.started_ns).max(1) as f64 / 1e9)
+}
+
+fn training_end(window: &Window) -> u64 {
+    let training = &window.training;
+    training
+        .done_ns
+        .last()
+        .copied()
+        .unwrap_or(training.started_ns)
+}
+
+/// Inference's rate while training idled (the last `IDLE_SPAN_NS` of the lead) and while it ran.
+fn inference_rates(window: &Window) -> Option<(f64, f64)> {
+    let inference = window.inference.as_ref()?;
+    let lead_end = inference.t0_ns + LEAD.as_nanos() as u64;
+    let idle = rate_in(inference, lead_end - IDLE_SPAN_NS, lead_end);
+    let busy = rate_in(inference, window.training.started_ns, training_end(window));
+    Some((idle, busy))
+}
+
+/// Milliseconds from training's start to the first of `RESTORED_STEPS` steps at
+/// `RESTORED_SHARE` of `alone_step_ns`'s pace.
+fn restored_after_ms(trace: &Trace, alone_step_ns: f64) -> Option<f64> {
+    let mut ends = vec![trace.started_ns];
+    ends.extend(&trace.done_ns);
+    let budget = RESTORED_STEPS as f64 * alone_step_ns / RESTORED_SHARE;
+    ends.windows(RESTORED_STEPS + 1)
+        .find(|run| (run[RESTORED_STEPS] - run[0]) as f64 <= budget)
+        .map(|run| (run[0] - trace.started_ns) as f64 / 1e6)
+}
+
+/// The gate in force at `at_ns`, by the decisions before it (ungated before the first).
+fn gate_at(window: &Window, at_ns: u64) -> f64 {
+    window
+        .gate_changes
+        .iter()
+        .take_while(|c| c.at_ns <= at_ns)
+        .last()
+        .map_or(1.0, |c| c.run_fraction)
+}
+
+fn clamp_after_ms(window: &Window) -> Option<f64> {
+    let start = window.training.started_ns;
+    if gate_at(window, start) < 1.0 {
+        // Still clamped from training's warm-up: no reaction to time.
+        return None;
+    }
+    window
+        .gate_changes
+        .iter()
+        .find(|c| c.at_ns >= start && c.run_fraction < 1.0)
+        .map(|c| (c.at_ns - start) as f64 / 1e6)
+}
+
+/// The run fraction averaged over training's run, each decision weighted by how long it held.
+fn mean_run_fraction(window: &Window) -> f64 {
+    let (start, end) = (window.training.started_ns, training_end(window));
+    let mut points = vec![(start, gate_at(window, start))];
+    points.extend(
+        window
+            .gate_changes
+            .iter()
+            .filter(|c| c.at_ns > start && c.at_ns < end)
+            .map(|c| (c.at_ns, c.run_fraction)),
+    );
+    points.push((end, f64::NAN));
+    let weighted: f64 = points
+        .windows(2)
+        .map(|pair| pair[0].1 * (pair[1].0 - pair[0].0) as f64)
+        .sum();
+    weighted / (end - start).max(1) as f64
+}
+
+fn median_of(values: Vec<f64>) -> Option<f64> {
+    (!values.is_empty()).then(|| median(&values))
+}
+
+pub fn figures(run: &GpuRun) -> Vec<ScenarioFigures> {
+    let of = |scenario: Scenario| -> Vec<&Window> {
+        run.windows
+            .iter()
+            .filter(|w| w.scenario == scenario)
+            .collect()
+    };
+    let alone = of(Scenario::TrainingAlone);
+    let alone_rate = median(&alone.iter().map(|w| rate(&w.training)).collect::<Vec<_>>());
+    let alone_step_ns = 1e9 / alone_rate;
+    let inference_reference = median(
+        &of(Scenario::Shared)
+            .iter()
+            .filter_map(|w| inference_rates(w).map(|(idle, _)| idle))
+            .collect::<Vec<_>>(),
+    );
+    Scenario::ALL
+        .iter()
+        .filter_map(|&scenario| {
+            let windows = of(scenario);
+            if windows.is_empty() {
+                return None;
+            }
+            let training: Vec<f64> = windows
+                .iter()
+                .map(|w| 100.0 * rate(&w.training) / alone_rate)
+                .collect();
+            let first_second: Vec<f64> = windows
+                .iter()
+                .map(|w| {
+                    let start = w.training.started_ns;
+                    100.0 * rate_in(&w.training, start, start + 1_000_000_000) / alone_rate
+                })
+                .collect();
+            let restored: Vec<f64> = windows
+                .iter()
+                .filter_map(|w| restored_after_ms(&w.training, alone_step_ns))
+                .collect();
+            let inference: Vec<(f64, f64)> =
+                windows.iter().filter_map(|w| inference_rates(w)).collect();
+            let reamer = scenario == Scenario::Reamer;
+            Some(ScenarioFigures {
+                scenario,
+                label: scenario.label(),
+                windows: windows.len(),
+                training_pct: median(&training),
+                training_pct_range: min_max(&training),
+                training_first_second_pct: median(&first_second),
+                windows_restored: restored.len(),
+                restored_after_ms: (restored.len() == windows.len()).then(|| median(&restored)),
+                inference_idle_pct: median_of(
+                    inference
+                        .iter()
+                        .map(|(idle, _)| 100.0 * idle / inference_reference)
+                        .collect(),
+                ),
+                inference_busy_pct: median_of(
+                    inference
+                        .iter()
+                        .map(|(_, busy)| 100.0 * busy / inference_reference)
+                        .collect(),
+                ),
+                clamp_after_ms: reamer
+                    .then(|| median_of(windows.iter().filter_map(|w| clamp_after_ms(w)).collect()))
+                    .flatten(),
+                mean_run_fraction: reamer.then(|| {
+                    median(
+                        &windows
+                            .iter()
+                            .map(|w| mean_run_fraction(w))
+                            .collect::<Vec<_>>(),
+                    )
+                }),
+            })
+        })
+        .collect()
+}
+
+/// Inference's model, said against training's.
+fn inference_model(training: &Workload, inference: Option<&Workload>) -> String {
+    match inference {
+        None => "none ran".to_owned(),
+        Some(i) if (i.layers, i.width) == (training.layers, training.width) => {
+            format!("the same shape, batch {}", i.batch)
+        }
+        Some(i) => format!(
+            "a {}-layer {}-wide MLP, batch {}",
+            i.layers, i.width, i.batch
+        ),
+    }
+}
+
+fn pct(value: Option<f64>) -> String {
+    value.map_or("–".to_owned(), |v| format!("{v:.0}%"))
+}
+
+pub fn markdown(run: &GpuRun, figures: &[ScenarioFigures], command: &str, machine: &str) -> String {
+    let mut text = format!(
+        "Command: `{command}`\n\nMachine: {machine}; GPU: {}; {}.\n\n\
+         Each window: inference runs alone for {:.0} s while training holds its CUDA context \
+         idle, then training runs for {:.0} s. Training: a {}-layer {}-wide bf16 MLP, \
+         batch {}, SGD; inference: {}, forward only; every step \
+         ends with a synchronize. \"Back to 90%\": from training's first kernel to the start \
+         of its first {RESTORED_STEPS} consecutive steps at 90% of alone's pace or better.\n\n\
+         | scenario | windows | training throughput (% of alone; min–max) | training's first second | back to 90% after | inference while training idles | inference while training runs |\n\
+         |---|---|---|---|---|---|---|\n",
+        run.gpu,
+        run.mps,
+        run.lead_s,
+        run.train_s,
+        run.training_workload.layers,
+        run.training_workload.width,
+        run.training_workload.batch,
+        inference_model(&run.training_workload, run.inference_workload.as_ref()),
+    );
+    for f in figures {
+        let restored = match f.restored_after_ms {
+            Some(ms) => format!("{ms:.0} ms"),
+            None => format!(
+                "not in {} of {} windows",
+                f.windows - f.windows_restored,
+                f.windows
+            ),
+        };
+        text.push_str(&format!(
+            "| {} | {} | {:.0}% ({:.0}–{:.0}) | {:.0}% | {} | {} | {} |\n",
+            f.label,
+            f.windows,
+            f.training_pct,
+            f.training_pct_range.0,
+            f.training_pct_range.1,
+            f.training_first_second_pct,
+            restored,
+            pct(f.inference_idle_pct),
+            pct(f.inference_busy_pct),
+        ));
+    }
+    if let Some(reamer) = figures.iter().find(|f| f.scenario == Scenario::Reamer) {
+        text.push_str(&format!(
+            "\nUnder reamer, from training's first kernel to the clamp decision: {}; \
+             inference's mean share of each gate period while training ran: {}.\n",
+            reamer
+                .clamp_after_ms
+                .map_or("no clamp measured".to_owned(), |ms| format!(
+                    "{ms:.0} ms (median)"
+                )),
+            reamer
+                .mean_run_fraction
+                .map_or("–".to_owned(), |f| format!("{:.0}%", 100.0 * f)),
+        ));
+    }
+    if let Some(status) = &run.status_sample {
+        text.push_str(&format!(
+            "\n`enforcer status` in the middle of the first reamer window's training:\n\n```\n{}\n```\n",
+            status.trim_end()
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::gpu::GateChange;
+
+    const MS: u64 = 1_000_000;
+
+    /// Steps ending at these milliseconds after a start at 1000 ms.
+    fn trace(ends_ms: &[u64]) -> Trace {
+        Trace {
+            t0_ns: 0,
+            started_ns: 1000 * MS,
+            done_ns: ends_ms.iter().map(|ms| (1000 + ms) * MS).collect(),
+        }
+    }
+
+    fn window(training: Trace, gates: &[(u64, f64)]) -> Window {
+        Window {
+            scenario: Scenario::Reamer,
+            round: 0,
+            training,
+            inference: None,
+            gate_changes: gates
+                .iter()
+                .map(|&(at_ms, run_fraction)| GateChange {
+                    at_ns: at_ms * MS,
+                    run_fraction,
+                    reason: "test".to_owned(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn restored_is_the_start_of_the_first_run_of_steps_at_90_percent_pace() {
+        // Three slow steps of 30 ms, then steps of 10 ms: alone's pace is 10 ms a step. Ten
+        // steps from 60 ms include one slow one and take 120 ms, over the 111 ms allowed.
+        let mut ends = vec![30, 60, 90];
+        ends.extend((1..=12).map(|i| 90 + 10 * i));
+        let restored = restored_after_ms(&trace(&ends), 10.0 * MS as f64);
+        assert_eq!(restored, Some(90.0));
+        // At alone's pace from the first step: restored at once.
+        let ends: Vec<u64> = (1..=12).map(|i| 10 * i).collect();
+        assert_eq!(
+            restored_after_ms(&trace(&ends), 10.0 * MS as f64),
+            Some(0.0)
+        );
+        // Never faster than 20 ms a step: never restored.
+        let ends: Vec<u64> = (1..=30).map(|i| 20 * i).collect();
+        assert_eq!(restored_after_ms(&trace(&ends), 10.0 * MS as f64), None);
+    }
+
+    #[test]
+    fn the_clamp_is_timed_from_training_start_unless_a_clamp_was_already_in_force() {
+        let ends: Vec<u64> = (1..=10).map(|i| 10 * i).collect();
+        // Clamped by warm-up, ungated before the start, clamped 16 ms after it.
+        let timed = window(trace(&ends), &[(200, 0.1), (600, 1.0), (1016, 0.1)]);
+        assert_eq!(clamp_after_ms(&timed), Some(16.0));
+        // Still clamped from warm-up at the start: nothing to time.
+        let held = window(trace(&ends), &[(900, 0.1), (1016, 0.1)]);
+        assert_eq!(clamp_after_ms(&held), None);
+    }
+
+    #[test]
+    fn the_mean_run_fraction_weighs_each_gate_by_how_long_it_held() {
+        // Training runs from 1000 to 1100 ms: ungated for 20 ms, then at 0.1.
+        let ends: Vec<u64> = (1..=10).map(|i| 10 * i).collect();
+        let w = window(trace(&ends), &[(600, 1.0), (1020, 0.1)]);
+        let mean = mean_run_fraction(&w);
+        assert!((mean - (0.2 * 1.0 + 0.8 * 0.1)).abs() < 1e-9, "{mean}");
+    }
+
+    #[test]
+    fn inference_is_described_against_trainings_model() {
+        let training = Workload {
+            layers: 4,
+            width: 8192,
+            batch: 2048,
+        };
+        let same = Workload {
+            batch: 1024,
+            ..training.clone()
+        };
+        assert_eq!(
+            inference_model(&training, Some(&same)),
+            "the same shape, batch 1024"
+        );
+        let other = Workload {
+            layers: 2,
+            width: 4096,
+            batch: 64,
+        };
+        assert_eq!(
+            inference_model(&training, Some(&other)),
+            "a 2-layer 4096-wide MLP, batch 64"
+        );
+    }
+
+    #[test]
+    fn rates_count_steps_in_their_span() {
+        let t = trace(&[10, 20, 30, 40]);
+        // Steps ending in [1000, 1025) ms: two in 25 ms.
+        assert!((rate_in(&t, 1000 * MS, 1025 * MS) - 80.0).abs() < 1e-9);
+        // Four steps over 40 ms.
+        assert!((rate(&t) - 100.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,158 @@
+//! The enforcer's reaction time: from the sensor event's kernel timestamp to the completed
+//! cgroup write, on every fast-path decision.
+//!
+//! An offline pool runs two spinning threads; a training job arrives in short bursts. The
+//! policy's hold and half-life are short here, so that cores go back between bursts and every
+//! burst meets inference on its cores again: each burst is a fresh fast-path reaction. The
+//! latencies come from the daemon's decision log, one per decision.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use reamer_tests::harness::{Daemon, decision_log_of};
+use serde::Serialize;
+
+use super::stats::{median, quantile, sorted};
+use crate::cargo::release_bin;
+
+const INSTANCE: &str = "bench-reaction";
+const CONFIG: &str = "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n[policy]\n\
+                      give_back_after_ms = 100\ndemand_half_life_ms = 50\ntick_ms = 50\n";
+
+#[derive(Debug, Serialize)]
+pub struct ReactionBench {
+    pub bursts: usize,
+    pub reactions: usize,
+    pub event_to_write_us: Vec<f64>,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// Its two parts, per decision: until the event thread read the event (the ring buffer's
+    /// wakeup), and from reading it to the cgroup write done (policy, grants, the write).
+    pub event_to_read_p50_us: f64,
+    pub event_to_read_p99_us: f64,
+    pub read_to_write_p50_us: f64,
+    pub read_to_write_p99_us: f64,
+    /// From a report behind inference to the training thread's next switch-in, over every
+    /// report userspace received (upper bounds of the sensor's histogram buckets).
+    pub ran_samples: usize,
+    pub ran_p50_us: f64,
+    pub ran_p99_us: f64,
+}
+
+#[expect(
+    clippy::zombie_processes,
+    reason = "on an early error the hog is left to finish on its own: it runs for a fixed time"
+)]
+pub fn run(bursts: usize, progress: &dyn Fn(&str)) -> anyhow::Result<ReactionBench> {
+    let log = decision_log_of(INSTANCE);
+    let daemon = Daemon::start_bin_with_fresh_log(&release_bin("enforcer"), INSTANCE, CONFIG);
+    let hog_seconds = (bursts as f64 * 0.6 + 2.0).to_string();
+    let hog_bin = release_bin("cpu-hog");
+    let mut hog = daemon.launch(
+        "--pool",
+        "batch",
+        hog_bin.to_str().context("path")?,
+        &["--threads", "2", "--seconds", &hog_seconds],
+    );
+    let sim = release_bin("training-sim");
+    for burst in 0..bursts {
+        if burst % 10 == 0 {
+            progress(&format!("reaction burst {}/{bursts}", burst + 1));
+        }
+        let status = daemon
+            .launch(
+                "--training",
+                "bursty",
+                sim.to_str().context("path")?,
+                &["--seconds", "0.2"],
+            )
+            .wait()?;
+        if !status.success() {
+            bail!("training-sim burst failed ({status})");
+        }
+        // Long enough for the hold (100 ms) to give the cores back.
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let _ = hog.kill();
+    let _ = hog.wait();
+    // "Report to training ran" is aggregated by the sensor itself (no event per report).
+    let snapshot = daemon.snapshot();
+    let enforcement = snapshot.enforcement.unwrap_or_default();
+    let ran_samples: u64 = snapshot.jobs.iter().map(|j| j.reports_ran).sum();
+    let ran_us = |ns: Option<u64>| ns.map_or(f64::NAN, |ns| ns as f64 / 1e3);
+    let (ran_p50_us, ran_p99_us) = (
+        ran_us(enforcement.event_to_ran_p50_ns),
+        ran_us(enforcement.event_to_ran_p99_ns),
+    );
+    daemon.stop();
+
+    let text =
+        std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
+    // (event to write, event to read) of each fast-path decision, in µs.
+    let reactions: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|d| d["trigger"] == "contended")
+        .filter_map(|d| {
+            Some((
+                d["event_to_write_ns"].as_u64()?,
+                d["event_to_read_ns"].as_u64()?,
+            ))
+        })
+        .map(|(write, read)| (write as f64 / 1e3, read as f64 / 1e3))
+        .collect();
+    if reactions.is_empty() {
+        bail!(
+            "no fast-path decision in {}: the bursts never met inference",
+            log.display()
+        );
+    }
+    let mut latencies: Vec<f64> = reactions.iter().map(|(write, _)| *write).collect();
+    let to_write = sorted(latencies.iter().copied());
+    let to_read = sorted(reactions.iter().map(|(_, read)| *read));
+    let read_to_write = sorted(reactions.iter().map(|(write, read)| write - read));
+    latencies.truncate(10_000);
+    Ok(ReactionBench {
+        bursts,
+        reactions: to_write.len(),
+        p50_us: median(&to_write),
+        p99_us: quantile(&to_write, 0.99),
+        max_us: *to_write.last().expect("non-empty"),
+        event_to_read_p50_us: median(&to_read),
+        event_to_read_p99_us: quantile(&to_read, 0.99),
+        read_to_write_p50_us: median(&read_to_write),
+        read_to_write_p99_us: quantile(&read_to_write, 0.99),
+        ran_samples: ran_samples as usize,
+        ran_p50_us,
+        ran_p99_us,
+        event_to_write_us: latencies,
+    })
+}
+
+pub fn markdown(bench: &ReactionBench, command: &str, machine: &str) -> String {
+    format!(
+        "Command: `{command}`\n\nMachine: {machine}\n\n\
+         | figure | value | target |\n|---|---|---|\n\
+         | fast-path reactions measured ({} training bursts beside an offline pool) | {} | |\n\
+         | event to cgroup write, p50 | {:.0} µs | ≤ 100 µs |\n\
+         | event to cgroup write, p99 | {:.0} µs | ≤ 500 µs |\n\
+         | event to cgroup write, max | {:.0} µs | |\n\
+         | of which: event to the event thread reading it (the ring buffer's wakeup), p50 / p99 | {:.0} / {:.0} µs | |\n\
+         | of which: read to cgroup write done (policy, grants, the write), p50 / p99 | {:.0} / {:.0} µs | |\n\
+         | report to the waiting training thread running, p50 ({} reports; bucket upper bound) | {:.0} µs | |\n\
+         | report to the waiting training thread running, p99 | {:.0} µs | |\n",
+        bench.bursts,
+        bench.reactions,
+        bench.p50_us,
+        bench.p99_us,
+        bench.max_us,
+        bench.event_to_read_p50_us,
+        bench.event_to_read_p99_us,
+        bench.read_to_write_p50_us,
+        bench.read_to_write_p99_us,
+        bench.ran_samples,
+        bench.ran_p50_us,
+        bench.ran_p99_us
+    )
+}
