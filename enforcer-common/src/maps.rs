@@ -89,7 +89,10 @@ pub mod globals {
     /// the run queue's, the clock they are kept in), 0 when the programs stamp wait starts
     /// themselves.
     pub const WAITS_FROM_SCHED_INFO: &str = "WAITS_FROM_SCHED_INFO";
-    pub const ALL: [&str; 9] = [
+    /// `task_struct.se.sum_exec_runtime`: the kernel's own total of the time the task ran,
+    /// which training's run time is taken from.
+    pub const TASK_SUM_EXEC_OFFSET: &str = "TASK_SUM_EXEC_OFFSET";
+    pub const ALL: [&str; 10] = [
         TASK_PID_OFFSET,
         TASK_CPU_OFFSET,
         TASK_CFS_RQ_OFFSET,
@@ -99,5 +102,6 @@ pub mod globals {
         TASK_LAST_QUEUED_OFFSET,
         TASK_RUN_DELAY_OFFSET,
         WAITS_FROM_SCHED_INFO,
+        TASK_SUM_EXEC_OFFSET,
     ];
 }

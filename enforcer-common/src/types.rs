@@ -48,6 +48,9 @@ pub struct ThreadState {
 /// `report_ran_since_ns` is non-zero when the thread was reported queued behind inference at
 /// that CLOCK_MONOTONIC time: its next switch-in adds the time since the report to its job's
 /// `report_to_ran_hist`.
+///
+/// `behind_offline` is 1 while the thread waits in a wait that began queued behind offline
+/// inference, or preempted for it: its switch-in adds the whole wait to `offline_wait_ns`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskCache {
@@ -57,6 +60,8 @@ pub struct TaskCache {
     pub runnable_since_ns: u64,
     pub report_ran_since_ns: u64,
     pub run_delay_seen_ns: u64,
+    pub behind_offline: u32,
+    pub _pad: u32,
 }
 
 /// Marks `TaskCache::run_delay_seen_ns` as a value, so that a total of 0 (a thread that never
@@ -66,11 +71,14 @@ pub const RUN_DELAY_SEEN: u64 = 1 << 63;
 /// Per training job, per CPU (the CPU on which each quantity was observed).
 ///
 /// `run_ns + wait_ns` integrated over an interval, divided by its length, is the job's CPU
-/// demand: the average number of its threads that were runnable or running.
+/// demand: the average number of its threads that were runnable or running. `run_ns` counts a
+/// thread's slice when it ends; the slices in progress are in `CpuState`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JobStats {
-    /// Time the job's threads spent running.
+    /// Time the job's threads spent running, in completed slices: the growth of each thread's
+    /// `se.sum_exec_runtime` (the kernel's figure, `/proc/<tid>/schedstat`'s first field)
+    /// from its switch-in to its switch-out.
     pub run_ns: u64,
     /// Time the job's threads spent runnable but waiting for a CPU (completed waits).
     pub wait_ns: u64,
@@ -82,6 +90,10 @@ pub struct JobStats {
     pub behind_inference: u64,
     /// Waits longer than the configured threshold.
     pub long_waits: u64,
+    /// The part of `wait_ns` in waits that began behind offline inference (the thread queued
+    /// on a CPU running it, or preempted for it): what offline inference costs training in
+    /// waits, which a pause takes away.
+    pub offline_wait_ns: u64,
     /// Run-queue wait histogram, see [`crate::histogram`].
     pub wait_hist: [u64; NR_BUCKETS],
     /// Reports behind inference whose thread has since run, their total and histogram of the
@@ -101,6 +113,7 @@ impl Default for JobStats {
             max_wait_ns: 0,
             behind_inference: 0,
             long_waits: 0,
+            offline_wait_ns: 0,
             wait_hist: [0; NR_BUCKETS],
             reports_ran: 0,
             report_to_ran_ns: 0,
@@ -110,15 +123,22 @@ impl Default for JobStats {
 }
 
 /// One CPU's view of what it runs, indexed by CPU number. Only that CPU writes it; other CPUs
-/// read `current_class` to tell whether a training thread is being enqueued behind inference.
+/// read `current_class` to tell whether a training thread is being enqueued behind inference,
+/// and userspace reads the training segment in progress.
 ///
-/// Padded to 128 bytes so that no two CPUs write the same cache line. An array map's values
-/// lie back to back from `bpf_array.value`, which is only 8-byte aligned (on the development
-/// kernel 312 bytes into the map's page-aligned memory, 56 bytes into a cache line). At 72
-/// bytes a slot, most neighbouring CPUs shared a line: mapped onto such a pair, the two CPUs
-/// of the development VM paid 38 to 82 ns more per event, both switching (docs/sensor.md, "One
-/// cache line per CPU"). At a 128-byte stride the 72 bytes in use, starting at most 56 bytes
-/// into a line, end in the next one, and the rest of the slot is padding.
+/// Padded to 192 bytes (three cache lines) so that no two CPUs write the same cache line. An
+/// array map's values lie back to back from `bpf_array.value`, which is only 8-byte aligned
+/// (on the development kernel 312 bytes into the map's page-aligned memory, 56 bytes into a
+/// cache line). When slots were 72 bytes, most neighbouring CPUs shared a line: mapped onto
+/// such a pair, the two CPUs of the development VM paid 38 to 82 ns more per event, both
+/// switching (docs/sensor.md, "One cache line per CPU"). At a stride of three lines the 88
+/// bytes in use, starting at most 56 bytes into a line, end within the third, and the rest of
+/// the slot is padding.
+///
+/// `training_since_ns` lies after `current_class` and is written before it: a reader that
+/// copies the slot from its start and sees `current_class` training also sees the start of
+/// that training segment, never an older one (the program writes both with volatile stores,
+/// in that order, and x86 keeps stores in order).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuState {
@@ -133,10 +153,17 @@ pub struct CpuState {
     pub current_group: u32,
     pub current_tid: u32,
     pub _pad: u32,
+    /// CLOCK_MONOTONIC time at which the training thread running here was switched in; 0
+    /// while no training thread runs here. Userspace adds the time since to the job's run
+    /// time, so that a slice in progress counts in the interval it happens in.
+    pub training_since_ns: u64,
+    /// That thread's `se.sum_exec_runtime` when it was switched in: at its switch-out the
+    /// job's `run_ns` grows by the kernel's own count of the time it ran.
+    pub training_exec_start_ns: u64,
     /// Time spent running each class, indexed by `CLASS_*`.
     pub class_ns: [u64; NR_CLASSES],
     /// Never written: keeps the next CPU's slot off this one's cache lines.
-    pub _line_pad: [u64; 7],
+    pub _line_pad: [u64; 13],
 }
 
 /// Runtime knobs, in the single entry of the `settings` array.
@@ -213,11 +240,16 @@ pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
 ];
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 8);
-const _: () = assert!(core::mem::size_of::<TaskCache>() == 40);
-const _: () = assert!(core::mem::size_of::<JobStats>() == 64 + 16 * NR_BUCKETS);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 128);
-// The fields in use fit in two cache lines from any 8-byte-aligned start (see `CpuState`).
-const _: () = assert!(core::mem::offset_of!(CpuState, _line_pad) <= 128 - 56);
+const _: () = assert!(core::mem::size_of::<TaskCache>() == 48);
+const _: () = assert!(core::mem::size_of::<JobStats>() == 72 + 16 * NR_BUCKETS);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 192);
+// The fields in use fit in three cache lines from any 8-byte-aligned start (see `CpuState`).
+const _: () = assert!(core::mem::offset_of!(CpuState, _line_pad) <= 192 - 56);
+// Written before `current_class`, read after it (see `CpuState`).
+const _: () = assert!(
+    core::mem::offset_of!(CpuState, training_since_ns)
+        > core::mem::offset_of!(CpuState, current_class)
+);
 const _: () = assert!(core::mem::size_of::<Settings>() == 16);
 const _: () = assert!(core::mem::size_of::<SensorEvent>() == 40);
 

@@ -48,6 +48,7 @@ fn refresh(entry: &mut TaskCache, tid: u32, generation: u64) {
         entry.runnable_since_ns = 0;
         entry.report_ran_since_ns = 0;
         entry.run_delay_seen_ns = 0;
+        entry.behind_offline = 0;
     }
     entry.generation = generation;
 }

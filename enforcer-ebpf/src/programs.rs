@@ -102,6 +102,9 @@ fn on_wakeup(task: Task) {
     if let Some(stats) = job_stats_here(job) {
         stats.behind_inference += 1;
     }
+    if holder_class == CLASS_OFFLINE {
+        thread.behind_offline = 1;
+    }
     // Training holds this CPU already, or all it may: a report would only wake the enforcer.
     if report_changes_nothing(target_cpu) {
         return;
@@ -223,15 +226,20 @@ fn on_switch(switch: &Switch) {
         true => job_stats_here(prev_job),
         false => None,
     };
-    // What ran since the segment began, charged to the class (and job) that was current.
+    // What ran since the segment began, charged to the class that was current.
     if known_prev && now >= here.switched_at_ns {
         let ran = now - here.switched_at_ns;
         let class = here.current_class as usize;
         if class < NR_CLASSES {
             here.class_ns[class] += ran;
         }
-        if let Some(stats) = &mut prev_stats {
-            stats.run_ns += ran;
+    }
+    // A training thread's slice: the kernel's own count of the time it ran since it was
+    // switched in, so that the job's run time is the threads' `sum_exec_runtime`.
+    if let Some(stats) = &mut prev_stats {
+        let exec = switch.prev.sum_exec_runtime();
+        if exec >= here.training_exec_start_ns {
+            stats.run_ns += exec - here.training_exec_start_ns;
         }
     }
 
@@ -260,11 +268,15 @@ fn on_switch(switch: &Switch) {
             next.report_ran_since_ns = 0;
             record_report_ran(next.group, reported, monotonic_ns());
         }
+        let behind_offline = core::mem::take(&mut next.behind_offline) != 0;
         if let Some(ns) = ending_wait(next, switch.next, now) {
-            let stats = match next.group == prev_job && prev_stats.is_some() {
+            let mut stats = match next.group == prev_job && prev_stats.is_some() {
                 true => prev_stats.as_deref_mut(),
                 false => job_stats_here(next.group),
             };
+            if behind_offline && let Some(stats) = stats.as_deref_mut() {
+                stats.offline_wait_ns += ns;
+            }
             let wait = Wait {
                 job: next.group,
                 tid: switch.next_tid,
@@ -280,6 +292,9 @@ fn on_switch(switch: &Switch) {
         // prev was training, so these are its job's statistics.
         if let Some(stats) = &mut prev_stats {
             stats.behind_inference += 1;
+        }
+        if next_class == CLASS_OFFLINE {
+            prev.behind_offline = 1;
         }
         // As at wakeup: no report where it would change nothing.
         if !report_changes_nothing(cpu) {
@@ -299,7 +314,19 @@ fn on_switch(switch: &Switch) {
         }
     }
 
-    here.current_class = next_class;
+    // The training slice that starts here, for the run time at its end and, while it runs,
+    // for userspace; written before `current_class` (see `CpuState`).
+    // SAFETY: this CPU's own slot (above); volatile keeps the stores in this order.
+    unsafe {
+        if next_class == CLASS_TRAINING {
+            let exec_start = switch.next.sum_exec_runtime();
+            core::ptr::write_volatile(&mut here.training_exec_start_ns, exec_start);
+            core::ptr::write_volatile(&mut here.training_since_ns, monotonic_ns());
+        } else if here.training_since_ns != 0 {
+            core::ptr::write_volatile(&mut here.training_since_ns, 0);
+        }
+        core::ptr::write_volatile(&mut here.current_class, next_class);
+    }
     here.current_group = next_group;
     here.current_tid = switch.next_tid;
     here.switched_at_ns = now;

@@ -31,6 +31,10 @@ static TASK_LAST_QUEUED_OFFSET: u32 = 0;
 static TASK_RUN_DELAY_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static WAITS_FROM_SCHED_INFO: u32 = 0;
+/// `task_struct.se.sum_exec_runtime`, which the scheduler brings up to date for a task it
+/// switches out before the sched_switch tracepoint (`put_prev_task`, then `update_curr`).
+#[unsafe(no_mangle)]
+static TASK_SUM_EXEC_OFFSET: u32 = 0;
 
 /// Whether run-queue waits are read from the scheduler's `sched_info` instead of stamped by
 /// the programs. A constant to the verifier (frozen .rodata): the other branch is dead code.
@@ -123,6 +127,15 @@ impl Task {
     pub fn run_delay(self) -> u64 {
         // SAFETY: as in `read_u32`.
         unsafe { read_at::<u64>(self.0, global(&TASK_RUN_DELAY_OFFSET)) }
+    }
+
+    /// `se.sum_exec_runtime`: the time the task has run in all, as the kernel counts it
+    /// (on the run queue's task clock, which leaves out time the hypervisor stole where the
+    /// kernel accounts steal; `/proc/<tid>/schedstat`'s first field).
+    #[inline(always)]
+    pub fn sum_exec_runtime(self) -> u64 {
+        // SAFETY: as in `read_u32`.
+        unsafe { read_at::<u64>(self.0, global(&TASK_SUM_EXEC_OFFSET)) }
     }
 
     /// The CPU whose run queue holds the task.

@@ -318,9 +318,9 @@ fn metrics_are_served_on_loopback_with_training_figures() {
     daemon.stop();
 }
 
-/// Short hold and half-life, so that cores come back within a test's patience.
+/// Short hold and demand window, so that cores come back within a test's patience.
 const QUICK_POLICY: &str =
-    "[policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
+    "[policy]\ngive_back_after_ms = 200\ndemand_window_ms = 200\ntick_ms = 50\n";
 
 #[test]
 fn a_training_job_that_exits_frees_its_cores() {

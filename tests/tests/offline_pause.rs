@@ -15,11 +15,11 @@ use serde_json::Value;
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
 const GRANT_CLIENT: &str = env!("CARGO_BIN_EXE_grant-client");
 /// One core guaranteed to the online pool: training may reserve all but one, and a hog on
-/// every CPU wants one more. Short hold and half-life, so that the test takes seconds.
+/// every CPU wants one more. Short hold and demand window, so that the test takes seconds.
 const CONFIG: &str = "[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\n\n\
                       [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
                       [policy]\npause_offline_when_training_short = true\n\
-                      give_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
+                      give_back_after_ms = 200\ndemand_window_ms = 200\ntick_ms = 50\n";
 /// Time for the slow path to see demand move, with room for a busy VM.
 const SETTLE: Duration = Duration::from_secs(5);
 

@@ -14,7 +14,7 @@ const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
 /// its daemon.
 const REREAD_AND_RECONNECT: Duration = Duration::from_secs(5);
 const CONFIG: &str = "[[pool]]\nname = \"serve\"\nkind = \"offline\"\n\
-                      [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
+                      [policy]\ngive_back_after_ms = 200\ndemand_window_ms = 200\ntick_ms = 50\n";
 
 /// The kernel's id of a pinned map: the same id is the same map.
 fn pinned_map_id(daemon: &Daemon, map: &str) -> u64 {

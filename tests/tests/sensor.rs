@@ -11,7 +11,10 @@ use std::{
 
 use enforcer_common::protocol::Snapshot;
 use reamer_tests::{
-    harness::{Daemon, bpftool, job, online_cpu_count, privileged, u64_of, wait_ok},
+    harness::{
+        Daemon, bpftool, enforcer_bin, eventually, job, online_cpu_count, privileged, u64_of,
+        wait_ok,
+    },
     measure::schedstat,
 };
 use serde_json::{Value, json};
@@ -58,15 +61,19 @@ fn runqueue_wait_agrees_with_schedstat_run_delay() {
     }
 }
 
-/// The kernel's run delays of `pid`'s threads and the daemon's snapshot, as of one moment: the
-/// kernel is read on both sides of the snapshot and the two readings averaged. On a busy host
-/// the daemon can take tens of milliseconds to answer, while the waits grow by most of a
+/// A schedstat figure of `pid`'s threads (`read`) and the daemon's snapshot, as of one moment:
+/// the kernel is read on both sides of the snapshot and the two readings averaged. On a busy
+/// host the daemon can take tens of milliseconds to answer, while the waits grow by most of a
 /// second per second here: read on one side only, the two measures would cover different
 /// stretches of time.
-fn at_one_moment(daemon: &Daemon, pid: u32) -> (HashMap<u32, u64>, Snapshot) {
-    let kernel_before = schedstat::run_delays(pid);
+fn at_one_moment(
+    daemon: &Daemon,
+    pid: u32,
+    read: fn(u32) -> HashMap<u32, u64>,
+) -> (HashMap<u32, u64>, Snapshot) {
+    let kernel_before = read(pid);
     let snapshot = daemon.snapshot();
-    let kernel_after = schedstat::run_delays(pid);
+    let kernel_after = read(pid);
     let midpoint = kernel_before
         .iter()
         .filter_map(|(tid, before)| Some((*tid, before.midpoint(*kernel_after.get(tid)?))))
@@ -95,10 +102,10 @@ fn wait_agrees_with_schedstat(clock: &str) {
     let sim = launch_sim(&daemon, "sim", "6");
     std::thread::sleep(Duration::from_millis(500));
 
-    let (kernel_before, before) = at_one_moment(&daemon, sim.id());
+    let (kernel_before, before) = at_one_moment(&daemon, sim.id(), schedstat::run_delays);
     let sensor_before = job(&before, "sim").wait_ns;
     std::thread::sleep(Duration::from_secs(3));
-    let (kernel_after, after) = at_one_moment(&daemon, sim.id());
+    let (kernel_after, after) = at_one_moment(&daemon, sim.id(), schedstat::run_delays);
     let sensor_after = job(&after, "sim").wait_ns;
 
     let kernel = schedstat::growth(&kernel_before, &kernel_after) as f64;
@@ -138,8 +145,153 @@ fn wait_agrees_with_schedstat(clock: &str) {
     daemon.stop();
 }
 
-/// A training thread enqueued behind a task of an inference pool raises events; behind an
-/// unclassified task of the same shape, it raises none of that kind.
+/// A job's run time, read at any instant, is the time its threads ran up to that instant:
+/// threads that run for seconds without a switch count in every interval they run in, never
+/// in a lump when they stop. Over a few seconds it agrees with the kernel's own
+/// `sum_exec_runtime` of the threads, and no 100 ms interval reads more CPUs than the machine
+/// has.
+#[test]
+fn run_time_counts_running_slices_and_agrees_with_schedstat() {
+    if !privileged("run_time_counts_running_slices_and_agrees_with_schedstat") {
+        return;
+    }
+    let daemon = Daemon::start("it-runtime", "");
+    let cpus = online_cpu_count();
+    // A spinner on every CPU but one, each alone enough to run for seconds between switches,
+    // and two threads that switch every millisecond.
+    let spinners = cpus.saturating_sub(1).max(1);
+    let job_threads = spinners + 2;
+    let hog = daemon.launch(
+        "--training",
+        "long",
+        HOG,
+        &[
+            "--threads",
+            &spinners.to_string(),
+            "--sleepers",
+            "2",
+            "--seconds",
+            "6",
+        ],
+    );
+    eventually_threads(&daemon, "long", job_threads);
+    std::thread::sleep(Duration::from_millis(500));
+
+    let (kernel_before, before) = at_one_moment(&daemon, hog.id(), schedstat::run_times);
+    let mut previous = before.clone();
+    let mut running = Vec::new();
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(100));
+        let current = daemon.snapshot();
+        let dt = current.monotonic_ns.saturating_sub(previous.monotonic_ns);
+        let ran = job(&current, "long")
+            .run_ns
+            .saturating_sub(job(&previous, "long").run_ns);
+        running.push(ran as f64 / dt.max(1) as f64);
+        previous = current;
+    }
+    let (kernel_after, after) = at_one_moment(&daemon, hog.id(), schedstat::run_times);
+
+    let kernel = schedstat::growth(&kernel_before, &kernel_after) as f64;
+    let sensor = job(&after, "long")
+        .run_ns
+        .saturating_sub(job(&before, "long").run_ns) as f64;
+    let most = running.iter().copied().fold(0.0, f64::max);
+    let least = running.iter().copied().fold(f64::INFINITY, f64::min);
+    println!(
+        "run time over {} intervals: sensor {:.1} ms, schedstat sum_exec_runtime {:.1} ms \
+         ({} threads); running CPUs per 100 ms from {least:.2} to {most:.2} on {cpus} CPUs",
+        running.len(),
+        sensor / 1e6,
+        kernel / 1e6,
+        kernel_after.len(),
+    );
+    assert_eq!(after.online_cpus, cpus, "the snapshot's CPU count");
+    assert!(
+        kernel > 1e9,
+        "the job ran {kernel} ns in the window: test is void"
+    );
+    // The sensor counts completed slices from `sum_exec_runtime` itself and the running ones
+    // on CLOCK_MONOTONIC, which also counts time the hypervisor stole.
+    assert!(
+        (sensor - kernel).abs() <= 0.02 * kernel,
+        "sensor {sensor} ns vs schedstat {kernel} ns differ by more than 2%"
+    );
+    // Readings a few microseconds apart on either end: 2% over the machine is jitter, a slice
+    // counted whole at its end is tens of CPUs.
+    assert!(
+        most <= cpus as f64 * 1.02,
+        "an interval read {most:.2} running CPUs on {cpus}: {running:?}"
+    );
+    // A spinner counted only when it stops would leave intervals reading almost nothing.
+    assert!(
+        least >= 0.5 * spinners as f64,
+        "an interval read {least:.2} running CPUs with {spinners} spinners: {running:?}"
+    );
+    observe_records_a_trace_that_replays(&daemon, cpus);
+    wait_ok(hog, "cpu-hog");
+    daemon.stop();
+}
+
+/// `observe --json` records the machine's CPU count and what the daemon reserved, and
+/// `replay` takes its output as it is, without --cpus.
+fn observe_records_a_trace_that_replays(daemon: &Daemon, cpus: usize) {
+    let instance = daemon.instance.as_str();
+    let observed = Command::new(enforcer_bin())
+        .args(["observe", "--json", "--interval", "0.1", "--count", "3"])
+        .args(["--instance", instance])
+        .output()
+        .expect("enforcer observe");
+    assert!(observed.status.success(), "{observed:?}");
+    let trace = String::from_utf8(observed.stdout).expect("utf-8");
+    let lines: Vec<Value> = trace
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{trace}");
+    for line in &lines {
+        assert_eq!(line["online_cpus"], json!(cpus), "{line}");
+        assert!(
+            line["reserved_cpus"].is_u64(),
+            "an enforcing daemon: {line}"
+        );
+        let running = line["jobs"][0]["running_cpus"]
+            .as_f64()
+            .expect("running_cpus");
+        assert!(running <= cpus as f64, "{line}");
+    }
+    let path = std::env::temp_dir().join(format!("reamer-{instance}-trace.jsonl"));
+    std::fs::write(&path, &trace).expect("writing the trace");
+    let replayed = Command::new(enforcer_bin())
+        .args(["replay", "--json"])
+        .arg(&path)
+        .output()
+        .expect("enforcer replay");
+    let _ = std::fs::remove_file(&path);
+    assert!(replayed.status.success(), "{replayed:?}");
+    let stdout = String::from_utf8_lossy(&replayed.stdout);
+    let summary: Value =
+        serde_json::from_str(stdout.lines().last().expect("a summary")).expect("JSON");
+    assert_eq!(summary["intervals"], json!(3), "{stdout}");
+    assert_eq!(summary["cpus"], json!(cpus), "{stdout}");
+}
+
+/// Waits until job `name` has `threads` threads classified.
+fn eventually_threads(daemon: &Daemon, name: &str, threads: usize) {
+    eventually(
+        &format!("job {name} with {threads} threads"),
+        Duration::from_secs(5),
+        || {
+            daemon
+                .snapshot()
+                .job(name)
+                .is_some_and(|j| j.threads >= threads)
+        },
+    );
+}
+
+/// A training thread enqueued behind a task of an inference pool raises events, and its waits
+/// count as behind offline inference; behind an unclassified task of the same shape, neither.
 #[test]
 fn events_fire_behind_inference_and_only_there() {
     if !privileged("events_fire_behind_inference_and_only_there") {
@@ -168,6 +320,13 @@ fn events_fire_behind_inference_and_only_there() {
         "no enqueue behind inference detected"
     );
     assert!(behind.events_received > 0, "no event reached userspace");
+    // The pool is offline: waits that began behind it are counted as such, within the waits.
+    assert!(
+        behind.offline_wait_ns > 0 && behind.offline_wait_ns <= behind.wait_ns,
+        "waits behind offline inference: {} of {} ns",
+        behind.offline_wait_ns,
+        behind.wait_ns
+    );
 
     // Behind an unclassified hog: contention, but not inference.
     let hog = Command::new(HOG)
@@ -184,6 +343,10 @@ fn events_fire_behind_inference_and_only_there() {
     assert_eq!(
         other.behind_inference, 0,
         "behind-inference detected with no inference"
+    );
+    assert_eq!(
+        other.offline_wait_ns, 0,
+        "waits behind offline with no offline"
     );
     daemon.stop();
 }

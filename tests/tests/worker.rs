@@ -764,7 +764,7 @@ fn a_worker_launched_into_a_pool_follows_the_enforcers_grants() {
         return;
     }
     let config = "[[pool]]\nname = \"serve\"\nkind = \"offline\"\n\
-                  [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n";
+                  [policy]\ngive_back_after_ms = 200\ndemand_window_ms = 200\ntick_ms = 50\n";
     let daemon = Daemon::start(instance, config);
     let (dir, model) = scratch_with_tiny_model("worker-grants");
     // No --pool or --enforcer-socket: the launcher tells the worker both.
@@ -854,7 +854,7 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
         "[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = {slo_ms}\n\
          cpu_weight = 30\n\
          [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\
-         [policy]\ngive_back_after_ms = 200\ndemand_half_life_ms = 100\ntick_ms = 50\n"
+         [policy]\ngive_back_after_ms = 200\ndemand_window_ms = 200\ntick_ms = 50\n"
     );
     let decision_log = reamer_tests::harness::decision_log_of(instance);
     let _ = std::fs::remove_file(&decision_log);

@@ -61,6 +61,10 @@ pub enum Request {
     Latency(LatencyReport),
     /// Reads the sensor's totals and the enforcement state.
     Snapshot,
+    /// Reads what `enforcer observe` shows and records, cheaply enough to ask ten times a
+    /// second: a `Snapshot` without the pools' files (CPUs, processes), the recent decisions,
+    /// the time by class, the GPU side and the event thread's scheduling.
+    Observe,
     /// A launcher started with `--relaunch` asks, every half second, what a new worker of
     /// `pool` would start with now and the pool's relaunch generation: a new MPS
     /// percentage, or a raised generation, makes it relaunch its command.

@@ -15,7 +15,14 @@ pub struct Snapshot {
     pub instance: String,
     /// CLOCK_MONOTONIC at the reading, the clock of the sensor's timestamps.
     pub monotonic_ns: u64,
+    /// The machine's online CPUs (0 from a daemon older than this field).
+    #[serde(default)]
+    pub online_cpus: usize,
     pub jobs: Vec<JobTotals>,
+    /// Per CPU, the sensor's reports received so far of a training thread queued behind (or
+    /// preempted by) inference there: the enforcer's fast path's input.
+    #[serde(default)]
+    pub contentions_by_cpu: Vec<u64>,
     pub pools: Vec<PoolInfo>,
     /// Per CPU, time spent running each class (other, training, online, offline, idle).
     pub cpu_class_ns: Vec<[u64; NR_CLASSES]>,
@@ -63,12 +70,17 @@ pub struct JobTotals {
     pub name: String,
     /// Threads classified into the job at the last reconcile.
     pub threads: usize,
+    /// Time its threads ran: completed slices, and the slices running at the reading up to
+    /// the reading, so that a difference of two readings is the time run in between.
     pub run_ns: u64,
     pub wait_ns: u64,
     pub waits: u64,
     pub max_wait_ns: u64,
     pub behind_inference: u64,
     pub long_waits: u64,
+    /// The part of `wait_ns` in waits that began behind offline inference.
+    #[serde(default)]
+    pub offline_wait_ns: u64,
     /// Events userspace received for the job.
     pub events_received: u64,
     pub wait_hist: Vec<u64>,

@@ -9,7 +9,7 @@ use std::{
     collections::VecDeque,
     io::Write as _,
     path::{Path, PathBuf},
-    sync::mpsc,
+    sync::{Arc, mpsc},
     thread::JoinHandle,
 };
 
@@ -113,7 +113,9 @@ impl DecisionLogWriter {
 /// The latest decisions, for `status`: each as its log line holds it.
 pub struct RecentDecisions {
     capacity: usize,
-    lines: VecDeque<serde_json::Value>,
+    /// Shared, so that a reader under the enforcement's lock copies pointers only: a copy of
+    /// 32 decisions' JSON was the largest cost of a snapshot, with the event thread waiting.
+    lines: VecDeque<Arc<serde_json::Value>>,
 }
 
 impl RecentDecisions {
@@ -128,11 +130,11 @@ impl RecentDecisions {
         if self.lines.len() == self.capacity {
             self.lines.pop_front();
         }
-        self.lines.push_back(record);
+        self.lines.push_back(Arc::new(record));
     }
 
     /// Oldest first.
-    pub fn to_vec(&self) -> Vec<serde_json::Value> {
+    pub fn to_vec(&self) -> Vec<Arc<serde_json::Value>> {
         self.lines.iter().cloned().collect()
     }
 }
@@ -164,9 +166,7 @@ mod tests {
         for i in 0..3 {
             recent.push(serde_json::json!(i));
         }
-        assert_eq!(
-            recent.to_vec(),
-            [serde_json::json!(1), serde_json::json!(2)]
-        );
+        let kept: Vec<serde_json::Value> = recent.to_vec().iter().map(|v| (**v).clone()).collect();
+        assert_eq!(kept, [serde_json::json!(1), serde_json::json!(2)]);
     }
 }

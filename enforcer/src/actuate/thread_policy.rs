@@ -343,6 +343,16 @@ mod tests {
         }
         done_tx.send(()).unwrap();
         thread.join().unwrap();
+        // The joiner wakes when the kernel clears the thread's tid (CLONE_CHILD_CLEARTID, in
+        // exit_mm), before the thread is released: until then it can still be changed, which
+        // made this test fail now and then. Wait until it is gone.
+        let task = format!("/proc/self/task/{tid}");
+        for _ in 0..1000 {
+            if !std::path::Path::new(&task).exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         // A thread that has exited is no failure.
         assert_eq!(make_idle([tid]), Changed::default());
     }

@@ -67,7 +67,16 @@ impl Client {
 
     /// The daemon's snapshot now.
     pub async fn snapshot(&mut self) -> Result<Snapshot, ClientError> {
-        match self.call(&Request::Snapshot).await? {
+        self.snapshot_for(Request::Snapshot).await
+    }
+
+    /// The part of the snapshot `observe` uses (`Request::Observe`).
+    pub async fn observe(&mut self) -> Result<Snapshot, ClientError> {
+        self.snapshot_for(Request::Observe).await
+    }
+
+    async fn snapshot_for(&mut self, request: Request) -> Result<Snapshot, ClientError> {
+        match self.call(&request).await? {
             Response::Snapshot(snapshot) => Ok(*snapshot),
             other => Err(ClientError::Unexpected(Box::new(other))),
         }

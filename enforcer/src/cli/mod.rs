@@ -8,6 +8,7 @@ pub mod client;
 pub mod launch;
 pub mod observe;
 pub mod relaunch;
+pub mod replay;
 pub mod status;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
@@ -40,7 +41,7 @@ pub struct Cli {
 
 #[derive(Args, Clone)]
 struct InstanceArg {
-    /// Which daemon: each instance has its own pins (/sys/fs/bpf/reamer/v4/INSTANCE) and
+    /// Which daemon: each instance has its own pins (/sys/fs/bpf/reamer/v5/INSTANCE) and
     /// control socket (/run/reamer/INSTANCE.sock).
     #[arg(long, default_value = DEFAULT_INSTANCE, value_parser = parse_instance)]
     instance: String,
@@ -143,6 +144,37 @@ enum Command {
         json: bool,
         #[command(flatten)]
         instance: InstanceArg,
+    },
+    /// Run the CPU policy over a trace recorded with `observe --json`, offline: no daemon, no
+    /// root, any machine.
+    ///
+    /// Each interval's contention reports go to the fast path and its demand to the slow path,
+    /// as in the daemon. Prints, per interval, training's running and demand CPUs, the cores
+    /// reserved for it and whether offline was paused, then a summary (with --json, one JSON
+    /// object per interval and the summary as the last line). The replay shows how the policy
+    /// answers a job's demand; it cannot show how the job would have answered the policy.
+    ///
+    /// Examples:
+    ///
+    ///   enforcer observe --interval 0.1 --json > trace.jsonl    (while training runs)
+    ///
+    ///   enforcer replay trace.jsonl
+    ///
+    ///   enforcer replay old-trace.jsonl --cpus 16 --config enforcer.toml --json
+    Replay {
+        /// The trace: one line of `enforcer observe --json` per interval.
+        trace: PathBuf,
+        /// Replay with this config's [policy] and [[pool]] sections. Default: the default
+        /// policy, one online pool with min_cores = 2 and one offline pool.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The traced machine's CPU count, for traces that do not record it (those recorded
+        /// before `observe --json` did).
+        #[arg(long)]
+        cpus: Option<usize>,
+        /// One JSON object per interval, then the summary as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Preflight report: kernel, BTF, privileges, real time, program types, mounts, cgroup
     /// mode, GPU; each missing piece with how to fix it. Exits 1 when something required is
@@ -273,6 +305,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
         }
         Command::Check => check::report(),
+        Command::Replay {
+            trace,
+            config,
+            cpus,
+            json,
+        } => replay::run(&trace, config, cpus, json),
         Command::Status { json, instance } => {
             let runtime = current_thread_runtime()?;
             runtime.block_on(status::run(&paths::socket_path(&instance.instance), json))

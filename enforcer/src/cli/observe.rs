@@ -2,16 +2,29 @@
 
 use std::{collections::HashMap, io::Write as _, path::Path, time::Duration};
 
-use enforcer_common::protocol::Snapshot;
+use enforcer_common::{cpu_list, protocol::Snapshot};
 
 use super::client::Client;
 use crate::sensor::interval::{JobInterval, job_interval};
 
-/// One printed interval.
-#[derive(Debug, serde::Serialize)]
+/// One printed interval: a line of `observe --json`, and of the traces `enforcer replay`
+/// reads (the fields added after the first traces were recorded default when missing).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct ObservedInterval {
     pub seconds: f64,
+    /// The machine's online CPUs.
+    #[serde(default)]
+    pub online_cpus: Option<usize>,
     pub jobs: Vec<JobInterval>,
+    /// Per CPU, the reports of training queued behind inference there in the interval.
+    #[serde(default)]
+    pub contentions_by_cpu: Vec<u64>,
+    /// CPUs reserved for training at the interval's end, where the daemon enforces.
+    #[serde(default)]
+    pub reserved_cpus: Option<usize>,
+    /// Whether offline pools were paused at the interval's end, where the daemon enforces.
+    #[serde(default)]
+    pub offline_paused: Option<bool>,
     /// Sensor counters that changed in the interval (events sent, dropped, ...).
     pub counters: HashMap<String, u64>,
     /// Average cost of one sensor program run in the interval, when bpf_stats is enabled.
@@ -31,9 +44,22 @@ pub fn interval(prev: &Snapshot, cur: &Snapshot) -> ObservedInterval {
                 .find(|p| p.id == job.id)
                 .cloned()
                 .unwrap_or_default();
-            job_interval(&before, job, dt)
+            job_interval(&before, job, dt, cur.online_cpus)
         })
         .collect();
+    let contentions_by_cpu = cur
+        .contentions_by_cpu
+        .iter()
+        .enumerate()
+        .map(|(cpu, now)| {
+            let then = prev.contentions_by_cpu.get(cpu).copied().unwrap_or(0);
+            now.saturating_sub(then)
+        })
+        .collect();
+    let enforced = cur.enforcement.as_ref().filter(|e| e.enforcing);
+    let reserved_cpus =
+        enforced.map(|e| cpu_list::parse(&e.training_cpus).map_or(0, |cpus| cpus.len()));
+    let offline_paused = enforced.map(|e| e.pools.iter().any(|pool| pool.paused));
     let counters = cur
         .counters
         .iter()
@@ -57,7 +83,11 @@ pub fn interval(prev: &Snapshot, cur: &Snapshot) -> ObservedInterval {
         .then(|| (time_now - time_before) as f64 / run_delta as f64);
     ObservedInterval {
         seconds: dt as f64 / 1e9,
+        online_cpus: (cur.online_cpus > 0).then_some(cur.online_cpus),
         jobs,
+        contentions_by_cpu,
+        reserved_cpus,
+        offline_paused,
         counters,
         sensor_ns_per_run,
     }
@@ -76,7 +106,7 @@ fn duration(ns: Option<u64>) -> String {
 /// The interval as a table.
 pub fn render(observed: &ObservedInterval) -> String {
     let mut out = format!(
-        "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10}\n",
+        "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10} {:>12}\n",
         "job",
         "threads",
         "wait p50",
@@ -85,14 +115,15 @@ pub fn render(observed: &ObservedInterval) -> String {
         "demand",
         "running",
         "events/s",
-        "behind/s"
+        "behind/s",
+        "offline wait"
     );
     if observed.jobs.is_empty() {
         out.push_str("(no training jobs registered: add [[training]] to the config, or use `enforcer launch --training NAME -- CMD`)\n");
     }
     for job in &observed.jobs {
         out.push_str(&format!(
-            "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8.2} {:>8.2} {:>9.1} {:>10.1}\n",
+            "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8.2} {:>8.2} {:>9.1} {:>10.1} {:>11.1}%\n",
             job.name,
             job.threads,
             duration(job.wait_p50_ns),
@@ -102,6 +133,7 @@ pub fn render(observed: &ObservedInterval) -> String {
             job.running_cpus,
             job.events_per_s,
             job.behind_inference_per_s,
+            job.offline_wait_pct,
         ));
     }
     let counter = |name: &str| observed.counters.get(name).copied().unwrap_or(0);
@@ -123,11 +155,11 @@ pub fn render(observed: &ObservedInterval) -> String {
 /// Prints an interval every `every` until `count` intervals (0: forever).
 pub async fn run(socket: &Path, every: Duration, count: u64, json: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(socket).await?;
-    let mut prev = client.snapshot().await?;
+    let mut prev = client.observe().await?;
     let mut printed = 0;
     while count == 0 || printed < count {
         tokio::time::sleep(every).await;
-        let cur = client.snapshot().await?;
+        let cur = client.observe().await?;
         let observed = interval(&prev, &cur);
         let mut stdout = std::io::stdout().lock();
         if json {

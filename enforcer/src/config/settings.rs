@@ -46,8 +46,8 @@ impl SensorSettings {
 /// The CPU policy's tunables (`policy::cores`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PolicySettings {
-    /// Half-life of the demand estimate's decay, in ns.
-    pub demand_half_life_ns: u64,
+    /// The window whose median per-tick demand is training's estimate, in ns.
+    pub demand_window_ns: u64,
     /// How long the estimate must stay below the reservation before a core goes back, in ns.
     pub give_back_after_ns: u64,
     /// CPUs reserved above the estimate.
@@ -55,8 +55,8 @@ pub struct PolicySettings {
     /// Offline pools share training's cores as soon as no free core is left, not only where
     /// training holds every core.
     pub offline_on_training_cores: bool,
-    /// Offline pools pause (the enforcer freezes them) while training wants more cores than
-    /// it may reserve beside the online pools' minimums.
+    /// Offline pools pause (the enforcer freezes them) while training's estimate is more CPUs
+    /// than it may reserve beside the online pools' minimums.
     pub pause_offline_when_training_short: bool,
 }
 
@@ -148,7 +148,7 @@ impl Config {
                 clock: self.sensor.clock,
             },
             policy: PolicySettings {
-                demand_half_life_ns: ms_to_ns(policy.demand_half_life_ms),
+                demand_window_ns: ms_to_ns(policy.demand_window_ms),
                 give_back_after_ns: ms_to_ns(policy.give_back_after_ms),
                 headroom_cpus: policy.headroom_cpus,
                 offline_on_training_cores: policy.offline_on_training_cores,
@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(defaults.sensor.wait_threshold_ns, 2_000_000);
         assert_eq!(defaults.sensor.event_min_interval_ns, 100_000);
         assert_eq!(defaults.policy.give_back_after_ns, 2_000_000_000);
-        assert_eq!(defaults.policy.demand_half_life_ns, 1_000_000_000);
+        assert_eq!(defaults.policy.demand_window_ns, 2_000_000_000);
         assert_eq!(defaults.tick, Duration::from_millis(100));
         assert!(defaults.enforce);
         assert_eq!(defaults.metrics, Some("127.0.0.1:9464".parse().unwrap()));

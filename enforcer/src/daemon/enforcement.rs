@@ -9,7 +9,11 @@
 //! (`policy::online_need`), each online pool's weight (`policy::online_weight`), the decision
 //! log, the reaction histogram and the sensor's quiet-CPU map. This file only wires them.
 
-use std::{collections::BTreeMap, path::PathBuf, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::PathBuf,
+    sync::Arc,
+};
 
 use enforcer_common::{
     EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_PREEMPTED_BY_INFERENCE, SensorEvent, cpu_list,
@@ -212,6 +216,11 @@ impl Enforcement {
         }
     }
 
+    /// The machine's online CPUs, as the policy divides them.
+    pub fn cpus(&self) -> &BTreeSet<u32> {
+        self.policy.cpus()
+    }
+
     /// Moves process `pid` into pool `pool`'s cgroup.
     pub fn add_process(&self, pool: &str, pid: u32) -> Result<(), PoolsError> {
         self.pools.add_process(pool, pid)
@@ -372,7 +381,7 @@ impl Enforcement {
         {
             return;
         }
-        if let Some(decision) = self.policy.contended(event.ts_ns, event.cpu) {
+        if let Some(decision) = self.policy.contended(event.cpu) {
             let timing = EventTiming {
                 ts_ns: event.ts_ns,
                 read_ns,
@@ -384,15 +393,19 @@ impl Enforcement {
     /// Slow path: training's demand over the last tick, in CPUs (threads runnable or running
     /// on average).
     pub fn on_demand(&mut self, now_ns: u64, demand_cpus: f64) {
-        if let Some(decision) = self.policy.observe_demand(now_ns, demand_cpus) {
-            self.apply(decision, None);
+        match self.policy.observe_demand(now_ns, demand_cpus) {
+            Some(decision) => self.apply(decision, None),
+            // The fast path's limit follows the estimate, and with it where the sensor is
+            // to stay quiet.
+            None if self.enforcing => self.publish_quiet_cpus(),
+            None => {}
         }
     }
 
-    /// What `status` shows, but the pools' CPUs and processes, which are files to read:
-    /// `PoolFiles` for each pool, in the order of `status.pools`, read them without this
-    /// (`fill_pool_files`).
-    pub fn status(&self) -> (EnforcementStatus, Vec<PoolFiles>) {
+    /// What `status` shows, as far as it is this state: the pools' CPUs and processes, which
+    /// are files to read, and the recent decisions, which are copied, are left to
+    /// `StatusReading::finish`, after letting go of this.
+    pub fn status(&self) -> StatusReading {
         let (pools, files) = self
             .pools
             .views()
@@ -428,14 +441,18 @@ impl Enforcement {
             event_to_write_p99_ns: self.reactions.percentile(0.99),
             event_to_write_hist: self.reactions.hist().to_vec(),
             event_to_write_sum_ns: self.reactions.sum_ns(),
-            recent_decisions: self.recent.to_vec(),
+            recent_decisions: Vec::new(),
             // Filled by the daemon from the sensor's per-job histograms.
             event_to_ran_p50_ns: None,
             event_to_ran_p99_ns: None,
             event_to_ran_hist: Vec::new(),
             event_to_ran_sum_ns: 0,
         };
-        (status, files)
+        StatusReading {
+            status,
+            files,
+            recent: self.recent.to_vec(),
+        }
     }
 
     /// Leaves every inference process runnable on every CPU, unfrozen, at normal priority;
@@ -445,10 +462,29 @@ impl Enforcement {
     }
 }
 
-/// Fills each pool's CPUs and processes into `status` from its files (`Enforcement::status`).
-pub fn fill_pool_files(status: &mut EnforcementStatus, files: &[PoolFiles]) {
-    for (pool, files) in status.pools.iter_mut().zip(files) {
-        pool.cpus = files.cpus().unwrap_or_else(|| "?".to_owned());
-        pool.processes = files.processes();
+/// `Enforcement::status` before its files are read and its decisions copied.
+pub struct StatusReading {
+    status: EnforcementStatus,
+    /// Each pool's files, in the order of `status.pools`.
+    files: Vec<PoolFiles>,
+    recent: Vec<Arc<serde_json::Value>>,
+}
+
+impl StatusReading {
+    /// The status with each pool's CPUs and processes read from its files and the recent
+    /// decisions copied: the part that must not hold the enforcement's lock.
+    pub fn finish(self) -> EnforcementStatus {
+        let mut status = self.status;
+        for (pool, files) in status.pools.iter_mut().zip(&self.files) {
+            pool.cpus = files.cpus().unwrap_or_else(|| "?".to_owned());
+            pool.processes = files.processes();
+        }
+        status.recent_decisions = self.recent.iter().map(|v| (**v).clone()).collect();
+        status
+    }
+
+    /// The status without the pools' CPUs and processes and without the recent decisions.
+    pub fn without_files(self) -> EnforcementStatus {
+        self.status
     }
 }

@@ -6,24 +6,27 @@ use std::sync::{Arc, Mutex};
 
 use aya::maps::{MapData, RingBuf};
 use enforcer_common::{
-    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, MAX_JOBS,
-    SensorEvent,
+    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, MAX_CPUS,
+    MAX_JOBS, SensorEvent,
 };
 use tracing::{debug, error};
 
 use super::enforcement::Enforcement;
 use crate::{actuate::thread_policy, host::clock::monotonic_ns};
 
-/// Events received per training job, for `observe`'s events per second.
+/// Events received per training job, for `observe`'s events per second, and contention
+/// reports per CPU, which `observe --json` records for `enforcer replay`.
 #[derive(Debug)]
 pub struct EventTally {
     per_job: Vec<u64>,
+    contentions_per_cpu: Vec<u64>,
 }
 
 impl Default for EventTally {
     fn default() -> Self {
         Self {
             per_job: vec![0; MAX_JOBS as usize],
+            contentions_per_cpu: vec![0; MAX_CPUS as usize],
         }
     }
 }
@@ -33,11 +36,31 @@ impl EventTally {
         if let Some(count) = self.per_job.get_mut(event.job as usize) {
             *count += 1;
         }
+        let contention = matches!(
+            event.kind,
+            EVENT_ENQUEUED_BEHIND_INFERENCE | EVENT_PREEMPTED_BY_INFERENCE
+        );
+        if let Some(count) = self
+            .contentions_per_cpu
+            .get_mut(event.cpu as usize)
+            .filter(|_| contention)
+        {
+            *count += 1;
+        }
     }
 
     /// Events received so far for job `id`.
     pub fn of_job(&self, id: u32) -> u64 {
         self.per_job.get(id as usize).copied().unwrap_or(0)
+    }
+
+    /// Contention reports received so far from each of the first `cpus` CPUs.
+    pub fn contentions_by_cpu(&self, cpus: usize) -> Vec<u64> {
+        self.contentions_per_cpu
+            .iter()
+            .take(cpus)
+            .copied()
+            .collect()
     }
 }
 

@@ -65,37 +65,65 @@ pub fn spawn_periodic(
         })
 }
 
-/// Training's total run and run-queue wait time so far, ns, from the sensor's job stats.
-fn training_run_wait(shared: &Shared) -> (u64, u64) {
+/// Training's totals so far, summed over its jobs, as of one instant.
+#[derive(Debug, Clone, Copy, Default)]
+struct TrainingTotals {
+    /// CLOCK_MONOTONIC instant of the reading.
+    at_ns: u64,
+    /// Run time, the slices running at `at_ns` included.
+    run_ns: u64,
+    wait_ns: u64,
+}
+
+/// Training's totals: the sensor's job stats and the slices running at the reading, so that
+/// the difference of two readings is what happened in between, a thread that has run for
+/// seconds without a switch included.
+fn training_totals(shared: &Shared) -> TrainingTotals {
     let registry = shared.registry.lock().expect("registry poisoned");
     let sensor = shared.sensor.lock().expect("sensor poisoned");
-    registry
+    let mut totals = registry
         .training
         .iter()
         .filter_map(|job| readings::read_job(&sensor.maps, job.id).ok())
-        .fold((0, 0), |(run, wait), stats| {
-            (run + stats.run_ns, wait + stats.wait_ns)
-        })
+        .fold(TrainingTotals::default(), |sum, stats| TrainingTotals {
+            run_ns: sum.run_ns + stats.run_ns,
+            wait_ns: sum.wait_ns + stats.wait_ns,
+            ..sum
+        });
+    // After the totals (`running_slices` says why).
+    totals.at_ns = monotonic_ns();
+    totals.run_ns += readings::running_slices(&sensor.maps, totals.at_ns)
+        .iter()
+        .filter(|(job, _)| registry.training.iter().any(|j| j.id == **job))
+        .map(|(_, ns)| ns)
+        .sum::<u64>();
+    totals
 }
 
 /// The slow path, once a tick: training's run + wait time goes to the CPU policy as a demand
-/// (threads runnable or running), and its CPU use over the tick to the GPU policy (a rise, and
-/// its absence for idling).
+/// (threads runnable or running), and its CPU use over the tick to the GPU policy (a rise,
+/// and its absence for idling).
 pub fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
     let shared = shared.clone();
-    let (mut demand, mut cpus) = (Rate::default(), Rate::default());
+    let mut previous: Option<TrainingTotals> = None;
     move || {
-        let (run, wait) = training_run_wait(&shared);
-        let now = monotonic_ns();
-        if let Some(demand_cpus) = demand.since(now, run + wait) {
-            shared
-                .enforcement
-                .lock()
-                .expect("enforcement poisoned")
-                .on_demand(now, demand_cpus);
+        let now = training_totals(&shared);
+        let Some(then) = previous.replace(now) else {
+            return;
+        };
+        let dt = now.at_ns.saturating_sub(then.at_ns);
+        if dt == 0 {
+            return;
         }
-        if let (Some(gpu), Some(cpus)) = (shared.gpu.get(), cpus.since(now, run)) {
-            gpu.on_training_cpu(now, cpus);
+        let run_ns = now.run_ns.saturating_sub(then.run_ns);
+        let wait_ns = now.wait_ns.saturating_sub(then.wait_ns);
+        shared
+            .enforcement
+            .lock()
+            .expect("enforcement poisoned")
+            .on_demand(now.at_ns, (run_ns + wait_ns) as f64 / dt as f64);
+        if let Some(gpu) = shared.gpu.get() {
+            gpu.on_training_cpu(now.at_ns, run_ns as f64 / dt as f64);
         }
     }
 }
@@ -106,10 +134,9 @@ pub fn gpu_rise(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
     let shared = shared.clone();
     let mut cpus = Rate::default();
     move || {
-        let (run, _) = training_run_wait(&shared);
-        let now = monotonic_ns();
-        if let (Some(gpu), Some(cpus)) = (shared.gpu.get(), cpus.since(now, run)) {
-            gpu.on_training_cpu_rise(now, cpus);
+        let now = training_totals(&shared);
+        if let (Some(gpu), Some(cpus)) = (shared.gpu.get(), cpus.since(now.at_ns, now.run_ns)) {
+            gpu.on_training_cpu_rise(now.at_ns, cpus);
         }
     }
 }

@@ -24,7 +24,10 @@ use prometheus_client::{
 use tokio::net::TcpListener;
 use tracing::warn;
 
-use super::{snapshot::take_snapshot, state::Shared};
+use super::{
+    snapshot::{Detail, take_snapshot},
+    state::Shared,
+};
 
 /// Power-of-two bucket bounds for exported histograms: 2^10 ns (1 µs) to 2^30 ns (1.07 s).
 const EXPORT_EXPONENTS: std::ops::RangeInclusive<u32> = 10..=30;
@@ -327,7 +330,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
             get(move || {
                 let shared = shared.clone();
                 async move {
-                    match tokio::task::spawn_blocking(move || take_snapshot(&shared)).await {
+                    match tokio::task::spawn_blocking(move || take_snapshot(&shared, Detail::Full))
+                        .await
+                    {
                         Ok(snapshot) => (
                             [(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)],
                             render(snapshot),

@@ -181,6 +181,7 @@ pub async fn run(
     let gpu_freezers = enforcement.gpu_freezers();
     let shared = Arc::new(Shared {
         instance: instance.to_owned(),
+        cpus: enforcement.cpus().clone(),
         registry: Mutex::new(registry),
         journal: Mutex::new(journal),
         enforcement: Arc::new(Mutex::new(enforcement)),

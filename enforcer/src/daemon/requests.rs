@@ -6,7 +6,11 @@ use enforcer_common::protocol::{GroupKind, Request, Response, SLO_ENV};
 use tokio::net::unix::UCred;
 use tracing::info;
 
-use super::{loops::classify, snapshot::take_snapshot, state::Shared};
+use super::{
+    loops::classify,
+    snapshot::{Detail, take_snapshot},
+    state::Shared,
+};
 use crate::{
     actuate::pools::PoolsError,
     gpu::service::{GpuService, PoolFull},
@@ -29,7 +33,8 @@ pub fn handle(shared: &Shared, request: Request, peer: Option<UCred>) -> Respons
     let peer_uid = peer.map(|c| c.uid());
     let peer_pid = peer.and_then(|c| c.pid()).map_or(0, |p| p as u32);
     match request {
-        Request::Snapshot => Response::Snapshot(Box::new(take_snapshot(shared))),
+        Request::Snapshot => Response::Snapshot(Box::new(take_snapshot(shared, Detail::Full))),
+        Request::Observe => Response::Snapshot(Box::new(take_snapshot(shared, Detail::Observe))),
         Request::Subscribe { .. } => {
             error("subscriptions are served as a stream, one per connection")
         }

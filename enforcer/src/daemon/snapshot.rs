@@ -1,5 +1,5 @@
 //! `Request::Snapshot`: the sensor's totals per job, the pools, the enforcement state and the
-//! GPU side, read at one instant. Each lock is held only for its in-memory state: the pools'
+//! GPU side, read at one instant; `Request::Observe`: the part `observe` uses. Each lock is held only for its in-memory state: the pools'
 //! cgroup files are read after letting go of the enforcement's lock, which the event thread
 //! needs.
 
@@ -9,41 +9,63 @@ use enforcer_common::{
     protocol::{EnforcementStatus, JobTotals, PoolInfo, Snapshot},
 };
 
-use super::{enforcement::fill_pool_files, event_thread, state::Shared};
+use super::{event_thread, state::Shared};
 use crate::{
     actuate::thread_policy, gpu::service::GpuService, host::clock::monotonic_ns, sensor::readings,
 };
 
-pub fn take_snapshot(shared: &Shared) -> Snapshot {
+/// How much a snapshot reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Everything: `status`, `/metrics`.
+    Full,
+    /// What `observe` uses (`Request::Observe`), read ten times a second by a watching
+    /// operator: no file is read and no decision copied.
+    Observe,
+}
+
+pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
+    let full = detail == Detail::Full;
     let registry = shared.registry.lock().expect("registry poisoned");
     let sensor = shared.sensor.lock().expect("sensor poisoned");
-    let tally = shared.tally.lock().expect("event tally poisoned");
+    let totals: Vec<_> = registry
+        .training
+        .iter()
+        .map(|job| readings::read_job(&sensor.maps, job.id).unwrap_or_default())
+        .collect();
+    // After the totals (`running_slices` says why), at the instant the snapshot is stamped.
+    let now_ns = monotonic_ns();
+    let running = readings::running_slices(&sensor.maps, now_ns);
+    // The event thread takes the tally after every event: held for copies only.
+    let cpu_slots = shared.cpus.last().map_or(0, |&cpu| cpu as usize + 1);
+    let (events_received, contentions_by_cpu): (Vec<u64>, Vec<u64>) = {
+        let tally = shared.tally.lock().expect("event tally poisoned");
+        let per_job = registry.training.iter().map(|job| tally.of_job(job.id));
+        (per_job.collect(), tally.contentions_by_cpu(cpu_slots))
+    };
     let jobs: Vec<JobTotals> = registry
         .training
         .iter()
-        .map(|job| {
-            let stats = readings::read_job(&sensor.maps, job.id).unwrap_or_default();
-            JobTotals {
-                id: job.id,
-                name: job.name.clone(),
-                threads: job.threads,
-                run_ns: stats.run_ns,
-                wait_ns: stats.wait_ns,
-                waits: stats.waits,
-                max_wait_ns: stats.max_wait_ns,
-                behind_inference: stats.behind_inference,
-                long_waits: stats.long_waits,
-                events_received: tally.of_job(job.id),
-                wait_hist: stats.wait_hist.to_vec(),
-                reports_ran: stats.reports_ran,
-                report_to_ran_ns: stats.report_to_ran_ns,
-                report_to_ran_hist: stats.report_to_ran_hist.to_vec(),
-            }
+        .zip(totals.into_iter().zip(events_received))
+        .map(|(job, (stats, events_received))| JobTotals {
+            id: job.id,
+            name: job.name.clone(),
+            threads: job.threads,
+            run_ns: stats.run_ns + running.get(&job.id).copied().unwrap_or(0),
+            wait_ns: stats.wait_ns,
+            waits: stats.waits,
+            max_wait_ns: stats.max_wait_ns,
+            behind_inference: stats.behind_inference,
+            long_waits: stats.long_waits,
+            offline_wait_ns: stats.offline_wait_ns,
+            events_received,
+            wait_hist: stats.wait_hist.to_vec(),
+            reports_ran: stats.reports_ran,
+            report_to_ran_ns: stats.report_to_ran_ns,
+            report_to_ran_hist: stats.report_to_ran_hist.to_vec(),
         })
         .collect();
-    drop(tally);
     let relaunch = shared.relaunch.lock().expect("relaunch board poisoned");
-    let now_ns = monotonic_ns();
     let pools = registry
         .pools
         .iter()
@@ -66,36 +88,45 @@ pub fn take_snapshot(shared: &Shared) -> Snapshot {
         })
         .collect();
     drop((relaunch, registry));
-    let cpu_class_ns = readings::read_cpu_class_ns(&sensor.maps);
+    let cpu_class_ns = match full {
+        true => readings::read_cpu_class_ns(&sensor.maps),
+        false => Vec::new(),
+    };
     let counters = readings::read_counters(&sensor.maps);
     let programs = sensor.program_stats();
     drop(sensor);
-    let enforcement = enforcement_status(shared, &jobs);
+    let enforcement = enforcement_status(shared, &jobs, detail);
     Snapshot {
         instance: shared.instance.clone(),
-        monotonic_ns: monotonic_ns(),
+        monotonic_ns: now_ns,
+        online_cpus: shared.cpus.len(),
         jobs,
+        contentions_by_cpu,
         pools,
         cpu_class_ns,
         counters,
         programs,
         enforcement: Some(enforcement),
         metrics_addr: shared.metrics_addr.clone(),
-        gpu: shared.gpu.get().map(GpuService::report),
+        gpu: shared.gpu.get().filter(|_| full).map(GpuService::report),
         event_thread: thread_policy::own_thread_named(event_thread::THREAD_NAME)
+            .filter(|_| full)
             .map(thread_policy::describe),
     }
 }
 
 /// The enforcement's status, with "event to training ran" summed from the sensor's per-job
 /// histograms (the kernel measures it, see `record_report_ran` in the sensor).
-fn enforcement_status(shared: &Shared, jobs: &[JobTotals]) -> EnforcementStatus {
-    let (mut status, files) = shared
+fn enforcement_status(shared: &Shared, jobs: &[JobTotals], detail: Detail) -> EnforcementStatus {
+    let reading = shared
         .enforcement
         .lock()
         .expect("enforcement poisoned")
         .status();
-    fill_pool_files(&mut status, &files);
+    let mut status = match detail {
+        Detail::Full => reading.finish(),
+        Detail::Observe => reading.without_files(),
+    };
     let mut hist = vec![0u64; NR_BUCKETS];
     for job in jobs {
         for (sum, count) in hist.iter_mut().zip(&job.report_to_ran_hist) {

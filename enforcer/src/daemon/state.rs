@@ -6,7 +6,7 @@
 //! the fields below.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
     sync::{Arc, Mutex, OnceLock},
 };
 
@@ -18,6 +18,8 @@ use crate::{gpu::service::GpuService, registry::Registry, sensor::Sensor};
 
 pub struct Shared {
     pub instance: String,
+    /// The machine's online CPUs.
+    pub cpus: BTreeSet<u32>,
     pub registry: Mutex<Registry>,
     /// Training processes launched through this daemon, for a restarted one to find.
     pub journal: Mutex<Journal>,

@@ -12,8 +12,9 @@ pub const PIN_ROOT: &str = "/sys/fs/bpf/reamer";
 /// so that a new daemon never reads an old daemon's maps as its own. v2: `ThreadState` gained
 /// `report_ran_since_ns`. v3: `ThreadState` keeps only class and group (the wait in progress
 /// moved to the unpinned `task_cache`), and `counters` gained `task_cache_missing`. v4:
-/// `CpuState` padded to 128 bytes, a cache line pair of its own per CPU.
-pub const PIN_LAYOUT: &str = "v4";
+/// `CpuState` padded to 128 bytes, a cache line pair of its own per CPU. v5: `CpuState` gained
+/// the training slice in progress and grew to 192 bytes; `run_ns` counts `sum_exec_runtime`.
+pub const PIN_LAYOUT: &str = "v5";
 /// Runtime directory for control sockets.
 pub const RUN_DIR: &str = "/run/reamer";
 /// Config file read by `enforcer run` when `--config` is not given (optional).
@@ -22,7 +23,7 @@ pub const DEFAULT_CONFIG: &str = "/etc/reamer/enforcer.toml";
 /// of their own beside the node's.
 pub const DEFAULT_INSTANCE: &str = "default";
 
-/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v4/<instance>`.
+/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v5/<instance>`.
 pub fn pin_dir(instance: &str) -> PathBuf {
     PathBuf::from(PIN_ROOT).join(PIN_LAYOUT).join(instance)
 }

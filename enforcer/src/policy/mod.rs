@@ -3,10 +3,12 @@
 //!
 //! - `cores`: which cores training reserves and which each pool gets, from training's demand,
 //!   the sensor's contention events and the online pools' SLO needs.
+//! - `demand`: training's demand estimate, the median of its per-tick demand over a window.
 //! - `online_need`: an online pool's SLO need, from its workers' reports.
 //! - `online_weight`: an online pool's CPU weight, steered by its workers' latency tail.
 
 pub mod cores;
+pub mod demand;
 pub mod online_need;
 pub mod online_weight;
 

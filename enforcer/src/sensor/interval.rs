@@ -20,10 +20,20 @@ pub struct JobInterval {
     pub running_cpus: f64,
     pub events_per_s: f64,
     pub behind_inference_per_s: f64,
+    /// Its waits that began behind offline inference, % of the time it ran: what offline
+    /// inference cost it in waits.
+    #[serde(default)]
+    pub offline_wait_pct: f64,
 }
 
-/// Figures for `cur` over the `dt_ns` since `prev` (the same job).
-pub fn job_interval(prev: &JobTotals, cur: &JobTotals, dt_ns: u64) -> JobInterval {
+/// Figures for `cur` over the `dt_ns` since `prev` (the same job) on a machine of
+/// `online_cpus` CPUs (0: unknown).
+pub fn job_interval(
+    prev: &JobTotals,
+    cur: &JobTotals,
+    dt_ns: u64,
+    online_cpus: usize,
+) -> JobInterval {
     let delta: Vec<u64> = cur
         .wait_hist
         .iter()
@@ -33,6 +43,12 @@ pub fn job_interval(prev: &JobTotals, cur: &JobTotals, dt_ns: u64) -> JobInterva
     let seconds = dt_ns.max(1) as f64 / 1e9;
     let run = cur.run_ns.saturating_sub(prev.run_ns) as f64;
     let wait = cur.wait_ns.saturating_sub(prev.wait_ns) as f64;
+    // The two readings' instants and the slices they count in progress are each a few
+    // microseconds apart: a job on every CPU can read a hair above their count.
+    let running = match online_cpus {
+        0 => run / dt_ns.max(1) as f64,
+        cpus => (run / dt_ns.max(1) as f64).min(cpus as f64),
+    };
     let max = percentile(&delta, 1.0).map(|upper| upper.min(cur.max_wait_ns.max(1)));
     JobInterval {
         name: cur.name.clone(),
@@ -42,10 +58,22 @@ pub fn job_interval(prev: &JobTotals, cur: &JobTotals, dt_ns: u64) -> JobInterva
         wait_max_ns: max,
         waits: cur.waits.saturating_sub(prev.waits),
         demand_cpus: (run + wait) / dt_ns.max(1) as f64,
-        running_cpus: run / dt_ns.max(1) as f64,
+        running_cpus: running,
         events_per_s: cur.events_received.saturating_sub(prev.events_received) as f64 / seconds,
         behind_inference_per_s: cur.behind_inference.saturating_sub(prev.behind_inference) as f64
             / seconds,
+        offline_wait_pct: offline_wait_pct(
+            cur.offline_wait_ns.saturating_sub(prev.offline_wait_ns),
+            cur.run_ns.saturating_sub(prev.run_ns),
+        ),
+    }
+}
+
+/// Waits behind offline inference as a share of the time run, %; 0 where nothing ran.
+pub fn offline_wait_pct(offline_wait_ns: u64, run_ns: u64) -> f64 {
+    match run_ns {
+        0 => 0.0,
+        run => 100.0 * offline_wait_ns as f64 / run as f64,
     }
 }
 
@@ -106,13 +134,27 @@ mod tests {
         cur.run_ns += 1_500_000_000; // 1.5 CPUs over one second
         cur.wait_ns += 500_000_000; // plus 0.5 waiting
         cur.events_received = 20;
-        let interval = job_interval(&prev, &cur, 1_000_000_000);
+        let interval = job_interval(&prev, &cur, 1_000_000_000, 0);
         let p99 = interval.wait_p99_ns.unwrap();
         assert!((10_000..=11_250).contains(&p99), "p99 {p99}");
         assert!((interval.demand_cpus - 2.0).abs() < 1e-9);
         assert!((interval.running_cpus - 1.5).abs() < 1e-9);
         assert!((interval.events_per_s - 20.0).abs() < 1e-9);
         assert_eq!(interval.waits, 50);
+    }
+
+    #[test]
+    fn running_cpus_never_read_above_the_machine() {
+        let prev = JobTotals::default();
+        let cur = JobTotals {
+            run_ns: 2_040_000_000, // 2.04 CPUs over one second: readings a hair apart
+            ..Default::default()
+        };
+        assert_eq!(
+            job_interval(&prev, &cur, 1_000_000_000, 2).running_cpus,
+            2.0
+        );
+        assert!((job_interval(&prev, &cur, 1_000_000_000, 0).running_cpus - 2.04).abs() < 1e-9);
     }
 
     #[test]

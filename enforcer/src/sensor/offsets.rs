@@ -69,6 +69,7 @@ pub fn resolve(btf: &Btf, clock: SensorClock) -> Result<Vec<(&'static str, u32)>
         Some(offsets) => (1, offsets),
         None => (0, [0; 2]),
     };
+    let sum_exec = btf.member_offset("task_struct", &["se", "sum_exec_runtime"])?;
     Ok(vec![
         (globals::TASK_PID_OFFSET, pid),
         (globals::TASK_CPU_OFFSET, cpu),
@@ -79,6 +80,7 @@ pub fn resolve(btf: &Btf, clock: SensorClock) -> Result<Vec<(&'static str, u32)>
         (globals::TASK_LAST_QUEUED_OFFSET, last_queued),
         (globals::TASK_RUN_DELAY_OFFSET, run_delay),
         (globals::WAITS_FROM_SCHED_INFO, waits_from_sched_info),
+        (globals::TASK_SUM_EXEC_OFFSET, sum_exec),
     ])
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use enforcer_common::{COUNTER_NAMES, JobStats, NR_CLASSES, NR_COUNTERS};
+use enforcer_common::{CLASS_TRAINING, COUNTER_NAMES, JobStats, NR_CLASSES, NR_COUNTERS};
 
 use super::SensorMaps;
 
@@ -18,6 +18,7 @@ pub fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps::MapEr
         total.max_wait_ns = total.max_wait_ns.max(cpu.max_wait_ns);
         total.behind_inference += cpu.behind_inference;
         total.long_waits += cpu.long_waits;
+        total.offline_wait_ns += cpu.offline_wait_ns;
         for (sum, count) in total.wait_hist.iter_mut().zip(cpu.wait_hist.iter()) {
             *sum += count;
         }
@@ -34,6 +35,38 @@ pub fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps::MapEr
     Ok(total)
 }
 
+/// Training's slices in progress at CLOCK_MONOTONIC `now_ns`: per job, the time its threads
+/// running now have run since they were switched in. The sensor adds a slice to the job's
+/// `run_ns` only when it ends, so a thread that runs for seconds without a switch would
+/// otherwise count nothing until then, and all of it in the interval it ends in.
+///
+/// Read it after the job totals: a slice that ends between the two reads is then missed by
+/// this reading and counted by the next, where the other order would count it twice.
+pub fn running_slices(maps: &SensorMaps, now_ns: u64) -> BTreeMap<u32, u64> {
+    let mut per_job = BTreeMap::new();
+    for cpu in 0..possible_cpus() {
+        let Ok(state) = maps.cpu_state.get(&cpu, 0) else {
+            continue;
+        };
+        // `training_since_ns` is written before `current_class` and read after it, so a
+        // training class here comes with its own slice's start or a later one, never an
+        // earlier (`CpuState`).
+        if state.current_class == CLASS_TRAINING
+            && state.training_since_ns != 0
+            && now_ns > state.training_since_ns
+        {
+            *per_job.entry(state.current_group).or_default() += now_ns - state.training_since_ns;
+        }
+    }
+    per_job
+}
+
+/// The CPUs that can exist (`/sys/devices/system/cpu/possible`): the slots of `cpu_state`
+/// in use.
+fn possible_cpus() -> u32 {
+    aya::util::nr_cpus().unwrap_or(1) as u32
+}
+
 /// Sums the per-CPU diagnostic counters.
 pub fn read_counters(maps: &SensorMaps) -> BTreeMap<String, u64> {
     (0..NR_COUNTERS)
@@ -46,8 +79,7 @@ pub fn read_counters(maps: &SensorMaps) -> BTreeMap<String, u64> {
 
 /// Per-CPU time by class, for the CPUs that exist.
 pub fn read_cpu_class_ns(maps: &SensorMaps) -> Vec<[u64; NR_CLASSES]> {
-    let cpus = aya::util::nr_cpus().unwrap_or(1) as u32;
-    (0..cpus)
+    (0..possible_cpus())
         .map(|cpu| {
             maps.cpu_state
                 .get(&cpu, 0)

@@ -206,12 +206,14 @@ fn prune_exited_threads(
 fn forget_gap_in_cpus(cpus: &mut Array<MapData, CpuState>) -> Result<(), aya::maps::MapError> {
     for cpu in 0..cpus.len() {
         let state = cpus.get(&cpu, 0)?;
-        if state.switched_at_ns != 0 || state.last_event_ns != 0 {
+        if state.switched_at_ns != 0 || state.last_event_ns != 0 || state.training_since_ns != 0 {
             // switched_at_ns = 0: the sensor treats the CPU's segment as unknown until its
-            // next switch, and charges nothing for it.
+            // next switch, and charges nothing for it; training_since_ns = 0: nor does
+            // userspace count a slice in progress that began before the gap.
             let state = CpuState {
                 switched_at_ns: 0,
                 last_event_ns: 0,
+                training_since_ns: 0,
                 ..state
             };
             cpus.set(cpu, state, 0)?;

@@ -4,6 +4,7 @@
 //! - `sensor`: the sensor's cost per event and in throughput beside a no-op floor;
 //! - `reaction`: the enforcer's time from kernel event to cgroup write;
 //! - `worker`: the inference worker against ONNX Runtime;
+//! - `replay`: the CPU policy over the trace recorded on the 16-CPU GPU server;
 //! - `colocation`: training beside online and offline inference, scenario by scenario;
 //! - `gpu`: a PyTorch training loop beside PyTorch inference on one GPU.
 
@@ -12,6 +13,7 @@ pub mod docs;
 pub mod gpu;
 pub mod progress_bar;
 pub mod reaction;
+pub mod replay;
 pub mod sensor;
 pub mod stats;
 pub mod worker;
@@ -27,6 +29,7 @@ pub enum Section {
     Sensor,
     Reaction,
     Worker,
+    Replay,
     Colocation,
     Gpu,
 }
@@ -38,7 +41,7 @@ pub struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "sensor,reaction,worker,colocation,gpu"
+        default_value = "sensor,reaction,worker,replay,colocation,gpu"
     )]
     pub only: Vec<Section>,
     /// Rounds of the co-location benchmark (each runs every scenario once).
@@ -47,6 +50,11 @@ pub struct Options {
     /// Seconds of training per co-location window.
     #[arg(long, default_value_t = 4.0)]
     pub window: f64,
+    /// Only these co-location scenarios (comma-separated keys of the JSON report, such as
+    /// reamer,reamer_offline_not_paused), each beside training alone; for a quicker look.
+    /// Such a run leaves docs/benchmarks.md alone. Default: every scenario.
+    #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
+    pub scenarios: Vec<String>,
     /// Sensor and co-location rounds are kept only if the hypervisor stole at most
     /// this share of the CPU (%) while they ran; others are run again, up to three
     /// attempts per one asked for. On this kind of VM steal moves a result more than the
@@ -96,6 +104,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         only,
         colocation_rounds,
         window,
+        scenarios,
         max_steal,
         worker_reps,
         worker_runs,
@@ -111,12 +120,14 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     if !prebuilt {
         bootstrap::ensure()?;
     }
-    let privileged = only.iter().any(|s| *s != Section::Worker);
+    let privileged = only
+        .iter()
+        .any(|s| !matches!(s, Section::Worker | Section::Replay));
     if privileged && !cargo::is_root() {
         anyhow::bail!(
             "the sensor, reaction and co-location benchmarks load eBPF programs and \
              write cgroups: run them as root (sudo -E cargo xtask bench), or only the \
-             worker's with --only worker"
+             worker's and the replay with --only worker,replay"
         );
     }
     if !(window >= 1.0 && window.is_finite()) || colocation_rounds == 0 || gpu_rounds == 0 {
@@ -128,6 +139,8 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     if !(0.0..=100.0).contains(&max_steal) {
         anyhow::bail!("--max-steal is a share of the CPU: 0 to 100 (%), not {max_steal}");
     }
+    let scenarios = colocation_scenarios(&scenarios)?;
+    let every_scenario = scenarios.len() == colocation::report::Scenario::ALL.len();
     if only.contains(&Section::Colocation) && !prebuilt {
         // The online inference there serves the PP-OCR classifier.
         models::ensure_models()?;
@@ -175,6 +188,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         (Section::Sensor, "sensor"),
         (Section::Reaction, "reaction"),
         (Section::Worker, "worker"),
+        (Section::Replay, "replay"),
         (Section::Colocation, "colocation"),
         (Section::Gpu, "gpu"),
     ]
@@ -182,7 +196,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     .filter(|(section, _)| only.contains(section))
     .map(|(_, name)| *name)
     .collect();
-    if names.len() < 5 {
+    if names.len() < 6 {
         command.push_str(&format!(" --only {}", names.join(",")));
     }
     if !quick && only.contains(&Section::Sensor) {
@@ -200,6 +214,10 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         command.push_str(&format!(
             " --colocation-rounds {colocation_rounds} --window {window}"
         ));
+    }
+    if !every_scenario {
+        let names: Vec<&str> = scenarios.iter().map(|s| s.name()).collect();
+        command.push_str(&format!(" --scenarios {}", names.join(",")));
     }
     if !quick && only.contains(&Section::Gpu) {
         command.push_str(&format!(" --gpu-rounds {gpu_rounds}"));
@@ -228,11 +246,17 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         sections.push(("worker", worker::markdown(&worker, &command, &machine)));
         body["worker"] = serde_json::to_value(&worker)?;
     }
+    if only.contains(&Section::Replay) {
+        let replay = replay::run(&progress)?;
+        sections.push(("replay", replay::markdown(&replay)));
+        body["replay"] = serde_json::to_value(&replay)?;
+    }
     if only.contains(&Section::Colocation) {
-        let measured = colocation::run(colocation_rounds, window, max_steal, &progress)?;
+        let measured =
+            colocation::run(colocation_rounds, window, max_steal, &scenarios, &progress)?;
         let figures = colocation::report::figures(&measured);
         // The plot goes beside benchmarks.md when the run updates it.
-        let plot = if quick || no_docs {
+        let plot = if quick || no_docs || !every_scenario {
             cargo::workspace_root().join("target/bench/colocation.svg")
         } else {
             cargo::workspace_root().join("docs/colocation.svg")
@@ -282,9 +306,33 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     }
     if !quick && !no_docs {
         for (name, section) in &sections {
+            if *name == "colocation" && !every_scenario {
+                eprintln!("[bench] docs/benchmarks.md keeps its co-location section: --scenarios");
+                continue;
+            }
             docs::replace_section(name, section)?;
         }
         eprintln!("[bench] docs/benchmarks.md updated");
     }
     Ok(())
+}
+
+/// The co-location scenarios `--scenarios` names; every one where it names none.
+fn colocation_scenarios(names: &[String]) -> anyhow::Result<Vec<colocation::report::Scenario>> {
+    use colocation::report::Scenario;
+    if names.is_empty() {
+        return Ok(Scenario::ALL.to_vec());
+    }
+    names
+        .iter()
+        .map(|name| {
+            Scenario::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+                anyhow::anyhow!(
+                    "--scenarios: no scenario {name:?}; the scenarios are {}",
+                    known.join(", ")
+                )
+            })
+        })
+        .collect()
 }

@@ -2,7 +2,7 @@
 //! cgroup write, on every fast-path decision.
 //!
 //! An offline pool runs two spinning threads; a training job arrives in short bursts. The
-//! policy's hold and half-life are short here, so that cores go back between bursts and every
+//! policy's hold and demand window are short here, so that cores go back between bursts and every
 //! burst meets inference on its cores again: each burst is a fresh fast-path reaction. The
 //! latencies come from the daemon's decision log, one per decision.
 
@@ -17,7 +17,7 @@ use crate::cargo::release_bin;
 
 const INSTANCE: &str = "bench-reaction";
 const CONFIG: &str = "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n[policy]\n\
-                      give_back_after_ms = 100\ndemand_half_life_ms = 50\ntick_ms = 50\n";
+                      give_back_after_ms = 100\ndemand_window_ms = 100\ntick_ms = 50\n";
 
 #[derive(Debug, Serialize)]
 pub struct ReactionBench {

@@ -674,6 +674,9 @@ impl Bench {
             // Membership only: no controller, so scheduling is unchanged; PSI reads it.
             let _ = std::fs::write(group.join("cgroup.procs"), training.id().to_string());
         }
+        let observer = (scenario == Scenario::ReamerObserved)
+            .then(|| spawn_observer(round))
+            .transpose()?;
         let load = inference
             .then(|| {
                 self.spawn_load(
@@ -686,6 +689,10 @@ impl Bench {
             .transpose()?;
         let output = training.wait_with_output()?;
         let elapsed = started.elapsed().as_secs_f64();
+        if let Some(mut observer) = observer {
+            let _ = observer.kill();
+            let _ = observer.wait();
+        }
         // The share of the machine's CPU time the hypervisor gave to other guests.
         let node_after = node_jiffies()?;
         let steal_pct = node_after.steal_pct_since(&node_before);
@@ -794,6 +801,8 @@ fn read_load_report(mut load: Child) -> anyhow::Result<LoadReport> {
 pub struct Measured {
     /// The windows of the kept rounds, numbered 0.. in the order they were kept.
     pub windows: Vec<Window>,
+    /// The scenarios run, training alone first.
+    pub scenarios: Vec<Scenario>,
     /// Per kept round: offline inferences per CPU-second, alone.
     pub offline_per_cpu_s: Vec<f64>,
     pub cpus: usize,
@@ -844,13 +853,18 @@ pub fn run(
     rounds: usize,
     window_s: f64,
     max_steal_pct: f64,
+    scenarios: &[Scenario],
     progress: &dyn Fn(&str),
 ) -> anyhow::Result<Measured> {
+    // Training alone is every slowdown's pair.
+    let scenarios: Vec<Scenario> = std::iter::once(Scenario::Alone)
+        .chain(scenarios.iter().copied().filter(|&s| s != Scenario::Alone))
+        .collect();
     let window = Duration::from_secs_f64(window_s);
     let mut bench = Bench::start(window, progress)?;
     progress("timing how slowly an idle vCPU wakes (wake-probe)");
     let wake_before = probe_wake_latency();
-    let per_round = Scenario::ALL.len() + 1;
+    let per_round = scenarios.len() + 1;
     let started = Instant::now();
     let mut done = 0;
     let mut windows = Vec::new();
@@ -881,8 +895,8 @@ pub fn run(
             done += 1;
             // Rotate the order every round: drift over the run hits every scenario alike.
             let mut round_windows = Vec::new();
-            for k in 0..Scenario::ALL.len() {
-                let scenario = Scenario::ALL[(k + round) % Scenario::ALL.len()];
+            for k in 0..scenarios.len() {
+                let scenario = scenarios[(k + round) % scenarios.len()];
                 bar(done, scenario.name());
                 round_windows.push(bench.window(scenario, round)?);
                 done += 1;
@@ -927,6 +941,7 @@ pub fn run(
     Ok(Measured {
         rounds: offline_per_cpu_s.len(),
         windows,
+        scenarios,
         offline_per_cpu_s,
         cpus,
         rounds_asked: rounds,
@@ -941,6 +956,29 @@ pub fn run(
         wake_before,
         wake_after,
     })
+}
+
+/// `enforcer observe --json --interval 0.1` on the benchmark's daemon, as a user watching it
+/// runs it, its trace kept in target/bench/colocation/ (a trace `enforcer replay` reads).
+fn spawn_observer(round: usize) -> anyhow::Result<Child> {
+    let dir = workspace_root().join("target/bench/colocation");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("observed-round-{round}.jsonl"));
+    let trace =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    Command::new(release_bin("enforcer"))
+        .args([
+            "observe",
+            "--json",
+            "--interval",
+            "0.1",
+            "--instance",
+            INSTANCE,
+        ])
+        .stdout(trace)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("spawning enforcer observe")
 }
 
 /// About four seconds of `wake-probe`; a probe that cannot run leaves the figure out of the

@@ -27,6 +27,9 @@ pub enum Scenario {
     /// Reamer with `offline_on_training_cores = true` as well: offline inference also shares
     /// training's cores once none is free, as the enforcer did by default before that.
     ReamerOfflineOnTrainingCores,
+    /// Reamer with `enforcer observe --json --interval 0.1` running through the window, as a
+    /// user watching it would: what watching costs training (a snapshot every 100 ms).
+    ReamerObserved,
     /// The static partition and reamer again, with the online load raised until online
     /// inference needs about half a CPU (`HEAVY_ONLINE_CPUS`): the load at which a static
     /// core shared with offline inference runs short.
@@ -35,7 +38,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Alone,
         Self::PlainCfs,
         Self::StaticPartition,
@@ -45,6 +48,7 @@ impl Scenario {
         Self::Reamer,
         Self::ReamerOfflineNotPaused,
         Self::ReamerOfflineOnTrainingCores,
+        Self::ReamerObserved,
         Self::StaticPartitionHeavyOnline,
         Self::ReamerHeavyOnline,
     ];
@@ -56,7 +60,8 @@ impl Scenario {
             Self::StaticPartitionHeavyOnline => Self::StaticPartition,
             Self::ReamerHeavyOnline
             | Self::ReamerOfflineNotPaused
-            | Self::ReamerOfflineOnTrainingCores => Self::Reamer,
+            | Self::ReamerOfflineOnTrainingCores
+            | Self::ReamerObserved => Self::Reamer,
             other => other,
         }
     }
@@ -66,6 +71,11 @@ impl Scenario {
             self,
             Self::StaticPartitionHeavyOnline | Self::ReamerHeavyOnline
         )
+    }
+
+    /// The scenario whose key is `name` (`Scenario::name`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
     }
 
     /// The key in the JSON report.
@@ -80,6 +90,7 @@ impl Scenario {
             Self::Reamer => "reamer",
             Self::ReamerOfflineNotPaused => "reamer_offline_not_paused",
             Self::ReamerOfflineOnTrainingCores => "reamer_offline_on_training_cores",
+            Self::ReamerObserved => "reamer_observed_10hz",
             Self::StaticPartitionHeavyOnline => "static_partition_heavy_online",
             Self::ReamerHeavyOnline => "reamer_heavy_online",
         }
@@ -97,6 +108,7 @@ impl Scenario {
             Self::Reamer => "reamer",
             Self::ReamerOfflineNotPaused => "reamer, offline not paused",
             Self::ReamerOfflineOnTrainingCores => "reamer, offline on training's cores",
+            Self::ReamerObserved => "reamer, observed at 10 Hz",
             Self::StaticPartitionHeavyOnline => "static partition, heavy online",
             Self::ReamerHeavyOnline => "reamer, heavy online",
         }
@@ -238,7 +250,7 @@ fn some_median(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| median(values))
 }
 
-/// Every scenario's figures, in `Scenario::ALL` order.
+/// Every scenario's figures, in `Scenario::ALL` order (the scenarios the run had).
 pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
     let alone = |round: usize| {
         measured
@@ -246,7 +258,8 @@ pub fn figures(measured: &Measured) -> Vec<(Scenario, Figures)> {
             .iter()
             .find(|w| w.scenario == Scenario::Alone && w.round == round)
     };
-    Scenario::ALL
+    measured
+        .scenarios
         .iter()
         .map(|&scenario| {
             let windows: Vec<&Window> = measured
@@ -354,12 +367,8 @@ fn cell(value: Option<f64>, digits: usize, unit: &str) -> String {
     value.map_or("–".to_owned(), |v| format!("{v:.digits$}{unit}"))
 }
 
-fn find(figures: &[(Scenario, Figures)], scenario: Scenario) -> &Figures {
-    &figures
-        .iter()
-        .find(|(s, _)| *s == scenario)
-        .expect("every scenario")
-        .1
+fn find(figures: &[(Scenario, Figures)], scenario: Scenario) -> Option<&Figures> {
+    figures.iter().find(|(s, _)| *s == scenario).map(|(_, f)| f)
 }
 
 /// Which rounds the figures come from: those with little steal, and what was run again.
@@ -481,9 +490,9 @@ pub fn markdown(
          offline CPUs used, work per CPU-s vs alone | CPUs left idle | reaction p50 / p99 | enforcer CPU / RSS | host steal |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         measured.rounds,
-        Scenario::ALL.len() + 1,
+        measured.scenarios.len() + 1,
         measured.window_s,
-        Scenario::ALL.len(),
+        measured.scenarios.len(),
         measured.lead_s,
         ONLINE_RATE,
         measured.heavy_online_rate,
@@ -544,7 +553,7 @@ pub fn markdown(
             "\nIn {faster_than_alone} of {} scenarios training ran faster beside inference than \
              alone (a negative slowdown): on this host the reference itself is not stable, see \
              the host steal column and how slowly an idle vCPU woke (below).\n",
-            Scenario::ALL.len() - 1
+            measured.scenarios.len() - 1
         ));
     }
     out.push_str(&rounds_note(measured));
@@ -553,11 +562,20 @@ pub fn markdown(
     for note in &measured.notes {
         out.push_str(&format!("\nOn this host: {note}.\n"));
     }
-    let reamer = find(figures, Scenario::Reamer);
     // Requests within the SLO are compared at the heavy online load: at the base load a
     // static core meets the SLO too, and the count cannot tell the two apart.
-    let reamer_heavy = find(figures, Scenario::ReamerHeavyOnline);
-    let static_heavy = find(figures, Scenario::StaticPartitionHeavyOnline);
+    let (Some(reamer), Some(reamer_heavy), Some(static_heavy)) = (
+        find(figures, Scenario::Reamer),
+        find(figures, Scenario::ReamerHeavyOnline),
+        find(figures, Scenario::StaticPartitionHeavyOnline),
+    ) else {
+        out.push_str(
+            "
+(A run of some scenarios only: no verdict against the targets.)
+",
+        );
+        return out;
+    };
     let more_within = match (
         reamer_heavy.online_requests_within_slo,
         static_heavy.online_requests_within_slo,
@@ -635,6 +653,7 @@ mod tests {
     fn measured(rounds: usize, discarded: Vec<DiscardedRound>) -> Measured {
         Measured {
             windows: Vec::new(),
+            scenarios: Scenario::ALL.to_vec(),
             offline_per_cpu_s: vec![100.0; rounds],
             cpus: 2,
             rounds,
