@@ -8,7 +8,8 @@
 //! With the `std` feature (userspace only) the crate also holds what the enforcer, the
 //! inference worker, the tests and xtask share: the control socket's protocol
 //! ([`protocol`]), kernel CPU lists ([`cpu_list`]), a process tree's threads
-//! ([`proc_tree`]), quantiles ([`stats`]) and the workloads' random generator ([`rng`]).
+//! ([`proc_tree`]), quantiles ([`stats`]), the workloads' random generator ([`rng`]) and
+//! `enforcer replay`'s summary ([`replay`]).
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod histogram;
@@ -21,6 +22,8 @@ pub mod cpu_list;
 pub mod proc_tree;
 #[cfg(feature = "std")]
 pub mod protocol;
+#[cfg(feature = "std")]
+pub mod replay;
 #[cfg(feature = "std")]
 pub mod rng;
 #[cfg(feature = "std")]

@@ -236,11 +236,15 @@ fn on_switch(switch: &Switch) {
     }
     // A training thread's slice: the kernel's own count of the time it ran since it was
     // switched in, so that the job's run time is the threads' `sum_exec_runtime`.
-    if let Some(stats) = &mut prev_stats {
-        let exec = switch.prev.sum_exec_runtime();
-        if exec >= here.training_exec_start_ns {
-            stats.run_ns += exec - here.training_exec_start_ns;
-        }
+    let prev_slice_ns = match prev_training {
+        true => switch
+            .prev
+            .sum_exec_runtime()
+            .checked_sub(here.training_exec_start_ns),
+        false => None,
+    };
+    if let (Some(stats), Some(ran)) = (&mut prev_stats, prev_slice_ns) {
+        stats.run_ns += ran;
     }
 
     // A preempted training thread: its wait starts now. The scheduler notes that in its
@@ -268,7 +272,11 @@ fn on_switch(switch: &Switch) {
             next.report_ran_since_ns = 0;
             record_report_ran(next.group, reported, monotonic_ns());
         }
-        let behind_offline = core::mem::take(&mut next.behind_offline) != 0;
+        // Written only when set: the common switch-in leaves the entry's line clean.
+        let behind_offline = next.behind_offline != 0;
+        if behind_offline {
+            next.behind_offline = 0;
+        }
         if let Some(ns) = ending_wait(next, switch.next, now) {
             let mut stats = match next.group == prev_job && prev_stats.is_some() {
                 true => prev_stats.as_deref_mut(),
@@ -319,9 +327,21 @@ fn on_switch(switch: &Switch) {
     // SAFETY: this CPU's own slot (above); volatile keeps the stores in this order.
     unsafe {
         if next_class == CLASS_TRAINING {
+            // From one training slice to the next on this CPU, the start moves on by the slice
+            // that ended instead of reading the clock (a helper call: the `reamer_cal_clk`
+            // floor less the no-op's in docs/benchmarks.md, tens of ns here, as much as the
+            // rest of the switch): between two training slices the CPU only switched. The
+            // stamp falls behind the clock by what run time leaves out (the switches
+            // themselves, time the hypervisor stole), so a slice in progress reads that much
+            // long until a slice after another class's restarts the stamp; completed slices
+            // count exactly.
+            let since = match (prev_slice_ns, here.training_since_ns) {
+                (Some(ran), since) if since != 0 => since + ran,
+                _ => monotonic_ns(),
+            };
             let exec_start = switch.next.sum_exec_runtime();
             core::ptr::write_volatile(&mut here.training_exec_start_ns, exec_start);
-            core::ptr::write_volatile(&mut here.training_since_ns, monotonic_ns());
+            core::ptr::write_volatile(&mut here.training_since_ns, since);
         } else if here.training_since_ns != 0 {
             core::ptr::write_volatile(&mut here.training_since_ns, 0);
         }

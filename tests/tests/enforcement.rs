@@ -27,6 +27,10 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     // changes nothing, so no fast-path decision is made for this test to see.
     let config = format!("{OFFLINE_POOL}\n[policy]\ntick_ms = {SLOW_TICK_MS}\n");
     let daemon = Daemon::start(instance, &config);
+    // The empty group a daemon that is gone left under the tree: it must not keep the tree
+    // idle at shutdown (only a live daemon, or processes a restarting one adopts, do).
+    let stale_group = cgroup_dir("cpu", &format!("/reamer/{instance}-gone"));
+    std::fs::create_dir_all(&stale_group).expect("creating the stale group");
     let hog = daemon.launch(
         "--pool",
         "batch",
@@ -135,6 +139,7 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     let mut hog = hog;
     let _ = hog.kill();
     let _ = hog.wait();
+    let _ = std::fs::remove_dir(&stale_group);
     remove_test_cgroups(instance, "batch");
 }
 
@@ -415,7 +420,15 @@ fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
     if !privileged("workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool") {
         return;
     }
-    let daemon = Daemon::start(instance, &format!("{OFFLINE_POOL}{QUICK_POLICY}"));
+    // One core guaranteed to an online pool, so that training, whatever its demand, reserves
+    // at most the others and the offline pool's grant shrinks: where training may hold every
+    // core, offline shares them all and its grant does not change. Unpaused, so that the
+    // grants differ only in their CPUs.
+    let config = format!(
+        "{OFFLINE_POOL}[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\n\n\
+         {QUICK_POLICY}pause_offline_when_training_short = false\n"
+    );
+    let daemon = Daemon::start(instance, &config);
     let socket = daemon.socket().display().to_string();
 
     // Outside the pool: refused.
@@ -461,6 +474,7 @@ fn workers_get_their_grants_shrinks_announced_and_only_for_their_own_pool() {
     );
     daemon.stop();
     remove_test_cgroups(instance, "batch");
+    remove_test_cgroups(instance, "web");
 }
 
 #[test]

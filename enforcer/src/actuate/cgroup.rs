@@ -22,7 +22,14 @@
 //!   spare the path walk (docs/experiments/2026-11-22-fast-path-latency.md). CFS quota writes
 //!   take about a hundred times longer and stay off the fast path.
 
-use std::{collections::BTreeSet, fs::File, io::Write as _, path::PathBuf, sync::Arc};
+use std::{
+    collections::BTreeSet,
+    fs::File,
+    io::Write as _,
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use cgroups_rs::{
     CgroupPid,
@@ -31,7 +38,7 @@ use cgroups_rs::{
 use enforcer_common::cpu_list;
 
 use super::freezer::Freezer;
-use crate::config::PoolKind;
+use crate::{config::PoolKind, host::paths};
 
 /// A cgroup operation that failed, with the group and what was being done.
 #[derive(Debug, thiserror::Error)]
@@ -492,8 +499,8 @@ pub fn set_tree_idle(idle: bool) -> Result<(), CgroupError> {
 
 /// At shutdown: removes `reamer/<instance>` and `reamer` in every hierarchy where they are
 /// empty (rmdir refuses harmlessly where another instance or an adoptable pool still lives),
-/// and leaves `reamer` normal again unless another instance's tree is under it, so that no
-/// process left behind stays idle without the daemon.
+/// and leaves `reamer` normal again unless another instance still uses the tree, so that no
+/// process left behind stays idle without a daemon.
 pub fn release_tree(instance: &str) -> Result<(), CgroupError> {
     for path in [format!("{TREE}/{instance}"), TREE.to_owned()] {
         let cgroup = Cgroup::load(hierarchies::auto(), &path);
@@ -508,11 +515,34 @@ pub fn release_tree(instance: &str) -> Result<(), CgroupError> {
         .into_iter()
         .flatten()
         .flatten()
-        .any(|entry| entry.path().is_dir() && entry.file_name() != instance);
+        .filter(|entry| entry.path().is_dir() && entry.file_name() != instance)
+        .any(|entry| instance_uses_tree(&entry.file_name().to_string_lossy(), &entry.path()));
     if another_instance {
         return Ok(());
     }
     set_tree_idle(false)
+}
+
+/// Whether another instance, whose cpu group is `dir`, still needs the tree idle: its daemon
+/// answers on its control socket, or its pools hold processes (a daemon restarting adopts
+/// them). A group left empty by a daemon that is gone does not count: it would keep the tree
+/// idle for nobody, and any later process placed under the tree with it.
+fn instance_uses_tree(name: &str, dir: &Path) -> bool {
+    UnixStream::connect(paths::socket_path(name)).is_ok() || holds_a_process(dir)
+}
+
+/// Whether the cgroup at `dir`, or any group below it, holds a process.
+fn holds_a_process(dir: &Path) -> bool {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    if !procs.trim().is_empty() {
+        return true;
+    }
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.path().is_dir())
+        .any(|entry| holds_a_process(&entry.path()))
 }
 
 #[cfg(test)]
@@ -555,5 +585,18 @@ mod tests {
             );
         }
         assert_eq!(weight_for_shares(DEFAULT_CPU_SHARES), DEFAULT_CPU_WEIGHT);
+    }
+
+    #[test]
+    fn a_group_holds_a_process_when_it_or_a_group_below_it_lists_one() {
+        let root = std::env::temp_dir().join(format!("reamer-holds-{}", std::process::id()));
+        let pool = root.join("batch");
+        std::fs::create_dir_all(&pool).unwrap();
+        std::fs::write(root.join("cgroup.procs"), "").unwrap();
+        std::fs::write(pool.join("cgroup.procs"), "\n").unwrap();
+        assert!(!holds_a_process(&root), "empty groups hold no process");
+        std::fs::write(pool.join("cgroup.procs"), "4242\n").unwrap();
+        assert!(holds_a_process(&root), "a process in a pool below");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

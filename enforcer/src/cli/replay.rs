@@ -21,7 +21,10 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use enforcer_common::stats::{median, quantile, sorted};
+use enforcer_common::{
+    replay::ReplaySummary,
+    stats::{median, quantile, sorted},
+};
 use serde::Serialize;
 
 use super::observe::ObservedInterval;
@@ -51,27 +54,6 @@ pub struct ReplayedInterval {
     pub contentions: u64,
     /// The policy's demand estimate after the interval's tick.
     pub estimate_cpus: f64,
-}
-
-/// The replay's figures over the whole trace.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReplaySummary {
-    pub intervals: usize,
-    pub cpus: usize,
-    pub running_cpus_p50: f64,
-    pub running_cpus_p90: f64,
-    pub demand_cpus_p50: f64,
-    pub demand_cpus_p90: f64,
-    pub reserved_cores_p50: f64,
-    pub reserved_cores_p90: f64,
-    /// Share of intervals with offline pools paused, %.
-    pub offline_paused_pct: f64,
-    /// Intervals with offline paused while training ran on half the CPUs or fewer.
-    pub paused_at_half_or_less: usize,
-    /// Share of intervals in which training ran on more CPUs than were reserved for it, %.
-    pub short_pct: f64,
-    /// Decisions the policy took (each changes the reservation, the pause or a pool).
-    pub decisions: usize,
 }
 
 /// The policy and pools a replay runs with.

@@ -96,15 +96,25 @@ impl Collector for SnapshotMetrics {
                 job.wait_ns,
             )?;
         }
-        let mut family = encoder.encode_descriptor(
-            "reamer_training_run_seconds",
-            "Time training threads ran.",
-            None,
-            MetricType::Counter,
-        )?;
-        for job in &snapshot.jobs {
-            let labels = [("job", job.name.as_str())];
-            counter(&mut family.encode_family(&labels)?, job.run_ns as f64 / 1e9)?;
+        type JobSeconds = fn(&enforcer_common::protocol::JobTotals) -> u64;
+        let job_seconds: [(&str, &str, JobSeconds); 2] = [
+            (
+                "reamer_training_run_seconds",
+                "Time training threads ran, the slices running at the reading included.",
+                |job| job.run_ns,
+            ),
+            (
+                "reamer_training_offline_wait_seconds",
+                "Run-queue waits of training threads that began behind offline inference.",
+                |job| job.offline_wait_ns,
+            ),
+        ];
+        for (name, help, ns) in job_seconds {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for job in &snapshot.jobs {
+                let labels = [("job", job.name.as_str())];
+                counter(&mut family.encode_family(&labels)?, ns(job) as f64 / 1e9)?;
+            }
         }
         type JobCount = fn(&enforcer_common::protocol::JobTotals) -> u64;
         let job_counters: [(&str, &str, JobCount); 3] = [
@@ -414,6 +424,7 @@ mod tests {
                 wait_hist: hist,
                 wait_ns: 2_006_500,
                 run_ns: 1_500_000_000,
+                offline_wait_ns: 250_000_000,
                 ..Default::default()
             }],
             counters: [("events_sent".to_owned(), 7u64)].into_iter().collect(),
@@ -454,6 +465,7 @@ mod tests {
         );
         assert!(text.contains("reamer_training_wait_seconds_count{job=\"resnet\"} 4"));
         assert!(text.contains("reamer_training_run_seconds_total{job=\"resnet\"} 1.5"));
+        assert!(text.contains("reamer_training_offline_wait_seconds_total{job=\"resnet\"} 0.25"));
         assert!(text.contains("reamer_sensor_counter_total{counter=\"events_sent\"} 7"));
         assert!(
             text.contains("reamer_pool_cpu_weight{pool=\"web\"} 25"),

@@ -5,7 +5,8 @@
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
-use serde::{Deserialize, Serialize};
+use enforcer_common::replay::ReplaySummary;
+use serde::Serialize;
 
 use crate::cargo::{release_bin, workspace_root};
 
@@ -17,27 +18,16 @@ pub const TRACE_CPUS: usize = 16;
 pub const RECORDED_DECISIONS: &str =
     "enforcer/tests/fixtures/resnet50-h100-16cpu-alone.decisions.jsonl";
 
-/// `enforcer replay --json`'s summary (the fields this report uses).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `enforcer replay --json`'s summary, and what the recording daemon's own policy did.
+#[derive(Debug, Clone, Serialize)]
 pub struct ReplayBench {
-    pub intervals: usize,
-    pub cpus: usize,
-    pub running_cpus_p50: f64,
-    pub running_cpus_p90: f64,
-    pub demand_cpus_p50: f64,
-    pub reserved_cores_p50: f64,
-    pub reserved_cores_p90: f64,
-    pub offline_paused_pct: f64,
-    pub paused_at_half_or_less: usize,
-    pub short_pct: f64,
-    pub decisions: usize,
-    /// What the recording daemon's own policy reserved (its decision log), for comparison.
-    #[serde(default)]
-    pub recorded: Option<RecordedPolicy>,
+    #[serde(flatten)]
+    pub summary: ReplaySummary,
+    pub recorded: RecordedPolicy,
 }
 
 /// The recording daemon's reservations, from its decision log.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct RecordedPolicy {
     /// Seconds from its first decision to its last.
     pub span_s: f64,
@@ -98,19 +88,20 @@ pub fn run(progress: &dyn Fn(&str)) -> anyhow::Result<ReplayBench> {
         .lines()
         .last()
         .context("enforcer replay printed nothing")?;
-    let mut bench: ReplayBench =
-        serde_json::from_str(summary).context("reading enforcer replay's summary")?;
-    bench.recorded = Some(recorded_policy(TRACE_CPUS)?);
-    Ok(bench)
+    Ok(ReplayBench {
+        summary: serde_json::from_str(summary).context("reading enforcer replay's summary")?,
+        recorded: recorded_policy(TRACE_CPUS)?,
+    })
 }
 
 pub fn markdown(bench: &ReplayBench) -> String {
-    let reserved_bound = bench.running_cpus_p50 + 2.0;
-    let reserved_met = match bench.reserved_cores_p50 <= reserved_bound {
+    let (summary, recorded) = (&bench.summary, &bench.recorded);
+    let reserved_bound = summary.running_cpus_p50 + 2.0;
+    let reserved_met = match summary.reserved_cores_p50 <= reserved_bound {
         true => "met",
         false => "**missed**",
     };
-    let pause_met = match bench.paused_at_half_or_less {
+    let pause_met = match summary.paused_at_half_or_less {
         0 => "met",
         _ => "**missed**",
     };
@@ -125,26 +116,23 @@ pub fn markdown(bench: &ReplayBench) -> String {
          | intervals with offline paused | {:.1}% | | |\n\
          | of which with training on {} CPUs or fewer | {} | none | {pause_met} |\n\
          | intervals with training on more CPUs than reserved (`short_pct`) | {:.1}% | reported | |\n\
-         | decisions | {} | | |\n{}",
-        bench.intervals,
-        bench.running_cpus_p50,
-        bench.running_cpus_p90,
-        bench.reserved_cores_p50,
-        bench.reserved_cores_p90,
+         | decisions | {} | | |\n\n\
+         The recording daemon's own policy (its decision log, {RECORDED_DECISIONS}), over the \
+         {:.1} s its decisions span: at most {} cores reserved, and {} or more for {:.1} s.\n",
+        summary.intervals,
+        summary.running_cpus_p50,
+        summary.running_cpus_p90,
+        summary.reserved_cores_p50,
+        summary.reserved_cores_p90,
         reserved_bound,
-        bench.offline_paused_pct,
-        bench.cpus / 2,
-        bench.paused_at_half_or_less,
-        bench.short_pct,
-        bench.decisions,
-        bench.recorded.as_ref().map_or(String::new(), |recorded| format!(
-            "\nThe recording daemon's own policy (its decision log, {RECORDED_DECISIONS}), over \
-             the {:.1} s its decisions span: at most {} cores reserved, and {} or more for \
-             {:.1} s.\n",
-            recorded.span_s,
-            recorded.max_cores,
-            TRACE_CPUS - 1,
-            recorded.seconds_at_all_but_one_or_more,
-        )),
+        summary.offline_paused_pct,
+        summary.cpus / 2,
+        summary.paused_at_half_or_less,
+        summary.short_pct,
+        summary.decisions,
+        recorded.span_s,
+        recorded.max_cores,
+        TRACE_CPUS - 1,
+        recorded.seconds_at_all_but_one_or_more,
     )
 }
