@@ -27,6 +27,8 @@ pub struct AppState {
     pub executor: Arc<Executor>,
     pub metrics: Arc<Metrics>,
     pub body_limit: usize,
+    /// How long a body may take to arrive before its slot is given back (408).
+    pub body_timeout: std::time::Duration,
     pub bodies: Semaphore,
 }
 
@@ -201,9 +203,29 @@ async fn run_infer(
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return response;
     };
-    let bytes = match axum::body::to_bytes(body, state.body_limit).await {
-        Ok(bytes) => bytes,
-        Err(err) => {
+    let read = tokio::time::timeout(
+        state.body_timeout,
+        axum::body::to_bytes(body, state.body_limit),
+    )
+    .await;
+    let bytes = match read {
+        Ok(Ok(bytes)) => bytes,
+        // A slow or silent client: its slot goes back, and the connection, whose rest of the
+        // body would be read as the next request, closes.
+        Err(_) => {
+            let mut response = bad(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} ms (--body-timeout-ms)",
+                    state.body_timeout.as_millis()
+                ),
+            );
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
+        Ok(Err(err)) => {
             return bad(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(

@@ -5,9 +5,13 @@
 //! 544 KB as JSON numbers and 110 KB as bytes). Pure functions; the HTTP routes live in `http`.
 
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value, json, value::RawValue};
 
-use crate::{model::Signature, session::ItemOutputs};
+use crate::{
+    model::Signature,
+    numbers::{BadData, parse_numbers},
+    session::ItemOutputs,
+};
 
 /// The HTTP header giving the length of the JSON part of a body with binary tensors, in a
 /// request and in a response.
@@ -64,6 +68,10 @@ pub enum BadRequest {
     },
     #[error("unknown output '{given}'; the model has {known:?}")]
     UnknownOutput { given: String, known: Vec<String> },
+    /// Each output at most once: the answer is then bounded by what the shapes allow, where
+    /// one name repeated a million times in a small request built gigabytes of answer.
+    #[error("output '{0}' is asked for more than once")]
+    RepeatedOutput(String),
     #[error("input '{input}' parameter 'binary_data_size' is {value}; it must be a byte count")]
     BinarySize { input: String, value: Value },
     #[error("input '{0}' has neither 'data' nor the 'binary_data_size' parameter")]
@@ -95,17 +103,6 @@ pub enum BadRequest {
     },
 }
 
-/// What is wrong with the numbers of a `data` field (a request's input, an offline job line).
-#[derive(Debug, thiserror::Error)]
-pub enum BadData {
-    #[error("more values than the shape's {0}")]
-    TooMany(usize),
-    #[error("a number out of range")]
-    OutOfRange,
-    #[error("expected numbers, found {0}")]
-    NotANumber(&'static str),
-}
-
 /// A checked request: `items` items of the model's input, back to back.
 #[derive(Debug)]
 pub struct InferRequest {
@@ -126,25 +123,28 @@ pub struct RequestedOutput {
 }
 
 #[derive(Deserialize)]
-struct RawRequest {
+struct RawRequest<'a> {
     #[serde(default)]
     id: Option<Value>,
     #[serde(default)]
     parameters: Option<Map<String, Value>>,
-    inputs: Vec<RawInput>,
+    #[serde(borrow)]
+    inputs: Vec<RawInput<'a>>,
     #[serde(default)]
     outputs: Option<Vec<RawOutput>>,
 }
 
 #[derive(Deserialize)]
-struct RawInput {
+struct RawInput<'a> {
     name: String,
     shape: Vec<i64>,
     datatype: String,
     #[serde(default)]
     parameters: Option<Map<String, Value>>,
-    #[serde(default)]
-    data: Option<Value>,
+    /// Kept as the request's own text until the shape is checked, then read straight into
+    /// numbers (`numbers`): no value tree of it is ever built.
+    #[serde(default, borrow)]
+    data: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -168,6 +168,18 @@ fn bool_parameter(
             name: name.to_owned(),
             kind: kind(other),
         }),
+    }
+}
+
+/// What a JSON value is, for an error that says what was found instead.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 
@@ -276,7 +288,11 @@ pub fn parse_infer(
             .collect(),
         Some(asked) => asked
             .iter()
-            .map(|o| {
+            .enumerate()
+            .map(|(at, o)| {
+                if asked[..at].iter().any(|earlier| earlier.name == o.name) {
+                    return Err(BadRequest::RepeatedOutput(o.name.clone()));
+                }
                 let index = signature
                     .outputs
                     .iter()
@@ -304,7 +320,7 @@ pub fn parse_infer(
 }
 
 /// The input's `binary_data_size` parameter, when it has one.
-fn binary_data_size(input: &RawInput) -> Result<Option<usize>, BadRequest> {
+fn binary_data_size(input: &RawInput<'_>) -> Result<Option<usize>, BadRequest> {
     match input
         .parameters
         .as_ref()
@@ -324,22 +340,20 @@ fn binary_data_size(input: &RawInput) -> Result<Option<usize>, BadRequest> {
 }
 
 /// An input's values from its JSON `data`.
-fn json_values(input: &RawInput, want: usize) -> Result<Vec<f32>, BadRequest> {
+fn json_values(input: &RawInput<'_>, want: usize) -> Result<Vec<f32>, BadRequest> {
     let Some(data) = &input.data else {
         return Err(BadRequest::NoData(input.name.clone()));
     };
-    let mut values = Vec::with_capacity(want.min(1 << 24));
-    flatten_numbers(data, &mut values, want).map_err(|error| BadRequest::Data {
+    parse_numbers(data.get(), want).map_err(|error| BadRequest::Data {
         input: input.name.clone(),
         error,
-    })?;
-    Ok(values)
+    })
 }
 
 /// An input's values from the binary data after the JSON header: `size` bytes of
 /// little-endian FP32, which must be all of it (the model takes one input).
 fn binary_values(
-    input: &RawInput,
+    input: &RawInput<'_>,
     size: usize,
     binary: &[u8],
     want: usize,
@@ -370,35 +384,6 @@ fn binary_values(
         .chunks_exact(4)
         .map(|v| f32::from_le_bytes([v[0], v[1], v[2], v[3]]))
         .collect())
-}
-
-/// Appends the numbers of `data` (flat or nested arrays, row-major) to `out`, stopping with
-/// an error once more than `limit` arrive. Offline job lines use it too.
-pub fn flatten_numbers(data: &Value, out: &mut Vec<f32>, limit: usize) -> Result<(), BadData> {
-    match data {
-        Value::Number(n) => {
-            if out.len() >= limit {
-                return Err(BadData::TooMany(limit));
-            }
-            out.push(n.as_f64().ok_or(BadData::OutOfRange)? as f32);
-            Ok(())
-        }
-        Value::Array(values) => values
-            .iter()
-            .try_for_each(|v| flatten_numbers(v, out, limit)),
-        other => Err(BadData::NotANumber(kind(other))),
-    }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// An infer response: the JSON, and the bytes of the binary outputs that follow it, in the
@@ -514,7 +499,7 @@ mod tests {
 
     #[test]
     fn names_what_is_wrong() {
-        let cases: [(&[u8], &str); 12] = [
+        let cases: [(&[u8], &str); 13] = [
             (b"{not json", "malformed infer request"),
             (br#"{"inputs":[]}"#, "has 0 inputs"),
             (br#"{"inputs":[{"name":"z","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}]}"#, "unknown input 'z'"),
@@ -524,6 +509,7 @@ mod tests {
             (br#"{"inputs":[{"name":"x","shape":[1,2,2],"datatype":"FP32","data":[1,2,3]}]}"#, "has 3 values"),
             (br#"{"inputs":[{"name":"x","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,"4"]}]}"#, "found a string"),
             (br#"{"inputs":[{"name":"x","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}],"outputs":[{"name":"q"}]}"#, "unknown output 'q'"),
+            (br#"{"inputs":[{"name":"x","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}],"outputs":[{"name":"y"},{"name":"y"}]}"#, "output 'y' is asked for more than once"),
             (br#"{"inputs":[{"name":"x","shape":[1,2,2],"datatype":"FP32"}]}"#, "neither 'data' nor"),
             (br#"{"inputs":[{"name":"x","shape":[1,2,2],"datatype":"FP32","parameters":{"binary_data_size":16}}]}"#, "no Inference-Header-Content-Length"),
             (br#"{"inputs":[{"name":"x","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}],"parameters":{"binary_data_output":1}}"#, "must be true or false"),

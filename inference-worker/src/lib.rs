@@ -15,6 +15,7 @@ pub mod latency_report;
 pub mod metrics;
 pub mod mlp_model;
 pub mod model;
+pub mod numbers;
 pub mod offline;
 pub mod online;
 pub mod onnx_build;

@@ -175,6 +175,10 @@ struct OnlineArgs {
     /// Request bodies read at once (429 beyond): with --max-body-bytes, bounds memory.
     #[arg(long, default_value_t = 32)]
     max_concurrent_bodies: usize,
+    /// Milliseconds a request's body may take to arrive (408 beyond): a client that sends
+    /// its body slowly, or never, gives its body slot back instead of holding it.
+    #[arg(long, default_value_t = 10_000)]
+    body_timeout_ms: u64,
     /// Batches per point of the start-up profile.
     #[arg(long, default_value_t = 5)]
     profile_runs: usize,
@@ -302,6 +306,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 queue_capacity: args.queue_capacity,
                 body_limit: args.max_body_bytes,
                 max_bodies: args.max_concurrent_bodies,
+                body_timeout: Duration::from_millis(args.body_timeout_ms.max(1)),
                 profile_runs: args.profile_runs,
                 reload_poll: (args.reload_poll_ms > 0)
                     .then(|| Duration::from_millis(args.reload_poll_ms)),

@@ -45,6 +45,8 @@ pub struct Options {
     pub queue_capacity: usize,
     pub body_limit: usize,
     pub max_bodies: usize,
+    /// How long a request's body may take to arrive.
+    pub body_timeout: Duration,
     pub profile_runs: usize,
     pub reload_poll: Option<Duration>,
 }
@@ -140,6 +142,7 @@ pub fn run(options: Options) -> Result<(), OnlineError> {
         executor: executor.clone(),
         metrics,
         body_limit: options.body_limit,
+        body_timeout: options.body_timeout,
         bodies: Semaphore::new(options.max_bodies.max(1)),
     });
     let drain = Drain::new();

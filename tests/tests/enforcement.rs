@@ -367,12 +367,16 @@ fn a_training_job_that_exits_frees_its_cores() {
 }
 
 #[test]
-fn a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on() {
+fn a_pool_cgroup_removed_underneath_is_logged_retried_and_the_daemon_goes_on() {
     let instance = "it-removed";
-    if !privileged("a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on") {
+    if !privileged("a_pool_cgroup_removed_underneath_is_logged_retried_and_the_daemon_goes_on") {
         return;
     }
-    let daemon = Daemon::start(instance, &format!("{OFFLINE_POOL}{QUICK_POLICY}"));
+    // An online core beside: training can never hold every core, so the offline pool's CPUs
+    // change whenever training takes one (with both taken, offline would share them all, as
+    // before, and nothing would be written).
+    let online = "[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\n";
+    let daemon = Daemon::start(instance, &format!("{OFFLINE_POOL}{online}{QUICK_POLICY}"));
     let cpuset_dir = cgroup_dir("cpuset", &format!("/reamer/{instance}/batch"));
     std::fs::remove_dir(&cpuset_dir).expect("remove the empty pool cgroup (cpuset)");
     // Training demand makes the slow path rewrite the pool's cpuset, which is gone.
@@ -392,9 +396,25 @@ fn a_pool_cgroup_removed_underneath_is_logged_and_the_daemon_goes_on() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The group back (as an operator would make it again): the failed write is retried on
+    // the tick until it is done, not left until the next allocation that differs.
+    std::fs::create_dir(&cpuset_dir).expect("make the pool cgroup (cpuset) again");
+    eventually("the failed write retried", Duration::from_secs(3), || {
+        daemon
+            .log()
+            .contains("a write that failed earlier is done now")
+    });
+    let cpus = std::fs::read_to_string(cpuset_dir.join("cpuset.cpus")).unwrap_or_default();
+    assert!(!cpus.trim().is_empty(), "the retry wrote no CPUs");
     let log = daemon.stop();
     assert!(log.contains("sensor detached, pins removed"), "{log}");
+    assert_eq!(
+        log.matches("(retried every tick)").count(),
+        1,
+        "the failure was reported more than once:\n{log}"
+    );
     remove_test_cgroups(instance, "batch");
+    remove_test_cgroups(instance, "web");
 }
 
 /// The registry re-reads its groups every second.

@@ -109,23 +109,44 @@ fn offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after() {
             "6",
         ],
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // Subscribed before training starts: a pause would freeze it (it is in the pool) before
+    // it could hear of it. Under a full suite's load 300 ms was once not enough.
+    eventually("the grant subscriber subscribed", SETTLE, || {
+        pool_in(&daemon.snapshot(), "batch").0.subscribers >= 1
+    });
     assert!(!batch_paused(&daemon), "paused before training ran");
 
     // Training wants every CPU: the offline pool is frozen, and gets no CPU.
-    let training = launch_training(&daemon, "3");
+    let training = launch_training(&daemon, "4");
     eventually("the offline pool paused", SETTLE, || {
         batch_paused(&daemon) && kernel_says_frozen(instance)
     });
     let paused = decision_that(&daemon, "paused").expect("no decision froze the pool");
     println!("pausing decision: {paused}");
     assert_eq!(paused["allocation"]["offline_paused"], true);
+    // Past the demand window and the hold, training's estimate is its steady two CPUs: the
+    // first crossing, with the window still holding ticks from before training, may pause and
+    // resume once. From here the pause holds while training runs.
+    std::thread::sleep(Duration::from_millis(600));
+    eventually("the offline pool paused, steady", SETTLE, || {
+        batch_paused(&daemon) && kernel_says_frozen(instance)
+    });
+    let paused = decision_that(&daemon, "paused").expect("no decision froze the pool");
+    // Over a window the pause held throughout (paused at both ends, no resume between, the
+    // latest pausing decision the same), the pool's process used no CPU at all.
     let before = cpu_ticks(offline.id());
     std::thread::sleep(Duration::from_millis(500));
     let during = cpu_ticks(offline.id());
-    if batch_paused(&daemon) {
-        assert_eq!(before, during, "the paused pool's process ran");
-    }
+    assert!(
+        batch_paused(&daemon) && kernel_says_frozen(instance),
+        "the pause ended within 500 ms while training still wanted every CPU"
+    );
+    assert_eq!(
+        decision_that(&daemon, "paused").map(|d| d["at_ns"].clone()),
+        Some(paused["at_ns"].clone()),
+        "the pool was resumed and paused again meanwhile"
+    );
+    assert_eq!(before, during, "the paused pool's process ran");
 
     // Training gone: the pool resumes first, in a decision that gives back no core.
     wait_ok(training, "the training hog");

@@ -3,7 +3,7 @@
 //! privilege; the others do not.
 
 use std::{
-    io::{Read as _, Write as _},
+    io::{BufRead as _, BufReader, Read as _, Write as _},
     net::TcpStream,
     process::{Command, Stdio},
     sync::{
@@ -16,14 +16,16 @@ use std::{
 use enforcer_common::protocol::PoolStatus;
 use reamer_tests::{
     harness::{
-        Daemon, eventually, privileged, remove_test_cgroups, wait_ok,
+        Daemon, cgroups,
+        cgroups::FreezerGroup,
+        eventually, privileged, remove_test_cgroups, wait_ok,
         worker::{
             CLASSIFIER_SERVE_ARGS, OnlineWorker, agent, binary_body, check_tiny_answer, get,
             metric, post, scratch, scratch_with_tiny_model, tiny_expected, tiny_request,
             worker_bin, write_tiny_model,
         },
     },
-    measure::proc_stats::resident_kib,
+    measure::proc_stats::{peak_resident_kib, resident_kib},
 };
 use serde_json::Value;
 
@@ -272,13 +274,117 @@ fn was_answered(stream: &mut TcpStream) -> bool {
 }
 
 #[test]
-fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
-    let (dir, model) = scratch_with_tiny_model("overload");
-    let worker = OnlineWorker::serve(
-        &dir,
-        &model,
-        &["--max-concurrent-bodies", "1", "--cpus", "0"],
+fn tensor_data_costs_memory_by_its_declared_shape_not_by_its_length() {
+    let (dir, model) = scratch_with_tiny_model("data-memory");
+    let worker = OnlineWorker::serve(&dir, &model, &["--cpus", "0"]);
+    let pid = worker.child.id();
+    let http = agent();
+    let infer = format!("{}/v2/models/tiny/infer", worker.base);
+    assert_eq!(
+        post(&http, &infer, &tiny_request("warm", &items(64, 1.0))).0,
+        200
     );
+    let peak_before = peak_resident_kib(pid).expect("the worker is running");
+    // 15 MB of two-byte numbers (7.5 million values) for a shape of 4. As a JSON value tree
+    // (about 32 bytes a number) it took over 200 MiB before the shape was checked.
+    let values = "1,".repeat(7_500_000);
+    let body = format!(
+        "{{\"inputs\":[{{\"name\":\"x\",\"shape\":[1,4],\"datatype\":\"FP32\",\
+         \"data\":[{values}1]}}]}}"
+    );
+    let (status, answer) = post(&http, &infer, &body);
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.contains("more values than the shape's 4"),
+        "{answer}"
+    );
+    let grew = peak_resident_kib(pid)
+        .unwrap_or(0)
+        .saturating_sub(peak_before);
+    println!(
+        "peak RSS grew {grew} KiB for a {} KiB body",
+        body.len() / 1024
+    );
+    // The body itself, read whole (axum), and little beside it.
+    assert!(
+        grew < (body.len() / 1024) as u64 * 2 + 16 * 1024,
+        "peak RSS grew {grew} KiB for a {} KiB body",
+        body.len() / 1024
+    );
+    // The same declared shape, answered: one item, whatever the request asked.
+    let asked_twice = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,4],\"datatype\":\"FP32\",\
+                       \"data\":[1,2,3,4]}],\"outputs\":[{\"name\":\"y\"},{\"name\":\"y\"}]}";
+    let (status, answer) = post(&http, &infer, asked_twice);
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("asked for more than once"), "{answer}");
+    assert!(worker.stop().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A worker of the tiny model that reads one request body at a time, each within
+/// `body_timeout_ms`, in a scratch directory named `name`.
+fn one_body_slot_worker(name: &str, body_timeout_ms: &str) -> (std::path::PathBuf, OnlineWorker) {
+    let (dir, model) = scratch_with_tiny_model(name);
+    let args = [
+        "--max-concurrent-bodies",
+        "1",
+        "--cpus",
+        "0",
+        "--body-timeout-ms",
+        body_timeout_ms,
+    ];
+    let worker = OnlineWorker::serve(&dir, &model, &args);
+    (dir, worker)
+}
+
+#[test]
+fn a_client_that_never_finishes_its_body_gives_its_slot_back_at_the_deadline() {
+    let (dir, worker) = one_body_slot_worker("body-deadline", "700");
+    let http = agent();
+    let infer = format!("{}/v2/models/tiny/infer", worker.base);
+    let body = tiny_request("after", &items(4, 1.0));
+    assert_eq!(post(&http, &infer, &body).0, 200);
+    let mut slow = start_endless_body(&worker.base);
+    let mut started = Instant::now();
+    // The slot is held once a probe is turned away. A probe read first takes the slot and the
+    // slow client is refused instead: then it starts over.
+    eventually(
+        "the slow client holds the slot",
+        Duration::from_secs(5),
+        || {
+            if post(&http, &infer, &body).0 == 429 {
+                return true;
+            }
+            if was_answered(&mut slow) {
+                slow = start_endless_body(&worker.base);
+                started = Instant::now();
+            }
+            false
+        },
+    );
+    // At the deadline the slow client is answered 408, and the slot is free again.
+    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answer = String::new();
+    let _ = BufReader::new(&mut slow).read_line(&mut answer);
+    let waited = started.elapsed();
+    assert!(answer.contains("408"), "the slow client got {answer:?}");
+    assert!(
+        waited < Duration::from_secs(4),
+        "answered after {waited:?}, not at the 700 ms deadline"
+    );
+    assert_eq!(
+        post(&http, &infer, &body).0,
+        200,
+        "the slot was not given back"
+    );
+    assert!(worker.stop().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
+    // The slow client below holds its slot for the whole test: no body deadline within it.
+    let (dir, worker) = one_body_slot_worker("overload", "120000");
     let pid = worker.child.id();
     let http = agent();
     let infer = format!("{}/v2/models/tiny/infer", worker.base);
@@ -531,6 +637,11 @@ fn check_results(job: &std::path::Path, lines: usize) {
 
 #[test]
 fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
+    // Frozen the way the enforcer pauses an offline pool: by the cgroup freezer.
+    if !privileged("an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing") {
+        return;
+    }
+    let freezer = FreezerGroup::ensure("it-offline-kill", "job").expect("a freezer group");
     let (dir, model) = scratch_with_tiny_model("offline-kill");
     let job = dir.join("job");
     let lines = 200_000;
@@ -564,31 +675,32 @@ fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
     };
     let mut child = offline(&[]).spawn().unwrap();
     let pid = child.id() as i32;
+    freezer
+        .add_process(child.id())
+        .expect("the worker into the freezer group");
     let deadline = Instant::now() + Duration::from_secs(20);
     while checkpoint(&job)["lines_done"].as_u64().unwrap_or(0) == 0 {
         assert!(Instant::now() < deadline, "no checkpoint written");
         std::thread::sleep(Duration::from_millis(5));
     }
-    // Frozen: no progress while stopped, and it goes on after.
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
-    std::thread::sleep(Duration::from_millis(50));
+    // Frozen: no progress while frozen, and it goes on after.
+    freezer.set_frozen(true).expect("freezing the worker");
     let frozen_at = checkpoint(&job)["lines_done"].as_u64().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(checkpoint(&job)["lines_done"].as_u64().unwrap(), frozen_at);
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
-    // Thawed, it checkpoints again. Wait for that rather than for a fixed
-    // time: a CI run once saw no checkpoint 100 ms after SIGCONT.
+    freezer.set_frozen(false).expect("thawing the worker");
+    // Thawed, it checkpoints again. Wait for that rather than for a fixed time: a CI run once
+    // saw no checkpoint 100 ms after the process was let go on.
     let deadline = Instant::now() + Duration::from_secs(20);
     while checkpoint(&job)["lines_done"].as_u64().unwrap_or(frozen_at) == frozen_at {
-        assert!(Instant::now() < deadline, "no progress after SIGCONT");
+        assert!(Instant::now() < deadline, "no progress after the thaw");
         std::thread::sleep(Duration::from_millis(5));
     }
     // Killed without warning, mid-job.
-    // SAFETY: as above.
+    // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     child.wait().unwrap();
+    cgroups::remove_groups("it-offline-kill", &["job"]);
     let at_kill = checkpoint(&job);
     println!("killed at {at_kill}");
     assert_eq!(
@@ -689,15 +801,20 @@ fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouch
     let (dir, model) = scratch_with_tiny_model("offline-bad");
     let job = dir.join("job");
     std::fs::create_dir_all(&job).unwrap();
-    std::fs::write(
-        job.join("inputs.jsonl"),
-        "{\"id\":\"a\",\"data\":[1,2,3,4]}\n\
+    let mut inputs = b"{\"id\":\"a\",\"data\":[1,2,3,4]}\n\
          {\"id\":\"b\",\"data\":[[1,1],[1,1]]}\n\
          this line is not JSON\n\
          {\"id\":\"d\",\"data\":[1,2,3]}\n\
-         {\"id\":\"e\",\"data\":[0,0,0,1]}\n",
-    )
-    .unwrap();
+         {\"id\":\"e\",\"data\":[0,0,0,1]}\n"
+        .to_vec();
+    // A byte that is not UTF-8, and a line far longer than any item of the model: each is one
+    // rejected line, and the lines after them are read (they stopped every run, and so every
+    // resume, at the same place).
+    inputs.extend_from_slice(b"{\"id\":\"\xff\",\"data\":[1,2,3,4]}\n");
+    inputs.extend_from_slice(b"{\"id\":\"g\",\"data\":[");
+    inputs.extend(std::iter::repeat_n(b'7', 4 << 20));
+    inputs.extend_from_slice(b"]}\n{\"id\":\"h\",\"data\":[0,0,0,1]}\n");
+    std::fs::write(job.join("inputs.jsonl"), inputs).unwrap();
     let run = || {
         Command::new(worker_bin())
             .args([
@@ -722,16 +839,21 @@ fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouch
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(results.len(), 5);
-    assert!(
-        results[2]["error"]
-            .as_str()
-            .unwrap()
-            .contains("not a job line")
-    );
-    assert!(results[3]["error"].as_str().unwrap().contains("3 values"));
+    assert_eq!(results.len(), 8);
+    let error = |i: usize| results[i]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(error(2).contains("not a job line"), "{}", error(2));
+    assert!(error(3).contains("3 values"), "{}", error(3));
+    assert!(error(5).contains("not UTF-8"), "{}", error(5));
+    assert!(error(6).contains("skipped unread"), "{}", error(6));
     let want = tiny_expected(1, &[0.0, 0.0, 0.0, 1.0]);
-    assert!((results[4]["outputs"]["y"][0].as_f64().unwrap() - f64::from(want[0])).abs() < 1e-4);
+    for i in [4, 7] {
+        let got = results[i]["outputs"]["y"][0].as_f64().unwrap();
+        assert!(
+            (got - f64::from(want[0])).abs() < 1e-4,
+            "line {}: {got}",
+            i + 1
+        );
+    }
 
     // A corrupt checkpoint: a clear error, and the results are left as they were.
     std::fs::write(job.join("checkpoint.json"), "{\"format\":1,\"lines_do").unwrap();
@@ -754,6 +876,54 @@ fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouch
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr.contains("inputs.jsonl"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_second_worker_on_a_running_job_is_refused() {
+    let (dir, model) = scratch_with_tiny_model("offline-twice");
+    let job = dir.join("job");
+    let status = Command::new(worker_bin())
+        .args(["make-job", "--model", model.to_str().unwrap(), "--dir"])
+        .arg(&job)
+        .args(["--lines", "200000", "--seed", "5"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let offline = || {
+        let mut command = Command::new(worker_bin());
+        command
+            .args(["offline", "--model", model.to_str().unwrap(), "--job"])
+            .arg(&job)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let mut first = offline().spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while checkpoint(&job)["lines_done"].as_u64().unwrap_or(0) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first worker wrote no checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let second = offline().output().unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("being run by another worker") && stderr.contains("worker.lock"),
+        "{stderr}"
+    );
+    let _ = first.kill();
+    first.wait().unwrap();
+    // The lock went with the first worker: the job resumes.
+    let resumed = offline().args(["--max-lines", "10"]).output().unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -454,19 +454,21 @@ impl PoolCgroup {
         self.files().processes()
     }
 
-    /// Leaves every process runnable: all CPUs, normal weight, thawed. Used at shutdown, so
-    /// that no inference is left frozen or starved without the daemon.
-    pub fn release(&self, all_cpus: &BTreeSet<u32>) -> Result<(), CgroupError> {
-        self.set_cpus(all_cpus)?;
+    /// Leaves every process runnable: thawed, all CPUs, normal weight. Used at shutdown, so
+    /// that no inference is left frozen or starved without the daemon. Thawed first, and every
+    /// step is tried whatever the others did: returns what failed.
+    pub fn release(&self, all_cpus: &BTreeSet<u32>) -> Vec<CgroupError> {
+        let mut steps = Vec::new();
+        if let Some(freezer) = &self.freezer {
+            steps.push(freezer.release());
+        }
+        steps.push(self.set_cpus(all_cpus));
         if self.cpu_dir().is_some() {
-            self.set_idle(false)?;
+            steps.push(self.set_idle(false));
         }
         // After cpu.idle 0: the kernel refuses a weight for an idle group (EINVAL).
-        self.set_weight(DEFAULT_CPU_WEIGHT)?;
-        if let Some(freezer) = &self.freezer {
-            freezer.release()?;
-        }
-        Ok(())
+        steps.push(self.set_weight(DEFAULT_CPU_WEIGHT));
+        steps.into_iter().filter_map(Result::err).collect()
     }
 
     /// Removes the cgroup if no process is left in it.

@@ -4,6 +4,10 @@
 //! Callers hand a line to the writer and go on: the fast path's decision is applied before it
 //! is logged, and the file write happens off the thread that reacts to events. A full disk
 //! must not stop enforcement: a line that cannot be written is dropped, and said so once.
+//!
+//! The default place is tmpfs, which is memory: past `ROTATE_AT_BYTES` the file becomes
+//! `<path>.1` (replacing the one before) and a new file is started, so the log takes at most
+//! twice that. A duty cycle that flips twice a second writes about 60 MB a day.
 
 use std::{
     collections::VecDeque,
@@ -43,17 +47,60 @@ pub struct DecisionLogWriter {
     thread: JoinHandle<()>,
 }
 
+/// The size at which the log is rotated: about 60,000 decisions.
+pub const ROTATE_AT_BYTES: u64 = 16 << 20;
+
+/// The file the writer appends to, and its size so far.
+struct RotatingFile {
+    path: PathBuf,
+    file: std::fs::File,
+    size: u64,
+    rotate_at: u64,
+}
+
+impl RotatingFile {
+    fn open(path: &Path, rotate_at: u64) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        let size = file.metadata()?.len();
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            size,
+            rotate_at,
+        })
+    }
+
+    fn write_line(&mut self, line: &str) -> std::io::Result<()> {
+        if self.size >= self.rotate_at {
+            let mut previous = self.path.clone().into_os_string();
+            previous.push(".1");
+            std::fs::rename(&self.path, &previous)?;
+            *self = Self::open(&self.path, self.rotate_at)?;
+        }
+        writeln!(self.file, "{line}")?;
+        self.size += line.len() as u64 + 1;
+        Ok(())
+    }
+}
+
 impl DecisionLog {
     /// Opens (creates, or appends to) `path` and starts its writer thread.
     pub fn open(path: &Path) -> Result<(Self, DecisionLogWriter), OpenError> {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|error| OpenError {
-                path: path.to_owned(),
-                error,
-            })?;
+        Self::open_rotating_at(path, ROTATE_AT_BYTES)
+    }
+
+    /// `open`, rotating at `rotate_at` bytes.
+    pub fn open_rotating_at(
+        path: &Path,
+        rotate_at: u64,
+    ) -> Result<(Self, DecisionLogWriter), OpenError> {
+        let mut file = RotatingFile::open(path, rotate_at).map_err(|error| OpenError {
+            path: path.to_owned(),
+            error,
+        })?;
         let (sender, lines) = mpsc::channel::<Message>();
         let written_to = path.to_owned();
         let thread = std::thread::Builder::new()
@@ -64,7 +111,7 @@ impl DecisionLog {
                     let Message::Line(line) = message else {
                         return;
                     };
-                    if let Err(err) = writeln!(file, "{line}")
+                    if let Err(err) = file.write_line(&line)
                         && !std::mem::replace(&mut warned, true)
                     {
                         warn!(path = %written_to.display(), "decision log: lines are lost: {err}");
@@ -168,5 +215,38 @@ mod tests {
         }
         let kept: Vec<serde_json::Value> = recent.to_vec().iter().map(|v| (**v).clone()).collect();
         assert_eq!(kept, [serde_json::json!(1), serde_json::json!(2)]);
+    }
+
+    #[test]
+    fn a_log_past_its_size_moves_to_dot_one_and_a_new_file_starts() {
+        let dir = std::env::temp_dir().join(format!("reamer-rotate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("decisions.jsonl");
+        // Each line is 11 bytes with its newline: a rotation every 10 lines (past 100 bytes).
+        let (log, writer) = DecisionLog::open_rotating_at(&path, 100).unwrap();
+        for i in 0..30 {
+            log.append(&serde_json::json!({ "n": 1000 + i }));
+        }
+        writer.close();
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        let (current, previous) = (read("decisions.jsonl"), read("decisions.jsonl.1"));
+        assert_eq!(previous.lines().count(), 10, "{previous}");
+        assert_eq!(
+            previous.lines().next(),
+            Some("{\"n\":1010}"),
+            "only one rotation kept"
+        );
+        assert_eq!(current.lines().count(), 10, "{current}");
+        assert_eq!(current.lines().last(), Some("{\"n\":1029}"));
+        // A restarted daemon goes on from the size it finds: full, so it rotates first.
+        let (log, writer) = DecisionLog::open_rotating_at(&path, 100).unwrap();
+        for i in 0..7 {
+            log.append(&serde_json::json!({ "n": 2000 + i }));
+        }
+        writer.close();
+        let (current, previous) = (read("decisions.jsonl"), read("decisions.jsonl.1"));
+        assert_eq!(current.lines().count(), 7, "{current}");
+        assert_eq!(previous.lines().next(), Some("{\"n\":1020}"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use cgroups_rs::{
     FreezerState,
-    fs::{Cgroup, freezer::FreezerController},
+    fs::{Cgroup, Controller as _, freezer::FreezerController, hierarchies},
 };
 
 use super::cgroup::CgroupError;
@@ -116,4 +116,31 @@ impl Freezer {
             .map_err(|e| CgroupError::op(&self.pool, "reading the freezer state", e))?;
         Ok(matches!(state, FreezerState::Thawed))
     }
+}
+
+/// Thaws every pool group of `instance`, without any handle or lock: what a daemon that is
+/// about to die (a panic, the event path lost) does, whatever state its locks are in, so that
+/// no pool stays frozen until the next daemon adopts it. Returns how many groups it thawed;
+/// errors are left out (nothing more can be done about them on the way out).
+pub fn thaw_instance(instance: &str) -> usize {
+    let tree = format!("reamer/{instance}");
+    let Some(dir) = Cgroup::load(hierarchies::auto(), tree.as_str())
+        .controller_of::<FreezerController>()
+        .map(|freezer| freezer.path().to_owned())
+    else {
+        return 0;
+    };
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.path().is_dir())
+        .filter(|entry| {
+            let path = format!("{tree}/{}", entry.file_name().to_string_lossy());
+            let cgroup = Cgroup::load(hierarchies::auto(), path.as_str());
+            cgroup
+                .controller_of::<FreezerController>()
+                .is_some_and(|freezer| freezer.thaw().is_ok())
+        })
+        .count()
 }

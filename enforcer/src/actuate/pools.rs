@@ -9,7 +9,7 @@ use std::{
 };
 
 use enforcer_common::protocol::Grant;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{
     cgroup::{self, CgroupError, CpuClass, PoolCgroup, PoolFiles},
@@ -31,12 +31,75 @@ struct Pool {
     /// Paused now by the CPU policy.
     paused: bool,
     uses_gpu: bool,
+    /// What the last allocation wanted where writing it failed (the CPUs, the pause): retried
+    /// on the tick (`retry_failed`), so a pool is not left frozen or on the wrong CPUs until
+    /// the next allocation that happens to differ, which may be hours away.
+    pending: Option<(BTreeSet<u32>, bool)>,
+}
+
+impl Pool {
+    /// Writes `cpus` and the pause where they differ from what the cgroup holds, noting what
+    /// was written in `written` and what failed in `pending`.
+    fn write(&mut self, name: &str, cpus: &BTreeSet<u32>, paused: bool, written: &mut Written) {
+        let mut failed = false;
+        // A failure is said once; its retries on every tick only at debug level (a group
+        // removed underneath logged twenty warnings a second).
+        let retrying = self.pending.is_some();
+        let report = |err: &CgroupError| {
+            if retrying {
+                debug!("pool {name}: still failing: {err}");
+            } else {
+                warn!("pool {name}: {err} (retried every tick)");
+            }
+        };
+        if self.applied.as_ref() != Some(cpus) {
+            match self.cgroup.set_cpus(cpus) {
+                Ok(()) => {
+                    self.applied = Some(cpus.clone());
+                    written.rewritten.push(name.to_owned());
+                }
+                // A cgroup removed underneath us: say so, keep serving the others.
+                Err(err) => {
+                    report(&err);
+                    failed = true;
+                }
+            }
+        }
+        if self.paused != paused {
+            let result = match self.cgroup.freezer() {
+                Some(freezer) => freezer.set_paused(paused),
+                None => Err(CgroupError::NoController {
+                    path: self.cgroup.path.clone(),
+                    what: "pausing",
+                    controller: "freezer (cgroup v1 freezer or v2 cgroup.freeze)",
+                }),
+            };
+            match result {
+                Ok(()) => {
+                    self.paused = paused;
+                    let list = if paused {
+                        &mut written.paused
+                    } else {
+                        &mut written.resumed
+                    };
+                    list.push(name.to_owned());
+                }
+                Err(err) => {
+                    report(&err);
+                    failed = true;
+                }
+            }
+        }
+        self.pending = failed.then(|| (cpus.clone(), paused));
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum PoolsError {
     #[error("no pool {0:?}")]
     Unknown(String),
+    #[error("pid {0} is the enforcer itself: it never joins a pool (idle class, or frozen)")]
+    TheEnforcer(u32),
     #[error(transparent)]
     Cgroup(#[from] CgroupError),
 }
@@ -85,6 +148,7 @@ impl Pools {
                     pausable: !pool.is_online() && !pool.gpu,
                     paused: false,
                     uses_gpu: pool.gpu,
+                    pending: None,
                 },
             );
         }
@@ -116,9 +180,8 @@ impl Pools {
     }
 
     /// Brings the pools to `allocation`: for each pool whose CPUs or pause changed, its workers
-    /// hear of it first (`tell`), then its cgroup is written. A failed write is logged and
-    /// the pool keeps its old state, to be written again by the next allocation that
-    /// differs from it.
+    /// hear of it first (`tell`), then its cgroup is written. A failed write is logged, the
+    /// pool keeps its old state, and the write is retried by `retry_failed`.
     pub fn write(&mut self, allocation: &Allocation, mut tell: impl FnMut(Grant)) -> Written {
         let mut written = Written::default();
         for (name, cpus) in &allocation.pools {
@@ -129,6 +192,8 @@ impl Pools {
             let cpus_changed = pool.applied.as_ref() != Some(cpus);
             let pause_changed = pool.paused != paused;
             if !cpus_changed && !pause_changed {
+                // Already there: an earlier failed wish is moot.
+                pool.pending = None;
                 continue;
             }
             // Workers hear of a shrink before the cgroup holds them to it.
@@ -142,37 +207,18 @@ impl Pools {
                 shrinking,
                 paused,
             });
-            if cpus_changed {
-                match pool.cgroup.set_cpus(cpus) {
-                    Ok(()) => {
-                        pool.applied = Some(cpus.clone());
-                        written.rewritten.push(name.clone());
-                    }
-                    // A cgroup removed underneath us: say so, keep serving the others.
-                    Err(err) => warn!("pool {name}: {err}"),
-                }
-            }
-            if pause_changed {
-                let result = match pool.cgroup.freezer() {
-                    Some(freezer) => freezer.set_paused(paused),
-                    None => Err(CgroupError::NoController {
-                        path: pool.cgroup.path.clone(),
-                        what: "pausing",
-                        controller: "freezer (cgroup v1 freezer or v2 cgroup.freeze)",
-                    }),
-                };
-                match result {
-                    Ok(()) => {
-                        pool.paused = paused;
-                        let list = if paused {
-                            &mut written.paused
-                        } else {
-                            &mut written.resumed
-                        };
-                        list.push(name.clone());
-                    }
-                    Err(err) => warn!("pool {name}: {err}"),
-                }
+            pool.write(name, cpus, paused, &mut written);
+        }
+        written
+    }
+
+    /// Writes again what a failed write left undone (the slow path's tick calls it). The
+    /// workers heard of it already, when it was first written.
+    pub fn retry_failed(&mut self) -> Written {
+        let mut written = Written::default();
+        for (name, pool) in &mut self.pools {
+            if let Some((cpus, paused)) = pool.pending.clone() {
+                pool.write(name, &cpus, paused, &mut written);
             }
         }
         written
@@ -198,6 +244,9 @@ impl Pools {
 
     /// Moves process `pid` into `pool`'s cgroup.
     pub fn add_process(&self, pool: &str, pid: u32) -> Result<(), PoolsError> {
+        if pid == std::process::id() {
+            return Err(PoolsError::TheEnforcer(pid));
+        }
         Ok(self.get(pool)?.cgroup.add_process(pid)?)
     }
 
@@ -245,7 +294,7 @@ impl Pools {
     /// removes pool cgroups that are empty (the others stay for a restarted daemon to adopt).
     pub fn release(&self, instance: &str) {
         for (name, pool) in &self.pools {
-            if let Err(err) = pool.cgroup.release(&self.all_cpus) {
+            for err in pool.cgroup.release(&self.all_cpus) {
                 warn!("pool {name}: releasing at shutdown: {err}");
             }
             pool.cgroup.remove_if_empty();

@@ -76,7 +76,7 @@ enum Command {
     ///   enforcer launch --training resnet -- python train.py
     ///
     ///   enforcer launch --pool serve --relaunch --listen 127.0.0.1:8000 -- inference-worker online --model m.onnx
-    #[command(group = clap::ArgGroup::new("group").required(true).args(["training", "pool"]))]
+    #[command(group = clap::ArgGroup::new("membership").required(true).args(["training", "pool"]))]
     Launch {
         /// Training job to join; created if new.
         #[arg(long)]
@@ -103,6 +103,14 @@ enum Command {
         /// SIGKILL.
         #[arg(long, requires = "relaunch", default_value_t = 30.0, value_parser = parse_interval)]
         stop_timeout_s: f64,
+        /// Run the command as USER (a name or a uid), not as root: the launcher registers as
+        /// root, the command gets USER's groups and none of root's power. For every worker
+        /// that answers the network.
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
+        /// With --user: the command's group (a name or a gid) instead of USER's own.
+        #[arg(long, value_name = "GROUP", requires = "user")]
+        group: Option<String>,
         #[command(flatten)]
         instance: InstanceArg,
         /// The command and its arguments, after `--`.
@@ -243,6 +251,16 @@ fn current_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+/// The user `launch --user` runs its command as, resolved before anything starts.
+fn identity_of(
+    user: Option<&str>,
+    group: Option<&str>,
+) -> anyhow::Result<Option<launch::identity::Identity>> {
+    user.map(|user| launch::identity::resolve(user, group))
+        .transpose()
+        .map_err(Into::into)
+}
+
 /// Runs the command `cli` names.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let ran_to_end = match cli.command {
@@ -252,6 +270,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             ready_timeout_s,
             stop_timeout_s,
+            user,
+            group,
             instance,
             command,
             ..
@@ -260,6 +280,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 listen,
                 ready_timeout: Duration::from_secs_f64(ready_timeout_s),
                 stop_timeout: Duration::from_secs_f64(stop_timeout_s),
+                identity: identity_of(user.as_deref(), group.as_deref())?,
             };
             let socket = paths::socket_path(&instance.instance);
             // The launcher ends as its last command did.
@@ -288,6 +309,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Launch {
             training,
             pool,
+            user,
+            group,
             instance,
             command,
             ..
@@ -297,11 +320,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 (None, Some(name)) => (GroupKind::Pool, name),
                 (None, None) => unreachable!("clap requires --training or --pool"),
             };
+            let identity = identity_of(user.as_deref(), group.as_deref())?;
             launch::run(
                 &paths::socket_path(&instance.instance),
                 kind,
                 &name,
                 &command,
+                identity.as_ref(),
             )
         }
         Command::Check => check::report(),
@@ -335,4 +360,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     };
     ran_to_end.map(|()| ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    /// clap checks a command line's definition only when it is first used: a name clash (an
+    /// argument group named like an argument, say) would panic in front of the user.
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

@@ -4,7 +4,7 @@ use std::{collections::HashMap, io::Write as _, path::Path, time::Duration};
 
 use enforcer_common::{cpu_list, protocol::Snapshot};
 
-use super::client::Client;
+use super::client::{Client, ClientError};
 use crate::sensor::interval::{JobInterval, job_interval};
 
 /// One printed interval: a line of `observe --json`, and of the traces `enforcer replay`
@@ -152,6 +152,18 @@ pub fn render(observed: &ObservedInterval) -> String {
     out
 }
 
+/// The next snapshot, over a new connection where the daemon closed the last one: it closes
+/// a connection idle past `[control] idle_timeout_ms`, which a long `--interval` exceeds.
+async fn observe_again(client: &mut Client, socket: &Path) -> Result<Snapshot, ClientError> {
+    match client.observe().await {
+        Err(ClientError::Closed | ClientError::Io(_)) => {
+            *client = Client::connect(socket).await?;
+            client.observe().await
+        }
+        answered => answered,
+    }
+}
+
 /// Prints an interval every `every` until `count` intervals (0: forever).
 pub async fn run(socket: &Path, every: Duration, count: u64, json: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(socket).await?;
@@ -159,7 +171,7 @@ pub async fn run(socket: &Path, every: Duration, count: u64, json: bool) -> anyh
     let mut printed = 0;
     while count == 0 || printed < count {
         tokio::time::sleep(every).await;
-        let cur = client.observe().await?;
+        let cur = observe_again(&mut client, socket).await?;
         let observed = interval(&prev, &cur);
         let mut stdout = std::io::stdout().lock();
         if json {

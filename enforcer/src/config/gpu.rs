@@ -17,6 +17,8 @@ use std::{path::PathBuf, time::Duration};
 
 use serde::Deserialize;
 
+use super::InvalidField;
+
 /// The MPS control program NVIDIA ships.
 pub const MPS_CONTROL_PROGRAM: &str = "nvidia-cuda-mps-control";
 
@@ -108,18 +110,10 @@ impl Default for GpuSection {
     }
 }
 
-/// A `[gpu]` value serde cannot check: the field and what is wrong with it.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct InvalidGpuField {
-    pub field: &'static str,
-    pub message: String,
-}
-
 impl GpuSection {
     /// Checks values serde cannot.
-    pub fn validate(&self) -> Result<(), InvalidGpuField> {
-        let invalid = |field, message| Err(InvalidGpuField { field, message });
+    pub fn validate(&self) -> Result<(), InvalidField> {
+        let invalid = |field, message| Err(InvalidField { field, message });
         for (field, value) in [
             ("clamp_run_fraction", self.clamp_run_fraction),
             ("min_run_fraction", self.min_run_fraction),

@@ -28,6 +28,7 @@
 //! min_cpu_weight = 10                            # while the latency tail has room
 //! ```
 
+pub mod control;
 pub mod gpu;
 pub mod settings;
 
@@ -39,10 +40,21 @@ use std::{
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::host::topology::Topology;
+
 pub use settings::{
     GroupSettings, OnlinePool, PolicySettings, PoolKind, PoolSettings, SensorSettings, Settings,
     Source,
 };
+
+/// A value of a section serde cannot check (`[gpu]`, `[control]`): the field and what is
+/// wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidField {
+    pub field: &'static str,
+    pub message: String,
+}
 
 /// Most characters in a job or pool name.
 pub const MAX_NAME_LEN: usize = 63;
@@ -71,6 +83,8 @@ pub struct Config {
     pub metrics: MetricsSection,
     #[serde(default)]
     pub gpu: gpu::GpuSection,
+    #[serde(default)]
+    pub control: control::ControlSection,
     #[serde(default)]
     pub training: Vec<GroupConfig>,
     #[serde(default)]
@@ -132,6 +146,23 @@ pub struct PolicySection {
     /// SCHED_FIFO priority of the thread that reacts to sensor events (0: normal class). Where
     /// the kernel refuses it, the thread stays in the normal class with the shortest time slice.
     pub event_thread_rt_priority: i32,
+}
+
+impl PolicySection {
+    /// Checks values serde cannot.
+    pub fn validate(&self) -> Result<(), InvalidField> {
+        // NaN compares false with everything: it would reserve nothing, silently.
+        if !self.headroom_cpus.is_finite() || self.headroom_cpus < 0.0 {
+            return Err(InvalidField {
+                field: "headroom_cpus",
+                message: format!(
+                    "{} is not a number of CPUs: it must be finite and at least 0",
+                    self.headroom_cpus
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Default for PolicySection {
@@ -381,9 +412,16 @@ impl Config {
             let message = format!("{listen:?} is not an address like 127.0.0.1:9464, nor \"off\"");
             return Err(invalid(self.metrics.listen.span(), "listen", message));
         }
-        if let Err(gpu::InvalidGpuField { field, message }) = self.gpu.validate() {
-            let offset = gpu_key_offset(text, field);
-            return Err(invalid(offset..offset, field, message));
+        let sections = [
+            ("policy", self.policy.validate()),
+            ("gpu", self.gpu.validate()),
+            ("control", self.control.validate()),
+        ];
+        for (section, checked) in sections {
+            if let Err(InvalidField { field, message }) = checked {
+                let offset = section_key_offset(text, section, field);
+                return Err(invalid(offset..offset, field, message));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         let groups = self.training.iter().map(|g| ("training", g));
@@ -473,6 +511,26 @@ impl Config {
             {
                 return Err(invalid(cgroup.span(), "cgroup", err.to_string()));
             }
+            // A pool moves its members into its cgroup, idle class or frozen: the enforcer
+            // among them would starve or stop itself.
+            let own_pid = std::process::id();
+            let in_pool = |pids: &[u32]| section == "pool" && pids.contains(&own_pid);
+            if let Some(cgroup) = &group.cgroup {
+                let procs = std::fs::read_to_string(cgroup.get_ref().join("cgroup.procs"))
+                    .unwrap_or_default();
+                let pids: Vec<u32> = procs
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect();
+                if in_pool(&pids) {
+                    let message = format!(
+                        "{} holds the enforcer itself (pid {own_pid}): the pool would take it \
+                         in; run the enforcer in another cgroup, or name the pool's own",
+                        cgroup.get_ref().display()
+                    );
+                    return Err(invalid(cgroup.span(), "cgroup", message));
+                }
+            }
             for pid in &group.pids {
                 let pid_value = *pid.get_ref();
                 if pid_value == 0 || !Path::new(&format!("/proc/{pid_value}")).exists() {
@@ -482,6 +540,10 @@ impl Config {
                         format!("no process with pid {pid_value}"),
                     ));
                 }
+                if in_pool(&[pid_value]) {
+                    let message = format!("pid {pid_value} is the enforcer itself");
+                    return Err(invalid(pid.span(), "pids", message));
+                }
             }
         }
         let online_min: usize = self
@@ -490,21 +552,31 @@ impl Config {
             .filter(|p| p.pool_kind() == PoolKindField::Online)
             .map(GroupConfig::min_cores)
             .sum();
-        let cpus = match machine {
-            Machine::This => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            Machine::Elsewhere { cpus } => cpus,
+        // `min_cores` are physical cores (SMT siblings together), as the CPU policy grants
+        // them: counted against CPUs, 8 cores passed on a machine of 8 cores and 16 CPUs and
+        // left training an empty cpuset.
+        let (cores, machine_named) = match machine {
+            Machine::This => {
+                let topology = Topology::detect().ok();
+                let cores = topology.as_ref().map_or_else(
+                    || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    |t| t.cores.len(),
+                );
+                let cpus = topology.map_or(cores, |t| t.cpus.len());
+                (
+                    cores,
+                    format!("this machine has {cores} physical cores ({cpus} CPUs)"),
+                )
+            }
+            Machine::Elsewhere { cpus } => (cpus, format!("the traced machine has {cpus} CPUs")),
         };
-        if online_min >= cpus && online_min > 0 {
+        if online_min >= cores && online_min > 0 {
             return Err(ConfigError::Syntax {
                 path: path.to_owned(),
                 line: 1,
                 message: format!(
-                    "online pools are guaranteed {online_min} cores in all, but {} has {cpus} \
-                     CPUs: training would have none",
-                    match machine {
-                        Machine::This => "this machine",
-                        Machine::Elsewhere { .. } => "the traced machine",
-                    }
+                    "online pools are guaranteed {online_min} cores in all, but {machine_named}: \
+                     training would have none"
                 ),
             });
         }
@@ -530,6 +602,11 @@ pub enum InvalidName {
     Length(String),
     #[error("name {0:?} may contain only letters, digits, '-', '_' and '.'")]
     Characters(String),
+    #[error(
+        "name {0:?} must not begin with '.': a pool's name is a cgroup directory, where \".\" \
+         and \"..\" are the group itself and its parent (\"..\" would be the shared `reamer` group)"
+    )]
+    LeadingDot(String),
 }
 
 /// Names become map labels, metric labels and log fields: keep them plain.
@@ -542,6 +619,9 @@ pub fn validate_name(name: &str) -> Result<(), InvalidName> {
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     {
         return Err(InvalidName::Characters(name.to_owned()));
+    }
+    if name.starts_with('.') {
+        return Err(InvalidName::LeadingDot(name.to_owned()));
     }
     Ok(())
 }
@@ -566,18 +646,19 @@ pub fn check_cgroup(dir: &Path) -> Result<(), NotACgroup> {
     Ok(())
 }
 
-/// Where `field` is set inside the `[gpu]` table, for the error's line number (the table's
+/// Where `field` is set inside the `[section]` table, for the error's line number (the table's
 /// header when the field takes its default).
-fn gpu_key_offset(text: &str, field: &str) -> usize {
-    let Some(table) = text.find("[gpu]") else {
+fn section_key_offset(text: &str, section: &str, field: &str) -> usize {
+    let header = format!("[{section}]");
+    let Some(table) = text.find(&header) else {
         return 0;
     };
-    let section_end = text[table + 5..]
-        .find("\n[")
-        .map_or(text.len(), |i| table + 5 + i);
+    let body = table + header.len();
+    let section_end = text[body..].find("\n[").map_or(text.len(), |i| body + i);
     let mut offset = table;
     for line in text[table..section_end].split_inclusive('\n') {
-        if line.trim_start().starts_with(field) {
+        let key = line.trim_start().strip_prefix(field);
+        if key.is_some_and(|rest| rest.trim_start().starts_with('=')) {
             return offset;
         }
         offset += line.len();
@@ -628,15 +709,17 @@ mod tests {
     #[test]
     fn full_config_parses() {
         let pid = std::process::id();
+        // Not this process, which a pool may not take in (the enforcer itself, in `run`).
+        let parent = std::os::unix::process::parent_id();
         let text = format!(
             "[sensor]\nwait_threshold_us = 500\n\n[[training]]\nname = \"resnet\"\npids = [{pid}]\n\n\
-             [[pool]]\nname = \"ocr\"\nkind = \"offline\"\npids = [{pid}]\n"
+             [[pool]]\nname = \"ocr\"\nkind = \"offline\"\npids = [{parent}]\n"
         );
         let config = parse(&text).unwrap();
         assert_eq!(config.sensor.wait_threshold_us, 500);
         assert_eq!(config.training[0].name.get_ref(), "resnet");
         assert_eq!(config.pool[0].pool_kind(), PoolKindField::Offline);
-        assert_eq!(*config.pool[0].pids[0].get_ref(), pid);
+        assert_eq!(*config.pool[0].pids[0].get_ref(), parent);
     }
 
     #[test]
@@ -698,6 +781,28 @@ mod tests {
         );
         let err = error_of("[[training]]\nname = \"a b\"\n");
         assert!(err.contains("field `name`"), "{err}");
+        for dots in ["..", ".", ".hidden"] {
+            let err = error_of(&format!(
+                "[[pool]]\nname = \"{dots}\"\nkind = \"offline\"\n"
+            ));
+            assert!(
+                err.starts_with("test.toml:2: field `name`") && err.contains("begin with '.'"),
+                "{err}"
+            );
+        }
+        assert!(parse("[[pool]]\nname = \"v1.2\"\nkind = \"offline\"\n").is_ok());
+    }
+
+    #[test]
+    fn a_headroom_that_is_not_a_number_of_cpus_is_refused() {
+        for bad in ["nan", "inf", "-0.5"] {
+            let err = error_of(&format!("[policy]\ntick_ms = 100\nheadroom_cpus = {bad}\n"));
+            assert!(
+                err.starts_with("test.toml:3: field `headroom_cpus`") && err.contains("finite"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(parse("[policy]\nheadroom_cpus = 0\n").is_ok());
     }
 
     #[test]
@@ -748,6 +853,53 @@ mod tests {
         assert!(
             Config::parse(path, text).is_err(),
             "checked here: no such cgroup"
+        );
+    }
+
+    #[test]
+    fn a_pool_that_would_take_in_the_enforcer_itself_is_refused() {
+        let me = std::process::id();
+        let err = error_of(&format!(
+            "[[pool]]\nname = \"b\"\nkind = \"offline\"\npids = [{me}]\n"
+        ));
+        assert!(
+            err.starts_with("test.toml:4: field `pids`") && err.contains("enforcer itself"),
+            "{err}"
+        );
+        // This process's own cgroup, in the cpu hierarchy (v1) or the unified one (v2).
+        let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let own = cgroups.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let root = match controllers {
+                "" => "/sys/fs/cgroup".to_owned(),
+                c if c.split(',').any(|c| c == "cpu") => format!("/sys/fs/cgroup/{c}"),
+                _ => return None,
+            };
+            let dir = PathBuf::from(format!("{root}{path}"));
+            dir.join("cgroup.procs").exists().then_some(dir)
+        });
+        if let Some(dir) = own {
+            let text = format!(
+                "[[pool]]\nname = \"b\"\nkind = \"offline\"\ncgroup = \"{}\"\n",
+                dir.display()
+            );
+            let err = error_of(&text);
+            assert!(
+                err.starts_with("test.toml:4: field `cgroup`") && err.contains("enforcer itself"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn online_minimums_are_checked_against_this_machines_physical_cores() {
+        let cores = Topology::detect().unwrap().cores.len();
+        let text = format!("[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = {cores}\n");
+        let err = error_of(&text);
+        assert!(
+            err.contains(&format!("this machine has {cores} physical cores")),
+            "{err}"
         );
     }
 
@@ -857,9 +1009,47 @@ mod tests {
     }
 
     #[test]
+    fn control_section_takes_defaults_and_names_bad_caps_by_line() {
+        let control = parse("").unwrap().settings().control;
+        assert_eq!(control.idle_timeout, std::time::Duration::from_secs(60));
+        assert_eq!(
+            (control.max_connections_per_user, control.max_connections),
+            (64, 512)
+        );
+        let err = error_of(
+            "[control]
+max_connections_per_user = 8
+max_connections = 0
+",
+        );
+        assert!(
+            err.starts_with("test.toml:3: field `max_connections`") && err.contains("at least 1"),
+            "{err}"
+        );
+        let err = error_of(
+            "[control]
+max_connections = 4
+max_connections_per_user = 8
+",
+        );
+        assert!(
+            err.starts_with("test.toml:3: field `max_connections_per_user`")
+                && err.contains("more than max_connections"),
+            "{err}"
+        );
+        let err = error_of(
+            "[control]
+idle_timeout = 5
+",
+        );
+        assert!(err.contains("idle_timeout"), "{err}");
+    }
+
+    #[test]
     fn the_shipped_example_config_parses_with_its_stated_defaults() {
         let config = parse(include_str!("../../../deploy/enforcer.example.toml")).unwrap();
         assert_eq!(config.settings().policy, Settings::default().policy);
+        assert_eq!(config.settings().control, Settings::default().control);
         let defaults = gpu::GpuSection::default();
         assert_eq!(config.gpu.sample_ms, defaults.sample_ms);
         assert_eq!(config.gpu.settings(), defaults.settings());

@@ -5,7 +5,9 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use enforcer_common::WAIT_THRESHOLD_UNIT_NS;
 
-use super::{Config, GroupConfig, PoolKindField, SensorClock, gpu::GpuSettings};
+use super::{
+    Config, GroupConfig, PoolKindField, SensorClock, control::ControlSettings, gpu::GpuSettings,
+};
 
 /// Everything `enforcer run` needs from its config.
 #[derive(Debug, Clone)]
@@ -21,6 +23,8 @@ pub struct Settings {
     /// Where `/metrics` is served; None: nowhere.
     pub metrics: Option<SocketAddr>,
     pub gpu: GpuSettings,
+    /// The control socket's caps and idle timeout.
+    pub control: ControlSettings,
     pub training: Vec<GroupSettings>,
     pub pools: Vec<PoolSettings>,
 }
@@ -160,6 +164,7 @@ impl Config {
             event_thread_rt_priority: policy.event_thread_rt_priority,
             metrics: self.metrics.address(),
             gpu: self.gpu.settings(),
+            control: self.control.settings(),
             training: self
                 .training
                 .iter()

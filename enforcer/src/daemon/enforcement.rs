@@ -20,7 +20,7 @@ use enforcer_common::{
     protocol::{EnforcementStatus, Grant, LatencyReport, PoolStatus},
 };
 use serde::Serialize;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::Sender;
 use tracing::{info, warn};
 
 use super::reactions::Reactions;
@@ -243,11 +243,7 @@ impl Enforcement {
 
     /// Subscribes a worker of `pool` (already checked to be in its cgroup) to its grants; the
     /// current grant is sent at once.
-    pub fn subscribe(
-        &mut self,
-        pool: &str,
-        worker: UnboundedSender<Grant>,
-    ) -> Result<(), SubscribeError> {
+    pub fn subscribe(&mut self, pool: &str, worker: Sender<Grant>) -> Result<(), SubscribeError> {
         let current = self.pools.current_grant(pool)?;
         Ok(self.grants.subscribe(current, worker)?)
     }
@@ -391,8 +387,19 @@ impl Enforcement {
     }
 
     /// Slow path: training's demand over the last tick, in CPUs (threads runnable or running
-    /// on average).
+    /// on average). Writes that failed since are tried again first.
     pub fn on_demand(&mut self, now_ns: u64, demand_cpus: f64) {
+        if self.enforcing {
+            let retried = self.pools.retry_failed();
+            for pool in retried
+                .rewritten
+                .iter()
+                .chain(&retried.paused)
+                .chain(&retried.resumed)
+            {
+                info!(pool, "a write that failed earlier is done now");
+            }
+        }
         match self.policy.observe_demand(now_ns, demand_cpus) {
             Some(decision) => self.apply(decision, None),
             // The fast path's limit follows the estimate, and with it where the sensor is

@@ -9,9 +9,9 @@ use enforcer_common::{
     EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, MAX_CPUS,
     MAX_JOBS, SensorEvent,
 };
-use tracing::{debug, error};
+use tracing::debug;
 
-use super::enforcement::Enforcement;
+use super::{enforcement::Enforcement, watchdog::Heartbeat};
 use crate::{actuate::thread_policy, host::clock::monotonic_ns};
 
 /// Events received per training job, for `observe`'s events per second, and contention
@@ -74,14 +74,16 @@ fn kind_name(kind: u32) -> &'static str {
     }
 }
 
-/// How long the event thread sleeps in poll(2) before it looks at the stop flag.
-const POLL_TIMEOUT_MS: i32 = 200;
+/// How long the event thread sleeps in poll(2) before it looks at the stop flag (and beats its
+/// heartbeat, which the watchdog reads).
+pub const POLL_TIMEOUT_MS: i32 = 200;
 
 /// The event thread's name (its `comm`), by which `enforcer status` finds it.
 pub const THREAD_NAME: &str = "reamer-events";
 
 /// Reads events on the calling (dedicated) thread until `stop` is set, counting each and
-/// handing it to enforcement's fast path on the spot.
+/// handing it to enforcement's fast path on the spot. Returns the error where poll(2) fails:
+/// without its events the daemon cannot protect training, and its caller ends it.
 ///
 /// A thread of its own, blocked in poll(2) on the ring buffer: no async runtime between the
 /// kernel's wakeup and the cgroup write. With `rt_priority` > 0 it runs SCHED_FIFO, so that a
@@ -93,12 +95,14 @@ pub fn consume_blocking(
     tally: Arc<Mutex<EventTally>>,
     enforcement: Arc<Mutex<Enforcement>>,
     rt_priority: i32,
+    heartbeat: Arc<Heartbeat>,
     stop: Arc<std::sync::atomic::AtomicBool>,
-) {
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd as _;
     thread_policy::run_as_fifo(rt_priority, "event thread");
     let fd = ring.as_raw_fd();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        heartbeat.beat();
         let mut pollfd = libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -111,8 +115,7 @@ pub fn consume_blocking(
             if err.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            error!("polling the event ring buffer failed: {err}; no events will be handled");
-            return;
+            return Err(err);
         }
         let now = monotonic_ns();
         while let Some(item) = ring.next() {
@@ -136,4 +139,5 @@ pub fn consume_blocking(
             tally.lock().expect("event tally poisoned").record(&event);
         }
     }
+    Ok(())
 }

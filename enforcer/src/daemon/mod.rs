@@ -5,12 +5,16 @@
 //! - `event_thread`: the fast path, from the sensor's ring buffer to `enforcement`;
 //! - `loops`: the slow path's tick, the GPU clamp's fast signal, the reconcile;
 //! - `enforcement`: the policies' decisions applied by the actuators;
-//! - `server`, `requests`, `subscription`: the control socket;
+//! - `server`, `admission`, `requests`, `subscription`: the control socket;
 //! - `snapshot` and `metrics`: what `status`, `observe` and Prometheus read;
-//! - `journal`, `relaunch_board`: what a restarted daemon and the launchers need.
+//! - `journal`, `relaunch_board`: what a restarted daemon and the launchers need;
+//! - `fatal`, `watchdog`: a failure ends the daemon, loudly and thawed; the service manager
+//!   hears that it is ready, and that its event path is alive.
 
+pub mod admission;
 pub mod enforcement;
 pub mod event_thread;
+pub mod fatal;
 pub mod journal;
 pub mod loops;
 pub mod metrics;
@@ -21,6 +25,7 @@ pub mod server;
 pub mod snapshot;
 pub mod state;
 pub mod subscription;
+pub mod watchdog;
 
 use std::{
     collections::HashMap,
@@ -43,6 +48,7 @@ use self::{
     journal::Journal,
     relaunch_board::RelaunchBoard,
     state::Shared,
+    watchdog::Heartbeat,
 };
 use crate::{
     actuate::{
@@ -50,12 +56,13 @@ use crate::{
         quiet_cpus::QuietCpus,
         thread_policy,
     },
-    config::Settings,
+    config::{Settings, control::ControlSettings},
     gpu::service::{GpuService, OwnersFn},
     host::{
         cgroup_support::{CgroupUnsupported, cgroup_support},
         paths,
         preflight::{self, PreflightError},
+        systemd::{self, Notifier},
     },
     registry::{Registry, group_processes},
     sensor::{Sensor, SensorError},
@@ -126,6 +133,8 @@ pub async fn run(
         })?;
     }
     claim_socket_path(&socket_path, instance).await?;
+    fatal::exit_on_panic(instance);
+    let control = connection_caps_within(settings.control, preflight::raise_open_files());
     preflight::ensure_mounts()?;
     preflight::raise_memlock();
     // Pools need cgroups: refuse before anything is loaded or pinned.
@@ -221,16 +230,34 @@ pub async fn run(
     })?;
     let stop = Arc::new(AtomicBool::new(false));
     let thread_error = |what| move |error| DaemonError::Thread { what, error };
+    let heartbeat = Arc::new(Heartbeat::default());
     let consumer = {
-        let (tally, enforcement, stop) = (
+        let (tally, enforcement, heartbeat, stop) = (
             shared.tally.clone(),
             shared.enforcement.clone(),
+            heartbeat.clone(),
             stop.clone(),
         );
         let priority = settings.event_thread_rt_priority;
+        let instance = instance.to_owned();
         std::thread::Builder::new()
             .name(event_thread::THREAD_NAME.to_owned())
-            .spawn(move || event_thread::consume_blocking(ring, tally, enforcement, priority, stop))
+            .spawn(move || {
+                let consumed = event_thread::consume_blocking(
+                    ring,
+                    tally,
+                    enforcement,
+                    priority,
+                    heartbeat,
+                    stop,
+                );
+                if let Err(err) = consumed {
+                    fatal::exit(
+                        &instance,
+                        &format!("polling the event ring buffer failed: {err}"),
+                    );
+                }
+            })
             .map_err(thread_error("event thread"))?
     };
     let mut periodic = vec![
@@ -260,13 +287,21 @@ pub async fn run(
             .map_err(thread_error("GPU signal thread"))?,
         );
     }
-    let server = tokio::spawn(server::serve(listener, shared.clone()));
+    let server = tokio::spawn(server::serve(listener, shared.clone(), control));
     let metrics = metrics_listener
         .map(|listener| tokio::spawn(metrics::serve(listener, metrics::router(shared.clone()))));
     if let Some(addr) = &metrics_addr {
         info!("metrics on http://{addr}/metrics");
     }
     info!(instance, socket = %socket_path.display(), pins = %pin_dir.display(), "enforcer running");
+    let watchdog = watchdog::start(
+        Notifier::from_env(),
+        systemd::watchdog_period(),
+        heartbeat,
+        shared.enforcement.clone(),
+        stop.clone(),
+    )
+    .map_err(thread_error("watchdog thread"))?;
 
     let signal_error = |signal| move |error| DaemonError::Signal { signal, error };
     let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error("SIGTERM"))?;
@@ -278,7 +313,7 @@ pub async fn run(
 
     stop.store(true, Ordering::Relaxed);
     let _ = consumer.join();
-    for thread in periodic {
+    for thread in periodic.into_iter().chain(watchdog) {
         let _ = thread.join();
     }
     if let Some(gpu) = shared.gpu.get() {
@@ -385,4 +420,28 @@ async fn claim_socket_path(socket: &Path, instance: &str) -> Result<(), DaemonEr
         })?;
     }
     Ok(())
+}
+
+/// File descriptors kept for everything but control connections: the sensor's maps and
+/// links, the pools' held cgroup files, /proc reads, the decision log, /metrics.
+const RESERVED_FILES: u64 = 256;
+
+/// `control` with its connection caps lowered where root's and everyone else's budgets
+/// together would not fit in `open_files` beside `RESERVED_FILES`.
+fn connection_caps_within(control: ControlSettings, open_files: u64) -> ControlSettings {
+    let fits = (open_files.saturating_sub(RESERVED_FILES) / 2).max(1) as usize;
+    if control.max_connections <= fits {
+        return control;
+    }
+    warn!(
+        open_files,
+        configured = control.max_connections,
+        lowered_to = fits,
+        "[control] max_connections does not fit the open-file limit (LimitNOFILE): lowered"
+    );
+    ControlSettings {
+        max_connections: fits,
+        max_connections_per_user: control.max_connections_per_user.min(fits),
+        ..control
+    }
 }

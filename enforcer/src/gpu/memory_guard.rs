@@ -6,6 +6,11 @@
 //!
 //! NVML samples memory, so a training allocation that outgrows the free memory between two
 //! samples can still fail: `reserve_mib` is the margin kept free for that growth.
+//!
+//! Only training's need evicts: memory of processes that are neither training nor inference
+//! lowers what new inference clients may pin, but never makes the enforcer kill inference,
+//! and on a device where training holds nothing nobody is evicted. Before, any user's GPU
+//! process could make root kill inference, training or not.
 
 use enforcer_common::protocol::gpu::MemLimitMib;
 
@@ -56,13 +61,22 @@ pub fn judge(memory: &DeviceMemory, reserve_mib: u64) -> Verdict {
         .saturating_sub(memory.training_mib)
         .saturating_sub(memory.other_mib)
         .saturating_sub(reserve_mib);
+    // What inference may hold before it is evicted: the room training's memory and its
+    // growth margin leave, others' memory not counted; no training here, no limit.
+    let evict_above_mib = match memory.training_mib {
+        0 => u64::MAX,
+        training_mib => memory
+            .total_mib
+            .saturating_sub(training_mib)
+            .saturating_sub(reserve_mib),
+    };
     let mut held: u64 = memory.inference.iter().map(|p| p.used_mib).sum();
     // Largest first: the fewest evictions that bring inference back under its allowance.
     let mut by_size: Vec<&InferenceProcess> = memory.inference.iter().collect();
     by_size.sort_by(|a, b| b.used_mib.cmp(&a.used_mib).then(a.pid.cmp(&b.pid)));
     let mut evict = Vec::new();
     for process in by_size {
-        if held <= allowance_mib {
+        if held <= evict_above_mib {
             break;
         }
         evict.push(Eviction {
@@ -72,17 +86,17 @@ pub fn judge(memory: &DeviceMemory, reserve_mib: u64) -> Verdict {
             used_mib: process.used_mib,
             message: format!(
                 "evicting pid {} of pool {:?}: it holds {} MiB of GPU {}, and inference may \
-                 hold {} MiB there beside training's {} MiB, others' {} MiB and the {} MiB \
-                 kept free for training to grow (total {} MiB)",
+                 hold {} MiB there beside training's {} MiB and the {} MiB kept free for \
+                 training to grow (total {} MiB; others' {} MiB are not held against it)",
                 process.pid,
                 process.pool,
                 process.used_mib,
                 memory.device,
-                allowance_mib,
+                evict_above_mib,
                 memory.training_mib,
-                memory.other_mib,
                 reserve_mib,
-                memory.total_mib
+                memory.total_mib,
+                memory.other_mib,
             ),
         });
         held -= process.used_mib;
@@ -128,17 +142,18 @@ mod tests {
     #[test]
     fn training_growing_into_inference_evicts_the_largest_first_with_a_clear_message() {
         let inference = vec![process(10, 6_000), process(11, 20_000), process(12, 9_000)];
-        // Allowance: 81559 - 65000 - 500 - 4096 = 11963; inference holds 35000.
+        // Evicted above 81559 - 65000 - 4096 = 12463 (others' 500 not held against it);
+        // inference holds 35000. New clients may pin within 81559 - 65000 - 500 - 4096 = 11963.
         let verdict = judge(&h100(65_000, inference), 4_096);
         let pids: Vec<u32> = verdict.evict.iter().map(|e| e.pid).collect();
-        assert_eq!(pids, vec![11, 12], "20000 then 9000 leaves 6000 <= 11963");
+        assert_eq!(pids, vec![11, 12], "20000 then 9000 leaves 6000 <= 12463");
         assert_eq!(verdict.new_client_limit, MemLimitMib(11_963 - 6_000));
         let message = &verdict.evict[0].message;
         for part in [
             "pid 11",
             "\"gpu\"",
             "20000 MiB",
-            "11963 MiB",
+            "12463 MiB",
             "65000 MiB",
             "4096 MiB",
         ] {
@@ -152,5 +167,20 @@ mod tests {
         assert_eq!(verdict.allowance_mib, 0);
         assert_eq!(verdict.new_client_limit, MemLimitMib(0));
         assert_eq!(verdict.evict.len(), 1);
+    }
+
+    #[test]
+    fn memory_of_others_never_evicts_and_without_training_nobody_is() {
+        // Another user fills the device beside a small training job: new clients may pin
+        // nothing more, but inference is not killed for the other user's memory.
+        let mut crowded = h100(10_000, vec![process(10, 20_000)]);
+        crowded.other_mib = 55_000;
+        let verdict = judge(&crowded, 4_096);
+        assert!(verdict.evict.is_empty(), "{:?}", verdict.evict);
+        assert_eq!(verdict.new_client_limit, MemLimitMib(0));
+        // No training on the device at all: nothing to make room for.
+        let mut no_training = h100(0, vec![process(10, 70_000)]);
+        no_training.other_mib = 20_000;
+        assert!(judge(&no_training, 4_096).evict.is_empty());
     }
 }

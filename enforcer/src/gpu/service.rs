@@ -91,8 +91,9 @@ struct State {
     mps: MpsReport,
     mps_due: bool,
     evictions: u64,
-    /// Processes sent SIGTERM, and when.
-    evicted: HashMap<u32, Instant>,
+    /// Each evicted process: when SIGTERM went, and its start time then (what tells it from
+    /// a process that reused its pid).
+    evicted: HashMap<u32, (Instant, Option<u64>)>,
     recent: VecDeque<GpuDecisionRecord>,
 }
 
@@ -384,25 +385,31 @@ impl Inner {
         if !self.gpu_pools.contains(&eviction.pool) {
             return;
         }
+        let pid = eviction.pid;
         if !self.evict {
-            if state.evicted.insert(eviction.pid, Instant::now()).is_none() {
+            let started = procfs::start_time(pid);
+            if state
+                .evicted
+                .insert(pid, (Instant::now(), started))
+                .is_none()
+            {
                 warn!("{} (not done: [gpu] evict = false)", eviction.message);
             }
             return;
         }
-        match state.evicted.get(&eviction.pid) {
+        match state.evicted.get(&pid).copied() {
             None => {
+                // Read with the sample that placed it in the pool: from here on the start time
+                // tells this process from one that reuses its pid.
+                let started = procfs::start_time(pid);
                 warn!("{}", eviction.message);
-                signal(eviction.pid, libc::SIGTERM);
-                state.evicted.insert(eviction.pid, Instant::now());
+                signal(pid, started, libc::SIGTERM);
+                state.evicted.insert(pid, (Instant::now(), started));
                 state.evictions += 1;
             }
-            Some(since) if since.elapsed() >= EVICTION_GRACE => {
-                warn!(
-                    pid = eviction.pid,
-                    "still holding GPU memory after SIGTERM: SIGKILL"
-                );
-                signal(eviction.pid, libc::SIGKILL);
+            Some((since, started)) if since.elapsed() >= EVICTION_GRACE => {
+                warn!(pid, "still holding GPU memory after SIGTERM: SIGKILL");
+                signal(pid, started, libc::SIGKILL);
             }
             Some(_) => {}
         }
@@ -575,15 +582,46 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
     }
 }
 
-/// Sends `signal` to an evicted process; a refusal is logged, not silent: another user's
-/// process needs CAP_KILL, which `enforcer check` notes when it is missing.
-fn signal(pid: u32, signal: i32) {
-    // SAFETY: plain signal to a pid the registry places in a GPU pool.
-    if unsafe { libc::kill(pid as i32, signal) } == 0 {
+/// Sends `signal` to an evicted process through a pidfd: the handle is taken first, the
+/// process it names is checked to be the one judged (`started`, its start time then), and the
+/// signal goes through the handle, so it cannot reach a process that took the pid meanwhile.
+/// A refusal is logged, not silent: another user's process needs CAP_KILL, which
+/// `enforcer check` notes when it is missing.
+fn signal(pid: u32, started: Option<u64>, signal: i32) {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _};
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        // Gone already: nothing left to evict.
+        if err.raw_os_error() != Some(libc::ESRCH) {
+            warn!(pid, signal, "cannot evict: pidfd_open: {err}");
+        }
+        return;
+    }
+    // SAFETY: a descriptor pidfd_open just returned, owned here alone.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    if started.is_none() || procfs::start_time(pid) != started {
+        warn!(
+            pid,
+            "not evicted: the pid now names another process than the one judged"
+        );
+        return;
+    }
+    // SAFETY: a live pidfd, a signal number, no siginfo, no flags.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if sent == 0 {
         return;
     }
     let err = std::io::Error::last_os_error();
-    // Gone already: nothing left to evict.
     if err.raw_os_error() == Some(libc::ESRCH) {
         return;
     }
@@ -602,6 +640,24 @@ mod tests {
     };
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn an_eviction_signals_the_process_judged_and_never_one_that_took_its_pid() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let started = procfs::start_time(pid);
+        // As if the pid now named a process started at another time: left alone.
+        signal(pid, started.map(|s| s + 1), libc::SIGTERM);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(child.try_wait().unwrap().is_none(), "signalled a stranger");
+        signal(pid, started, libc::SIGTERM);
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+    }
 
     /// The service as it runs with NVML and an attached MPS control daemon, without either:
     /// the policy's signals are fed by hand.

@@ -50,7 +50,9 @@ pub(crate) fn fs_magic(path: &Path) -> Option<i64> {
     (rc == 0).then_some(stat.f_type as i64)
 }
 
-/// Mounts `fstype` at `path` unless it is there already. Returns whether it mounted.
+/// Mounts `fstype` at `path` unless it is there already, mode 0700: the pins and the trace
+/// files are root's (mounted without a mode, bpffs is 0755 and tracefs 0755, and any user
+/// could list the pinned maps' names). Returns whether it mounted.
 fn ensure_mounted(path: &str, fstype: &'static str, magic: i64) -> Result<bool, PreflightError> {
     if fs_magic(Path::new(path)) == Some(magic) {
         return Ok(false);
@@ -63,14 +65,16 @@ fn ensure_mounted(path: &str, fstype: &'static str, magic: i64) -> Result<bool, 
     std::fs::create_dir_all(path).map_err(error)?;
     let c_path = CString::new(path).expect("constant path has no NUL");
     let c_type = CString::new(fstype).expect("constant fstype has no NUL");
-    // SAFETY: NUL-terminated strings; no data argument.
+    let options = CString::new("mode=0700").expect("constant options have no NUL");
+    // SAFETY: NUL-terminated strings; the data argument is the options string both file
+    // systems parse.
     let rc = unsafe {
         libc::mount(
             c_type.as_ptr(),
             c_path.as_ptr(),
             c_type.as_ptr(),
             0,
-            std::ptr::null(),
+            options.as_ptr().cast(),
         )
     };
     if rc != 0 {
@@ -117,4 +121,65 @@ pub fn raise_memlock() {
         "RLIMIT_MEMLOCK stays at {} bytes ({err}); kernels >= 5.11 ignore it",
         current.rlim_max
     );
+}
+
+/// Raises RLIMIT_NOFILE's soft limit to its hard limit and returns the open files this
+/// process may hold. Every control-socket connection, held cgroup file and /proc read takes
+/// one; at the usual soft limit of 1,024 a local user holding idle connections used them all,
+/// and then freezer writes and the journal failed too. The connection caps (`[control]`) are
+/// sized within what this returns.
+pub fn raise_open_files() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid pointers to rlimits.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1024;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    limit.rlim_cur
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    #[test]
+    fn a_bpffs_it_mounts_is_roots_alone() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED a_bpffs_it_mounts_is_roots_alone: not root (mounting needs it)");
+            return;
+        }
+        // A mount point of this test's own, not the machine's /sys/fs/bpf.
+        let dir = std::env::temp_dir().join(format!("reamer-bpffs-{}", std::process::id()));
+        let path = dir
+            .to_str()
+            .expect("a UTF-8 temporary directory")
+            .to_owned();
+        assert!(ensure_mounted(&path, "bpf", BPF_FS_MAGIC).unwrap());
+        let mode = std::fs::metadata(&dir).map(|m| m.permissions().mode() & 0o777);
+        assert!(
+            !ensure_mounted(&path, "bpf", BPF_FS_MAGIC).unwrap(),
+            "mounted twice"
+        );
+        let c_path = CString::new(path).unwrap();
+        // SAFETY: unmounts the file system this test mounted, by its NUL-terminated path.
+        assert_eq!(unsafe { libc::umount2(c_path.as_ptr(), 0) }, 0);
+        std::fs::remove_dir(&dir).unwrap();
+        assert_eq!(mode.unwrap(), 0o700);
+    }
 }

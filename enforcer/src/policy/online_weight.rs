@@ -43,7 +43,8 @@ pub const REPORT_LIFETIME_NS: u64 = 3_000_000_000;
 /// A report's p99 over its SLO; a miss counts as the whole SLO. None where the period says
 /// nothing.
 pub fn tail_over_slo(report: &LatencyReport) -> Option<f64> {
-    if report.slo_us == 0 || report.requests + report.missed == 0 {
+    // The figures come from a pool member over the socket: any u64, so no sum that can wrap.
+    if report.slo_us == 0 || (report.requests == 0 && report.missed == 0) {
         return None;
     }
     let tail = report.p99_us as f64 / report.slo_us as f64;
@@ -231,6 +232,23 @@ mod tests {
         // Between the two thresholds it holds.
         assert_eq!(steering.report(7, &tail(30), 9 * S), None);
         assert_eq!(steering.weight(), 25);
+    }
+
+    #[test]
+    fn a_report_of_absurd_figures_is_read_without_overflow() {
+        let absurd = LatencyReport {
+            requests: u64::MAX,
+            missed: u64::MAX,
+            p99_us: u64::MAX,
+            slo_us: 1,
+        };
+        assert_eq!(tail_over_slo(&absurd), Some(u64::MAX as f64));
+        let mut steering = WeightSteering::new(50, 10);
+        assert_eq!(
+            steering.report(7, &absurd, S).map(|c| c.to),
+            None,
+            "already at its ceiling"
+        );
     }
 
     #[test]

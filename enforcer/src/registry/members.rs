@@ -64,11 +64,17 @@ mod tests {
     fn own_process_tree_includes_every_thread_of_ours() {
         let handle =
             std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(300)));
+        let own_threads = || -> HashSet<u32> {
+            std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        };
+        // Other tests start and end threads meanwhile: only those alive before and after
+        // the walk must be in it.
+        let before = own_threads();
         let tids = group_threads(&[Source::Process(std::process::id())]);
-        let ours: HashSet<u32> = std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
+        let ours: HashSet<u32> = before.intersection(&own_threads()).copied().collect();
         assert!(ours.len() >= 2);
         assert!(ours.is_subset(&tids), "{ours:?} not in {tids:?}");
         handle.join().unwrap();

@@ -70,6 +70,22 @@ pub struct Reconciled {
 pub struct Registry {
     pub training: Vec<Group>,
     pub pools: Vec<Group>,
+    /// When each process source started (/proc's start time), read when it was added: a pid
+    /// reused by another process between two reconciles is that other process, not a member.
+    started: HashMap<u32, u64>,
+}
+
+/// Whether `pid` still runs and is the process that was added (the start time noted then);
+/// forgets it where not.
+fn still_the_process_added(started: &mut HashMap<u32, u64>, pid: u32) -> bool {
+    let same = procfs::is_alive(pid)
+        && started
+            .get(&pid)
+            .is_some_and(|&at| procfs::start_time(pid) == Some(at));
+    if !same {
+        started.remove(&pid);
+    }
+    same
 }
 
 fn class_name(class: u32) -> &'static str {
@@ -102,9 +118,31 @@ impl Registry {
             sources: pool.sources.clone(),
             threads: 0,
         });
-        Self {
+        let mut registry = Self {
             training: training.collect(),
             pools: pools.collect(),
+            started: HashMap::new(),
+        };
+        let pids: Vec<u32> = registry
+            .training
+            .iter()
+            .chain(&registry.pools)
+            .flat_map(|group| &group.sources)
+            .filter_map(|source| match source {
+                Source::Process(pid) => Some(*pid),
+                Source::Cgroup(_) => None,
+            })
+            .collect();
+        for pid in pids {
+            registry.remember_start(pid);
+        }
+        registry
+    }
+
+    /// Notes when process `pid` started, so that the reconcile knows it again.
+    fn remember_start(&mut self, pid: u32) {
+        if let Some(started) = procfs::start_time(pid) {
+            self.started.insert(pid, started);
         }
     }
 
@@ -142,6 +180,7 @@ impl Registry {
                 self.training.len() - 1
             }
         };
+        self.remember_start(pid);
         let job = &mut self.training[index];
         if !job.sources.contains(&Source::Process(pid)) {
             job.sources.push(Source::Process(pid));
@@ -158,7 +197,7 @@ impl Registry {
             .map(|p| p.name.as_str())
             .collect::<Vec<_>>()
             .join(", ");
-        let Some(pool) = self.pools.iter_mut().find(|p| p.name == name) else {
+        if !self.pools.iter().any(|p| p.name == name) {
             let known = if known.is_empty() {
                 "none".to_owned()
             } else {
@@ -168,7 +207,13 @@ impl Registry {
                 name: name.to_owned(),
                 known,
             });
-        };
+        }
+        self.remember_start(pid);
+        let pool = self
+            .pools
+            .iter_mut()
+            .find(|p| p.name == name)
+            .expect("checked above");
         if !pool.sources.contains(&Source::Process(pid)) {
             pool.sources.push(Source::Process(pid));
         }
@@ -193,11 +238,14 @@ impl Registry {
         map: &mut aya::maps::HashMap<MapData, u32, ThreadState>,
     ) -> Reconciled {
         let mut report = Reconciled::default();
+        let started = &mut self.started;
         for group in self.training.iter_mut().chain(self.pools.iter_mut()) {
             // A registered process that has exited leaves the group: its pid may be reused by
             // an unrelated process, which must not be classified as training or inference.
+            // Alive is not enough: the pid may already be that other process's, which the
+            // start time tells apart.
             group.sources.retain(|source| match source {
-                Source::Process(pid) => procfs::is_alive(*pid),
+                Source::Process(pid) => still_the_process_added(started, *pid),
                 Source::Cgroup(_) => true,
             });
             let tids = group_threads(&group.sources);
@@ -263,6 +311,22 @@ fn check_process(pid: u32) -> Result<(), RegistryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pid_is_a_member_only_while_it_is_the_process_that_was_added() {
+        let me = std::process::id();
+        let mut registry = Registry::default();
+        registry.add_training_process("t", me).unwrap();
+        assert!(still_the_process_added(&mut registry.started, me));
+        // The same pid with another start time: another process that reused it.
+        *registry.started.get_mut(&me).unwrap() += 1;
+        assert!(!still_the_process_added(&mut registry.started, me));
+        assert!(
+            !registry.started.contains_key(&me),
+            "forgotten, so it stays out"
+        );
+        assert!(!still_the_process_added(&mut registry.started, me));
+    }
 
     #[test]
     fn jobs_are_created_on_first_launch_and_names_are_unique() {

@@ -100,10 +100,17 @@ impl Checkpoint {
         Ok(checkpoint)
     }
 
-    /// Replaces the checkpoint at `path` atomically and durably.
+    /// Replaces the checkpoint at `path` atomically and durably. The new one is written to a
+    /// file of this process's own, created afresh (`create_new`: never through a symlink or
+    /// into a file someone left there), then renamed over the old.
     pub fn store(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("json.tmp");
-        let mut file = File::create(&tmp)?;
+        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+        // A leftover of this pid's earlier run, or a planted link: the link itself goes.
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         file.write_all(&serde_json::to_vec(self).expect("a checkpoint serializes"))?;
         file.write_all(b"\n")?;
         file.sync_all()?;
@@ -144,6 +151,29 @@ mod tests {
         assert!(
             err.contains("corrupt checkpoint") && err.contains("not a checkpoint"),
             "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn storing_never_writes_through_a_link_planted_at_the_temporary_name() {
+        let dir = std::env::temp_dir().join(format!("reamer-ckpt-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("checkpoint.json");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let planted = path.with_extension(format!("json.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let checkpoint = Checkpoint {
+            lines_done: 4,
+            ..Checkpoint::fresh()
+        };
+        checkpoint.store(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert_eq!(Checkpoint::load(&path, 0, 0).unwrap().lines_done, 4);
+        assert!(
+            !planted.exists(),
+            "the temporary file was renamed into place"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -6,7 +6,8 @@
 //! - `results.jsonl` (written by the worker): one line per input line, in input order,
 //!   `{"line": N, "id": ..., "outputs": {"NAME": [...]}}`, or `{"line": N, "id": ...,
 //!   "error": "..."}` for a line that could not be read;
-//! - `checkpoint.json` (written by the worker): see `checkpoint`.
+//! - `checkpoint.json` (written by the worker): see `checkpoint`;
+//! - `worker.lock`: held by the worker running the job, so that a second one is refused.
 //!
 //! Batches go to the inference threads in order, several in flight, and their results are
 //! written back in order; the results are made durable before each checkpoint that counts
@@ -21,6 +22,7 @@ use std::{
     collections::VecDeque,
     fs::{File, OpenOptions},
     io::{BufRead as _, BufReader, Seek as _, SeekFrom, Write as _},
+    os::fd::AsRawFd as _,
     path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
@@ -35,11 +37,13 @@ use crate::{
     session::InferenceFailed,
 };
 use checkpoint::{Checkpoint, CheckpointError};
-use job::BadLine;
+use job::{BadLine, LineRead};
 
 pub const INPUTS: &str = "inputs.jsonl";
 pub const RESULTS: &str = "results.jsonl";
 pub const CHECKPOINT: &str = "checkpoint.json";
+/// Held (flock) by the worker running the job.
+pub const LOCK: &str = "worker.lock";
 
 pub struct Options {
     pub dir: PathBuf,
@@ -83,6 +87,12 @@ pub enum OfflineError {
     },
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error(
+        "the job {} is being run by another worker (it holds {}): one worker per job, or \
+         both would write its results",
+        dir.display(), dir.join(LOCK).display()
+    )]
+    Busy { dir: PathBuf },
     #[error("reading or writing the job: {0}")]
     Io(#[from] std::io::Error),
     #[error("the inference queue refused a batch: {0:?}")]
@@ -102,6 +112,7 @@ struct InFlight {
 }
 
 pub fn run(executor: &Arc<Executor>, options: &Options) -> Result<Summary, OfflineError> {
+    let _lock = lock_job(&options.dir)?;
     let inputs_path = options.dir.join(INPUTS);
     let results_path = options.dir.join(RESULTS);
     let checkpoint_path = options.dir.join(CHECKPOINT);
@@ -148,7 +159,8 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> Result<Summary, Offli
     let mut at_end = false;
     let mut last_checkpoint = Instant::now();
     let mut last_report = Instant::now();
-    let mut line = String::new();
+    let mut line = Vec::new();
+    let line_limit = job::max_line_bytes(item_len);
     loop {
         // Keep two batches per thread in flight, so no thread waits for the writer.
         while !at_end && in_flight.len() < 2 * executor.threads().max(1) {
@@ -171,14 +183,25 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> Result<Summary, Offli
                     at_end = true;
                     break;
                 }
-                line.clear();
-                let n = reader.read_line(&mut line)?;
-                if n == 0 {
-                    at_end = true;
-                    break;
-                }
-                offset += n as u64;
-                let parsed = job::parse_line(line.trim_end_matches(['\n', '\r']), item_len);
+                // A line that is not UTF-8, or endless, is a rejected line like any other:
+                // failing the run on it would stop every resume at the same place.
+                let parsed = match job::read_bounded(&mut reader, &mut line, line_limit)? {
+                    LineRead::End => {
+                        at_end = true;
+                        break;
+                    }
+                    LineRead::Line { consumed } => {
+                        offset += consumed;
+                        job::parse_bytes(&line, item_len)
+                    }
+                    LineRead::TooLong { consumed } => {
+                        offset += consumed;
+                        Err(BadLine::TooLong {
+                            bytes: consumed,
+                            limit: line_limit,
+                        })
+                    }
+                };
                 let number = next_line;
                 next_line += 1;
                 match parsed {
@@ -294,4 +317,31 @@ fn reader_at_end(reader: &mut BufReader<File>) -> std::io::Result<bool> {
 fn commit(results: &File, checkpoint: &Checkpoint, path: &Path) -> std::io::Result<()> {
     results.sync_data()?;
     checkpoint.store(path)
+}
+
+/// Takes the job's lock, which the kernel drops with the returned file however the worker
+/// ends: a second worker on the same job is refused at once instead of interleaving its
+/// results and checkpoints with the first's.
+fn lock_job(dir: &Path) -> Result<File, OfflineError> {
+    let path = dir.join(LOCK);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| OfflineError::Inputs {
+            path: path.clone(),
+            error,
+        })?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let error = std::io::Error::last_os_error();
+        if error.kind() == std::io::ErrorKind::WouldBlock {
+            return Err(OfflineError::Busy {
+                dir: dir.to_owned(),
+            });
+        }
+        return Err(OfflineError::Io(error));
+    }
+    Ok(file)
 }

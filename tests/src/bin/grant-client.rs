@@ -9,7 +9,7 @@ use std::{
 };
 
 use clap::Parser;
-use enforcer_common::protocol::{self, Request, Response};
+use enforcer_common::protocol::{self, LatencyReport, Request, Response};
 
 #[derive(Parser)]
 #[command(about = "Subscribes to a pool's core grants and prints them")]
@@ -30,6 +30,26 @@ struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
+    /// After the first grant, send one latency report of these figures, as a worker does each
+    /// second: REQUESTS,MISSED,P99_US,SLO_US (any u64, to see how the daemon takes absurd ones).
+    #[arg(long, value_parser = parse_report)]
+    report_latency: Option<LatencyReport>,
+}
+
+fn parse_report(text: &str) -> Result<LatencyReport, String> {
+    let figures: Vec<u64> = text
+        .split(',')
+        .map(|n| n.trim().parse::<u64>().map_err(|e| format!("{n:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    let [requests, missed, p99_us, slo_us] = figures[..] else {
+        return Err(format!("{text:?}: want REQUESTS,MISSED,P99_US,SLO_US"));
+    };
+    Ok(LatencyReport {
+        requests,
+        missed,
+        p99_us,
+        slo_us,
+    })
 }
 
 fn main() -> ExitCode {
@@ -58,6 +78,9 @@ fn main() -> ExitCode {
     };
     let mut shrunk = false;
     let mut previous_cpus = None;
+    let mut report = args
+        .report_latency
+        .map(|report| (stream.try_clone().expect("clone the stream"), report));
     for line in BufReader::new(stream).lines().take(count) {
         let Ok(line) = line else {
             eprintln!("grant-client: no grant within {} s", args.seconds);
@@ -77,6 +100,10 @@ fn main() -> ExitCode {
                 return ExitCode::from(3);
             }
         };
+        if let Some((mut writer, report)) = report.take() {
+            let line = protocol::to_line(&Request::Latency(report));
+            writer.write_all(&line).expect("send the latency report");
+        }
         let cpus = grant.cpus.len();
         // A pause, or its end, moves no CPU: the grant that grows has more than the last.
         let grew = previous_cpus.is_some_and(|previous| cpus > previous);

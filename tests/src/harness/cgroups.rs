@@ -161,6 +161,65 @@ impl Group {
     }
 }
 
+/// A group `reamer/<instance>/<name>` with the freezer: v1's freezer hierarchy, or v2's
+/// `cgroup.freeze`. What the enforcer's pause does to a pool, for tests of what a frozen
+/// process goes through.
+pub struct FreezerGroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl FreezerGroup {
+    pub fn ensure(instance: &str, name: &str) -> io::Result<Self> {
+        let relative = format!("reamer/{instance}/{name}");
+        let (dir, v2) = match unified_root().filter(|_| is_v2_host()) {
+            Some(root) => (root.join(&relative), true),
+            None => (Path::new(ROOT).join("freezer").join(&relative), false),
+        };
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self { dir, v2 })
+    }
+
+    pub fn add_process(&self, pid: u32) -> io::Result<()> {
+        write(&self.dir.join("cgroup.procs"), &pid.to_string())
+    }
+
+    /// Freezes (true) or thaws the group, and waits until the kernel says it is done.
+    pub fn set_frozen(&self, frozen: bool) -> io::Result<()> {
+        if self.v2 {
+            write(
+                &self.dir.join("cgroup.freeze"),
+                if frozen { "1" } else { "0" },
+            )?;
+        } else {
+            write(
+                &self.dir.join("freezer.state"),
+                if frozen { "FROZEN" } else { "THAWED" },
+            )?;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.is_frozen()? != frozen {
+            if std::time::Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the freezer did not settle",
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
+    fn is_frozen(&self) -> io::Result<bool> {
+        if self.v2 {
+            let events = std::fs::read_to_string(self.dir.join("cgroup.events"))?;
+            return Ok(events.lines().any(|l| l == "frozen 1"));
+        }
+        let state = std::fs::read_to_string(self.dir.join("freezer.state"))?;
+        Ok(state.trim() == "FROZEN")
+    }
+}
+
 /// A cgroup2 group `reamer/<instance>/<name>` with no controller of its own: a process in it
 /// is scheduled exactly as before, and the group's `cpu.pressure` measures its CPU stalls
 /// (PSI). Returns the group's directory.

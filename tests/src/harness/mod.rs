@@ -74,8 +74,29 @@ pub fn privileged(test: &str) -> bool {
             panic!("{test}: cannot run ({reason}) and {REQUIRE_PRIVILEGED}=1")
         }
         Some(reason) => {
-            eprintln!("SKIPPED {test}: {reason}");
+            report_skip(test, &reason);
             false
+        }
+    }
+}
+
+/// Where `cargo xtask test` asks skipped tests to be listed, for its summary.
+pub const SKIP_LOG: &str = "REAMER_SKIP_LOG";
+
+/// A skipped test says so where it is seen: on the real stderr (libtest captures `eprintln!`
+/// of a passing test, and a skipped test passes), and in `SKIP_LOG`'s file where one is set.
+fn report_skip(test: &str, reason: &str) {
+    use std::io::Write as _;
+    let line = format!("SKIPPED {test}: {reason}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(path) = std::env::var_os(SKIP_LOG) {
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(err) = appended {
+            let _ = std::io::stderr().write_all(format!("listing the skip: {err}\n").as_bytes());
         }
     }
 }

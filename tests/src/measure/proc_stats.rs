@@ -70,11 +70,21 @@ pub fn process_jiffies(pid: u32) -> u64 {
 
 /// Resident memory of process `pid`, KiB (VmRSS); None when it is gone.
 pub fn resident_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// The most resident memory process `pid` has had, KiB (VmHWM): what a request that came and
+/// went cost at its peak, after it freed it again.
+pub fn peak_resident_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()?
         .lines()
         .find_map(|l| {
-            l.strip_prefix("VmRSS:")?
+            l.strip_prefix(field)?
                 .trim()
                 .strip_suffix("kB")?
                 .trim()

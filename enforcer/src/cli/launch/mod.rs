@@ -4,6 +4,8 @@
 //! command keeps that pid and is classified before its first instruction; its threads and
 //! children are classified by the sensor at fork.
 
+pub mod identity;
+pub mod notify;
 pub mod supervise;
 
 use std::{os::unix::process::CommandExt as _, path::Path};
@@ -32,20 +34,33 @@ pub async fn register_self(
     }
 }
 
-/// Replaces this process with `command`, with `envs` added. Returns only on failure.
-pub fn exec(command: &[String], envs: &[(&str, &str)]) -> anyhow::Error {
+/// Replaces this process with `command`, with `envs` added, as `identity` where one is given.
+/// Returns only on failure.
+pub fn exec(
+    command: &[String],
+    envs: &[(&str, &str)],
+    identity: Option<&identity::Identity>,
+) -> anyhow::Error {
     let Some((program, args)) = command.split_first() else {
         return anyhow::anyhow!("no command given after `--`");
     };
-    let err = std::process::Command::new(program)
-        .args(args)
-        .envs(envs.iter().copied())
-        .exec();
+    let mut process = std::process::Command::new(program);
+    process.args(args).envs(envs.iter().copied());
+    if let Some(identity) = identity {
+        identity.apply(&mut process);
+    }
+    let err = process.exec();
     anyhow::Error::new(err).context(format!("cannot execute {program:?}"))
 }
 
-/// Registers, then execs.
-pub fn run(socket: &Path, kind: GroupKind, name: &str, command: &[String]) -> anyhow::Result<()> {
+/// Registers, then execs (as `identity`, where one is given).
+pub fn run(
+    socket: &Path,
+    kind: GroupKind,
+    name: &str,
+    command: &[String],
+    identity: Option<&identity::Identity>,
+) -> anyhow::Result<()> {
     if command.is_empty() {
         anyhow::bail!("no command given: use `enforcer launch --training NAME -- CMD [ARGS...]`");
     }
@@ -67,7 +82,7 @@ pub fn run(socket: &Path, kind: GroupKind, name: &str, command: &[String]) -> an
             .filter(|(key, _)| !keeps_its_own(kind, key, |k| std::env::var_os(k).is_some()))
             .map(|(k, v)| (k.as_str(), v.as_str())),
     );
-    Err(exec(command, &envs))
+    Err(exec(command, &envs, identity))
 }
 
 /// Whether the command keeps its own value of `key` over the daemon's. A pool's worker takes

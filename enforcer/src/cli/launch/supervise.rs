@@ -20,7 +20,6 @@ use std::{
     net::{SocketAddr, TcpListener},
     os::{
         fd::{AsRawFd as _, RawFd},
-        linux::net::SocketAddrExt as _,
         unix::process::ExitStatusExt as _,
     },
     path::{Path, PathBuf},
@@ -53,6 +52,8 @@ pub struct Options {
     pub ready_timeout: Duration,
     /// How long a command may take to exit on SIGTERM before SIGKILL.
     pub stop_timeout: Duration,
+    /// Who the command runs as (`--user`); None: root, as the launcher.
+    pub identity: Option<super::identity::Identity>,
 }
 
 /// What a command was started with, compared at each poll with what the daemon says now.
@@ -97,13 +98,6 @@ pub fn relaunch_reason(running: &mut StartedWith, now: StartedWith) -> Option<St
         ));
     }
     None
-}
-
-/// Whether a notify datagram says READY=1 (one `KEY=VALUE` per line).
-pub fn is_ready_message(datagram: &[u8]) -> bool {
-    datagram
-        .split(|b| *b == b'\n')
-        .any(|line| line == b"READY=1")
 }
 
 /// The shell's convention for a child's end: its exit code, or 128 + the signal that ended it.
@@ -339,7 +333,7 @@ impl Launcher {
                     })
                 };
                 command.env("LISTEN_FDS", "1").env("LISTEN_FDNAMES", "http");
-                let (socket, address) = notify_socket(started.generation)?;
+                let (socket, address) = super::notify::socket(started.generation)?;
                 command.env("NOTIFY_SOCKET", address);
                 notify = Some(socket);
             }
@@ -354,6 +348,9 @@ impl Launcher {
             .env(SOCKET_ENV, socket.as_ref())
             .env(POOL_ENV, &self.pool)
             .envs(env.iter().map(|(k, v)| (k, v)));
+        if let Some(identity) = &self.options.identity {
+            identity.apply(command.as_std_mut());
+        }
         let child = command
             .spawn()
             .with_context(|| format!("cannot start {:?}", self.command[0]))?;
@@ -378,7 +375,7 @@ impl Launcher {
         let notify = notify.expect("a listener gives a notify socket");
         let timeout = self.options.ready_timeout;
         let ready = tokio::select! {
-            ready = wait_ready(&notify, &mut new.child, timeout) => ready,
+            ready = super::notify::wait_ready(&notify, &mut new.child, timeout) => ready,
             () = stop.requested() => {
                 self.stop(&mut new).await;
                 return Relaunch::Interrupted;
@@ -439,61 +436,6 @@ impl Launcher {
     }
 }
 
-/// Why a new command is given up on before it was ready.
-#[derive(Debug, thiserror::Error)]
-enum NotReady {
-    #[error("exited ({0}) before it reported READY=1")]
-    Exited(String),
-    #[error(
-        "did not report READY=1 on NOTIFY_SOCKET within {}s (--ready-timeout-s); the command \
-         must speak systemd's notify protocol to be relaunched with --listen",
-        .0.as_secs_f64()
-    )]
-    Timeout(Duration),
-}
-
-/// Waits until the command reports READY=1, exits, or the timeout passes.
-async fn wait_ready(
-    notify: &UnixDatagram,
-    child: &mut Child,
-    timeout: Duration,
-) -> Result<(), NotReady> {
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
-    let mut datagram = [0u8; 4096];
-    loop {
-        tokio::select! {
-            received = notify.recv(&mut datagram) => {
-                if matches!(received, Ok(n) if is_ready_message(&datagram[..n])) {
-                    return Ok(());
-                }
-            }
-            status = child.wait() => {
-                let how = status.map_or_else(|e| e.to_string(), |s| s.to_string());
-                return Err(NotReady::Exited(how));
-            }
-            () = &mut deadline => {
-                return Err(NotReady::Timeout(timeout));
-            }
-        }
-    }
-}
-
-/// A datagram socket in the abstract namespace (nothing to clean up), one per started
-/// command, so a READY=1 on it can only come from that command. Returns it and its
-/// `NOTIFY_SOCKET` address.
-fn notify_socket(generation: u64) -> anyhow::Result<(UnixDatagram, String)> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let name = format!("reamer-launch-{}-{generation}-{nanos}", std::process::id());
-    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-    let socket = std::os::unix::net::UnixDatagram::bind_addr(&address)
-        .with_context(|| format!("binding the notify socket @{name}"))?;
-    socket.set_nonblocking(true)?;
-    Ok((UnixDatagram::from_std(socket)?, format!("@{name}")))
-}
-
 /// In the child, between fork and exec: a launcher that dies, even by SIGKILL, takes its
 /// command with it (SIGTERM), as the command would have died with a plain `launch`, which
 /// execs it. The death signal outlives exec; a launcher already gone before it was set is
@@ -533,7 +475,7 @@ fn pass_listener(fd: RawFd) -> std::io::Result<()> {
 /// keeps. Returns only on failure.
 pub fn exec_listening(command: &[String]) -> anyhow::Error {
     let pid = std::process::id().to_string();
-    exec(command, &[("LISTEN_PID", pid.as_str())])
+    exec(command, &[("LISTEN_PID", pid.as_str())], None)
 }
 
 #[cfg(test)]
@@ -573,14 +515,6 @@ mod tests {
             None
         );
         assert!(relaunch_reason(&mut running, StartedWith::new(1, &[])).is_some());
-    }
-
-    #[test]
-    fn ready_is_one_line_of_a_notify_datagram() {
-        assert!(is_ready_message(b"READY=1"));
-        assert!(is_ready_message(b"STATUS=serving\nREADY=1\n"));
-        assert!(!is_ready_message(b"READY=0"));
-        assert!(!is_ready_message(b"STATUS=READY=1"));
     }
 
     #[test]

@@ -1,0 +1,104 @@
+//! The service manager's watchdog (`WatchdogSec` in the unit), fed only while the event path
+//! is alive: the event thread came back from poll(2) recently, and the enforcement lock it
+//! takes for every event can be taken. A daemon whose event thread is stuck or gone, or whose
+//! enforcement lock is held forever, stops feeding it, and systemd kills and restarts it.
+//! `READY=1` is sent once the daemon serves, which a `Type=notify` unit waits for.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tracing::{info, warn};
+
+use super::{enforcement::Enforcement, event_thread};
+use crate::host::{clock::monotonic_ns, systemd::Notifier};
+
+/// When the event thread last came back from poll(2) (CLOCK_MONOTONIC ns). It does at least
+/// every `event_thread::POLL_TIMEOUT_MS`, events or not.
+#[derive(Debug, Default)]
+pub struct Heartbeat(AtomicU64);
+
+impl Heartbeat {
+    pub fn beat(&self) {
+        self.0.store(monotonic_ns(), Ordering::Relaxed);
+    }
+
+    fn age(&self) -> Duration {
+        Duration::from_nanos(monotonic_ns().saturating_sub(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+/// The event path is alive: its thread beat within a few of its poll timeouts, and the
+/// enforcement lock was free within `wait`.
+fn event_path_alive(
+    heartbeat: &Heartbeat,
+    enforcement: &Mutex<Enforcement>,
+    wait: Duration,
+) -> bool {
+    let poll = Duration::from_millis(event_thread::POLL_TIMEOUT_MS as u64);
+    if heartbeat.age() > poll * 5 {
+        return false;
+    }
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match enforcement.try_lock() {
+            Ok(_) => return true,
+            // A poisoned lock is one a panic left: the panic hook ends the daemon anyway.
+            Err(std::sync::TryLockError::Poisoned(_)) => return false,
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Tells the manager the daemon serves, and, where it set a watchdog period, starts the thread
+/// that feeds it at half that period while the event path is alive. Returns that thread.
+pub fn start(
+    notifier: Option<Notifier>,
+    period: Option<Duration>,
+    heartbeat: Arc<Heartbeat>,
+    enforcement: Arc<Mutex<Enforcement>>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
+    let Some(notifier) = notifier else {
+        return Ok(None);
+    };
+    if let Err(err) = notifier.notify("READY=1") {
+        warn!("telling the service manager the daemon is ready failed: {err}");
+    }
+    let Some(period) = period else {
+        return Ok(None);
+    };
+    info!(
+        ?period,
+        "feeding the service manager's watchdog while the event path is alive"
+    );
+    let every = period / 2;
+    std::thread::Builder::new()
+        .name("reamer-watchdog".to_owned())
+        .spawn(move || {
+            let mut starving = false;
+            while !stop.load(Ordering::Relaxed) {
+                if event_path_alive(&heartbeat, &enforcement, every / 2) {
+                    if std::mem::take(&mut starving) {
+                        info!("the event path is alive again: feeding the watchdog");
+                    }
+                    let _ = notifier.notify("WATCHDOG=1");
+                } else if !std::mem::replace(&mut starving, true) {
+                    warn!(
+                        "the event path did not answer: the watchdog is not fed, and the service \
+                         manager restarts the daemon if it stays so"
+                    );
+                }
+                std::thread::sleep(every);
+            }
+        })
+        .map(Some)
+}
