@@ -596,6 +596,20 @@ fn a_corrupt_or_missing_model_file_is_a_clear_start_up_error() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Writes an offline job of `lines` generated items for `model` into `job`.
+fn make_job(model: &std::path::Path, job: &std::path::Path, lines: usize, seed: u64) {
+    let status = Command::new(worker_bin())
+        .arg("make-job")
+        .arg("--model")
+        .arg(model)
+        .arg("--dir")
+        .arg(job)
+        .args(["--lines", &lines.to_string(), "--seed", &seed.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "make-job failed ({status})");
+}
+
 fn checkpoint(dir: &std::path::Path) -> Value {
     std::fs::read_to_string(dir.join("checkpoint.json"))
         .ok()
@@ -645,18 +659,7 @@ fn an_offline_job_frozen_then_killed_loses_nothing_and_duplicates_nothing() {
     let (dir, model) = scratch_with_tiny_model("offline-kill");
     let job = dir.join("job");
     let lines = 200_000;
-    let status = Command::new(worker_bin())
-        .args([
-            "make-job",
-            "--model",
-            model.to_str().unwrap(),
-            "--dir",
-            job.to_str().unwrap(),
-        ])
-        .args(["--lines", &lines.to_string(), "--seed", "7"])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    make_job(&model, &job, lines, 7);
     let offline = |extra: &[&str]| {
         let mut command = Command::new(worker_bin());
         command
@@ -739,13 +742,7 @@ fn an_offline_job_told_to_stop_checkpoints_what_it_did_and_resumes_from_there() 
     let (dir, model) = scratch_with_tiny_model("offline-stop");
     let job = dir.join("job");
     let lines = 200_000;
-    let status = Command::new(worker_bin())
-        .args(["make-job", "--model", model.to_str().unwrap(), "--dir"])
-        .arg(&job)
-        .args(["--lines", &lines.to_string(), "--seed", "3"])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    make_job(&model, &job, lines, 3);
     let offline = || {
         let mut command = Command::new(worker_bin());
         command
@@ -883,13 +880,7 @@ fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouch
 fn a_second_worker_on_a_running_job_is_refused() {
     let (dir, model) = scratch_with_tiny_model("offline-twice");
     let job = dir.join("job");
-    let status = Command::new(worker_bin())
-        .args(["make-job", "--model", model.to_str().unwrap(), "--dir"])
-        .arg(&job)
-        .args(["--lines", "200000", "--seed", "5"])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    make_job(&model, &job, 200_000, 5);
     let offline = || {
         let mut command = Command::new(worker_bin());
         command
