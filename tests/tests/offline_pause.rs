@@ -7,8 +7,8 @@ use std::{process::Child, time::Duration};
 
 use enforcer_common::protocol::{self, Grant, Response};
 use reamer_tests::harness::{
-    Daemon, cgroup_dir, eventually, online_cpu_count, pool_in, privileged, remove_test_cgroups,
-    wait_ok,
+    Daemon, Reaped, cgroup_dir, eventually, online_cpu_count, pool_in, privileged,
+    remove_test_cgroups, wait_ok,
 };
 use serde_json::Value;
 
@@ -86,12 +86,12 @@ fn offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after() {
         return;
     }
     let daemon = Daemon::start(instance, CONFIG);
-    let offline = daemon.launch(
+    let offline = Reaped(daemon.launch(
         "--pool",
         "batch",
         HOG,
         &["--threads", "1", "--seconds", "60"],
-    );
+    ));
     let socket = daemon.socket().display().to_string();
     // Prints every grant until none has come for 6 s.
     let subscriber = daemon.launch(
@@ -116,8 +116,10 @@ fn offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after() {
     });
     assert!(!batch_paused(&daemon), "paused before training ran");
 
-    // Training wants every CPU: the offline pool is frozen, and gets no CPU.
-    let training = launch_training(&daemon, "4");
+    // Training wants every CPU: the offline pool is frozen, and gets no CPU. Long enough for
+    // the checks below after a pause that was seen to come 3 s after the start under a full
+    // suite's load.
+    let training = launch_training(&daemon, "8");
     eventually("the offline pool paused", SETTLE, || {
         batch_paused(&daemon) && kernel_says_frozen(instance)
     });
@@ -187,7 +189,7 @@ fn offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after() {
     // Paused again, then the daemon stops: nothing is left frozen. Once in a full run of the
     // suite this took longer than SETTLE, never in runs of this test alone; the wait is longer
     // here, and a miss says what the daemon had decided.
-    let training = launch_training(&daemon, "20");
+    let training = Reaped(launch_training(&daemon, "20"));
     let deadline = std::time::Instant::now() + 2 * SETTLE;
     while !(batch_paused(&daemon) && kernel_says_frozen(instance)) {
         assert!(
@@ -208,10 +210,7 @@ fn offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after() {
     eventually("the pool's process ran after shutdown", SETTLE, || {
         cpu_ticks(offline.id()) > after_stop
     });
-    for mut child in [training, offline] {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    drop((training, offline));
     // The empty online pool's group went at shutdown, unless a failed run left it.
     remove_test_cgroups(instance, "web");
     remove_test_cgroups(instance, "batch");

@@ -15,7 +15,7 @@ use reamer_tests::{
         Daemon, bpftool, enforcer_bin, eventually, job, online_cpu_count, privileged, u64_of,
         wait_ok,
     },
-    measure::schedstat,
+    measure::{proc_stats, schedstat},
 };
 use serde_json::{Value, json};
 
@@ -177,6 +177,7 @@ fn run_time_counts_running_slices_and_agrees_with_schedstat() {
     eventually_threads(&daemon, "long", job_threads);
     std::thread::sleep(Duration::from_millis(500));
 
+    let node_before = proc_stats::node_jiffies().expect("/proc/stat");
     let (kernel_before, before) = at_one_moment(&daemon, hog.id(), schedstat::run_times);
     let mut previous = before.clone();
     let mut running = Vec::new();
@@ -191,6 +192,10 @@ fn run_time_counts_running_slices_and_agrees_with_schedstat() {
         previous = current;
     }
     let (kernel_after, after) = at_one_moment(&daemon, hog.id(), schedstat::run_times);
+    let node_after = proc_stats::node_jiffies().expect("/proc/stat");
+    // CPU time the hypervisor took meanwhile, over every CPU: sum_exec_runtime leaves it out,
+    // CLOCK_MONOTONIC does not, so a slice in progress at either end may carry up to all of it.
+    let stolen_ns = (node_after.steal - node_before.steal) as f64 / proc_stats::JIFFIES_PER_S * 1e9;
 
     let kernel = schedstat::growth(&kernel_before, &kernel_after) as f64;
     let sensor = job(&after, "long")
@@ -212,10 +217,12 @@ fn run_time_counts_running_slices_and_agrees_with_schedstat() {
         "the job ran {kernel} ns in the window: test is void"
     );
     // The sensor counts completed slices from `sum_exec_runtime` itself and the running ones
-    // on CLOCK_MONOTONIC, which also counts time the hypervisor stole.
+    // on CLOCK_MONOTONIC, which also counts time the hypervisor stole (seen once in a full
+    // run: 3.3% apart, on a VM losing CPU to its host).
     assert!(
-        (sensor - kernel).abs() <= 0.02 * kernel,
-        "sensor {sensor} ns vs schedstat {kernel} ns differ by more than 2%"
+        (sensor - kernel).abs() <= 0.02 * kernel + stolen_ns,
+        "sensor {sensor} ns vs schedstat {kernel} ns differ by more than 2% and the {stolen_ns} \
+         ns the hypervisor stole meanwhile"
     );
     // Readings a few microseconds apart on either end: 2% over the machine is jitter, a slice
     // counted whole at its end is tens of CPUs.

@@ -1,8 +1,9 @@
 //! Installs what building the eBPF sensor needs, idempotently, saying what it does:
 //! the pinned nightly toolchain with rust-src (for `-Z build-std=core`; the pin and why it is
 //! one are in enforcer-ebpf/rust-toolchain.toml), LLVM 22 development files,
-//! bpf-linker built against them, bpftool (the integration tests inspect pins with it) and
-//! perf (the benchmarks run hackbench through it).
+//! bpf-linker built against them, bpftool (the integration tests inspect pins with it), perf
+//! (the benchmarks run hackbench through it), and cargo-fuzz with a C++ compiler for libFuzzer
+//! (`cargo xtask fuzz`, which `cargo xtask test` runs briefly).
 //!
 //! Where it cannot install (not root, or no apt-get), it prints exactly what is missing and
 //! the commands that would install it, and fails.
@@ -14,15 +15,19 @@ use anyhow::{Context as _, bail};
 use crate::cargo::workspace_root;
 
 /// Debian packages: LLVM 22 for bpf-linker, compression libraries it links, bpftool (the
-/// tests inspect pins with it) and perf (the benchmarks run hackbench through it).
-const PACKAGES: [&str; 6] = [
+/// tests inspect pins with it), perf (the benchmarks run hackbench through it) and g++
+/// (libfuzzer-sys compiles libFuzzer).
+const PACKAGES: [&str; 7] = [
     "llvm-22-dev",
     "libpolly-22-dev",
     "zlib1g-dev",
     "libzstd-dev",
     "bpftool",
     "linux-perf",
+    "g++",
 ];
+/// cargo-fuzz release verified here with the pinned nightly.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// bpf-linker release verified with LLVM 22 and aya 0.14 here.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
@@ -65,8 +70,9 @@ fn package_installed(package: &str) -> bool {
 
 include!("../../enforcer-ebpf/pinned_toolchain.rs");
 
-/// The nightly channel that builds the eBPF object (enforcer/build.rs reads the same pin).
-fn ebpf_toolchain() -> anyhow::Result<String> {
+/// The nightly channel that builds the eBPF object (enforcer/build.rs reads the same pin), and
+/// the fuzz targets.
+pub(crate) fn ebpf_toolchain() -> anyhow::Result<String> {
     pinned_toolchain(&workspace_root().join("enforcer-ebpf"))
 }
 
@@ -162,10 +168,31 @@ fn ensure_bpf_linker() -> anyhow::Result<()> {
     )
 }
 
+fn ensure_cargo_fuzz() -> anyhow::Result<()> {
+    if succeeds("cargo", &["fuzz", "--version"]) {
+        return Ok(());
+    }
+    say(&format!(
+        "installing cargo-fuzz {CARGO_FUZZ_VERSION} (the fuzz targets; under a minute, once)"
+    ));
+    run(
+        "cargo",
+        &[
+            "install",
+            "cargo-fuzz",
+            "--locked",
+            "--version",
+            CARGO_FUZZ_VERSION,
+        ],
+        &[],
+    )
+}
+
 /// Makes sure everything is installed; quiet when it already is.
 pub fn ensure() -> anyhow::Result<()> {
     ensure_ebpf_toolchain()?;
     ensure_packages()?;
     ensure_bpf_linker()?;
+    ensure_cargo_fuzz()?;
     Ok(())
 }

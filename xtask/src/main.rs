@@ -4,7 +4,9 @@ mod bench;
 mod bootstrap;
 mod cargo;
 mod demo;
+mod fuzz;
 mod models;
+mod soak;
 mod wake_probe;
 
 use std::{os::unix::process::CommandExt as _, process::ExitCode};
@@ -40,11 +42,31 @@ enum Task {
     /// (needs root).
     Demo,
     /// Run every test: unit, contract, and the privileged integration tests on the real kernel
-    /// (these skip with a reason when not root; REAMER_REQUIRE_PRIVILEGED=1 makes that fail).
+    /// (these skip with a reason when not root; REAMER_REQUIRE_PRIVILEGED=1 makes that fail),
+    /// then each fuzz target for a few seconds.
     Test {
+        /// Seconds each fuzz target runs after the tests (0: none; with a name filter, none).
+        #[arg(long, default_value_t = 5)]
+        fuzz_seconds: u64,
         /// Arguments for the test binaries: a name filter, --nocapture, ...
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Soak the daemon with an online and an offline worker under load, injecting a fault each
+    /// cycle (workers killed, the daemon killed and restarted, a pool's cgroup removed, a
+    /// forking training job, slow clients); checks the SLO recovers, no offline line is lost
+    /// or done twice, and the daemon's files, threads and memory stay flat. Writes its report
+    /// to docs/benchmarks.md (root).
+    Soak(soak::Options),
+    /// Fuzz what reamer reads from others: KServe requests with their headers, the enforcer's
+    /// config, control-socket lines, offline job lines (cargo-fuzz). Inputs that crash a target
+    /// are kept in fuzz/regressions/TARGET and tried on every later run.
+    Fuzz {
+        /// Seconds each target runs.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Only these targets (kserve_request, enforcer_config, control_message, offline_line).
+        targets: Vec<String>,
     },
     /// Benchmarks, written to docs/benchmarks.md: the sensor's cost per event and its effect
     /// on context-switch-heavy workloads, the enforcer's reaction time from kernel event to
@@ -93,7 +115,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             models::ensure_models()?;
             demo::run()
         }
-        Task::Test { args } => {
+        Task::Test { fuzz_seconds, args } => {
             bootstrap::ensure()?;
             models::ensure_models()?;
             // The integration tests run the enforcer, worker and workload binaries built beside them.
@@ -101,7 +123,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // One test at a time: the privileged tests measure scheduling on a shared machine.
             let mut test_args = vec!["--", "--test-threads=1"];
             test_args.extend(args.iter().map(String::as_str));
-            cargo::cargo_test(&test_args)
+            cargo::cargo_test(&test_args)?;
+            // A filtered run is after some tests, not the fuzz targets.
+            if fuzz_seconds > 0 && args.is_empty() {
+                fuzz::run(fuzz_seconds, &[])?;
+            }
+            Ok(())
+        }
+        Task::Soak(options) => {
+            bootstrap::ensure()?;
+            models::ensure_models()?;
+            cargo::build_release()?;
+            soak::run(&options)
+        }
+        Task::Fuzz { seconds, targets } => {
+            bootstrap::ensure()?;
+            fuzz::run(seconds, &targets)
         }
         Task::Bench(options) => bench::run(options),
     }

@@ -319,6 +319,25 @@ impl Daemon {
     }
 }
 
+/// A child process killed and reaped when this goes out of scope, a failing test's included:
+/// a test that panics halfway leaves no hog running into the next one (a 60 s offline hog left
+/// so made the next runs of offline_pause.rs fail to freeze their pool in time).
+pub struct Reaped(pub Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(child) = self.child.take() {
