@@ -148,7 +148,12 @@ fn read_checkpoint(job: &Path) -> serde_json::Value {
 
 /// The first `lines` results are lines 1 to `lines`, each once, in order; returns how many.
 fn check_results(job: &Path, lines: u64) -> anyhow::Result<u64> {
-    let text = std::fs::read_to_string(job.join("results.jsonl"))
+    let path = job.join("results.jsonl");
+    // A job stopped before its worker opened the results has done nothing yet.
+    if lines == 0 && !path.exists() {
+        return Ok(0);
+    }
+    let text = std::fs::read_to_string(&path)
         .with_context(|| format!("reading the results of {}", job.display()))?;
     let mut expected = 1u64;
     for line in text.lines().take(lines as usize) {
