@@ -9,7 +9,8 @@
 //! inference worker, the tests and xtask share: the control socket's protocol
 //! ([`protocol`]), kernel CPU lists ([`cpu_list`]), a process tree's threads
 //! ([`proc_tree`]), quantiles ([`stats`]), the workloads' random generator ([`rng`]) and
-//! `enforcer replay`'s summary ([`replay`]).
+//! `enforcer replay`'s summary ([`replay`]), and the open-file limit ([`open_files`]). With
+//! `http`, also the bounded HTTP/1 server loop of `/metrics` and the worker ([`http_serve`]).
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod histogram;
@@ -18,6 +19,10 @@ pub mod types;
 
 #[cfg(feature = "std")]
 pub mod cpu_list;
+#[cfg(feature = "http")]
+pub mod http_serve;
+#[cfg(feature = "std")]
+pub mod open_files;
 #[cfg(feature = "std")]
 pub mod proc_tree;
 #[cfg(feature = "std")]

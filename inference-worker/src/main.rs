@@ -179,6 +179,14 @@ struct OnlineArgs {
     /// its body slowly, or never, gives its body slot back instead of holding it.
     #[arg(long, default_value_t = 10_000)]
     body_timeout_ms: u64,
+    /// Milliseconds from waiting for a request's head to having all of it: a connection left
+    /// idle between requests that long, or a head sent too slowly, is closed.
+    #[arg(long, default_value_t = 30_000)]
+    header_timeout_ms: u64,
+    /// Connections open at once; the next is answered 503 and closed. Lowered at start to what
+    /// the open-file limit allows.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
     /// Batches per point of the start-up profile.
     #[arg(long, default_value_t = 5)]
     profile_runs: usize,
@@ -307,6 +315,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 body_limit: args.max_body_bytes,
                 max_bodies: args.max_concurrent_bodies,
                 body_timeout: Duration::from_millis(args.body_timeout_ms.max(1)),
+                header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
+                max_connections: args.max_connections.max(1),
                 profile_runs: args.profile_runs,
                 reload_poll: (args.reload_poll_ms > 0)
                     .then(|| Duration::from_millis(args.reload_poll_ms)),

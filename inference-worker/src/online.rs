@@ -18,6 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use enforcer_common::http_serve::{self, HttpLimits};
 use tokio::sync::Semaphore;
 
 use crate::{
@@ -47,6 +48,10 @@ pub struct Options {
     pub max_bodies: usize,
     /// How long a request's body may take to arrive.
     pub body_timeout: Duration,
+    /// How long a connection may wait for, or take to send, a request's head.
+    pub header_timeout: Duration,
+    /// Connections open at once (before the open-file limit lowers it).
+    pub max_connections: usize,
     pub profile_runs: usize,
     pub reload_poll: Option<Duration>,
 }
@@ -174,9 +179,11 @@ pub fn run(options: Options) -> Result<(), OnlineError> {
         ));
         // A launcher that relaunches this worker stops the old one only after this.
         socket_activation::notify_ready();
-        axum::serve(listener, router)
-            .with_graceful_shutdown(drained(drain, drain_timeout))
-            .await?;
+        let limits = HttpLimits {
+            header_timeout: options.header_timeout,
+            max_connections: connections_within_open_files(options.max_connections),
+        };
+        http_serve::serve(listener, router, limits, drained(drain, drain_timeout)).await;
         Ok::<(), OnlineError>(())
     })?;
     tracing::info!("shutting down: serving what is queued");
@@ -184,7 +191,28 @@ pub fn run(options: Options) -> Result<(), OnlineError> {
     Ok(())
 }
 
-/// Completes, and so starts axum's graceful shutdown, once a SIGTERM's drain is over: every
+/// Open files the worker keeps for itself beside its connections: the model, the listening
+/// socket, the control socket, the runtime's own, with room to spare.
+const FILES_BESIDE_CONNECTIONS: u64 = 64;
+
+/// `wanted` connections, or fewer where the open-file limit (raised to its hard limit first)
+/// would run out before the cap: then accepts would fail instead of being answered 503.
+fn connections_within_open_files(wanted: usize) -> usize {
+    let files = enforcer_common::open_files::raise_open_files();
+    let fit = files.saturating_sub(FILES_BESIDE_CONNECTIONS).max(1);
+    if wanted as u64 > fit {
+        tracing::warn!(
+            wanted,
+            open_files = files,
+            "--max-connections lowered to {fit} to fit the open-file limit"
+        );
+        fit as usize
+    } else {
+        wanted
+    }
+}
+
+/// Completes, and so starts the server's graceful shutdown, once a SIGTERM's drain is over: every
 /// connection closed, or the timeout passed (see `drain`).
 async fn drained(drain: Arc<Drain>, timeout: Duration) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -381,6 +381,59 @@ fn a_client_that_never_finishes_its_body_gives_its_slot_back_at_the_deadline() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Reads what the worker sends on `stream` until it closes it (or 10 s pass).
+fn read_until_closed(stream: &mut TcpStream) -> String {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn idle_and_slow_headed_connections_are_closed_and_one_past_the_cap_gets_503() {
+    let (dir, model) = scratch_with_tiny_model("connections");
+    let args = [
+        "--cpus",
+        "0",
+        "--header-timeout-ms",
+        "800",
+        "--max-connections",
+        "2",
+    ];
+    let worker = OnlineWorker::serve(&dir, &model, &args);
+    let address = worker.base.trim_start_matches("http://").to_owned();
+    // Two connections take both places: one sends nothing, one a head that never ends.
+    let mut silent = TcpStream::connect(&address).unwrap();
+    let mut dribbling = TcpStream::connect(&address).unwrap();
+    dribbling
+        .write_all(b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let held_from = Instant::now();
+    std::thread::sleep(Duration::from_millis(200));
+    // A third is answered at once, with the cap named, not queued behind them.
+    let mut third = TcpStream::connect(&address).unwrap();
+    let refused = read_until_closed(&mut third);
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused:?}");
+    assert!(refused.contains("at most 2 at once"), "{refused:?}");
+    // Both holders lose their places at the header deadline.
+    read_until_closed(&mut silent);
+    read_until_closed(&mut dribbling);
+    let held = held_from.elapsed();
+    assert!(
+        held >= Duration::from_millis(700) && held < Duration::from_secs(5),
+        "closed after {held:?}, not at the 800 ms deadline"
+    );
+    // And their places come back.
+    let http = agent();
+    let infer = format!("{}/v2/models/tiny/infer", worker.base);
+    let (status, answer) = post(&http, &infer, &tiny_request("after", &items(4, 1.0)));
+    assert_eq!(status, 200, "{answer}");
+    assert!(worker.stop().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn an_overloaded_worker_answers_429_at_once_and_its_memory_stays_bounded() {
     // The slow client below holds its slot for the whole test: no body deadline within it.

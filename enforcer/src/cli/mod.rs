@@ -68,8 +68,9 @@ enum Command {
     ///
     /// The command keeps the launcher's pid and starts with REAMER_SOCKET set; in a pool also
     /// with REAMER_POOL and the pool's REAMER_SLO_MS, which an inference worker follows, and in
-    /// a GPU pool with its MPS limits. Training gets CUDA_MPS_PIPE_DIRECTORY where `[gpu]
-    /// mps_pipe_dir` moved the MPS control daemon, unless its environment sets one.
+    /// a GPU pool with its MPS limits. Training gets CUDA_MPS_PIPE_DIRECTORY where the MPS
+    /// control daemon is not on NVIDIA's default (`[gpu] mps_pipe_dir`, or /run/reamer/mps
+    /// for one the enforcer started), unless its environment sets one.
     ///
     /// Examples:
     ///

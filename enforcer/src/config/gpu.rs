@@ -49,7 +49,8 @@ pub struct GpuSection {
     pub mps: MpsMode,
     /// The MPS control program.
     pub mps_control: PathBuf,
-    /// `CUDA_MPS_PIPE_DIRECTORY` of the control daemon; unset: NVIDIA's default.
+    /// `CUDA_MPS_PIPE_DIRECTORY` of the control daemon; unset: NVIDIA's default to attach,
+    /// /run/reamer/mps for a daemon the enforcer starts (never world-writable /tmp).
     pub mps_pipe_dir: Option<PathBuf>,
     /// Also set the control daemon's defaults (for servers started later) to inference's
     /// limits. Only right where training does not run under the same MPS control daemon: the

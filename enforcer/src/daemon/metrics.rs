@@ -7,6 +7,7 @@
 use std::{fmt, net::SocketAddr, sync::Arc};
 
 use axum::{Router, http::header, response::IntoResponse, routing::get};
+use enforcer_common::http_serve::{self, HttpLimits};
 use enforcer_common::{
     NR_CLASSES, cpu_list,
     histogram::bucket_upper_bound,
@@ -372,11 +373,17 @@ pub async fn bind(addr: SocketAddr) -> Option<TcpListener> {
     }
 }
 
+/// What one scraper may hold: a Prometheus server keeps one connection per target, and asks
+/// every 15 s or so, so a head not complete within 10 s, or a connection idle as long, is
+/// closed, and a few dozen connections are plenty.
+const METRICS_LIMITS: HttpLimits = HttpLimits {
+    header_timeout: std::time::Duration::from_secs(10),
+    max_connections: 32,
+};
+
 /// Serves `router` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, router: Router) {
-    if let Err(err) = axum::serve(listener, router).await {
-        warn!("metrics server stopped: {err}");
-    }
+    http_serve::serve(listener, router, METRICS_LIMITS, std::future::pending()).await;
 }
 
 #[cfg(test)]

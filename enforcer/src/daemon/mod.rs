@@ -134,7 +134,10 @@ pub async fn run(
     }
     claim_socket_path(&socket_path, instance).await?;
     fatal::exit_on_panic(instance);
-    let control = connection_caps_within(settings.control, preflight::raise_open_files());
+    let control = connection_caps_within(
+        settings.control,
+        enforcer_common::open_files::raise_open_files(),
+    );
     preflight::ensure_mounts()?;
     preflight::raise_memlock();
     // Pools need cgroups: refuse before anything is loaded or pinned.

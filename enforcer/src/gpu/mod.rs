@@ -8,6 +8,7 @@ pub mod clamp;
 pub mod duty_cycle;
 pub mod memory_guard;
 pub mod mps;
+pub mod pipe_dir;
 pub mod report;
 pub mod service;
 pub mod telemetry;

@@ -18,6 +18,8 @@ use std::{
 
 use enforcer_common::protocol::gpu::{LimitsInForce, MemLimitMib, ServerLimits};
 
+use super::pipe_dir::{self, PipeDirError};
+
 /// How long one command may take. The control daemon answers in milliseconds; one that does
 /// not answer in seconds is wedged, and the enforcer must not wait on it.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -49,8 +51,8 @@ pub enum MpsError {
         program: String,
         pipe_dir: Option<PathBuf>,
     },
-    #[error("creating the MPS pipe directory {}: {error}", dir.display())]
-    PipeDir { dir: PathBuf, error: std::io::Error },
+    #[error(transparent)]
+    PipeDir(#[from] PipeDirError),
     #[error("an active-thread percentage must be 1 to 100, not {0}")]
     Percentage(u32),
 }
@@ -93,6 +95,10 @@ pub struct MpsControl {
     /// `CUDA_MPS_PIPE_DIRECTORY`; None: NVIDIA's default (/tmp/nvidia-mps).
     pipe_dir: Option<PathBuf>,
 }
+
+/// The umask a control daemon the enforcer starts runs with. The unit's 0077 would make its
+/// pipes root's alone, and MPS clients of other uids could not reach it.
+const STARTED_DAEMON_UMASK: libc::mode_t = 0o022;
 
 impl MpsControl {
     pub fn new(program: impl Into<PathBuf>, pipe_dir: Option<PathBuf>) -> Self {
@@ -189,10 +195,19 @@ impl MpsControl {
         self.command("get_server_list").is_ok()
     }
 
+    /// The directory of the pipes this control program talks through.
+    fn effective_pipe_dir(&self) -> PathBuf {
+        self.pipe_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(pipe_dir::NVIDIA_DEFAULT))
+    }
+
     /// Attaches to a running control daemon, or starts one (`-d`) when `may_start`. Returns
-    /// whether this call started it.
+    /// whether this call started it. Refuses, before saying a word to it, a daemon whose pipe
+    /// directory another user could have planted (`pipe_dir.rs`).
     pub fn start_or_attach(&self, may_start: bool) -> Result<bool, MpsError> {
-        if self.is_running() {
+        let dir = self.effective_pipe_dir();
+        if pipe_dir::check(&dir)? && self.is_running() {
             return Ok(false);
         }
         if !may_start {
@@ -201,21 +216,21 @@ impl MpsControl {
                 pipe_dir: self.pipe_dir.clone(),
             });
         }
-        if let Some(dir) = &self.pipe_dir {
-            std::fs::create_dir_all(dir).map_err(|error| MpsError::PipeDir {
-                dir: dir.clone(),
-                error,
-            })?;
+        pipe_dir::create(&dir)?;
+        let mut command = self.command_for();
+        command.arg("-d").stdin(Stdio::null());
+        // SAFETY: umask is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            command.pre_exec(|| {
+                libc::umask(STARTED_DAEMON_UMASK);
+                Ok(())
+            });
         }
-        let status = self
-            .command_for()
-            .arg("-d")
-            .stdin(Stdio::null())
-            .status()
-            .map_err(|source| MpsError::Spawn {
-                program: self.program_name(),
-                source,
-            })?;
+        let status = command.status().map_err(|source| MpsError::Spawn {
+            program: self.program_name(),
+            source,
+        })?;
         if !status.success() {
             return Err(MpsError::Refused {
                 command: "-d (start the control daemon)".to_owned(),
@@ -414,7 +429,7 @@ mod tests {
     /// get, an error and exit 1 when no daemon runs).
     const FAKE_CONTROL: &str = r#"#!/bin/sh
 dir="$CUDA_MPS_PIPE_DIRECTORY"
-if [ "$1" = "-d" ]; then touch "$dir/running"; echo 4242 > "$dir/servers"; exit 0; fi
+if [ "$1" = "-d" ]; then umask > "$dir/umask"; touch "$dir/running"; echo 4242 > "$dir/servers"; exit 0; fi
 if [ ! -e "$dir/running" ]; then echo "Cannot find MPS control daemon process" >&2; exit 1; fi
 read -r cmd a b c
 echo "$cmd $a $b $c" >> "$dir/log"
@@ -440,6 +455,7 @@ esac
         std::fs::write(&program, FAKE_CONTROL).unwrap();
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o755)).unwrap();
         let control = MpsControl::new(program, Some(dir.path.clone()));
         (dir, control)
     }
@@ -483,6 +499,30 @@ esac
         );
         assert_eq!(control.server_list().unwrap(), vec![4242]);
         assert_eq!(control.client_list(4242).unwrap(), vec![5001, 5002]);
+        let umask = std::fs::read_to_string(_dir.path.join("umask")).unwrap();
+        assert_eq!(
+            umask.trim(),
+            "0022",
+            "the daemon's pipes must reach every uid"
+        );
+    }
+
+    #[test]
+    fn a_pipe_directory_other_users_may_write_is_refused_before_any_command() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let (dir, control) = fake();
+        control.start_or_attach(true).unwrap();
+        std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let before = std::fs::read_to_string(dir.path.join("log")).unwrap_or_default();
+        for may_start in [false, true] {
+            let err = control.start_or_attach(may_start).unwrap_err().to_string();
+            assert!(err.contains("lets other users write"), "{err}");
+        }
+        let after = std::fs::read_to_string(dir.path.join("log")).unwrap_or_default();
+        assert_eq!(
+            before, after,
+            "nothing may be sent through a planted directory"
+        );
     }
 
     #[test]

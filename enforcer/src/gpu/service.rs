@@ -326,7 +326,13 @@ fn attach_mps(section: &GpuSettings) -> (Option<MpsControl>, MpsReport) {
     if section.mps == MpsMode::Off {
         return (None, MpsReport::Off);
     }
-    let control = MpsControl::new(&section.mps_control, section.mps_pipe_dir.clone());
+    // A daemon the enforcer may start gets a pipe directory only root can write; attaching
+    // without `mps_pipe_dir` looks where the operator's daemon listens, NVIDIA's default.
+    let pipe_dir = section.mps_pipe_dir.clone().or_else(|| {
+        (section.mps == MpsMode::Start)
+            .then(|| std::path::PathBuf::from(crate::host::paths::MPS_PIPE_DIR))
+    });
+    let control = MpsControl::new(&section.mps_control, pipe_dir);
     match control.start_or_attach(section.mps == MpsMode::Start) {
         Ok(started) => {
             info!(started, "MPS control daemon in use");

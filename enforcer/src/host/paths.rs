@@ -17,6 +17,10 @@ pub const PIN_ROOT: &str = "/sys/fs/bpf/reamer";
 pub const PIN_LAYOUT: &str = "v5";
 /// Runtime directory for control sockets.
 pub const RUN_DIR: &str = "/run/reamer";
+/// The pipe directory of an MPS control daemon the enforcer starts (`[gpu] mps = "start"`)
+/// when `mps_pipe_dir` names none: under /run, which only root can write, not NVIDIA's default
+/// in world-writable /tmp (gpu/pipe_dir.rs).
+pub const MPS_PIPE_DIR: &str = "/run/reamer/mps";
 /// Config file read by `enforcer run` when `--config` is not given (optional).
 pub const DEFAULT_CONFIG: &str = "/etc/reamer/enforcer.toml";
 /// Instance name when `--instance` is not given. Instances let tests and the demo run a daemon

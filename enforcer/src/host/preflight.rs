@@ -123,34 +123,6 @@ pub fn raise_memlock() {
     );
 }
 
-/// Raises RLIMIT_NOFILE's soft limit to its hard limit and returns the open files this
-/// process may hold. Every control-socket connection, held cgroup file and /proc read takes
-/// one; at the usual soft limit of 1,024 a local user holding idle connections used them all,
-/// and then freezer writes and the journal failed too. The connection caps (`[control]`) are
-/// sized within what this returns.
-pub fn raise_open_files() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: valid pointers to rlimits.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 1024;
-        }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
-                rlim_max: limit.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                limit = raised;
-            }
-        }
-    }
-    limit.rlim_cur
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt as _;

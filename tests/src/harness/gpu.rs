@@ -116,6 +116,11 @@ impl Mps {
             std::fs::create_dir_all(dir.join(sub))
                 .with_context(|| format!("creating {}", dir.join(sub).display()))?;
         }
+        // The enforcer talks through no pipe directory that other users may write, whatever
+        // the umask of the test run.
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.join("pipe"), std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("chmod 755 {}", dir.join("pipe").display()))?;
         Ok(Self {
             control,
             dir: dir.to_owned(),

@@ -1,0 +1,272 @@
+//! The HTTP/1 server loop of the enforcer's `/metrics` and of the inference worker, with the
+//! bounds `axum::serve` lacks.
+//!
+//! `axum::serve` gives hyper no timer, and hyper's header-read timeout needs one: a client
+//! that opened a connection and then sent a request head one byte a minute, or nothing at all,
+//! held it for ever, and connections had no cap but the process's open-file limit. Here:
+//!
+//! - **A deadline on every request head.** hyper's `header_read_timeout` runs from the moment
+//!   the server waits for a head until the head is complete, so it also closes a keep-alive
+//!   connection left idle between requests.
+//! - **A cap on open connections.** One past the cap is answered `503 Service Unavailable`
+//!   with a line that names the cap, and closed; the refusal is logged at most once every
+//!   10 s, so a flood cannot fill the log.
+//! - **Graceful shutdown.** Once `shutdown` completes, nothing more is accepted, idle
+//!   connections close, and requests in flight are answered first.
+
+use std::{
+    future::Future,
+    pin::pin,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{Router, serve::Listener};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    service::TowerToHyperService,
+};
+use tokio::{io::AsyncWriteExt as _, sync::Semaphore, task::JoinSet};
+
+/// How often a refused connection is logged, at most.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// How long a refused client has to take its 503 before the connection is dropped.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// From waiting for a request head to having all of it (idle keep-alive time included).
+    pub header_timeout: Duration,
+    /// Connections open at once; the next is answered 503 and closed.
+    pub max_connections: usize,
+}
+
+/// Serves `router` on `listener` within `limits` until `shutdown` completes, then lets every
+/// open connection finish the request it is serving.
+pub async fn serve<L>(
+    mut listener: L,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()>,
+) where
+    L: Listener,
+    L::Io: Unpin,
+{
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let refusals = Arc::new(RefusalLog::default());
+    let (closing, closing_seen) = tokio::sync::watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut shutdown = pin!(shutdown);
+    loop {
+        let (io, _addr) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        while connections.try_join_next().is_some() {}
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            connections.spawn(refuse(io, limits.max_connections, refusals.clone()));
+            continue;
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let mut closing_seen = closing_seen.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout);
+            let mut connection = pin!(builder.serve_connection(TokioIo::new(io), service));
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                _ = closing_seen.wait_for(|closing| *closing) => {}
+            }
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        });
+    }
+    // The listening socket closes here: new connections go to a successor, or are refused.
+    drop(listener);
+    closing.send_replace(true);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Answers a connection over the cap, briefly, and closes it.
+async fn refuse<Io>(mut io: Io, cap: usize, log: Arc<RefusalLog>)
+where
+    Io: tokio::io::AsyncWrite + Unpin,
+{
+    log.refused(cap);
+    let body = format!("too many connections: this server holds at most {cap} at once\n");
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Retry-After: 1\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
+        io.write_all(answer.as_bytes()).await?;
+        io.shutdown().await
+    })
+    .await;
+}
+
+/// Counts refusals and logs them at most once per `REFUSAL_LOG_EVERY`.
+#[derive(Default)]
+struct RefusalLog {
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl RefusalLog {
+    fn refused(&self, cap: usize) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.1 += 1;
+        let due = state
+            .0
+            .is_none_or(|last| last.elapsed() >= REFUSAL_LOG_EVERY);
+        if due {
+            tracing::warn!(
+                refused = state.1,
+                cap,
+                "HTTP connections refused: {cap} already open"
+            );
+            *state = (Some(Instant::now()), 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::routing::get;
+    use tokio::{
+        io::{AsyncReadExt as _, AsyncWriteExt as _},
+        net::{TcpListener, TcpStream},
+    };
+
+    use super::*;
+
+    async fn server(
+        limits: HttpLimits,
+    ) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "done"
+            }),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(listener, router, limits, async {
+            let _ = stopped.await;
+        }));
+        (addr, stop)
+    }
+
+    async fn read_all(stream: &mut TcpStream) -> String {
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_head_not_finished_in_time_and_an_idle_keep_alive_connection_are_closed() {
+        let (addr, _stop) = server(HttpLimits {
+            header_timeout: Duration::from_millis(300),
+            max_connections: 8,
+        })
+        .await;
+        // A head that never ends: closed at the deadline, not held.
+        let mut dribbling = TcpStream::connect(addr).await.unwrap();
+        dribbling
+            .write_all(b"GET /slow HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        read_all(&mut dribbling).await;
+        let held = started.elapsed();
+        assert!(
+            held >= Duration::from_millis(250) && held < Duration::from_secs(3),
+            "closed after {held:?}"
+        );
+        // A connection that never sends anything: the same.
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let started = Instant::now();
+        read_all(&mut silent).await;
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+
+    #[tokio::test]
+    async fn one_past_the_cap_is_answered_503_and_its_slot_comes_back() {
+        let (addr, _stop) = server(HttpLimits {
+            header_timeout: Duration::from_secs(5),
+            max_connections: 2,
+        })
+        .await;
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream
+                .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            held.push(stream);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        let answer = read_all(&mut third).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("at most 2 at once"), "{answer}");
+        drop(held);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let mut again = TcpStream::connect(addr).await.unwrap();
+        again
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_all(&mut again).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn shutdown_answers_the_request_in_flight_then_ends() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "done"
+            }),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            router,
+            HttpLimits {
+                header_timeout: Duration::from_secs(5),
+                max_connections: 8,
+            },
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stop.send(()).unwrap();
+        let answer = read_all(&mut stream).await;
+        assert!(answer.contains("done"), "{answer}");
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("serve returns once the connection is done")
+            .unwrap();
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "the listener is closed"
+        );
+    }
+}
