@@ -113,10 +113,10 @@ pub fn build_release() -> anyhow::Result<()> {
     build_bins(true)
 }
 
-/// For `bench --prebuilt`: the enforcer, which every privileged section runs, must be built
-/// already (a section that needs another binary says so when it starts it).
-pub fn check_release_bins() -> anyhow::Result<()> {
-    let missing: Vec<String> = ["enforcer"]
+/// For `bench --prebuilt`: the binaries the sections run (the enforcer for every privileged
+/// one) must be built already.
+pub fn check_release_bins(names: &[&str]) -> anyhow::Result<()> {
+    let missing: Vec<String> = names
         .iter()
         .map(|name| release_bin(name))
         .filter(|path| !path.is_file())

@@ -78,8 +78,10 @@ enum Task {
     /// static partition and reamer again under a heavy online load),
     /// and on a machine with an NVIDIA GPU the GPU
     /// benchmark: a PyTorch training loop beside a PyTorch inference loop under MPS, with and
-    /// without the enforcer's clamp (skipped, saying why, without a GPU). All but the
-    /// worker's need root.
+    /// without the enforcer's clamp (skipped, saying why, without a GPU), and the server
+    /// benchmark: a real PyTorch ResNet-50 training job beside online and offline inference
+    /// on its spare cores, under six scenarios (skipped, saying why, without PyTorch and a
+    /// GPU; `--training-cmd` runs it with a stand-in). All but the worker's need root.
     Bench(bench::Options),
 }
 

@@ -151,10 +151,17 @@ impl Group {
         }
     }
 
+    /// `cpu.idle` (kernel 5.15 on, v1 and v2): the group's threads are scheduled as
+    /// SCHED_IDLE against the groups beside it, what the kernel gives background work without
+    /// any agent.
+    pub fn set_idle(&self, idle: bool) -> io::Result<()> {
+        write(&self.cpu.join("cpu.idle"), if idle { "1" } else { "0" })
+    }
+
     /// No control: every CPU, the default weight, no quota, the normal scheduling class.
     pub fn reset(&self) -> io::Result<()> {
         // cpu.idle first: the kernel refuses a weight for an idle group (EINVAL).
-        write(&self.cpu.join("cpu.idle"), "0")?;
+        self.set_idle(false)?;
         self.set_cpus(&online_cpus()?)?;
         self.set_shares(DEFAULT_SHARES)?;
         self.set_quota(None)

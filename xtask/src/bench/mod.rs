@@ -6,7 +6,8 @@
 //! - `worker`: the inference worker against ONNX Runtime;
 //! - `replay`: the CPU policy over the trace recorded on the 16-CPU GPU server;
 //! - `colocation`: training beside online and offline inference, scenario by scenario;
-//! - `gpu`: a PyTorch training loop beside PyTorch inference on one GPU.
+//! - `gpu`: a PyTorch training loop beside PyTorch inference on one GPU;
+//! - `server`: a real PyTorch training job on the GPU server, inference on its spare cores.
 
 pub mod colocation;
 pub mod docs;
@@ -15,6 +16,7 @@ pub mod progress_bar;
 pub mod reaction;
 pub mod replay;
 pub mod sensor;
+pub mod server;
 pub mod stats;
 pub mod worker;
 
@@ -32,6 +34,7 @@ pub enum Section {
     Replay,
     Colocation,
     Gpu,
+    Server,
 }
 
 /// The options of `cargo xtask bench`.
@@ -41,7 +44,7 @@ pub struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "sensor,reaction,worker,replay,colocation,gpu"
+        default_value = "sensor,reaction,worker,replay,colocation,gpu,server"
     )]
     pub only: Vec<Section>,
     /// Rounds of the co-location benchmark (each runs every scenario once).
@@ -70,6 +73,26 @@ pub struct Options {
     /// Rounds of the GPU benchmark (each runs every GPU scenario once).
     #[arg(long, default_value_t = 3)]
     pub gpu_rounds: usize,
+    /// Rounds of the server benchmark (each runs every server scenario once).
+    #[arg(long, default_value_t = 3)]
+    pub server_rounds: usize,
+    /// Seconds of the server benchmark's training job timed per window (after its warm-up).
+    #[arg(long, default_value_t = 25.0)]
+    pub server_seconds: f64,
+    /// The server benchmark's online load, requests a second (40 with --quick).
+    #[arg(long, default_value_t = 150.0)]
+    pub server_online_rate: f64,
+    /// DataLoader worker processes of the server benchmark's PyTorch job: 6 leaves most of a
+    /// 16-CPU server's cores idle.
+    #[arg(long, default_value_t = 6)]
+    pub loader_workers: usize,
+    /// A stand-in for the server benchmark's PyTorch job, for a machine without a GPU: a
+    /// command (words split at whitespace) that takes `--seconds S --json` and prints a JSON
+    /// line with steps_per_s, step_ms_p50, step_ms_p99, cpu_s and seconds, as
+    /// `target/release/training-sim` does. Its figures are not the server's, and such a run
+    /// leaves docs/benchmarks.md alone.
+    #[arg(long, value_name = "COMMAND")]
+    pub training_cmd: Option<String>,
     /// Rounds of the sensor's throughput measurement (each runs the workloads without
     /// programs, with the sensor, and with a no-op on each of its tracepoints).
     #[arg(long, default_value_t = 30)]
@@ -116,6 +139,11 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         no_docs,
         gpu_rounds,
         prebuilt,
+        server_rounds,
+        server_seconds,
+        server_online_rate,
+        loader_workers,
+        training_cmd,
     } = options;
     if !prebuilt {
         bootstrap::ensure()?;
@@ -130,23 +158,45 @@ pub fn run(options: Options) -> anyhow::Result<()> {
              worker's and the replay with --only worker,replay"
         );
     }
-    if !(window >= 1.0 && window.is_finite()) || colocation_rounds == 0 || gpu_rounds == 0 {
+    if !(window >= 1.0 && window.is_finite())
+        || colocation_rounds == 0
+        || gpu_rounds == 0
+        || server_rounds == 0
+    {
         anyhow::bail!(
-            "--window must be at least 1 second, --colocation-rounds and --gpu-rounds \
-             at least 1"
+            "--window must be at least 1 second, --colocation-rounds, --gpu-rounds and \
+             --server-rounds at least 1"
         );
     }
+    let server_seconds_valid = server_seconds >= 1.0 && server_seconds.is_finite();
+    let server_rate_valid = server_online_rate > 0.0 && server_online_rate.is_finite();
+    if !server_seconds_valid || !server_rate_valid || loader_workers == 0 {
+        anyhow::bail!(
+            "--server-seconds must be at least 1, --server-online-rate above 0 and \
+             --loader-workers at least 1"
+        );
+    }
+    let server_training = match &training_cmd {
+        Some(command) => server::TrainingCommand::stand_in(command)?,
+        None => server::TrainingCommand::resnet50(loader_workers),
+    };
     if !(0.0..=100.0).contains(&max_steal) {
         anyhow::bail!("--max-steal is a share of the CPU: 0 to 100 (%), not {max_steal}");
     }
     let scenarios = colocation_scenarios(&scenarios)?;
     let every_scenario = scenarios.len() == colocation::report::Scenario::ALL.len();
-    if only.contains(&Section::Colocation) && !prebuilt {
+    if (only.contains(&Section::Colocation) || only.contains(&Section::Server)) && !prebuilt {
         // The online inference there serves the PP-OCR classifier.
         models::ensure_models()?;
     }
     if prebuilt {
-        cargo::check_release_bins()?;
+        // The server benchmark also runs the inference worker and the load generator.
+        let bins: &[&str] = if only.contains(&Section::Server) {
+            &["enforcer", "inference-worker", "load-gen"]
+        } else {
+            &["enforcer"]
+        };
+        cargo::check_release_bins(bins)?;
     } else {
         cargo::build_release()?;
     }
@@ -191,12 +241,13 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         (Section::Replay, "replay"),
         (Section::Colocation, "colocation"),
         (Section::Gpu, "gpu"),
+        (Section::Server, "server"),
     ]
     .iter()
     .filter(|(section, _)| only.contains(section))
     .map(|(_, name)| *name)
     .collect();
-    if names.len() < 6 {
+    if names.len() < 7 {
         command.push_str(&format!(" --only {}", names.join(",")));
     }
     if !quick && only.contains(&Section::Sensor) {
@@ -221,6 +272,18 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     }
     if !quick && only.contains(&Section::Gpu) {
         command.push_str(&format!(" --gpu-rounds {gpu_rounds}"));
+    }
+    if only.contains(&Section::Server) {
+        if !quick {
+            command.push_str(&format!(
+                " --server-rounds {server_rounds} --server-seconds {server_seconds} \
+                 --server-online-rate {server_online_rate}"
+            ));
+        }
+        match &training_cmd {
+            Some(training) => command.push_str(&format!(" --training-cmd '{training}'")),
+            None => command.push_str(&format!(" --loader-workers {loader_workers}")),
+        }
     }
     if !quick && (only.contains(&Section::Sensor) || only.contains(&Section::Colocation)) {
         command.push_str(&format!(" --max-steal {max_steal}"));
@@ -297,6 +360,45 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             }
         }
     }
+    if only.contains(&Section::Server) {
+        match server_training.unavailable() {
+            // Named alone, the section is what was asked for: say why it cannot run.
+            Some(reason) if only.len() == 1 => anyhow::bail!("the server benchmark: {reason}"),
+            Some(reason) => {
+                eprintln!(
+                    "[bench] server: skipped, docs/benchmarks.md keeps its server section: {reason}"
+                );
+                body["server"] = serde_json::json!({"skipped": reason});
+            }
+            None => {
+                let (server_rounds, server_seconds, server_online_rate) = if quick {
+                    (1, 4.0, 40.0)
+                } else {
+                    (server_rounds, server_seconds, server_online_rate)
+                };
+                let measured = server::run(
+                    server::Options {
+                        rounds: server_rounds,
+                        seconds: server_seconds,
+                        training: server_training.clone(),
+                        online_rate: server_online_rate,
+                    },
+                    &progress,
+                )?;
+                let figures = server::report::figures(&measured);
+                let targets = server::report::targets(&figures);
+                sections.push((
+                    "server",
+                    server::report::markdown(&measured, &figures, &command, &machine),
+                ));
+                body["server"] = serde_json::json!({
+                    "scenarios": figures,
+                    "targets": targets,
+                    "run": measured,
+                });
+            }
+        }
+    }
     for (_, section) in &sections {
         println!("{section}");
     }
@@ -308,6 +410,13 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         for (name, section) in &sections {
             if *name == "colocation" && !every_scenario {
                 eprintln!("[bench] docs/benchmarks.md keeps its co-location section: --scenarios");
+                continue;
+            }
+            if *name == "server" && server_training.stand_in {
+                eprintln!(
+                    "[bench] docs/benchmarks.md keeps its server section: a stand-in's figures \
+                     are not the server's"
+                );
                 continue;
             }
             docs::replace_section(name, section)?;

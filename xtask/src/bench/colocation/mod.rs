@@ -138,11 +138,11 @@ struct Inputs {
     job_lines: u64,
 }
 
-fn worker_bin() -> PathBuf {
+pub(crate) fn worker_bin() -> PathBuf {
     release_bin("inference-worker")
 }
 
-fn run_ok(command: &mut Command, what: &str) -> anyhow::Result<()> {
+pub(crate) fn run_ok(command: &mut Command, what: &str) -> anyhow::Result<()> {
     let status = command
         .status()
         .with_context(|| format!("cannot run {what}"))?;
@@ -152,17 +152,10 @@ fn run_ok(command: &mut Command, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
-    let root = workspace_root();
-    let dir = root.join("target/bench/colocation");
-    std::fs::create_dir_all(&dir)?;
-    let classifier = root.join("target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
-    if !classifier.exists() {
-        bail!(
-            "{} is missing: the bench fetches it first",
-            classifier.display()
-        );
-    }
+/// The online requests to the PP-OCR classifier, written into `dir`: one 3×48×192 "image" as
+/// binary tensor data (returned with the length of its JSON header), and the same as JSON
+/// numbers.
+pub(crate) fn write_classifier_requests(dir: &Path) -> anyhow::Result<(PathBuf, usize, PathBuf)> {
     // One 3×48×192 "image" (a horizontal gradient, normalized the way PP-OCR feeds it), sent
     // as binary tensor data the way Triton's clients send it: as JSON numbers it is 544 KB,
     // and parsing them cost the worker more CPU than the model did.
@@ -185,6 +178,21 @@ fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
             "datatype": "FP32", "data": image}]})
         .to_string(),
     )?;
+    Ok((request, header.len(), request_json))
+}
+
+fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
+    let root = workspace_root();
+    let dir = root.join("target/bench/colocation");
+    std::fs::create_dir_all(&dir)?;
+    let classifier = root.join("target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+    if !classifier.exists() {
+        bail!(
+            "{} is missing: the bench fetches it first",
+            classifier.display()
+        );
+    }
+    let (request, request_header_length, request_json) = write_classifier_requests(&dir)?;
     let mlp = dir.join("mlp-1024x8.onnx");
     run_ok(
         Command::new(worker_bin())
@@ -212,7 +220,7 @@ fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
     Ok(Inputs {
         classifier,
         request,
-        request_header_length: header.len(),
+        request_header_length,
         request_json,
         mlp,
         job,
@@ -220,12 +228,12 @@ fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
     })
 }
 
-fn cpu_count() -> usize {
+pub(crate) fn cpu_count() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The upper half of the CPUs (at least one): where the static partition pins inference.
-fn upper_half_cpus(cpus: usize) -> String {
+pub(crate) fn upper_half_cpus(cpus: usize) -> String {
     let first = cpus / 2;
     if first + 1 >= cpus {
         format!("{}", cpus - 1)
@@ -235,21 +243,27 @@ fn upper_half_cpus(cpus: usize) -> String {
 }
 
 /// Lines in the job's results so far: items the offline worker finished.
-fn results_lines(job: &Path) -> u64 {
+pub(crate) fn results_lines(job: &Path) -> u64 {
     std::fs::read(job.join("results.jsonl"))
         .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
         .unwrap_or(0)
 }
 
-fn reset_job(job: &Path) {
+pub(crate) fn reset_job(job: &Path) {
     let _ = std::fs::remove_file(job.join("results.jsonl"));
     let _ = std::fs::remove_file(job.join("checkpoint.json"));
 }
 
 /// `inference-worker online`'s arguments after `--listen`: the classifier under the SLO.
 fn online_args(inputs: &Inputs) -> anyhow::Result<Vec<String>> {
-    let model = inputs.classifier.to_str().context("utf-8 path")?;
-    let slo_ms = SLO_MS.to_string();
+    classifier_serve_args(&inputs.classifier, SLO_MS)
+}
+
+/// `inference-worker online`'s arguments after `--listen` that serve the PP-OCR classifier
+/// at `classifier` under an SLO of `slo_ms`.
+pub(crate) fn classifier_serve_args(classifier: &Path, slo_ms: f64) -> anyhow::Result<Vec<String>> {
+    let model = classifier.to_str().context("utf-8 path")?;
+    let slo_ms = slo_ms.to_string();
     Ok(["--model", model]
         .into_iter()
         .chain(reamer_tests::harness::worker::CLASSIFIER_SERVE_ARGS)
@@ -275,12 +289,46 @@ fn offline_args(inputs: &Inputs) -> Vec<String> {
     ]
 }
 
+/// `load-gen` against the classifier served at `base`: an open-loop Poisson load of `rate`
+/// requests a second for `seconds`, seeded by `seed`, each request the file `body.0` (binary
+/// tensor data behind a JSON header of `body.1` bytes, or plain JSON where that is None).
+/// Its report comes on stdout (`read_load_report`).
+pub(crate) fn spawn_classifier_load(
+    base: &str,
+    body: (&Path, Option<usize>),
+    rate: f64,
+    slo_ms: f64,
+    seconds: f64,
+    seed: &str,
+) -> anyhow::Result<Child> {
+    let mut load = Command::new(release_bin("load-gen"));
+    load.args(["--url", &format!("{base}/v2/models/cls/infer")])
+        .arg("--body")
+        .arg(body.0);
+    if let Some(header_length) = body.1 {
+        load.args(["--inference-header-length", &header_length.to_string()]);
+    }
+    load.args([
+        "--rate",
+        &format!("{rate:.1}"),
+        "--slo-ms",
+        &slo_ms.to_string(),
+        "--seed",
+        seed,
+        "--seconds",
+        &format!("{seconds:.3}"),
+    ])
+    .stdout(Stdio::piped())
+    .spawn()
+    .context("spawning load-gen")
+}
+
 /// A child process that is killed and reaped when dropped, so that a failed window leaves no
 /// offline worker running behind it.
-struct Reaped(Child);
+pub(crate) struct Reaped(pub(crate) Child);
 
 impl Reaped {
-    fn id(&self) -> u32 {
+    pub(crate) fn id(&self) -> u32 {
         self.0.id()
     }
 }
@@ -395,29 +443,14 @@ impl Bench {
         seconds: f64,
         seed: &str,
     ) -> anyhow::Result<Child> {
-        let mut load = Command::new(release_bin("load-gen"));
-        load.args(["--url", &format!("{base}/v2/models/cls/infer")])
-            .arg("--body");
-        match body {
-            RequestBody::Binary => load.arg(&self.inputs.request).args([
-                "--inference-header-length",
-                &self.inputs.request_header_length.to_string(),
-            ]),
-            RequestBody::Json => load.arg(&self.inputs.request_json),
+        let body: (&Path, Option<usize>) = match body {
+            RequestBody::Binary => (
+                &self.inputs.request,
+                Some(self.inputs.request_header_length),
+            ),
+            RequestBody::Json => (&self.inputs.request_json, None),
         };
-        load.args([
-            "--rate",
-            &format!("{rate:.1}"),
-            "--slo-ms",
-            &SLO_MS.to_string(),
-            "--seed",
-            seed,
-            "--seconds",
-            &format!("{seconds:.3}"),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("spawning load-gen")
+        spawn_classifier_load(base, body, rate, SLO_MS, seconds, seed)
     }
 
     /// The online worker alone under the base load, sent `body`: its CPU time per request
@@ -785,7 +818,7 @@ impl Bench {
 }
 
 /// Waits for `load-gen` and reads its report.
-fn read_load_report(mut load: Child) -> anyhow::Result<LoadReport> {
+pub(crate) fn read_load_report(mut load: Child) -> anyhow::Result<LoadReport> {
     let mut text = String::new();
     load.stdout
         .take()

@@ -1,0 +1,835 @@
+//! The server benchmark: a real PyTorch training job on the GPU machine, with online and
+//! offline inference on the cores it leaves idle, scenario by scenario, in rounds.
+//!
+//! - Training: `scripts/train_resnet50.py` (ResNet-50 on the GPU, fed by DataLoader workers
+//!   that augment images on the CPU), or a stand-in given with `--training-cmd`. The command
+//!   gets `--seconds S --json` and prints its figures as one JSON line at the end (the
+//!   protocol `training-sim` follows too). The script announces the start of its timed part
+//!   (after its warm-up) with a line `{"timed_start": true}`: every figure of a window is
+//!   taken over that timed part. A stand-in's whole run is its timed part.
+//! - Online: `inference-worker online` serving the PP-OCR classifier under an open-loop
+//!   Poisson load from `load-gen`, with an SLO, from before training starts to its end.
+//! - Offline: `inference-worker offline` over a job of a 2048×8 MLP, large enough not to end
+//!   within a window, started afresh in each window.
+//!
+//! Every round runs every scenario once, in an order rotated by the round, training alone
+//! among them, so that a slowdown is a ratio to training alone in the same round.
+
+pub mod report;
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use reamer_tests::{
+    harness::{
+        Daemon,
+        cgroups::{self, Group},
+        worker::OnlineWorker,
+    },
+    measure::proc_stats::{JIFFIES_PER_S, node_jiffies, process_jiffies, resident_kib},
+};
+use serde::{Deserialize, Serialize};
+
+use self::report::Window;
+use crate::{
+    bench::colocation::{
+        LoadReport, Reaped, classifier_serve_args, cpu_count, read_load_report, reset_job,
+        results_lines, run_ok, spawn_classifier_load, upper_half_cpus, worker_bin,
+        write_classifier_requests,
+    },
+    cargo::{release_bin, workspace_root},
+};
+
+const INSTANCE: &str = "bench-server";
+/// The group the run's online worker waits in while the enforcer's own serves (reamer).
+const STANDBY: &str = "online-standby";
+/// The online SLO, and the online pool's guaranteed cores under reamer: what the issue that
+/// first measured reamer on the GPU server used.
+pub const SLO_MS: f64 = 50.0;
+pub const ONLINE_MIN_CORES: usize = 2;
+
+/// The online pool's guaranteed cores on a machine of `cpus`: `ONLINE_MIN_CORES`, or half
+/// the machine where that is less (the enforcer refuses minimums that leave training
+/// nothing: on a 2-CPU VM, one).
+pub fn online_min_cores(cpus: usize) -> usize {
+    ONLINE_MIN_CORES.min((cpus / 2).max(1))
+}
+/// The offline job's model: an MLP of 8 layers of 2048, 16 inputs.
+const MLP_WIDTH: u32 = 2048;
+const MLP_LAYERS: u32 = 8;
+/// Inference serves this long before training starts, as it does on a node that serves all
+/// day; reamer's online pool weight settles in it (three latency reports, one a second).
+const INFERENCE_LEAD: Duration = Duration::from_millis(3500);
+/// The lead's load runs until the timed part starts; this bounds it.
+const LEAD_LOAD_MAX: Duration = Duration::from_secs(600);
+/// How long the training command may take to reach its timed part: Python's imports, CUDA's
+/// start, the loader workers' start and the script's warm-up.
+const TRAINING_START_LIMIT: Duration = Duration::from_secs(300);
+/// How long past its timed part a training command may take to report.
+const TRAINING_END_LIMIT: Duration = Duration::from_secs(120);
+/// Items per CPU-second the offline job is sized for: above what a 2048×8 MLP runs at on one
+/// core (the job running out mid-window stops the run, saying so).
+const JOB_ITEMS_PER_CPU_S: f64 = 1_000.0;
+/// Seconds of offline work the job holds beyond the lead and the timed part: the training
+/// command's start and warm-up.
+const JOB_SLACK_S: f64 = 90.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scenario {
+    Alone,
+    PlainCfs,
+    OfflineCpuIdle,
+    StaticPartition,
+    Reamer,
+    ReamerOfflineNotPaused,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 6] = [
+        Scenario::Alone,
+        Scenario::PlainCfs,
+        Scenario::OfflineCpuIdle,
+        Scenario::StaticPartition,
+        Scenario::Reamer,
+        Scenario::ReamerOfflineNotPaused,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Alone => "alone",
+            Scenario::PlainCfs => "plain_cfs",
+            Scenario::OfflineCpuIdle => "offline_cpu_idle",
+            Scenario::StaticPartition => "static_partition",
+            Scenario::Reamer => "reamer",
+            Scenario::ReamerOfflineNotPaused => "reamer_offline_not_paused",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Scenario::Alone => "training alone",
+            Scenario::PlainCfs => "plain CFS, no control",
+            Scenario::OfflineCpuIdle => "offline in a `cpu.idle` group, no enforcer",
+            Scenario::StaticPartition => "static partition (inference on the upper half)",
+            Scenario::Reamer => "reamer, defaults",
+            Scenario::ReamerOfflineNotPaused => {
+                "reamer, `pause_offline_when_training_short = false`"
+            }
+        }
+    }
+
+    fn reamer(self) -> bool {
+        matches!(self, Scenario::Reamer | Scenario::ReamerOfflineNotPaused)
+    }
+}
+
+/// How a run is made.
+pub struct Options {
+    pub rounds: usize,
+    /// The training job's timed part, seconds.
+    pub seconds: f64,
+    pub training: TrainingCommand,
+    /// Online requests a second.
+    pub online_rate: f64,
+}
+
+/// The training job, and whether it is the real one.
+#[derive(Debug, Clone)]
+pub struct TrainingCommand {
+    pub program: String,
+    pub args: Vec<String>,
+    /// A stand-in (`--training-cmd`): its figures are not the server's.
+    pub stand_in: bool,
+    /// Whether it prints `{"timed_start": true}` when its timed part starts.
+    pub announces_timed_start: bool,
+    /// What it is, for the report.
+    pub description: String,
+}
+
+impl TrainingCommand {
+    /// The shipped PyTorch job with `loader_workers` DataLoader workers.
+    pub fn resnet50(loader_workers: usize) -> Self {
+        let script = workspace_root().join("xtask/scripts/train_resnet50.py");
+        Self {
+            program: "python3".to_owned(),
+            args: vec![
+                script.display().to_string(),
+                "--workers".to_owned(),
+                loader_workers.to_string(),
+            ],
+            stand_in: false,
+            announces_timed_start: true,
+            description: format!(
+                "torchvision ResNet-50, bf16 autocast, channels_last, SGD, batch 128, fed by a \
+                 DataLoader with {loader_workers} worker processes augmenting generated images \
+                 on the CPU (xtask/scripts/train_resnet50.py, 8 s warm-up)"
+            ),
+        }
+    }
+
+    /// A stand-in from `--training-cmd`: words split at whitespace, a relative program
+    /// found from the repository's root.
+    pub fn stand_in(command_line: &str) -> anyhow::Result<Self> {
+        let mut words = command_line.split_whitespace().map(str::to_owned);
+        let program = words
+            .next()
+            .context("--training-cmd is empty: give a program and its arguments")?;
+        let rooted = workspace_root().join(&program);
+        let program = if program.contains('/') && !Path::new(&program).is_absolute() {
+            rooted.display().to_string()
+        } else {
+            program
+        };
+        Ok(Self {
+            program,
+            args: words.collect(),
+            stand_in: true,
+            announces_timed_start: false,
+            description: format!("stand-in `{command_line}` (not the server's training job)"),
+        })
+    }
+
+    /// Why the shipped job cannot run here, if it cannot.
+    pub fn unavailable(&self) -> Option<String> {
+        if self.stand_in {
+            return None;
+        }
+        let probe = Command::new(&self.program)
+            .args([
+                "-c",
+                "import torch, torchvision; assert torch.cuda.is_available(), 'no CUDA device'",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output();
+        match probe {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(format!(
+                "the training job needs PyTorch, torchvision and a CUDA GPU ({}); pass \
+                 --training-cmd to run the harness with a stand-in, such as \
+                 --training-cmd target/release/training-sim",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("python3 failed")
+                    .trim()
+            )),
+            Err(err) => Some(format!(
+                "cannot run {}: {err}; pass --training-cmd to run the harness with a stand-in",
+                self.program
+            )),
+        }
+    }
+}
+
+/// The training command's report (the fields the benchmark uses).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct TrainingReport {
+    /// Images a second, where the job counts images (the PyTorch job); else steps count.
+    #[serde(default)]
+    pub images_per_s: Option<f64>,
+    pub steps_per_s: f64,
+    pub step_ms_p50: f64,
+    pub step_ms_p99: f64,
+    pub cpu_s: f64,
+    pub seconds: f64,
+}
+
+impl TrainingReport {
+    pub fn throughput(&self) -> f64 {
+        self.images_per_s.unwrap_or(self.steps_per_s)
+    }
+}
+
+/// What a training command's stdout says, line by line.
+#[derive(Debug)]
+pub enum TrainingLine {
+    TimedStart,
+    Report(TrainingReport),
+    /// Its stdout closed.
+    Closed,
+}
+
+/// Reads `stdout` on a thread of its own: the timed part's start, then the report; other
+/// lines are left alone.
+pub fn read_training_lines(
+    stdout: impl std::io::Read + Send + 'static,
+) -> mpsc::Receiver<TrainingLine> {
+    let (send, receive) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            let event = if value.get("timed_start").is_some() {
+                TrainingLine::TimedStart
+            } else if let Ok(report) = serde_json::from_value::<TrainingReport>(value) {
+                TrainingLine::Report(report)
+            } else {
+                continue;
+            };
+            if send.send(event).is_err() {
+                return;
+            }
+        }
+        let _ = send.send(TrainingLine::Closed);
+    });
+    receive
+}
+
+/// Waits up to `limit` for the next line of `lines` that is not `Closed` (a closed stdout is
+/// an error naming `what`).
+fn next_training_line(
+    lines: &mpsc::Receiver<TrainingLine>,
+    limit: Duration,
+    what: &str,
+) -> anyhow::Result<TrainingLine> {
+    match lines.recv_timeout(limit) {
+        Ok(TrainingLine::Closed) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+            bail!("the training command ended before {what}: its output is above")
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            bail!("the training command did not reach {what} within {limit:?}")
+        }
+        Ok(line) => Ok(line),
+    }
+}
+
+/// Files made once per run.
+struct Inputs {
+    classifier: PathBuf,
+    request: PathBuf,
+    request_header_length: usize,
+    mlp: PathBuf,
+    job: PathBuf,
+    job_lines: u64,
+}
+
+fn bench_dir() -> PathBuf {
+    workspace_root().join("target/bench/server")
+}
+
+/// Lines enough that the offline job outlasts a window with every CPU on it.
+fn job_lines(cpus: usize, seconds: f64) -> u64 {
+    let window_s = INFERENCE_LEAD.as_secs_f64() + seconds + JOB_SLACK_S;
+    (cpus as f64 * JOB_ITEMS_PER_CPU_S * window_s).ceil() as u64
+}
+
+fn prepare_inputs(seconds: f64) -> anyhow::Result<Inputs> {
+    let dir = bench_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let classifier =
+        workspace_root().join("target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+    if !classifier.exists() {
+        bail!(
+            "{} is missing: `cargo xtask bench` fetches it; with --prebuilt, copy target/models \
+             along with target/release",
+            classifier.display()
+        );
+    }
+    let (request, request_header_length, _json) = write_classifier_requests(&dir)?;
+    let mlp = dir.join(format!("mlp-{MLP_WIDTH}x{MLP_LAYERS}.onnx"));
+    run_ok(
+        Command::new(worker_bin())
+            .args(["mlp-model", "--width", &MLP_WIDTH.to_string()])
+            .args(["--layers", &MLP_LAYERS.to_string(), "--out"])
+            .arg(&mlp),
+        "inference-worker mlp-model",
+    )?;
+    let job = dir.join("job");
+    let job_lines = job_lines(cpu_count(), seconds);
+    let lines = std::fs::read(job.join("inputs.jsonl"))
+        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+        .unwrap_or(0);
+    if lines != job_lines {
+        let _ = std::fs::remove_dir_all(&job);
+        run_ok(
+            Command::new(worker_bin())
+                .args(["make-job", "--model"])
+                .arg(&mlp)
+                .arg("--dir")
+                .arg(&job)
+                .args(["--lines", &job_lines.to_string(), "--seed", "1"]),
+            "inference-worker make-job",
+        )?;
+    }
+    Ok(Inputs {
+        classifier,
+        request,
+        request_header_length,
+        mlp,
+        job,
+        job_lines,
+    })
+}
+
+/// The persistent parts of a run.
+struct Bench {
+    inputs: Inputs,
+    options: Options,
+    cpus: usize,
+    online: OnlineWorker,
+    online_group: Group,
+    offline_group: Group,
+    standby_group: Group,
+}
+
+/// Counters read at the start of a window's timed part.
+struct Before {
+    at: Instant,
+    offline_items: u64,
+    node: reamer_tests::measure::proc_stats::NodeJiffies,
+    daemon_jiffies: Option<u64>,
+}
+
+impl Bench {
+    fn start(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Self> {
+        progress("preparing the classifier's requests and the offline job");
+        let inputs = prepare_inputs(options.seconds)?;
+        progress("starting the online worker (PP-OCR cls; it profiles itself first)");
+        let args = classifier_serve_args(&inputs.classifier, SLO_MS)?;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let online = OnlineWorker::start_with(
+            Command::new(worker_bin()),
+            &args,
+            bench_dir().join("online-worker.log"),
+        );
+        let bench = Self {
+            inputs,
+            options,
+            cpus: cpu_count(),
+            online,
+            online_group: Group::ensure(INSTANCE, "online")?,
+            offline_group: Group::ensure(INSTANCE, "offline")?,
+            standby_group: Group::ensure(INSTANCE, STANDBY)?,
+        };
+        bench.standby_group.reset()?;
+        Ok(bench)
+    }
+
+    fn reset_groups(&mut self) -> anyhow::Result<()> {
+        // An enforcer that found a group empty at shutdown removed it.
+        self.online_group = Group::ensure(INSTANCE, "online")?;
+        self.offline_group = Group::ensure(INSTANCE, "offline")?;
+        self.online_group.reset()?;
+        self.offline_group.reset()?;
+        self.online_group.add_process(self.online.child.id())?;
+        Ok(())
+    }
+
+    /// The enforcer's config: its defaults, the two pools, and the option a scenario compares.
+    fn daemon_config(scenario: Scenario, cpus: usize) -> String {
+        let policy = match scenario {
+            Scenario::ReamerOfflineNotPaused => {
+                "[policy]\npause_offline_when_training_short = false\n\n"
+            }
+            _ => "",
+        };
+        format!(
+            "{policy}[[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = {}\n\
+             slo_ms = {}\n\n[[pool]]\nname = \"offline\"\nkind = \"offline\"\n",
+            online_min_cores(cpus),
+            SLO_MS as u64
+        )
+    }
+
+    fn offline_args(&self) -> Vec<String> {
+        vec![
+            "offline".into(),
+            "--model".into(),
+            self.inputs.mlp.display().to_string(),
+            "--job".into(),
+            self.inputs.job.display().to_string(),
+            "--batch".into(),
+            "8".into(),
+        ]
+    }
+
+    fn spawn_offline(&self, daemon: Option<&Daemon>) -> anyhow::Result<Reaped> {
+        let args = self.offline_args();
+        let worker = worker_bin();
+        let worker = worker.to_str().context("utf-8 path")?;
+        match daemon {
+            Some(daemon) => {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                Ok(Reaped(daemon.launch("--pool", "offline", worker, &args)))
+            }
+            None => {
+                let log = bench_dir().join("offline-worker.log");
+                let log = std::fs::File::create(&log)
+                    .with_context(|| format!("creating {}", log.display()))?;
+                let child = Reaped(
+                    Command::new(worker)
+                        .args(&args)
+                        .stdout(Stdio::null())
+                        .stderr(log)
+                        .spawn()
+                        .context("spawning the offline worker")?,
+                );
+                self.offline_group.add_process(child.id())?;
+                Ok(child)
+            }
+        }
+    }
+
+    /// The online worker of a reamer window, started by the enforcer into the online pool
+    /// after the run's worker has moved to the standby group.
+    fn launch_online(&self) -> anyhow::Result<OnlineWorker> {
+        self.standby_group.add_process(self.online.child.id())?;
+        let mut launch = Command::new(release_bin("enforcer"));
+        launch
+            .args(["launch", "--pool", "online", "--instance", INSTANCE, "--"])
+            .arg(worker_bin());
+        let args = classifier_serve_args(&self.inputs.classifier, SLO_MS)?;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Ok(OnlineWorker::start_with(
+            launch,
+            &args,
+            bench_dir().join("online-worker-launched.log"),
+        ))
+    }
+
+    fn load(&self, base: &str, seconds: f64, seed: &str) -> anyhow::Result<Child> {
+        spawn_classifier_load(
+            base,
+            (
+                &self.inputs.request,
+                Some(self.inputs.request_header_length),
+            ),
+            self.options.online_rate,
+            SLO_MS,
+            seconds,
+            seed,
+        )
+    }
+
+    fn spawn_training(&self, daemon: Option<&Daemon>) -> anyhow::Result<Child> {
+        let training = &self.options.training;
+        let seconds = format!("{:.3}", self.options.seconds);
+        let mut args: Vec<&str> = training.args.iter().map(String::as_str).collect();
+        args.extend(["--seconds", &seconds, "--json"]);
+        Ok(match daemon {
+            Some(daemon) => daemon.launch("--training", "train", &training.program, &args),
+            None => Command::new(&training.program)
+                .args(&args)
+                .stdout(Stdio::piped())
+                .spawn()
+                .with_context(|| format!("spawning the training command {}", training.program))?,
+        })
+    }
+
+    fn before(&self, daemon_pid: Option<u32>) -> anyhow::Result<Before> {
+        Ok(Before {
+            at: Instant::now(),
+            offline_items: results_lines(&self.inputs.job),
+            node: node_jiffies()?,
+            daemon_jiffies: daemon_pid.map(process_jiffies),
+        })
+    }
+
+    /// One window of `scenario` in `round`.
+    fn window(&mut self, scenario: Scenario, round: usize) -> anyhow::Result<Window> {
+        self.reset_groups()?;
+        reset_job(&self.inputs.job);
+        let inference = scenario != Scenario::Alone;
+        match scenario {
+            Scenario::OfflineCpuIdle => self.offline_group.set_idle(true)?,
+            Scenario::StaticPartition => {
+                let cpus = upper_half_cpus(self.cpus);
+                self.online_group.set_cpus(&cpus)?;
+                self.offline_group.set_cpus(&cpus)?;
+            }
+            _ => {}
+        }
+        let daemon = scenario.reamer().then(|| {
+            Daemon::start_bin_with_fresh_log(
+                &release_bin("enforcer"),
+                INSTANCE,
+                &Self::daemon_config(scenario, self.cpus),
+            )
+        });
+        let daemon_pid = daemon.as_ref().map(Daemon::pid);
+        let launched_online = daemon.as_ref().map(|_| self.launch_online()).transpose()?;
+        let online_base = launched_online
+            .as_ref()
+            .unwrap_or(&self.online)
+            .base
+            .clone();
+        let offline = inference
+            .then(|| self.spawn_offline(daemon.as_ref()))
+            .transpose()?;
+        let seed = (round + 1).to_string();
+        // Online traffic from before training starts until its timed part does.
+        let lead_load = inference
+            .then(|| {
+                self.load(
+                    &online_base,
+                    LEAD_LOAD_MAX.as_secs_f64(),
+                    &(1_000_000 + round).to_string(),
+                )
+                .map(Reaped)
+            })
+            .transpose()?;
+        std::thread::sleep(INFERENCE_LEAD);
+
+        let mut training = self.spawn_training(daemon.as_ref())?;
+        let lines = read_training_lines(training.stdout.take().context("training's stdout")?);
+        let mut early_report = None;
+        if self.options.training.announces_timed_start {
+            match next_training_line(&lines, TRAINING_START_LIMIT, "its timed part")? {
+                TrainingLine::TimedStart => {}
+                TrainingLine::Report(report) => early_report = Some(report),
+                TrainingLine::Closed => unreachable!("next_training_line refuses Closed"),
+            }
+        }
+        drop(lead_load);
+        let before = self.before(daemon_pid)?;
+        let observer = daemon
+            .as_ref()
+            .map(|_| spawn_observer(round, scenario))
+            .transpose()?
+            .map(Reaped);
+        let load = inference
+            .then(|| self.load(&online_base, (self.options.seconds - 0.3).max(0.5), &seed))
+            .transpose()?;
+        let report = match early_report {
+            Some(report) => report,
+            None => {
+                // A stand-in's own announcement changes nothing: its whole run is timed.
+                let limit = Duration::from_secs_f64(self.options.seconds)
+                    + TRAINING_END_LIMIT
+                    + if self.options.training.announces_timed_start {
+                        Duration::ZERO
+                    } else {
+                        TRAINING_START_LIMIT
+                    };
+                let deadline = Instant::now() + limit;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if let TrainingLine::Report(report) =
+                        next_training_line(&lines, left, "its report")?
+                    {
+                        break report;
+                    }
+                }
+            }
+        };
+        let elapsed = before.at.elapsed().as_secs_f64();
+        let node_after = node_jiffies()?;
+        let offline_done = results_lines(&self.inputs.job);
+        let enforcer_cpu_pct = daemon_pid.zip(before.daemon_jiffies).map(|(pid, jiffies)| {
+            process_jiffies(pid).saturating_sub(jiffies) as f64 / JIFFIES_PER_S / elapsed * 100.0
+        });
+        let enforcer_rss_mib = daemon_pid
+            .and_then(resident_kib)
+            .map(|kib| kib as f64 / 1024.0);
+        let status = training
+            .wait()
+            .context("waiting for the training command")?;
+        if !status.success() {
+            bail!(
+                "the training command failed in scenario {} ({status})",
+                scenario.name()
+            );
+        }
+        if inference && offline_done >= self.inputs.job_lines {
+            bail!(
+                "the offline job ({} lines) ran out during a window, so its throughput would be \
+                 undercounted: job_lines in xtask/src/bench/server/mod.rs sizes it for {} items \
+                 per CPU-second",
+                self.inputs.job_lines,
+                JOB_ITEMS_PER_CPU_S
+            );
+        }
+        let online: Option<LoadReport> = load.map(read_load_report).transpose()?;
+        let observed = observer.map(|observer| {
+            drop(observer);
+            report::Observed::from_trace(&observer_trace(round, scenario))
+        });
+        drop(offline);
+        if let Some(worker) = launched_online {
+            worker.stop();
+        }
+        if let Some(daemon) = daemon {
+            daemon.stop();
+        }
+        Ok(Window {
+            scenario,
+            round,
+            throughput: report.throughput(),
+            counts_images: report.images_per_s.is_some(),
+            step_ms_p50: report.step_ms_p50,
+            step_ms_p99: report.step_ms_p99,
+            training_cpus: report.cpu_s / report.seconds.max(1e-9),
+            online,
+            offline_items_per_s: inference
+                .then(|| offline_done.saturating_sub(before.offline_items) as f64 / elapsed),
+            cpus_left_idle: node_after.idle_cpus_since(&before.node, elapsed),
+            steal_pct: node_after.steal_pct_since(&before.node),
+            reserved_cores_p50: observed.as_ref().and_then(|o| o.reserved_cores_p50),
+            offline_paused_pct: observed.as_ref().and_then(|o| o.offline_paused_pct),
+            enforcer_cpu_pct,
+            enforcer_rss_mib,
+        })
+    }
+
+    fn finish(self) {
+        let _ = self.online.stop();
+        cgroups::remove_groups(INSTANCE, &["online", "offline", STANDBY]);
+    }
+}
+
+fn observer_trace(round: usize, scenario: Scenario) -> PathBuf {
+    bench_dir().join(format!("observed-{}-round-{round}.jsonl", scenario.name()))
+}
+
+/// `enforcer observe --json --interval 0.2` on the window's daemon over its timed part: the
+/// cores reserved for training and the offline pause, interval by interval.
+fn spawn_observer(round: usize, scenario: Scenario) -> anyhow::Result<Child> {
+    let path = observer_trace(round, scenario);
+    let trace =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    Command::new(release_bin("enforcer"))
+        .args([
+            "observe",
+            "--json",
+            "--interval",
+            "0.2",
+            "--instance",
+            INSTANCE,
+        ])
+        .stdout(trace)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("spawning enforcer observe")
+}
+
+/// Everything one run measured.
+#[derive(Serialize)]
+pub struct Measured {
+    pub training: String,
+    pub stand_in: bool,
+    pub rounds: usize,
+    pub seconds: f64,
+    pub online_rate: f64,
+    pub cpus: usize,
+    pub windows: Vec<Window>,
+}
+
+/// Runs `options.rounds` rounds of every scenario.
+pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured> {
+    if !crate::cargo::is_root() {
+        bail!("the server benchmark writes cgroups under /sys/fs/cgroup: run it as root");
+    }
+    let rounds = options.rounds;
+    let (training, stand_in, seconds, online_rate) = (
+        options.training.description.clone(),
+        options.training.stand_in,
+        options.seconds,
+        options.online_rate,
+    );
+    let mut bench = Bench::start(options, progress)?;
+    let started = Instant::now();
+    let total = rounds * Scenario::ALL.len();
+    let mut windows = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        for round in 0..rounds {
+            for k in 0..Scenario::ALL.len() {
+                // Rotated every round: drift over the run hits every scenario alike.
+                let scenario = Scenario::ALL[(k + round) % Scenario::ALL.len()];
+                crate::bench::progress_bar::draw(
+                    windows.len(),
+                    total,
+                    started.elapsed(),
+                    &format!("round {}/{rounds}: {}", round + 1, scenario.name()),
+                );
+                windows.push(bench.window(scenario, round)?);
+            }
+        }
+        crate::bench::progress_bar::finish(windows.len(), started.elapsed());
+        Ok(())
+    })();
+    let cpus = bench.cpus;
+    bench.finish();
+    result?;
+    Ok(Measured {
+        training,
+        stand_in,
+        rounds,
+        seconds,
+        online_rate,
+        cpus,
+        windows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_training_protocol_is_read_from_a_real_process() {
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                "echo 'warming up'; echo '{\"timed_start\": true}'; \
+                 echo '{\"images_per_s\": 900.5, \"steps_per_s\": 7.0, \"step_ms_p50\": 140, \
+                 \"step_ms_p99\": 180, \"cpu_s\": 30, \"seconds\": 10}'",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = read_training_lines(child.stdout.take().unwrap());
+        let limit = Duration::from_secs(5);
+        assert!(matches!(
+            next_training_line(&lines, limit, "its timed part").unwrap(),
+            TrainingLine::TimedStart
+        ));
+        match next_training_line(&lines, limit, "its report").unwrap() {
+            TrainingLine::Report(report) => {
+                assert_eq!(report.throughput(), 900.5);
+                assert_eq!(report.cpu_s / report.seconds, 3.0);
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = next_training_line(&lines, limit, "another report").unwrap_err();
+        assert!(
+            err.to_string().contains("ended before another report"),
+            "{err}"
+        );
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_stand_in_counts_steps_and_is_found_from_the_repository_root() {
+        let command = TrainingCommand::stand_in("target/release/training-sim --loaders 3").unwrap();
+        assert!(command.stand_in && !command.announces_timed_start);
+        assert!(command.program.ends_with("/target/release/training-sim"));
+        assert!(Path::new(&command.program).is_absolute());
+        assert_eq!(command.args, ["--loaders", "3"]);
+        assert!(command.unavailable().is_none());
+        let report: TrainingReport = serde_json::from_str(
+            "{\"steps_per_s\": 50, \"step_ms_p50\": 20, \"step_ms_p99\": 30, \"cpu_s\": 8, \
+             \"seconds\": 4, \"runqueue_wait_s\": 0.1}",
+        )
+        .unwrap();
+        assert_eq!(report.throughput(), 50.0);
+        assert!(TrainingCommand::stand_in("  ").is_err());
+    }
+
+    #[test]
+    fn the_offline_job_outlasts_a_window_at_the_rate_it_is_sized_for() {
+        for cpus in [2, 16] {
+            let lines = job_lines(cpus, 25.0) as f64;
+            assert!(lines >= cpus as f64 * JOB_ITEMS_PER_CPU_S * (25.0 + 3.5));
+        }
+    }
+}
