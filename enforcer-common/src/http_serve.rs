@@ -144,9 +144,15 @@ mod tests {
 
     use super::*;
 
+    /// A server of one route, `/slow` (300 ms), within `limits`; it shuts down when the
+    /// sender is used or dropped, and the handle ends when it has.
     async fn server(
         limits: HttpLimits,
-    ) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    ) -> (
+        std::net::SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let router = Router::new().route(
@@ -157,10 +163,10 @@ mod tests {
             }),
         );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(listener, router, limits, async {
+        let handle = tokio::spawn(serve(listener, router, limits, async {
             let _ = stopped.await;
         }));
-        (addr, stop)
+        (addr, stop, handle)
     }
 
     async fn read_all(stream: &mut TcpStream) -> String {
@@ -171,7 +177,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_head_not_finished_in_time_and_an_idle_keep_alive_connection_are_closed() {
-        let (addr, _stop) = server(HttpLimits {
+        let (addr, _stop, _server) = server(HttpLimits {
             header_timeout: Duration::from_millis(300),
             max_connections: 8,
         })
@@ -198,7 +204,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_past_the_cap_is_answered_503_and_its_slot_comes_back() {
-        let (addr, _stop) = server(HttpLimits {
+        let (addr, _stop, _server) = server(HttpLimits {
             header_timeout: Duration::from_secs(5),
             max_connections: 2,
         })
@@ -230,27 +236,11 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_answers_the_request_in_flight_then_ends() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let router = Router::new().route(
-            "/slow",
-            get(|| async {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                "done"
-            }),
-        );
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(
-            listener,
-            router,
-            HttpLimits {
-                header_timeout: Duration::from_secs(5),
-                max_connections: 8,
-            },
-            async {
-                let _ = stopped.await;
-            },
-        ));
+        let (addr, stop, server) = server(HttpLimits {
+            header_timeout: Duration::from_secs(5),
+            max_connections: 8,
+        })
+        .await;
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream
             .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")

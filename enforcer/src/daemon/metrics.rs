@@ -7,10 +7,10 @@
 use std::{fmt, net::SocketAddr, sync::Arc};
 
 use axum::{Router, http::header, response::IntoResponse, routing::get};
-use enforcer_common::http_serve::{self, HttpLimits};
 use enforcer_common::{
     NR_CLASSES, cpu_list,
     histogram::bucket_upper_bound,
+    http_serve::{self, HttpLimits},
     protocol::{Snapshot, gpu::GpuReport},
 };
 use prometheus_client::{

@@ -201,22 +201,8 @@ fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
         "inference-worker mlp-model",
     )?;
     let job = dir.join("job");
-    let lines = std::fs::read(job.join("inputs.jsonl"))
-        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
-        .unwrap_or(0);
     let job_lines = job_lines(cpu_count(), window);
-    if lines != job_lines {
-        let _ = std::fs::remove_dir_all(&job);
-        run_ok(
-            Command::new(worker_bin())
-                .args(["make-job", "--model"])
-                .arg(&mlp)
-                .arg("--dir")
-                .arg(&job)
-                .args(["--lines", &job_lines.to_string(), "--seed", "1"]),
-            "inference-worker make-job",
-        )?;
-    }
+    ensure_offline_job(&mlp, &job, job_lines)?;
     Ok(Inputs {
         classifier,
         request,
@@ -240,6 +226,27 @@ pub(crate) fn upper_half_cpus(cpus: usize) -> String {
     } else {
         format!("{first}-{}", cpus - 1)
     }
+}
+
+/// An offline job of `lines` random inputs for `model` in `job`, made unless one of that
+/// length is there already (it is reused from run to run: making it takes a while).
+pub(crate) fn ensure_offline_job(model: &Path, job: &Path, lines: u64) -> anyhow::Result<()> {
+    let present = std::fs::read(job.join("inputs.jsonl"))
+        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+        .unwrap_or(0);
+    if present != lines {
+        let _ = std::fs::remove_dir_all(job);
+        run_ok(
+            Command::new(worker_bin())
+                .args(["make-job", "--model"])
+                .arg(model)
+                .arg("--dir")
+                .arg(job)
+                .args(["--lines", &lines.to_string(), "--seed", "1"]),
+            "inference-worker make-job",
+        )?;
+    }
+    Ok(())
 }
 
 /// Lines in the job's results so far: items the offline worker finished.

@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use self::report::Window;
 use crate::{
     bench::colocation::{
-        LoadReport, Reaped, classifier_serve_args, cpu_count, read_load_report, reset_job,
-        results_lines, run_ok, spawn_classifier_load, upper_half_cpus, worker_bin,
+        LoadReport, Reaped, classifier_serve_args, cpu_count, ensure_offline_job, read_load_report,
+        reset_job, results_lines, run_ok, spawn_classifier_load, upper_half_cpus, worker_bin,
         write_classifier_requests,
     },
     cargo::{release_bin, workspace_root},
@@ -73,12 +73,13 @@ const LEAD_LOAD_MAX: Duration = Duration::from_secs(600);
 const TRAINING_START_LIMIT: Duration = Duration::from_secs(300);
 /// How long past its timed part a training command may take to report.
 const TRAINING_END_LIMIT: Duration = Duration::from_secs(120);
-/// Items per CPU-second the offline job is sized for: above what a 2048×8 MLP runs at on one
-/// core (the job running out mid-window stops the run, saying so).
-const JOB_ITEMS_PER_CPU_S: f64 = 1_000.0;
+/// Items per CPU-second the offline job is sized for: twice what one thread of the offline
+/// worker ran a 2048×8 MLP at on the 2-CPU EPYC VM (about 1,000); the job running out
+/// mid-window stops the run, saying so.
+const JOB_ITEMS_PER_CPU_S: f64 = 2_000.0;
 /// Seconds of offline work the job holds beyond the lead and the timed part: the training
-/// command's start and warm-up.
-const JOB_SLACK_S: f64 = 90.0;
+/// command's start (Python's imports, CUDA) and its 8 s warm-up.
+const JOB_SLACK_S: f64 = 60.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -346,21 +347,7 @@ fn prepare_inputs(seconds: f64) -> anyhow::Result<Inputs> {
     )?;
     let job = dir.join("job");
     let job_lines = job_lines(cpu_count(), seconds);
-    let lines = std::fs::read(job.join("inputs.jsonl"))
-        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
-        .unwrap_or(0);
-    if lines != job_lines {
-        let _ = std::fs::remove_dir_all(&job);
-        run_ok(
-            Command::new(worker_bin())
-                .args(["make-job", "--model"])
-                .arg(&mlp)
-                .arg("--dir")
-                .arg(&job)
-                .args(["--lines", &job_lines.to_string(), "--seed", "1"]),
-            "inference-worker make-job",
-        )?;
-    }
+    ensure_offline_job(&mlp, &job, job_lines)?;
     Ok(Inputs {
         classifier,
         request,
