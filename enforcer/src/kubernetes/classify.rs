@@ -1,0 +1,331 @@
+//! Which pods reamer manages, and as what: a training job's, or a member of an inference pool
+//! of the config, read from the pod's labels (or annotations of the same keys).
+//!
+//! - `reamer.io/role: training | online | offline`;
+//! - `reamer.io/pool: NAME` for inference: a pool of the config, whose kind must match the
+//!   role (the pool keeps its `min_cores`, `slo_ms`, `gpu` and weights); without it, the one
+//!   pool of that kind, where the config has exactly one;
+//! - `reamer.io/job: NAME` for training; without it the pod's controlling owner (a Job, a
+//!   PyTorchJob, a ReplicaSet), else the pod itself. Job names are `namespace/name`.
+//!
+//! Selectors in the config map labels other agents already put on pods, so that pods marked
+//! for Koordinator (`koordinator.sh/qosClass: BE`) or Katalyst
+//! (`katalyst.kubewharf.io/qos_level: reclaimed_cores`) need no relabelling. `reamer.io/role`
+//! wins over every selector; among selectors, the first that matches.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::pod::Pod;
+
+pub const ROLE_KEY: &str = "reamer.io/role";
+pub const POOL_KEY: &str = "reamer.io/pool";
+pub const JOB_KEY: &str = "reamer.io/job";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleName {
+    Training,
+    Online,
+    Offline,
+}
+
+impl RoleName {
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "training" => Some(Self::Training),
+            "online" => Some(Self::Online),
+            "offline" => Some(Self::Offline),
+            _ => None,
+        }
+    }
+}
+
+/// `[[kubernetes.selector]]`: pods whose label `label` is `value` take `role` (and `pool`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Selector {
+    pub label: String,
+    pub value: String,
+    pub role: RoleName,
+    #[serde(default)]
+    pub pool: Option<String>,
+}
+
+/// What a managed pod is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    Training { job: String },
+    Pool { pool: String, kind: RoleName },
+}
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ClassifyError {
+    #[error("pod {pod}: {ROLE_KEY} {value:?} is not training, online or offline")]
+    UnknownRole { pod: String, value: String },
+    #[error("pod {pod}: pool {pool:?} is not a pool of the config (pools: {known})")]
+    UnknownPool {
+        pod: String,
+        pool: String,
+        known: String,
+    },
+    #[error("pod {pod}: pool {pool:?} is {actual}, not {wanted}")]
+    KindMismatch {
+        pod: String,
+        pool: String,
+        actual: &'static str,
+        wanted: &'static str,
+    },
+    #[error("pod {pod}: no {POOL_KEY} label, and the config has {count} {kind} pools: name one")]
+    NoPool {
+        pod: String,
+        kind: &'static str,
+        count: usize,
+    },
+}
+
+fn kind_name(kind: RoleName) -> &'static str {
+    match kind {
+        RoleName::Training => "training",
+        RoleName::Online => "online",
+        RoleName::Offline => "offline",
+    }
+}
+
+/// The config's pools (name → kind) and selectors.
+pub struct Classifier {
+    pools: BTreeMap<String, RoleName>,
+    selectors: Vec<Selector>,
+}
+
+impl Classifier {
+    pub fn new(pools: BTreeMap<String, RoleName>, selectors: Vec<Selector>) -> Self {
+        Self { pools, selectors }
+    }
+
+    /// What `pod` is: Ok(None) where no label or selector marks it.
+    pub fn classify(&self, pod: &Pod) -> Result<Option<Role>, ClassifyError> {
+        let (role, selector_pool) = match pod.marked(ROLE_KEY) {
+            Some(value) => {
+                let role = RoleName::parse(value).ok_or_else(|| ClassifyError::UnknownRole {
+                    pod: pod.key(),
+                    value: value.to_owned(),
+                })?;
+                (role, None)
+            }
+            None => match self
+                .selectors
+                .iter()
+                .find(|s| pod.metadata.labels.get(&s.label) == Some(&s.value))
+            {
+                Some(selector) => (selector.role, selector.pool.clone()),
+                None => return Ok(None),
+            },
+        };
+        if role == RoleName::Training {
+            let job = pod
+                .marked(JOB_KEY)
+                .map(str::to_owned)
+                .or_else(|| pod.controller().map(|owner| owner.name.clone()))
+                .unwrap_or_else(|| pod.metadata.name.clone());
+            return Ok(Some(Role::Training {
+                job: format!("{}/{job}", pod.metadata.namespace),
+            }));
+        }
+        let pool = match pod.marked(POOL_KEY).map(str::to_owned).or(selector_pool) {
+            Some(pool) => pool,
+            None => {
+                let of_kind: Vec<&String> = self
+                    .pools
+                    .iter()
+                    .filter(|(_, kind)| **kind == role)
+                    .map(|(name, _)| name)
+                    .collect();
+                match of_kind.as_slice() {
+                    [only] => (*only).clone(),
+                    _ => {
+                        return Err(ClassifyError::NoPool {
+                            pod: pod.key(),
+                            kind: kind_name(role),
+                            count: of_kind.len(),
+                        });
+                    }
+                }
+            }
+        };
+        match self.pools.get(&pool) {
+            None => Err(ClassifyError::UnknownPool {
+                pod: pod.key(),
+                pool,
+                known: self.pools.keys().cloned().collect::<Vec<_>>().join(", "),
+            }),
+            Some(kind) if *kind != role => Err(ClassifyError::KindMismatch {
+                pod: pod.key(),
+                pool,
+                actual: kind_name(*kind),
+                wanted: kind_name(role),
+            }),
+            Some(_) => Ok(Some(Role::Pool { pool, kind: role })),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)], owner: Option<&str>) -> Pod {
+        let map = |pairs: &[(&str, &str)]| -> serde_json::Value {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
+        let owners: Vec<serde_json::Value> = owner
+            .map(|name| {
+                serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                   "uid": "1", "controller": true})
+            })
+            .into_iter()
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p-0", "namespace": "ml", "uid": "0a-1b",
+                         "labels": map(labels), "annotations": map(annotations),
+                         "ownerReferences": owners},
+            "status": {"qosClass": "BestEffort"}
+        }))
+        .unwrap()
+    }
+
+    fn classifier(selectors: Vec<Selector>) -> Classifier {
+        Classifier::new(
+            [
+                ("serve".to_owned(), RoleName::Online),
+                ("batch".to_owned(), RoleName::Offline),
+            ]
+            .into_iter()
+            .collect(),
+            selectors,
+        )
+    }
+
+    #[test]
+    fn training_jobs_are_named_by_label_then_owner_then_pod() {
+        let c = classifier(Vec::new());
+        let job = |p: &Pod| c.classify(p).unwrap();
+        assert_eq!(
+            job(&pod(
+                &[(ROLE_KEY, "training"), (JOB_KEY, "resnet")],
+                &[],
+                Some("x")
+            )),
+            Some(Role::Training {
+                job: "ml/resnet".to_owned()
+            })
+        );
+        assert_eq!(
+            job(&pod(&[(ROLE_KEY, "training")], &[], Some("resnet-job"))),
+            Some(Role::Training {
+                job: "ml/resnet-job".to_owned()
+            })
+        );
+        assert_eq!(
+            job(&pod(&[], &[(ROLE_KEY, "training")], None)),
+            Some(Role::Training {
+                job: "ml/p-0".to_owned()
+            })
+        );
+        assert_eq!(job(&pod(&[("app", "web")], &[], None)), None);
+    }
+
+    #[test]
+    fn inference_pods_join_the_named_pool_or_the_only_one_of_their_kind() {
+        let c = classifier(Vec::new());
+        assert_eq!(
+            c.classify(&pod(&[(ROLE_KEY, "offline")], &[], None))
+                .unwrap(),
+            Some(Role::Pool {
+                pool: "batch".to_owned(),
+                kind: RoleName::Offline
+            })
+        );
+        let err = c
+            .classify(&pod(
+                &[(ROLE_KEY, "online"), (POOL_KEY, "batch")],
+                &[],
+                None,
+            ))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "pod ml/p-0: pool \"batch\" is offline, not online"
+        );
+        let err = c
+            .classify(&pod(&[(ROLE_KEY, "online"), (POOL_KEY, "gone")], &[], None))
+            .unwrap_err();
+        assert!(err.to_string().contains("pools: batch, serve"), "{err}");
+        let err = c
+            .classify(&pod(&[(ROLE_KEY, "trainer")], &[], None))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("\"trainer\" is not training"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn selectors_map_koordinator_and_katalyst_labels_and_reamers_own_label_wins() {
+        let c = classifier(vec![
+            Selector {
+                label: "koordinator.sh/qosClass".to_owned(),
+                value: "BE".to_owned(),
+                role: RoleName::Offline,
+                pool: None,
+            },
+            Selector {
+                label: "katalyst.kubewharf.io/qos_level".to_owned(),
+                value: "shared_cores".to_owned(),
+                role: RoleName::Online,
+                pool: Some("serve".to_owned()),
+            },
+        ]);
+        assert_eq!(
+            c.classify(&pod(&[("koordinator.sh/qosClass", "BE")], &[], None))
+                .unwrap(),
+            Some(Role::Pool {
+                pool: "batch".to_owned(),
+                kind: RoleName::Offline
+            })
+        );
+        assert_eq!(
+            c.classify(&pod(
+                &[("katalyst.kubewharf.io/qos_level", "shared_cores")],
+                &[],
+                None
+            ))
+            .unwrap(),
+            Some(Role::Pool {
+                pool: "serve".to_owned(),
+                kind: RoleName::Online
+            })
+        );
+        assert_eq!(
+            c.classify(&pod(
+                &[("koordinator.sh/qosClass", "BE"), (ROLE_KEY, "training")],
+                &[],
+                None
+            ))
+            .unwrap(),
+            Some(Role::Training {
+                job: "ml/p-0".to_owned()
+            })
+        );
+        assert_eq!(
+            c.classify(&pod(&[("koordinator.sh/qosClass", "LS")], &[], None))
+                .unwrap(),
+            None
+        );
+    }
+}
