@@ -17,6 +17,9 @@ use enforcer::kubernetes::{
 };
 use reamer_tests::harness::privileged;
 
+mod support;
+use support::remove_tree;
+
 const INSTANCE: &str = "it-kubelet";
 
 /// A pod of the real schema: Burstable, one container created by containerd, one by CRI-O.
@@ -53,18 +56,6 @@ impl Drop for Sleeper {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Removes `dir` and everything under it, deepest first (cgroupfs removes only empty groups).
-fn remove_tree(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_tree(&entry.path());
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
 }
 
 #[test]

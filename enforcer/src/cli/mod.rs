@@ -7,6 +7,7 @@ pub mod check;
 pub mod client;
 pub mod launch;
 pub mod observe;
+pub mod pods;
 pub mod relaunch;
 pub mod replay;
 pub mod status;
@@ -185,6 +186,32 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// This node's Kubernetes pods as reamer reads them: which are training (and of which
+    /// job), which join which pool, and whether each container's cgroup is where the kubelet
+    /// puts it. Read-only; needs the API server, not the daemon. Exits 1 where a pod marked
+    /// for reamer cannot be classified (an unknown pool, say).
+    ///
+    /// Pods are marked with the label (or annotation) reamer.io/role: training | online |
+    /// offline, and reamer.io/pool or reamer.io/job; [[kubernetes.selector]] entries of the
+    /// config map other agents' labels (docs/kubernetes.md).
+    ///
+    /// Examples:
+    ///
+    ///   enforcer pods --node gpu-node-3
+    ///
+    ///   KUBECONFIG=~/.kube/config enforcer pods --config /etc/reamer/enforcer.toml --json
+    Pods {
+        /// The config whose pools and [kubernetes] section apply. Default:
+        /// /etc/reamer/enforcer.toml where it exists.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The node. Default: [kubernetes] node_name, else $NODE_NAME, else the host name.
+        #[arg(long)]
+        node: Option<String>,
+        /// One JSON object per pod.
+        #[arg(long)]
+        json: bool,
+    },
     /// Preflight report: kernel, BTF, privileges, real time, program types, mounts, cgroup
     /// mode, GPU; each missing piece with how to fix it. Exits 1 when something required is
     /// missing.
@@ -331,6 +358,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
         }
         Command::Check => check::report(),
+        Command::Pods { config, node, json } => {
+            let runtime = current_thread_runtime()?;
+            runtime.block_on(pods::run(config, node, json))
+        }
         Command::Replay {
             trace,
             config,

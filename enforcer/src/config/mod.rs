@@ -30,6 +30,7 @@
 
 pub mod control;
 pub mod gpu;
+pub mod kubernetes;
 pub mod settings;
 
 use std::{
@@ -85,6 +86,8 @@ pub struct Config {
     pub gpu: gpu::GpuSection,
     #[serde(default)]
     pub control: control::ControlSection,
+    #[serde(default)]
+    pub kubernetes: kubernetes::KubernetesSection,
     #[serde(default)]
     pub training: Vec<GroupConfig>,
     #[serde(default)]
@@ -416,6 +419,7 @@ impl Config {
             ("policy", self.policy.validate()),
             ("gpu", self.gpu.validate()),
             ("control", self.control.validate()),
+            ("kubernetes", self.kubernetes.validate()),
         ];
         for (section, checked) in sections {
             if let Err(InvalidField { field, message }) = checked {
@@ -544,6 +548,33 @@ impl Config {
                     let message = format!("pid {pid_value} is the enforcer itself");
                     return Err(invalid(pid.span(), "pids", message));
                 }
+            }
+        }
+        // A selector's pool must be a pool of the config, of the selector's kind.
+        for selector in &self.kubernetes.selector {
+            let Some(pool) = &selector.pool else { continue };
+            let offset = section_key_offset(text, "kubernetes.selector", "pool");
+            let found = self.pool.iter().find(|p| p.name.get_ref() == pool);
+            let wanted = match selector.role {
+                crate::kubernetes::classify::RoleName::Online => PoolKindField::Online,
+                _ => PoolKindField::Offline,
+            };
+            match found {
+                None => {
+                    let message = format!(
+                        "the selector on {}={} names pool {pool:?}, which no [[pool]] defines",
+                        selector.label, selector.value
+                    );
+                    return Err(invalid(offset..offset, "pool", message));
+                }
+                Some(found) if found.pool_kind() != wanted => {
+                    let message = format!(
+                        "the selector on {}={} takes pods as {:?} but pool {pool:?} is not",
+                        selector.label, selector.value, selector.role
+                    );
+                    return Err(invalid(offset..offset, "pool", message));
+                }
+                Some(_) => {}
             }
         }
         let online_min: usize = self

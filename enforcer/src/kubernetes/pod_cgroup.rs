@@ -139,6 +139,17 @@ impl fmt::Display for ContainerId {
     }
 }
 
+/// The hierarchy the kubelet's groups are looked for in: cgroup v2's tree where the host has
+/// only v2, else v1's `cpu` hierarchy (the layout is the same in each v1 hierarchy).
+pub fn kubelet_hierarchy() -> PathBuf {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        root.to_owned()
+    } else {
+        root.join("cpu")
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("pod UID {0:?} is not a UID (hex digits and dashes)")]
 pub struct BadUid(pub String);

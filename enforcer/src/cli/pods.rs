@@ -1,0 +1,208 @@
+//! `enforcer pods`: this node's pods as reamer reads them from the API server: which are
+//! training, which join a pool, and whether their containers' cgroups are where the kubelet
+//! puts them. Read-only: it changes nothing, and needs no daemon.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Pod as ApiPod;
+use kube::api::{Api, ListParams};
+use serde::Serialize;
+
+use crate::{
+    config::{Config, Machine, PoolKindField},
+    kubernetes::{
+        api_watch::from_api,
+        classify::{Classifier, Role, RoleName},
+        pod::Pod,
+        pod_cgroup::{container_group, kubelet_hierarchy},
+    },
+};
+
+/// One pod's line.
+#[derive(Debug, Serialize)]
+pub struct PodLine {
+    pub pod: String,
+    /// "training", "online", "offline", "-" (not managed) or "error".
+    pub role: String,
+    /// The job or the pool; the error where classifying failed.
+    pub group: String,
+    pub qos: String,
+    pub containers: Vec<ContainerLine>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ContainerLine {
+    pub name: String,
+    /// Its cgroup where it could be resolved, in the first hierarchy looked in.
+    pub cgroup: Option<PathBuf>,
+    pub found: bool,
+    /// Why it could not be resolved.
+    pub problem: Option<String>,
+}
+
+/// What `config` makes of `pod`.
+pub fn pod_line(pod: &Pod, config: &Config, classifier: &Classifier, hierarchy: &Path) -> PodLine {
+    let (role, group) = match classifier.classify(pod) {
+        Ok(None) => ("-".to_owned(), "-".to_owned()),
+        Ok(Some(Role::Training { job })) => ("training".to_owned(), job),
+        Ok(Some(Role::Pool { pool, kind })) => (
+            if kind == RoleName::Online {
+                "online"
+            } else {
+                "offline"
+            }
+            .to_owned(),
+            pool,
+        ),
+        Err(err) => ("error".to_owned(), err.to_string()),
+    };
+    let kubelet_root = config.kubernetes.kubelet_root(hierarchy);
+    let driver = config.kubernetes.driver(&kubelet_root);
+    let qos = pod.status.qos_class;
+    let containers = pod
+        .containers()
+        .into_iter()
+        .map(|(name, id)| {
+            let resolved = match (id, qos, driver) {
+                (Err(err), _, _) => Err(err.to_string()),
+                (_, None, _) => Err("the pod's status has no qosClass yet".to_owned()),
+                (_, _, None) => Err(format!(
+                    "no kubepods.slice or kubepods under {}: is the kubelet's cgroup_root right?",
+                    kubelet_root.display()
+                )),
+                (Ok(id), Some(qos), Some(driver)) => {
+                    container_group(driver, qos, &pod.metadata.uid, &id)
+                        .map(|relative| kubelet_root.join(relative))
+                        .map_err(|err| err.to_string())
+                }
+            };
+            match resolved {
+                Ok(cgroup) => ContainerLine {
+                    name,
+                    found: cgroup.is_dir(),
+                    cgroup: Some(cgroup),
+                    problem: None,
+                },
+                Err(problem) => ContainerLine {
+                    name,
+                    cgroup: None,
+                    found: false,
+                    problem: Some(problem),
+                },
+            }
+        })
+        .collect();
+    PodLine {
+        pod: pod.key(),
+        role,
+        group,
+        qos: qos.map_or("-".to_owned(), |q| format!("{q:?}")),
+        containers,
+    }
+}
+
+/// The classifier of `config`: its pools' kinds and its selectors.
+pub fn classifier(config: &Config) -> Classifier {
+    let pools = config
+        .pool
+        .iter()
+        .map(|p| {
+            let kind = match p.pool_kind() {
+                PoolKindField::Online => RoleName::Online,
+                PoolKindField::Offline => RoleName::Offline,
+            };
+            (p.name.get_ref().clone(), kind)
+        })
+        .collect();
+    Classifier::new(pools, config.kubernetes.selector.clone())
+}
+
+fn render(line: &PodLine) -> String {
+    let mut text = format!(
+        "{:<40} {:<8} {:<24} {}\n",
+        line.pod, line.role, line.group, line.qos
+    );
+    for container in &line.containers {
+        let place = match (&container.cgroup, &container.problem) {
+            (Some(cgroup), _) => format!(
+                "{} ({})",
+                cgroup.display(),
+                if container.found {
+                    "found"
+                } else {
+                    "not found"
+                }
+            ),
+            (None, Some(problem)) => problem.clone(),
+            (None, None) => "-".to_owned(),
+        };
+        text.push_str(&format!("    {}: {place}\n", container.name));
+    }
+    text
+}
+
+/// Lists the pods of `node` (default: the config's, $NODE_NAME, the host name) and prints
+/// how reamer reads each. Exits 1 where a pod marked for reamer cannot be classified.
+pub async fn run(config: Option<PathBuf>, node: Option<String>, json: bool) -> anyhow::Result<()> {
+    let config = match config {
+        Some(path) => Config::load(&path, Machine::This)?,
+        None => {
+            let default = Path::new(crate::host::paths::DEFAULT_CONFIG);
+            if default.exists() {
+                Config::load(default, Machine::This)?
+            } else {
+                Config::default()
+            }
+        }
+    };
+    let node = node
+        .or_else(|| config.kubernetes.node_name())
+        .context("no node name: pass --node, set NODE_NAME, or [kubernetes] node_name")?;
+    // kube's error repeats each cause in its own text: its Display alone says it all.
+    let client = kube::Client::try_default().await.map_err(|err| {
+        anyhow::anyhow!(
+            "cannot reach the API server (in a pod: its service account; elsewhere: \
+             $KUBECONFIG or ~/.kube/config): {err}"
+        )
+    })?;
+    let pods: Api<ApiPod> = Api::all(client);
+    let listed = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .with_context(|| format!("listing the pods of node {node}"))?;
+    let classifier = classifier(&config);
+    let hierarchy = kubelet_hierarchy();
+    let mut failed = 0;
+    if !json {
+        println!("{:<40} {:<8} {:<24} QOS", "POD", "ROLE", "JOB OR POOL");
+    }
+    for api_pod in &listed.items {
+        let line = match from_api(api_pod) {
+            Ok(pod) => pod_line(&pod, &config, &classifier, &hierarchy),
+            Err(err) => PodLine {
+                pod: format!(
+                    "{}/{}",
+                    api_pod.metadata.namespace.as_deref().unwrap_or("default"),
+                    api_pod.metadata.name.as_deref().unwrap_or("?")
+                ),
+                role: "error".to_owned(),
+                group: err.to_string(),
+                qos: "-".to_owned(),
+                containers: Vec::new(),
+            },
+        };
+        failed += usize::from(line.role == "error");
+        if json {
+            println!("{}", serde_json::to_string(&line)?);
+        } else {
+            print!("{}", render(&line));
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!(
+            "{failed} pod(s) marked for reamer cannot be taken: see the lines marked error"
+        );
+    }
+    Ok(())
+}

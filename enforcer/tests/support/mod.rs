@@ -1,0 +1,110 @@
+//! What the Kubernetes tests share: removing a kubelet-shaped cgroup tree, and an API server
+//! stand-in on loopback, speaking the real protocol:
+//! `GET /api/v1/pods` lists (a PodList with its resourceVersion), and with `watch=true`
+//! streams watch events as JSON lines, fed by the test (ADDED, MODIFIED, DELETED, BOOKMARK,
+//! and an ERROR 410 Gone that forces a fresh list). Pods are objects of the real schema. No
+//! cluster can run here; this is the API server's side of the protocol, nothing more.
+
+#![allow(dead_code)] // each test file uses part of it
+
+use std::sync::{Arc, Mutex};
+
+use axum::{
+    Router,
+    body::Body,
+    extract::{RawQuery, State},
+    routing::get,
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+#[derive(Default)]
+pub struct ApiServer {
+    pub pods: Vec<Value>,
+    pub resource_version: u64,
+    pub lists: Vec<String>,
+    pub watches: Vec<String>,
+    /// The open watch's stream, fed by the test.
+    pub watch: Option<mpsc::UnboundedSender<String>>,
+}
+
+pub type Shared = Arc<Mutex<ApiServer>>;
+
+pub fn pod(uid: &str, name: &str, role: &str, resource_version: u64) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid,
+                     "resourceVersion": resource_version.to_string(),
+                     "labels": {"reamer.io/role": role}},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "worker"}]},
+        "status": {"phase": "Running", "qosClass": "BestEffort", "containerStatuses": [
+            {"name": "main", "ready": true, "restartCount": 0, "image": "worker", "imageID": "",
+             "containerID": format!("containerd://{:0>64}", uid.len())}]}
+    })
+}
+
+pub async fn pods(
+    State(server): State<Shared>,
+    RawQuery(query): RawQuery,
+) -> axum::response::Response {
+    let query = query.unwrap_or_default();
+    let mut server = server.lock().unwrap();
+    if query
+        .split('&')
+        .any(|p| p == "watch=true" || p == "watch=1")
+    {
+        server.watches.push(query);
+        let (send, receive) = mpsc::unbounded_channel::<String>();
+        server.watch = Some(send);
+        let lines = futures::stream::unfold(receive, |mut receive| async move {
+            let line = receive.recv().await?;
+            Some((Ok::<_, std::io::Error>(format!("{line}\n")), receive))
+        });
+        return axum::response::Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from_stream(lines))
+            .unwrap();
+    }
+    server.lists.push(query);
+    let list = json!({
+        "apiVersion": "v1", "kind": "PodList",
+        "metadata": {"resourceVersion": server.resource_version.to_string()},
+        "items": server.pods,
+    });
+    axum::response::Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(list.to_string()))
+        .unwrap()
+}
+
+/// Serves `server` on a loopback port; returns its URL.
+pub async fn start(server: Shared) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let router = Router::new()
+        .route("/api/v1/pods", get(pods))
+        .with_state(server);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    url
+}
+
+/// A kubeconfig that points kube's clients at `url`, with no credentials.
+pub fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: {url}\n\
+         contexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: nobody\n\
+         current-context: stand-in\nusers:\n- name: nobody\n  user: {{}}\n"
+    )
+}
+
+/// Removes `dir` and everything under it, deepest first (cgroupfs removes only empty groups).
+pub fn remove_tree(dir: &std::path::Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
