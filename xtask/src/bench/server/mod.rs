@@ -567,8 +567,10 @@ impl Bench {
             .transpose()?;
         std::thread::sleep(INFERENCE_LEAD);
 
-        let mut training = self.spawn_training(daemon.as_ref())?;
-        let lines = read_training_lines(training.stdout.take().context("training's stdout")?);
+        // Killed if the window fails: a training job left running would hold the GPU and
+        // the cores through whatever runs next.
+        let mut training = Reaped(self.spawn_training(daemon.as_ref())?);
+        let lines = read_training_lines(training.0.stdout.take().context("training's stdout")?);
         let mut early_report = None;
         if self.options.training.announces_timed_start {
             match next_training_line(&lines, TRAINING_START_LIMIT, "its timed part")? {
@@ -619,6 +621,7 @@ impl Bench {
             .and_then(resident_kib)
             .map(|kib| kib as f64 / 1024.0);
         let status = training
+            .0
             .wait()
             .context("waiting for the training command")?;
         if !status.success() {
