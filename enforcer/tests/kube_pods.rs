@@ -29,6 +29,7 @@ fn api_pod(uid: &str, name: &str, labels: Value, qos: &str, container: u8) -> Va
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": labels,
+                     "resourceVersion": "1",
                      "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
                                           "name": format!("{name}-job"), "uid": "0",
                                           "controller": true}]},
@@ -167,4 +168,103 @@ async fn enforcer_pods_classifies_the_nodes_pods_and_finds_their_containers() {
         list.contains("fieldSelector=spec.nodeName%3Dnode-1"),
         "{list}"
     );
+}
+
+#[tokio::test]
+async fn enforcer_pods_watch_sees_a_container_group_within_100_ms_and_a_pod_go() {
+    if !privileged("enforcer_pods_watch_sees_a_container_group_within_100_ms_and_a_pod_go") {
+        return;
+    }
+    use tokio::io::AsyncBufReadExt as _;
+
+    let uid = "abcdef01-2345-4678-89ab-cdef01234567";
+    // The pod as the API shows it while its container is being created: no container ID yet.
+    let mut creating = api_pod(
+        uid,
+        "batch-1",
+        json!({"reamer.io/role": "offline"}),
+        "BestEffort",
+        9,
+    );
+    creating["status"]["containerStatuses"] = json!([]);
+    let server = Arc::new(Mutex::new(ApiServer {
+        pods: vec![creating.clone()],
+        resource_version: 3,
+        ..ApiServer::default()
+    }));
+    let url = support::start(server.clone()).await;
+    let instance = format!("{INSTANCE}-watch");
+    let kubelet_root = kubelet_hierarchy().join(format!("reamer/{instance}"));
+    remove_tree(&kubelet_root);
+    let driver = CgroupDriver::Cgroupfs;
+    let pod_dir = kubelet_root.join(pod_group(driver, QosClass::BestEffort, uid).unwrap());
+    std::fs::create_dir_all(&pod_dir).unwrap();
+
+    let dir = std::env::temp_dir().join(format!("reamer-{instance}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("kubeconfig"), support::kubeconfig(&url)).unwrap();
+    std::fs::write(
+        dir.join("enforcer.toml"),
+        format!(
+            "[kubernetes]\nnode_name = \"node-1\"\ncgroup_root = \"/reamer/{instance}\"\n\n\
+             [[pool]]\nname = \"batch\"\nkind = \"offline\"\n"
+        ),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(enforcer_bin())
+        .args(["pods", "--watch", "--json", "--config"])
+        .arg(dir.join("enforcer.toml"))
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("a line within 10 s")
+            .unwrap()
+            .expect("the watch goes on");
+        serde_json::from_str(&line).unwrap()
+    };
+
+    let first = next().await;
+    assert_eq!(
+        (&first["event"], &first["pod"]),
+        (&json!("pod"), &json!("ml/batch-1"))
+    );
+    assert_eq!(first["role"], "offline");
+    // The runtime makes the container's group: seen before the API says a word of it.
+    let id = ContainerId::parse(&container_id(9)).unwrap();
+    let container_dir = pod_dir.join(id.group_name(driver));
+    // Let the watch on the pod's group be in place (it follows the pod's line at once).
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let made = std::time::Instant::now();
+    std::fs::create_dir(&container_dir).unwrap();
+    let appeared = next().await;
+    let seen_after = made.elapsed();
+    assert_eq!(appeared["event"], "container_created", "{appeared}");
+    assert_eq!(appeared["cgroup"], json!(container_dir));
+    println!("container group seen through `enforcer pods --watch` {seen_after:?} after mkdir");
+    assert!(
+        seen_after < std::time::Duration::from_millis(100),
+        "{seen_after:?}"
+    );
+
+    // The pod is deleted.
+    let mut deleted = creating;
+    deleted["metadata"]["resourceVersion"] = json!("4");
+    support::send_event(&server, json!({"type": "DELETED", "object": deleted})).await;
+    let gone = next().await;
+    assert_eq!(
+        (&gone["event"], &gone["pod"]),
+        (&json!("removed"), &json!("ml/batch-1")),
+        "{gone}"
+    );
+
+    child.kill().await.unwrap();
+    remove_tree(&kubelet_root);
+    let _ = std::fs::remove_dir_all(&dir);
 }

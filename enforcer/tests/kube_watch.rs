@@ -8,23 +8,11 @@ use std::{
 
 use enforcer::kubernetes::api_watch::{PodChange, WatchError, pod_changes};
 use futures::StreamExt as _;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 
 mod support;
-use support::{ApiServer, Shared, pod};
-
-/// Sends one watch event on the open watch, once one is open.
-async fn send_event(server: &Shared, event: Value) {
-    for _ in 0..500 {
-        if let Some(watch) = server.lock().unwrap().watch.as_ref() {
-            watch.send(event.to_string()).unwrap();
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the watcher never opened a watch");
-}
+use support::{ApiServer, Shared, pod, send_event};
 
 /// The next change that is not an error (errors are counted), within 10 s.
 async fn next_change(

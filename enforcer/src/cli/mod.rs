@@ -208,9 +208,14 @@ enum Command {
         /// The node. Default: [kubernetes] node_name, else $NODE_NAME, else the host name.
         #[arg(long)]
         node: Option<String>,
-        /// One JSON object per pod.
+        /// One JSON object per pod (with --watch, per change, each with its "event").
         #[arg(long)]
         json: bool,
+        /// Follow the pods and their containers' cgroups until interrupted: a line per pod
+        /// that comes or changes, per pod that goes, and per container group that appears or
+        /// goes under a managed pod (seen by inotify the moment the runtime makes it).
+        #[arg(long)]
+        watch: bool,
     },
     /// Preflight report: kernel, BTF, privileges, real time, program types, mounts, cgroup
     /// mode, GPU; each missing piece with how to fix it. Exits 1 when something required is
@@ -358,9 +363,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
         }
         Command::Check => check::report(),
-        Command::Pods { config, node, json } => {
+        Command::Pods {
+            config,
+            node,
+            json,
+            watch,
+        } => {
             let runtime = current_thread_runtime()?;
-            runtime.block_on(pods::run(config, node, json))
+            runtime.block_on(pods::run(config, node, json, watch))
         }
         Command::Replay {
             trace,

@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::Pod as ApiPod;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
 
+mod follow;
+
 use crate::{
     config::{Config, Machine, PoolKindField},
     kubernetes::{
@@ -118,7 +120,7 @@ pub fn classifier(config: &Config) -> Classifier {
     Classifier::new(pools, config.kubernetes.selector.clone())
 }
 
-fn render(line: &PodLine) -> String {
+pub fn render(line: &PodLine) -> String {
     let mut text = format!(
         "{:<40} {:<8} {:<24} {}\n",
         line.pod, line.role, line.group, line.qos
@@ -143,8 +145,14 @@ fn render(line: &PodLine) -> String {
 }
 
 /// Lists the pods of `node` (default: the config's, $NODE_NAME, the host name) and prints
-/// how reamer reads each. Exits 1 where a pod marked for reamer cannot be classified.
-pub async fn run(config: Option<PathBuf>, node: Option<String>, json: bool) -> anyhow::Result<()> {
+/// how reamer reads each. Exits 1 where a pod marked for reamer cannot be classified. With
+/// `watch`, follows the pods and their containers' groups instead, until interrupted.
+pub async fn run(
+    config: Option<PathBuf>,
+    node: Option<String>,
+    json: bool,
+    watch: bool,
+) -> anyhow::Result<()> {
     let config = match config {
         Some(path) => Config::load(&path, Machine::This)?,
         None => {
@@ -166,13 +174,19 @@ pub async fn run(config: Option<PathBuf>, node: Option<String>, json: bool) -> a
              $KUBECONFIG or ~/.kube/config): {err}"
         )
     })?;
+    let classifier = classifier(&config);
+    let hierarchy = kubelet_hierarchy();
+    if watch {
+        if !json {
+            println!("{:<40} {:<8} {:<24} QOS", "POD", "ROLE", "JOB OR POOL");
+        }
+        return follow::follow(client, &node, &config, &classifier, &hierarchy, json).await;
+    }
     let pods: Api<ApiPod> = Api::all(client);
     let listed = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await
         .with_context(|| format!("listing the pods of node {node}"))?;
-    let classifier = classifier(&config);
-    let hierarchy = kubelet_hierarchy();
     let mut failed = 0;
     if !json {
         println!("{:<40} {:<8} {:<24} QOS", "POD", "ROLE", "JOB OR POOL");

@@ -108,3 +108,15 @@ pub fn remove_tree(dir: &std::path::Path) {
     }
     let _ = std::fs::remove_dir(dir);
 }
+
+/// Sends one watch event on the open watch, once one is open.
+pub async fn send_event(server: &Shared, event: Value) {
+    for _ in 0..500 {
+        if let Some(watch) = server.lock().unwrap().watch.as_ref() {
+            watch.send(event.to_string()).unwrap();
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the watcher never opened a watch");
+}

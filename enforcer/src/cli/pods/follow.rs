@@ -1,0 +1,155 @@
+//! `enforcer pods --watch`: the node's pods followed through the API server's watch, and the
+//! container groups of the managed ones through inotify, a line per change.
+
+use std::{collections::HashMap, path::PathBuf, sync::mpsc as std_mpsc, time::Duration};
+
+use futures::StreamExt as _;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::{PodLine, pod_line, render};
+use crate::{
+    config::Config,
+    kubernetes::{
+        api_watch::{PodChange, pod_changes},
+        classify::Classifier,
+        container_watch::{ContainerWatch, GroupEvent},
+        pod::Pod,
+        pod_cgroup::pod_group,
+    },
+};
+
+/// One printed change, as `--json` writes it.
+#[derive(Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+enum Change<'a> {
+    Pod(&'a PodLine),
+    Removed { pod: String },
+    ContainerCreated { pod: String, cgroup: PathBuf },
+    ContainerRemoved { pod: String, cgroup: PathBuf },
+    Error { message: String },
+}
+
+fn print(change: &Change, json: bool) {
+    if json {
+        if let Ok(line) = serde_json::to_string(change) {
+            println!("{line}");
+        }
+        return;
+    }
+    match change {
+        Change::Pod(line) => print!("{}", render(line)),
+        Change::Removed { pod } => println!("{pod}: gone"),
+        Change::ContainerCreated { pod, cgroup } => {
+            println!("{pod}: container group appeared: {}", cgroup.display());
+        }
+        Change::ContainerRemoved { pod, cgroup } => {
+            println!("{pod}: container group removed: {}", cgroup.display());
+        }
+        Change::Error { message } => eprintln!("{message}"),
+    }
+}
+
+enum WatchCommand {
+    Watch(PathBuf),
+    Unwatch(PathBuf),
+}
+
+/// The inotify watch on a thread of its own (it blocks in poll): directories to watch go
+/// in, group events come out.
+fn spawn_container_watch() -> std::io::Result<(
+    std_mpsc::Sender<WatchCommand>,
+    mpsc::UnboundedReceiver<GroupEvent>,
+)> {
+    let mut watch = ContainerWatch::new()?;
+    let (commands, command_receiver) = std_mpsc::channel();
+    let (events, event_receiver) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        loop {
+            loop {
+                match command_receiver.try_recv() {
+                    // A pod whose group is not there yet: its line already says "not found".
+                    Ok(WatchCommand::Watch(dir)) => drop(watch.watch(&dir)),
+                    Ok(WatchCommand::Unwatch(dir)) => watch.unwatch(&dir),
+                    Err(std_mpsc::TryRecvError::Empty) => break,
+                    Err(std_mpsc::TryRecvError::Disconnected) => return,
+                }
+            }
+            match watch.wait(Duration::from_millis(50)) {
+                Ok(found) => {
+                    for event in found {
+                        if events.send(event).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    });
+    Ok((commands, event_receiver))
+}
+
+/// The group of `pod` under the kubelet's root, where it can be resolved.
+fn pod_dir(pod: &Pod, config: &Config, hierarchy: &std::path::Path) -> Option<PathBuf> {
+    let kubelet_root = config.kubernetes.kubelet_root(hierarchy);
+    let driver = config.kubernetes.driver(&kubelet_root)?;
+    let qos = pod.status.qos_class?;
+    let relative = pod_group(driver, qos, &pod.metadata.uid).ok()?;
+    Some(kubelet_root.join(relative))
+}
+
+pub async fn follow(
+    client: kube::Client,
+    node: &str,
+    config: &Config,
+    classifier: &Classifier,
+    hierarchy: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (commands, mut groups) = spawn_container_watch()?;
+    let mut changes = Box::pin(pod_changes(client, node));
+    // The pods shown, by UID: their key and, where managed, their group being watched.
+    let mut shown: HashMap<String, (String, Option<PathBuf>)> = HashMap::new();
+    let mut by_dir: HashMap<PathBuf, String> = HashMap::new();
+    loop {
+        tokio::select! {
+            change = changes.next() => match change {
+                None => return Ok(()),
+                Some(Err(err)) => print(&Change::Error { message: err.to_string() }, json),
+                Some(Ok(PodChange::Upsert(pod))) => {
+                    let line = pod_line(&pod, config, classifier, hierarchy);
+                    print(&Change::Pod(&line), json);
+                    let managed = !matches!(line.role.as_str(), "-" | "error");
+                    let dir = managed.then(|| pod_dir(&pod, config, hierarchy)).flatten();
+                    if let Some(dir) = &dir {
+                        let _ = commands.send(WatchCommand::Watch(dir.clone()));
+                        by_dir.insert(dir.clone(), line.pod.clone());
+                    }
+                    shown.insert(pod.metadata.uid.clone(), (line.pod, dir));
+                }
+                Some(Ok(PodChange::Removed { uid, key })) => {
+                    if let Some((_, Some(dir))) = shown.remove(&uid) {
+                        let _ = commands.send(WatchCommand::Unwatch(dir.clone()));
+                        by_dir.remove(&dir);
+                    }
+                    print(&Change::Removed { pod: key }, json);
+                }
+            },
+            Some(event) = groups.recv() => {
+                let change = match event {
+                    GroupEvent::Created { pod_dir, child } => by_dir
+                        .get(&pod_dir)
+                        .map(|pod| Change::ContainerCreated { pod: pod.clone(), cgroup: pod_dir.join(child) }),
+                    GroupEvent::Removed { pod_dir, child } => by_dir
+                        .get(&pod_dir)
+                        .map(|pod| Change::ContainerRemoved { pod: pod.clone(), cgroup: pod_dir.join(child) }),
+                    GroupEvent::PodGone { .. } => None,
+                };
+                if let Some(change) = change {
+                    print(&change, json);
+                }
+            }
+        }
+    }
+}
