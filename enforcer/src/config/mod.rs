@@ -1088,6 +1088,10 @@ idle_timeout = 5
             config.gpu.training_memory_reserve_mib,
             defaults.training_memory_reserve_mib
         );
+        let kubernetes = kubernetes::KubernetesSection::default();
+        assert_eq!(config.kubernetes.cgroup_root, kubernetes.cgroup_root);
+        assert_eq!(config.kubernetes.cgroup_driver, kubernetes.cgroup_driver);
+        assert!(config.kubernetes.selector.is_empty() && config.kubernetes.node_name.is_none());
     }
 
     #[test]
