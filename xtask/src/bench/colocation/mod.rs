@@ -330,6 +330,101 @@ pub(crate) fn spawn_classifier_load(
     .context("spawning load-gen")
 }
 
+/// The inference groups `reamer/<instance>/{online,offline}`, made again where an enforcer
+/// that found them empty at shutdown removed them, and brought back to no control, with the
+/// run's online worker (`online_pid`) back in the online one: every window starts so.
+pub(crate) fn reset_inference_groups(
+    instance: &str,
+    online_pid: u32,
+) -> anyhow::Result<(Group, Group)> {
+    let online = Group::ensure(instance, "online")?;
+    let offline = Group::ensure(instance, "offline")?;
+    online.reset()?;
+    offline.reset()?;
+    // The enforcer takes an online worker out of the idle `reamer` tree of the cpu
+    // hierarchy; every scenario starts with it back in its own group.
+    online.add_process(online_pid)?;
+    Ok((online, offline))
+}
+
+/// The offline worker with `args`: through the daemon's launcher into its offline pool, or
+/// started directly into `group`, its stderr in `log`.
+pub(crate) fn spawn_offline_worker(
+    args: &[String],
+    daemon: Option<&Daemon>,
+    group: &Group,
+    log: &Path,
+) -> anyhow::Result<Reaped> {
+    let worker = worker_bin();
+    let worker = worker.to_str().context("utf-8 path")?;
+    match daemon {
+        Some(daemon) => {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Ok(Reaped(daemon.launch("--pool", "offline", worker, &args)))
+        }
+        None => {
+            let log_file = std::fs::File::create(log)
+                .with_context(|| format!("creating {}", log.display()))?;
+            let child = Reaped(
+                Command::new(worker)
+                    .args(args)
+                    .stdout(Stdio::null())
+                    .stderr(log_file)
+                    .spawn()
+                    .context("spawning the offline worker")?,
+            );
+            group.add_process(child.id())?;
+            Ok(child)
+        }
+    }
+}
+
+/// The online worker of a reamer window, serving with `serve_args`: started by the daemon of
+/// `instance` into its online pool, after the run's own worker (`run_worker_pid`) has left
+/// the pool's group for `standby` (the enforcer would otherwise adopt it too).
+pub(crate) fn launch_online_worker(
+    instance: &str,
+    standby: &Group,
+    run_worker_pid: u32,
+    serve_args: &[String],
+    log: PathBuf,
+) -> anyhow::Result<OnlineWorker> {
+    standby.add_process(run_worker_pid)?;
+    let mut launch = Command::new(release_bin("enforcer"));
+    launch
+        .args(["launch", "--pool", "online", "--instance", instance, "--"])
+        .arg(worker_bin());
+    let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
+    Ok(OnlineWorker::start_with(launch, &args, log))
+}
+
+/// `enforcer observe --json --interval INTERVAL` on the daemon of `instance`, as a user
+/// watching it runs it, its trace in `path` (a trace `enforcer replay` reads).
+pub(crate) fn spawn_observer_into(
+    instance: &str,
+    interval: &str,
+    path: &Path,
+) -> anyhow::Result<Child> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let trace =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    Command::new(release_bin("enforcer"))
+        .args([
+            "observe",
+            "--json",
+            "--interval",
+            interval,
+            "--instance",
+            instance,
+        ])
+        .stdout(trace)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("spawning enforcer observe")
+}
+
 /// A child process that is killed and reaped when dropped, so that a failed window leaves no
 /// offline worker running behind it.
 pub(crate) struct Reaped(pub(crate) Child);
@@ -519,44 +614,17 @@ impl Bench {
 
     /// Starts the offline worker in its group, directly or through the daemon's launcher.
     fn spawn_offline(&self, daemon: Option<&Daemon>) -> anyhow::Result<Reaped> {
-        let args = offline_args(&self.inputs);
-        let child = match daemon {
-            Some(daemon) => {
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                Reaped(daemon.launch(
-                    "--pool",
-                    "offline",
-                    worker_bin().to_str().context("utf-8 path")?,
-                    &args,
-                ))
-            }
-            None => {
-                let log = std::fs::File::create(offline_log())
-                    .with_context(|| format!("creating {}", offline_log().display()))?;
-                let child = Reaped(
-                    Command::new(worker_bin())
-                        .args(&args)
-                        .stdout(Stdio::null())
-                        .stderr(log)
-                        .spawn()
-                        .context("spawning the offline worker")?,
-                );
-                self.offline_group.add_process(child.id())?;
-                child
-            }
-        };
-        Ok(child)
+        spawn_offline_worker(
+            &offline_args(&self.inputs),
+            daemon,
+            &self.offline_group,
+            &offline_log(),
+        )
     }
 
     fn reset_groups(&mut self) -> anyhow::Result<()> {
-        // An enforcer that found a group empty at shutdown removed it.
-        self.online_group = Group::ensure(INSTANCE, "online")?;
-        self.offline_group = Group::ensure(INSTANCE, "offline")?;
-        self.online_group.reset()?;
-        self.offline_group.reset()?;
-        // The enforcer takes an online worker out of the idle `reamer` tree of the cpu
-        // hierarchy; every scenario starts with it back in its own group.
-        self.online_group.add_process(self.online.child.id())?;
+        (self.online_group, self.offline_group) =
+            reset_inference_groups(INSTANCE, self.online.child.id())?;
         Ok(())
     }
 
@@ -590,18 +658,13 @@ impl Bench {
     /// after the run's worker has left the pool's group for the standby one (the enforcer
     /// would otherwise adopt it too).
     fn launch_online(&self) -> anyhow::Result<OnlineWorker> {
-        self.standby_group.add_process(self.online.child.id())?;
-        let mut launch = Command::new(release_bin("enforcer"));
-        launch
-            .args(["launch", "--pool", "online", "--instance", INSTANCE, "--"])
-            .arg(worker_bin());
-        let args = online_args(&self.inputs)?;
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Ok(OnlineWorker::start_with(
-            launch,
-            &args,
+        launch_online_worker(
+            INSTANCE,
+            &self.standby_group,
+            self.online.child.id(),
+            &online_args(&self.inputs)?,
             launched_online_log(),
-        ))
+        )
     }
 
     /// One window of `scenario`, with the seed of `round`.
@@ -998,27 +1061,13 @@ pub fn run(
     })
 }
 
-/// `enforcer observe --json --interval 0.1` on the benchmark's daemon, as a user watching it
-/// runs it, its trace kept in target/bench/colocation/ (a trace `enforcer replay` reads).
+/// `enforcer observe --json --interval 0.1` on the benchmark's daemon, its trace kept in
+/// target/bench/colocation/.
 fn spawn_observer(round: usize) -> anyhow::Result<Child> {
-    let dir = workspace_root().join("target/bench/colocation");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(format!("observed-round-{round}.jsonl"));
-    let trace =
-        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    Command::new(release_bin("enforcer"))
-        .args([
-            "observe",
-            "--json",
-            "--interval",
-            "0.1",
-            "--instance",
-            INSTANCE,
-        ])
-        .stdout(trace)
-        .stderr(Stdio::null())
-        .spawn()
-        .context("spawning enforcer observe")
+    let path = workspace_root().join(format!(
+        "target/bench/colocation/observed-round-{round}.jsonl"
+    ));
+    spawn_observer_into(INSTANCE, "0.1", &path)
 }
 
 /// About four seconds of `wake-probe`; a probe that cannot run leaves the figure out of the

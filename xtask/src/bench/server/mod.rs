@@ -39,9 +39,10 @@ use serde::{Deserialize, Serialize};
 use self::report::Window;
 use crate::{
     bench::colocation::{
-        LoadReport, Reaped, classifier_serve_args, cpu_count, ensure_offline_job, read_load_report,
-        reset_job, results_lines, run_ok, spawn_classifier_load, upper_half_cpus, worker_bin,
-        write_classifier_requests,
+        LoadReport, Reaped, classifier_serve_args, cpu_count, ensure_offline_job,
+        launch_online_worker, read_load_report, reset_inference_groups, reset_job, results_lines,
+        run_ok, spawn_classifier_load, spawn_observer_into, spawn_offline_worker, upper_half_cpus,
+        worker_bin, write_classifier_requests,
     },
     cargo::{release_bin, workspace_root},
 };
@@ -403,12 +404,8 @@ impl Bench {
     }
 
     fn reset_groups(&mut self) -> anyhow::Result<()> {
-        // An enforcer that found a group empty at shutdown removed it.
-        self.online_group = Group::ensure(INSTANCE, "online")?;
-        self.offline_group = Group::ensure(INSTANCE, "offline")?;
-        self.online_group.reset()?;
-        self.offline_group.reset()?;
-        self.online_group.add_process(self.online.child.id())?;
+        (self.online_group, self.offline_group) =
+            reset_inference_groups(INSTANCE, self.online.child.id())?;
         Ok(())
     }
 
@@ -441,47 +438,24 @@ impl Bench {
     }
 
     fn spawn_offline(&self, daemon: Option<&Daemon>) -> anyhow::Result<Reaped> {
-        let args = self.offline_args();
-        let worker = worker_bin();
-        let worker = worker.to_str().context("utf-8 path")?;
-        match daemon {
-            Some(daemon) => {
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                Ok(Reaped(daemon.launch("--pool", "offline", worker, &args)))
-            }
-            None => {
-                let log = bench_dir().join("offline-worker.log");
-                let log = std::fs::File::create(&log)
-                    .with_context(|| format!("creating {}", log.display()))?;
-                let child = Reaped(
-                    Command::new(worker)
-                        .args(&args)
-                        .stdout(Stdio::null())
-                        .stderr(log)
-                        .spawn()
-                        .context("spawning the offline worker")?,
-                );
-                self.offline_group.add_process(child.id())?;
-                Ok(child)
-            }
-        }
+        spawn_offline_worker(
+            &self.offline_args(),
+            daemon,
+            &self.offline_group,
+            &bench_dir().join("offline-worker.log"),
+        )
     }
 
     /// The online worker of a reamer window, started by the enforcer into the online pool
     /// after the run's worker has moved to the standby group.
     fn launch_online(&self) -> anyhow::Result<OnlineWorker> {
-        self.standby_group.add_process(self.online.child.id())?;
-        let mut launch = Command::new(release_bin("enforcer"));
-        launch
-            .args(["launch", "--pool", "online", "--instance", INSTANCE, "--"])
-            .arg(worker_bin());
-        let args = classifier_serve_args(&self.inputs.classifier, SLO_MS)?;
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Ok(OnlineWorker::start_with(
-            launch,
-            &args,
+        launch_online_worker(
+            INSTANCE,
+            &self.standby_group,
+            self.online.child.id(),
+            &classifier_serve_args(&self.inputs.classifier, SLO_MS)?,
             bench_dir().join("online-worker-launched.log"),
-        ))
+        )
     }
 
     fn load(&self, base: &str, seconds: f64, seed: &str) -> anyhow::Result<Child> {
@@ -684,22 +658,7 @@ fn observer_trace(round: usize, scenario: Scenario) -> PathBuf {
 /// `enforcer observe --json --interval 0.2` on the window's daemon over its timed part: the
 /// cores reserved for training and the offline pause, interval by interval.
 fn spawn_observer(round: usize, scenario: Scenario) -> anyhow::Result<Child> {
-    let path = observer_trace(round, scenario);
-    let trace =
-        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    Command::new(release_bin("enforcer"))
-        .args([
-            "observe",
-            "--json",
-            "--interval",
-            "0.2",
-            "--instance",
-            INSTANCE,
-        ])
-        .stdout(trace)
-        .stderr(Stdio::null())
-        .spawn()
-        .context("spawning enforcer observe")
+    spawn_observer_into(INSTANCE, "0.2", &observer_trace(round, scenario))
 }
 
 /// Everything one run measured.
