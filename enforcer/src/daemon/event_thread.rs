@@ -101,8 +101,8 @@ pub fn consume_blocking(
     use std::os::fd::AsRawFd as _;
     thread_policy::run_as_fifo(rt_priority, "event thread");
     let fd = ring.as_raw_fd();
+    heartbeat.beat_at(monotonic_ns());
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        heartbeat.beat();
         let mut pollfd = libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -118,6 +118,7 @@ pub fn consume_blocking(
             return Err(err);
         }
         let now = monotonic_ns();
+        heartbeat.beat_at(now);
         while let Some(item) = ring.next() {
             if item.len() < size_of::<SensorEvent>() {
                 continue;

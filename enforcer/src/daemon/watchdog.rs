@@ -23,8 +23,10 @@ use crate::host::{clock::monotonic_ns, systemd::Notifier};
 pub struct Heartbeat(AtomicU64);
 
 impl Heartbeat {
-    pub fn beat(&self) {
-        self.0.store(monotonic_ns(), Ordering::Relaxed);
+    /// The event thread is back from poll(2) at `now_ns`: the clock read it takes for its
+    /// events anyway, so a wake-up costs no second one.
+    pub fn beat_at(&self, now_ns: u64) {
+        self.0.store(now_ns, Ordering::Relaxed);
     }
 
     fn age(&self) -> Duration {
