@@ -10,7 +10,9 @@ pub mod snapshot;
 
 use serde::{Deserialize, Serialize};
 
-pub use snapshot::{EnforcementStatus, JobTotals, PoolInfo, PoolStatus, ProgramStats, Snapshot};
+pub use snapshot::{
+    EnforcementStatus, JobTotals, PodInfo, PoolInfo, PoolStatus, ProgramStats, Snapshot,
+};
 
 /// Set for every command `enforcer launch` starts: the control socket of the daemon it
 /// registered with.

@@ -40,6 +40,9 @@ pub struct Snapshot {
     /// where real time was refused).
     #[serde(default)]
     pub event_thread: Option<String>,
+    /// The Kubernetes pods the daemon manages (none without Kubernetes).
+    #[serde(default)]
+    pub pods: Vec<PodInfo>,
 }
 
 impl Snapshot {
@@ -106,6 +109,30 @@ pub struct PoolInfo {
     /// The launchers started with `--relaunch` that watch the pool.
     #[serde(default)]
     pub relaunching_launchers: Vec<u32>,
+}
+
+/// A Kubernetes pod the daemon manages.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PodInfo {
+    /// `namespace/name`.
+    pub pod: String,
+    pub uid: String,
+    /// "training", "online" or "offline".
+    pub role: String,
+    /// Its training job or pool.
+    pub group: String,
+    /// Its container groups seen so far.
+    pub containers: usize,
+    /// Its threads at the last reconcile.
+    pub threads: usize,
+    /// "measured" (training), "enforced", "observe_only", "exclusive" (the CPU manager's),
+    /// "contested" (another agent writes its groups) or "failing".
+    pub state: String,
+    /// The state in words, with why reamer leaves it alone where it does.
+    #[serde(default)]
+    pub detail: String,
+    /// Writes by someone else to the files reamer holds for it.
+    pub foreign_writes: u64,
 }
 
 /// Run statistics of one sensor program, from `bpf_prog_info`.

@@ -7,6 +7,8 @@ pub mod cgroup;
 pub mod decision_log;
 pub mod freezer;
 pub mod grants;
+pub mod pod_bases;
+pub mod pod_in_place;
 pub mod pools;
 pub mod quiet_cpus;
 pub mod thread_policy;

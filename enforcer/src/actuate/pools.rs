@@ -4,8 +4,9 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::Arc,
+    time::Instant,
 };
 
 use enforcer_common::protocol::Grant;
@@ -14,6 +15,8 @@ use tracing::{debug, warn};
 use super::{
     cgroup::{self, CgroupError, CpuClass, PoolCgroup, PoolFiles},
     freezer::Freezer,
+    pod_bases::PodBases,
+    pod_in_place::{PodInPlace, PodState},
 };
 use crate::{
     config::{PoolKind, PoolSettings},
@@ -35,9 +38,20 @@ struct Pool {
     /// on the tick (`retry_failed`), so a pool is not left frozen or on the wrong CPUs until
     /// the next allocation that happens to differ, which may be hours away.
     pending: Option<(BTreeSet<u32>, bool)>,
+    /// Its Kubernetes pods, by UID, written in place (`pod_in_place`).
+    pods: BTreeMap<String, PodInPlace>,
 }
 
 impl Pool {
+    /// The CPUs the pool holds now (every CPU before its first write), and whether it is
+    /// paused: what a pod joining it is given.
+    fn current(&self, all_cpus: &BTreeSet<u32>) -> (BTreeSet<u32>, bool) {
+        (
+            self.applied.clone().unwrap_or_else(|| all_cpus.clone()),
+            self.paused,
+        )
+    }
+
     /// Writes `cpus` and the pause where they differ from what the cgroup holds, noting what
     /// was written in `written` and what failed in `pending`.
     fn write(&mut self, name: &str, cpus: &BTreeSet<u32>, paused: bool, written: &mut Written) {
@@ -91,6 +105,10 @@ impl Pool {
             }
         }
         self.pending = failed.then(|| (cpus.clone(), paused));
+        // The pool's pods follow its decision, each in its own groups.
+        for pod in self.pods.values_mut() {
+            pod.apply(cpus, paused);
+        }
     }
 }
 
@@ -114,6 +132,16 @@ pub struct Written {
     pub resumed: Vec<String>,
 }
 
+/// A pod as `status` shows it.
+pub struct PodView {
+    pub uid: String,
+    pub key: String,
+    pub pool: String,
+    pub state: PodState,
+    pub containers: usize,
+    pub foreign_writes: u64,
+}
+
 /// A pool as `status` shows it, with where its CPUs and processes are read from.
 pub struct PoolView {
     pub name: String,
@@ -125,6 +153,8 @@ pub struct PoolView {
 pub struct Pools {
     all_cpus: BTreeSet<u32>,
     pools: BTreeMap<String, Pool>,
+    /// The kubelet's CPUs of the pods' containers, kept for a restarted daemon.
+    pod_bases: PodBases,
 }
 
 impl Pools {
@@ -149,13 +179,19 @@ impl Pools {
                     paused: false,
                     uses_gpu: pool.gpu,
                     pending: None,
+                    pods: BTreeMap::new(),
                 },
             );
         }
         if !pools.is_empty() {
             cgroup::set_tree_idle(true)?;
         }
-        Ok(Self { all_cpus, pools })
+        let pod_bases = PodBases::open(crate::host::paths::pod_bases(instance));
+        Ok(Self {
+            all_cpus,
+            pools,
+            pod_bases,
+        })
     }
 
     /// Whether the CPU policy has any pool to pause.
@@ -250,6 +286,90 @@ impl Pools {
         Ok(self.get(pool)?.cgroup.add_process(pid)?)
     }
 
+    /// Pod `uid` (`key`), whose group is `relative` in each hierarchy, joins `pool`: written in
+    /// place from now on, unless `write` is false (observe only) or the CPU manager gave it
+    /// CPUs of its own.
+    pub fn attach_pod(
+        &mut self,
+        pool: &str,
+        uid: &str,
+        key: &str,
+        relative: &Path,
+        exclusive_cpus: Option<&str>,
+        write: bool,
+    ) -> Result<(), PoolsError> {
+        let state = self
+            .pools
+            .get_mut(pool)
+            .ok_or_else(|| PoolsError::Unknown(pool.to_owned()))?;
+        let offline = state.kind.online().is_none();
+        let pod = PodInPlace::attach(key, relative, offline, exclusive_cpus, write);
+        state.pods.insert(uid.to_owned(), pod);
+        Ok(())
+    }
+
+    /// A container group of pod `uid` appeared: it takes the pool's CPUs and pause at once.
+    pub fn add_pod_container(&mut self, uid: &str, relative: &Path) {
+        let all_cpus = &self.all_cpus;
+        for pool in self.pools.values_mut() {
+            let (cpus, paused) = pool.current(all_cpus);
+            if let Some(pod) = pool.pods.get_mut(uid) {
+                let frozen = paused && pool.pausable;
+                pod.add_container(relative, &cpus, frozen, &mut self.pod_bases);
+            }
+        }
+    }
+
+    pub fn remove_pod_container(&mut self, uid: &str, relative: &Path) {
+        for pool in self.pools.values_mut() {
+            if let Some(pod) = pool.pods.get_mut(uid) {
+                pod.remove_container(relative, &mut self.pod_bases);
+            }
+        }
+    }
+
+    /// Pod `uid` leaves its pool: thawed, its CPUs the kubelet's, not idle. Returns what
+    /// failed.
+    pub fn detach_pod(&mut self, uid: &str) -> Vec<String> {
+        let bases = &mut self.pod_bases;
+        self.pools
+            .values_mut()
+            .filter_map(|pool| pool.pods.remove(uid))
+            .flat_map(|mut pod| pod.release(bases))
+            .collect()
+    }
+
+    /// Every pod's files read back (`PodInPlace::check`), at `now`: what to log.
+    pub fn check_pods(&mut self, now: Instant) -> Vec<String> {
+        let all_cpus = &self.all_cpus;
+        let mut notes = Vec::new();
+        for pool in self.pools.values_mut() {
+            let (cpus, paused) = pool.current(all_cpus);
+            let frozen = paused && pool.pausable;
+            for pod in pool.pods.values_mut() {
+                notes.extend(pod.check(now, &cpus, frozen, &mut self.pod_bases));
+            }
+        }
+        notes
+    }
+
+    /// Every pool's pods, for `status` and /metrics.
+    pub fn pod_views(&self) -> Vec<PodView> {
+        self.pools
+            .iter()
+            .flat_map(|(name, pool)| {
+                pool.pods.iter().map(move |(uid, pod)| PodView {
+                    uid: uid.clone(),
+                    key: pod.key.clone(),
+                    pool: name.clone(),
+                    state: pod.state().clone(),
+                    containers: pod.containers(),
+                    foreign_writes: pod.foreign_writes,
+                })
+            })
+            .collect()
+    }
+
     /// Each pool's name and the directory listing its threads: every thread in a pool's
     /// cgroup is a member, whoever put it there and whichever daemon did.
     pub fn member_dirs(&self) -> Vec<(String, PathBuf)> {
@@ -292,8 +412,13 @@ impl Pools {
 
     /// Leaves every inference process runnable on every CPU, unfrozen, at normal priority;
     /// removes pool cgroups that are empty (the others stay for a restarted daemon to adopt).
-    pub fn release(&self, instance: &str) {
-        for (name, pool) in &self.pools {
+    pub fn release(&mut self, instance: &str) {
+        for (name, pool) in &mut self.pools {
+            for (_, mut pod) in std::mem::take(&mut pool.pods) {
+                for err in pod.release(&mut self.pod_bases) {
+                    warn!("pool {name}: releasing pod {} at shutdown: {err}", pod.key);
+                }
+            }
             for err in pool.cgroup.release(&self.all_cpus) {
                 warn!("pool {name}: releasing at shutdown: {err}");
             }

@@ -106,18 +106,11 @@ pub fn pod_line(pod: &Pod, config: &Config, classifier: &Classifier, hierarchy: 
 
 /// The classifier of `config`: its pools' kinds and its selectors.
 pub fn classifier(config: &Config) -> Classifier {
-    let pools = config
-        .pool
-        .iter()
-        .map(|p| {
-            let kind = match p.pool_kind() {
-                PoolKindField::Online => RoleName::Online,
-                PoolKindField::Offline => RoleName::Offline,
-            };
-            (p.name.get_ref().clone(), kind)
-        })
-        .collect();
-    Classifier::new(pools, config.kubernetes.selector.clone())
+    let pools = config.pool.iter().map(|p| {
+        let online = matches!(p.pool_kind(), PoolKindField::Online);
+        (p.name.get_ref().clone(), online)
+    });
+    Classifier::of_pools(pools, config.kubernetes.selector.clone())
 }
 
 pub fn render(line: &PodLine) -> String {

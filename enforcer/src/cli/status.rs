@@ -64,6 +64,25 @@ pub fn render(snapshot: &Snapshot) -> String {
             pool.name, pool.kind, pool.cpus, pool.processes
         ));
     }
+    if !snapshot.pods.is_empty() {
+        out.push_str("\nKubernetes pods:\n");
+        for pod in &snapshot.pods {
+            out.push_str(&format!(
+                "  {:<40} {:<8} {:<24} {} containers, {} threads  {}{}\n",
+                pod.pod,
+                pod.role,
+                pod.group,
+                pod.containers,
+                pod.threads,
+                pod.detail,
+                if pod.foreign_writes > 0 {
+                    format!("  ({} writes by someone else)", pod.foreign_writes)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
     let micros =
         |ns: Option<u64>| ns.map_or("-".to_owned(), |ns| format!("{:.0} µs", ns as f64 / 1e3));
     out.push_str(&format!(

@@ -2,9 +2,11 @@
 //!
 //! ```toml
 //! [kubernetes]
+//! enabled = "auto"               # true, false, or "auto": on where the daemon runs in a pod
 //! # node_name = "gpu-node-3"     # default: $NODE_NAME (the downward API), else the host name
 //! cgroup_root = "/"              # the kubelet's --cgroup-root
 //! cgroup_driver = "auto"         # "systemd", "cgroupfs", or "auto": whichever kubepods exists
+//! cpu_manager_state = "/var/lib/kubelet/cpu_manager_state"
 //!
 //! [[kubernetes.selector]]        # pods other agents marked, taken without relabelling
 //! label = "koordinator.sh/qosClass"
@@ -31,21 +33,45 @@ pub enum DriverChoice {
     Cgroupfs,
 }
 
-#[derive(Debug, Deserialize)]
+/// Whether the daemon follows the node's pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Enabled {
+    Always(bool),
+    /// `"auto"`: where the daemon runs in a pod (`$KUBERNETES_SERVICE_HOST`, which the kubelet
+    /// sets in every container), so that a node without Kubernetes sees no change.
+    Auto(AutoWord),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoWord {
+    Auto,
+}
+
+/// Where the kubelet's CPU manager keeps its assignments (`--root-dir`'s default).
+pub const DEFAULT_CPU_MANAGER_STATE: &str = "/var/lib/kubelet/cpu_manager_state";
+
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KubernetesSection {
+    pub enabled: Enabled,
     pub node_name: Option<String>,
     pub cgroup_root: PathBuf,
     pub cgroup_driver: DriverChoice,
+    /// The CPU manager's state file: pods it gave exclusive CPUs are left alone.
+    pub cpu_manager_state: PathBuf,
     pub selector: Vec<Selector>,
 }
 
 impl Default for KubernetesSection {
     fn default() -> Self {
         Self {
+            enabled: Enabled::Auto(AutoWord::Auto),
             node_name: None,
             cgroup_root: PathBuf::from("/"),
             cgroup_driver: DriverChoice::Auto,
+            cpu_manager_state: PathBuf::from(DEFAULT_CPU_MANAGER_STATE),
             selector: Vec::new(),
         }
     }
@@ -93,6 +119,14 @@ impl KubernetesSection {
         Ok(())
     }
 
+    /// Whether the daemon follows the node's pods: `enabled`, where "auto" means in a pod.
+    pub fn is_enabled(&self) -> bool {
+        match self.enabled {
+            Enabled::Always(on) => on,
+            Enabled::Auto(AutoWord::Auto) => std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
+        }
+    }
+
     /// This node's name: the config's, else $NODE_NAME (set from the downward API in the
     /// DaemonSet), else the host name (what the kubelet registers by default).
     pub fn node_name(&self) -> Option<String> {
@@ -135,6 +169,12 @@ mod tests {
     fn bad_roots_names_and_selectors_are_refused_by_field() {
         let section = |toml_text: &str| -> KubernetesSection { toml::from_str(toml_text).unwrap() };
         assert!(section("").validate().is_ok());
+        assert_eq!(section("enabled = true").enabled, Enabled::Always(true));
+        assert_eq!(
+            section("enabled = \"auto\"").enabled,
+            Enabled::Auto(AutoWord::Auto)
+        );
+        assert!(toml::from_str::<KubernetesSection>("enabled = \"yes\"").is_err());
         let err = section("cgroup_root = \"kube\"").validate().unwrap_err();
         assert_eq!(err.field, "cgroup_root");
         let err = section("cgroup_root = \"/a/../b\"").validate().unwrap_err();

@@ -7,6 +7,7 @@ use enforcer_common::WAIT_THRESHOLD_UNIT_NS;
 
 use super::{
     Config, GroupConfig, PoolKindField, SensorClock, control::ControlSettings, gpu::GpuSettings,
+    kubernetes::KubernetesSection,
 };
 
 /// Everything `enforcer run` needs from its config.
@@ -27,6 +28,9 @@ pub struct Settings {
     pub control: ControlSettings,
     pub training: Vec<GroupSettings>,
     pub pools: Vec<PoolSettings>,
+    /// The node's pods to follow (docs/kubernetes.md); None: Kubernetes is off
+    /// (`[kubernetes] enabled`).
+    pub kubernetes: Option<KubernetesSection>,
 }
 
 /// The sensor's knobs, in the kernel's units.
@@ -191,6 +195,10 @@ impl Config {
                     sources: sources_of(pool),
                 })
                 .collect(),
+            kubernetes: self
+                .kubernetes
+                .is_enabled()
+                .then(|| self.kubernetes.clone()),
         }
     }
 }

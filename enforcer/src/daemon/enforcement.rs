@@ -11,8 +11,9 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::Arc,
+    time::Instant,
 };
 
 use enforcer_common::{
@@ -30,7 +31,7 @@ use crate::{
         decision_log::{DecisionLog, RecentDecisions},
         freezer::Freezer,
         grants::{GrantBoard, WorkerGone},
-        pools::{Pools, PoolsError},
+        pools::{PodView, Pools, PoolsError},
         quiet_cpus::QuietCpus,
     },
     config::{PoolKind, Settings},
@@ -229,6 +230,44 @@ impl Enforcement {
     /// Each pool's name and the directory listing its threads.
     pub fn pool_member_dirs(&self) -> Vec<(String, PathBuf)> {
         self.pools.member_dirs()
+    }
+
+    /// Pod `uid` (`key`) joins `pool`, its groups written in place where the daemon enforces
+    /// (`pod_in_place`); its group is `relative` in each hierarchy.
+    pub fn attach_pod(
+        &mut self,
+        pool: &str,
+        uid: &str,
+        key: &str,
+        relative: &Path,
+        exclusive_cpus: Option<&str>,
+    ) -> Result<(), PoolsError> {
+        self.pools
+            .attach_pod(pool, uid, key, relative, exclusive_cpus, self.enforcing)
+    }
+
+    /// A container group of pod `uid` appeared: the pool's CPUs and pause, written at once.
+    pub fn add_pod_container(&mut self, uid: &str, relative: &Path) {
+        self.pools.add_pod_container(uid, relative);
+    }
+
+    pub fn remove_pod_container(&mut self, uid: &str, relative: &Path) {
+        self.pools.remove_pod_container(uid, relative);
+    }
+
+    /// Pod `uid` left its pool: its groups are the kubelet's again. Returns what failed.
+    pub fn detach_pod(&mut self, uid: &str) -> Vec<String> {
+        self.pools.detach_pod(uid)
+    }
+
+    /// Reads back the pods' files (someone else's rewrites): what to log.
+    pub fn check_pods(&mut self, now: Instant) -> Vec<String> {
+        self.pools.check_pods(now)
+    }
+
+    /// The pools' pods, for `status` and /metrics.
+    pub fn pod_views(&self) -> Vec<PodView> {
+        self.pools.pod_views()
     }
 
     /// The freezers of the GPU pools, for the GPU duty cycle.
@@ -464,7 +503,7 @@ impl Enforcement {
 
     /// Leaves every inference process runnable on every CPU, unfrozen, at normal priority;
     /// removes pool cgroups that are empty (the others stay for a restarted daemon to adopt).
-    pub fn shutdown(&self, instance: &str) {
+    pub fn shutdown(&mut self, instance: &str) {
         self.pools.release(instance);
     }
 }

@@ -7,7 +7,7 @@
 
 use tracing::error;
 
-use crate::actuate::freezer;
+use crate::actuate::{freezer, pod_in_place};
 
 /// The exit status of a daemon that failed (EX_SOFTWARE).
 pub const EXIT_FATAL: i32 = 70;
@@ -22,11 +22,12 @@ pub fn exit_on_panic(instance: &str) {
     }));
 }
 
-/// Ends the daemon after `why`: thaws every pool of `instance` first, without a lock (the
+/// Ends the daemon after `why`: thaws every pool of `instance` and every pod container a pool
+/// froze first, without a lock (the
 /// panicking thread may hold any of them), then exits with `EXIT_FATAL`. The next daemon
 /// restores the rest.
 pub fn exit(instance: &str, why: &str) -> ! {
-    let thawed = freezer::thaw_instance(instance);
+    let thawed = freezer::thaw_instance(instance) + pod_in_place::thaw_all();
     error!(
         thawed_pools = thawed,
         "the daemon cannot go on after {why}: exiting"

@@ -3,7 +3,8 @@
 //! - the slow path's tick: training's demand goes to the CPU policy, its CPU use to the GPU
 //!   policy;
 //! - the GPU clamp's fast signal, while some GPU pool is gated;
-//! - the reconcile: group membership re-read from cgroups and process trees.
+//! - the reconcile: group membership re-read from cgroups and process trees, and pods' groups
+//!   read back for someone else's writes.
 
 use std::{
     sync::{
@@ -150,6 +151,15 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
         let mut sensor = shared.sensor.lock().expect("sensor poisoned");
         let report = classify(&mut registry, &mut sensor);
         drop((registry, sensor));
+        // Pods' files read back: the kubelet's rewrites re-applied, another agent's reported.
+        let notes = shared
+            .enforcement
+            .lock()
+            .expect("enforcement poisoned")
+            .check_pods(Instant::now());
+        for note in notes {
+            warn!("Kubernetes: {note}");
+        }
         shared
             .journal
             .lock()

@@ -11,7 +11,7 @@ use enforcer_common::{
     NR_CLASSES, cpu_list,
     histogram::bucket_upper_bound,
     http_serve::{self, HttpLimits},
-    protocol::{Snapshot, gpu::GpuReport},
+    protocol::{PodInfo, Snapshot, gpu::GpuReport},
 };
 use prometheus_client::{
     collector::Collector,
@@ -253,11 +253,56 @@ impl Collector for SnapshotMetrics {
                 )?;
             }
         }
+        if !snapshot.pods.is_empty() {
+            encode_pods(&mut encoder, &snapshot.pods)?;
+        }
         if let Some(gpu) = &snapshot.gpu {
             encode_gpu(&mut encoder, gpu)?;
         }
         Ok(())
     }
+}
+
+/// The Kubernetes pods the daemon manages, named `namespace/name`.
+fn encode_pods(encoder: &mut DescriptorEncoder, pods: &[PodInfo]) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(
+        "reamer_pod_info",
+        "1 for each managed pod: its role, its job or pool, and how reamer holds it \
+         (measured, enforced, observe_only, exclusive, contested, failing).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for pod in pods {
+        let labels = [
+            ("pod", pod.pod.as_str()),
+            ("role", pod.role.as_str()),
+            ("group", pod.group.as_str()),
+            ("state", pod.state.as_str()),
+        ];
+        gauge(&mut family.encode_family(&labels)?, 1u64)?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "reamer_pod_threads",
+        "Threads in each managed pod's container groups.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for pod in pods {
+        let labels = [("pod", pod.pod.as_str())];
+        gauge(&mut family.encode_family(&labels)?, pod.threads as u64)?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "reamer_pod_foreign_writes",
+        "Writes by someone else (the kubelet, another agent) to the files reamer holds for an \
+         inference pod.",
+        None,
+        MetricType::Counter,
+    )?;
+    for pod in pods.iter().filter(|p| p.role != "training") {
+        let labels = [("pod", pod.pod.as_str())];
+        counter(&mut family.encode_family(&labels)?, pod.foreign_writes)?;
+    }
+    Ok(())
 }
 
 /// The GPU side's gauges: whether it runs, each device's load and memory by owner, and the
@@ -457,7 +502,24 @@ mod tests {
             }),
             ..Default::default()
         };
+        let mut snapshot = snapshot;
+        snapshot.pods = vec![PodInfo {
+            pod: "ml/batch-0".into(),
+            role: "offline".into(),
+            group: "batch".into(),
+            state: "contested".into(),
+            threads: 3,
+            foreign_writes: 4,
+            ..Default::default()
+        }];
         let text = render(snapshot);
+        for line in [
+            "reamer_pod_info{pod=\"ml/batch-0\",role=\"offline\",group=\"batch\",state=\"contested\"} 1",
+            "reamer_pod_threads{pod=\"ml/batch-0\"} 3",
+            "reamer_pod_foreign_writes_total{pod=\"ml/batch-0\"} 4",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
         assert!(
             text.contains("reamer_training_wait_seconds_bucket{job=\"resnet\",le=\"1.024e-06\"} 1"),
             "{text}"

@@ -6,6 +6,7 @@
 //! - `loops`: the slow path's tick, the GPU clamp's fast signal, the reconcile;
 //! - `enforcement`: the policies' decisions applied by the actuators;
 //! - `server`, `admission`, `requests`, `subscription`: the control socket;
+//! - `pods`: the node's Kubernetes pods, as members and as groups written in place;
 //! - `snapshot` and `metrics`: what `status`, `observe` and Prometheus read;
 //! - `journal`, `relaunch_board`: what a restarted daemon and the launchers need;
 //! - `fatal`, `watchdog`: a failure ends the daemon, loudly and thawed; the service manager
@@ -18,6 +19,7 @@ pub mod fatal;
 pub mod journal;
 pub mod loops;
 pub mod metrics;
+pub mod pods;
 pub mod reactions;
 pub mod relaunch_board;
 pub mod requests;
@@ -291,6 +293,10 @@ pub async fn run(
         );
     }
     let server = tokio::spawn(server::serve(listener, shared.clone(), control));
+    let pods = settings
+        .kubernetes
+        .clone()
+        .map(|kubernetes| pods::start(shared.clone(), kubernetes, &settings.pools));
     let metrics = metrics_listener
         .map(|listener| tokio::spawn(metrics::serve(listener, metrics::router(shared.clone()))));
     if let Some(addr) = &metrics_addr {
@@ -322,7 +328,7 @@ pub async fn run(
     if let Some(gpu) = shared.gpu.get() {
         gpu.shutdown();
     }
-    for task in std::iter::once(server).chain(metrics) {
+    for task in std::iter::once(server).chain(metrics).chain(pods) {
         task.abort();
         let _ = task.await;
     }

@@ -6,7 +6,7 @@
 use enforcer_common::{
     CLASS_ONLINE,
     histogram::{NR_BUCKETS, percentile},
-    protocol::{EnforcementStatus, JobTotals, PoolInfo, Snapshot},
+    protocol::{EnforcementStatus, JobTotals, PodInfo, PoolInfo, Snapshot},
 };
 
 use super::{event_thread, state::Shared};
@@ -87,6 +87,11 @@ pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
             }
         })
         .collect();
+    let pod_members: Vec<(String, crate::registry::pods::PodMember)> = registry
+        .pods
+        .iter()
+        .map(|(uid, pod)| (uid.clone(), pod.clone()))
+        .collect();
     drop((relaunch, registry));
     let cpu_class_ns = match full {
         true => readings::read_cpu_class_ns(&sensor.maps),
@@ -96,6 +101,10 @@ pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
     let programs = sensor.program_stats();
     drop(sensor);
     let enforcement = enforcement_status(shared, &jobs, detail);
+    let pods = match full {
+        true => pods(shared, pod_members),
+        false => Vec::new(),
+    };
     Snapshot {
         instance: shared.instance.clone(),
         monotonic_ns: now_ns,
@@ -112,7 +121,49 @@ pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
         event_thread: thread_policy::own_thread_named(event_thread::THREAD_NAME)
             .filter(|_| full)
             .map(thread_policy::describe),
+        pods,
     }
+}
+
+/// The managed pods: what the registry has of them, with how the pools write them. Their
+/// threads are counted from their groups' files, with no lock held.
+fn pods(shared: &Shared, members: Vec<(String, crate::registry::pods::PodMember)>) -> Vec<PodInfo> {
+    let views = shared
+        .enforcement
+        .lock()
+        .expect("enforcement poisoned")
+        .pod_views();
+    members
+        .into_iter()
+        .map(|(uid, member)| {
+            let view = views.iter().find(|view| view.uid == uid);
+            let sources: Vec<_> = member
+                .containers
+                .iter()
+                .cloned()
+                .map(crate::config::Source::Cgroup)
+                .collect();
+            let (state, detail) = match (view, &member.exclusive_cpus) {
+                (Some(view), _) => (view.state.label(), view.state.to_string()),
+                (None, Some(cpus)) => (
+                    "measured",
+                    format!("training, measured; the CPU manager gave it exclusive CPUs ({cpus})"),
+                ),
+                (None, None) => ("measured", "training, measured".to_owned()),
+            };
+            PodInfo {
+                pod: member.key,
+                uid,
+                role: member.role.to_owned(),
+                group: member.group,
+                containers: member.containers.len(),
+                threads: crate::registry::group_threads(&sources).len(),
+                state: state.to_owned(),
+                detail,
+                foreign_writes: view.map_or(0, |view| view.foreign_writes),
+            }
+        })
+        .collect()
 }
 
 /// The enforcement's status, with "event to training ran" summed from the sensor's per-job

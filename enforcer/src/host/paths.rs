@@ -48,6 +48,12 @@ pub fn launched_journal(instance: &str) -> PathBuf {
     PathBuf::from(RUN_DIR).join(format!("{instance}.launched.json"))
 }
 
+/// The kubelet's CPUs of the pods' containers this instance writes, for its successor:
+/// `/run/reamer/<instance>.pod-cpus.json` (`actuate::pod_bases`).
+pub fn pod_bases(instance: &str) -> PathBuf {
+    PathBuf::from(RUN_DIR).join(format!("{instance}.pod-cpus.json"))
+}
+
 /// An instance name that cannot name a directory and a file.
 #[derive(Debug, thiserror::Error)]
 #[error("instance name {0:?} must be 1-64 characters of letters, digits, '-' or '_'")]

@@ -104,6 +104,25 @@ impl Classifier {
         Self { pools, selectors }
     }
 
+    /// The classifier of a config's pools, each named with whether it is online.
+    pub fn of_pools(
+        pools: impl IntoIterator<Item = (String, bool)>,
+        selectors: Vec<Selector>,
+    ) -> Self {
+        let pools = pools
+            .into_iter()
+            .map(|(name, online)| {
+                let kind = if online {
+                    RoleName::Online
+                } else {
+                    RoleName::Offline
+                };
+                (name, kind)
+            })
+            .collect();
+        Self::new(pools, selectors)
+    }
+
     /// What `pod` is: Ok(None) where no label or selector marks it.
     pub fn classify(&self, pod: &Pod) -> Result<Option<Role>, ClassifyError> {
         let (role, selector_pool) = match pod.marked(ROLE_KEY) {

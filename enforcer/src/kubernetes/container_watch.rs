@@ -8,7 +8,7 @@
 //! directory like on any other file system, cgroupfs included.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
     ffi::CString,
     io,
     os::{
@@ -16,8 +16,11 @@ use std::{
         unix::ffi::OsStrExt as _,
     },
     path::{Path, PathBuf},
+    sync::mpsc as std_mpsc,
     time::Duration,
 };
+
+use tokio::sync::mpsc;
 
 /// A change among a watched pod's child groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +186,84 @@ impl ContainerWatch {
             }
         }
     }
+}
+
+/// What the watching thread is asked to do.
+pub enum WatchCommand {
+    Watch(PathBuf),
+    Unwatch(PathBuf),
+}
+
+/// How often the watching thread looks at its commands, and retries pods whose group is not
+/// there yet: the API server may report a pod before the kubelet has made its group.
+const COMMAND_PERIOD: Duration = Duration::from_millis(20);
+
+/// The inotify watch on a thread of its own (it blocks in poll): pod groups to watch go in,
+/// group events come out. A pod group that does not exist yet is retried every
+/// `COMMAND_PERIOD` until it does or is unwatched. With `report_existing`, the child groups
+/// a pod's group already has when its watch starts come out as `Created`, so that a consumer
+/// sees every container once whichever came first, the pod on the API or its group.
+pub fn spawn(
+    report_existing: bool,
+) -> io::Result<(
+    std_mpsc::Sender<WatchCommand>,
+    mpsc::UnboundedReceiver<GroupEvent>,
+)> {
+    let mut watch = ContainerWatch::new()?;
+    let (commands, command_receiver) = std_mpsc::channel();
+    let (events, event_receiver) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("reamer-pod-groups".to_owned())
+        .spawn(move || {
+            let mut pending: BTreeSet<PathBuf> = BTreeSet::new();
+            loop {
+                loop {
+                    match command_receiver.try_recv() {
+                        Ok(WatchCommand::Watch(dir)) => {
+                            pending.insert(dir);
+                        }
+                        Ok(WatchCommand::Unwatch(dir)) => {
+                            pending.remove(&dir);
+                            watch.unwatch(&dir);
+                        }
+                        Err(std_mpsc::TryRecvError::Empty) => break,
+                        Err(std_mpsc::TryRecvError::Disconnected) => return,
+                    }
+                }
+                let mut started = Vec::new();
+                for dir in &pending {
+                    // Not there yet: tried again next period.
+                    if let Ok(children) = watch.watch(dir) {
+                        started.push(dir.clone());
+                        if report_existing {
+                            for child in children {
+                                let event = GroupEvent::Created {
+                                    pod_dir: dir.clone(),
+                                    child,
+                                };
+                                if events.send(event).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                }
+                for dir in started {
+                    pending.remove(&dir);
+                }
+                match watch.wait(COMMAND_PERIOD) {
+                    Ok(found) => {
+                        for event in found {
+                            if events.send(event).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(_) => std::thread::sleep(COMMAND_PERIOD),
+                }
+            }
+        })?;
+    Ok((commands, event_receiver))
 }
 
 #[cfg(test)]

@@ -9,11 +9,15 @@
 //! - `container_watch`: containers created after their pod, seen the moment their group
 //!   appears (inotify on the pod's group), not at the API's next event.
 //!
-//! `enforcer pods` shows what these make of a node's pods. The daemon does not consume the
-//! watch, nor enforce on these groups, yet (docs/kubernetes.md says what is built).
+//! - `cpu_manager`: the pods the kubelet's CPU manager gave exclusive CPUs, left alone;
+//! - `node_groups`: all of the above as the changes the daemon consumes (`daemon::pods`).
+//!
+//! `enforcer pods` shows what these make of a node's pods.
 
 pub mod api_watch;
 pub mod classify;
 pub mod container_watch;
+pub mod cpu_manager;
+pub mod node_groups;
 pub mod pod;
 pub mod pod_cgroup;

@@ -7,6 +7,7 @@
 //! hook could not insert.
 
 pub mod members;
+pub mod pods;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -54,6 +55,11 @@ pub enum RegistryError {
     NoSuchProcess { pid: u32 },
     #[error(transparent)]
     InvalidName(#[from] InvalidName),
+    #[error(
+        "training job name {0:?} (from a pod) is not `namespace/name`: letters, digits, '-', \
+         '_', '.' and one '/', at most 317 characters"
+    )]
+    PodJobName(String),
 }
 
 /// What one reconcile pass did.
@@ -70,6 +76,8 @@ pub struct Reconciled {
 pub struct Registry {
     pub training: Vec<Group>,
     pub pools: Vec<Group>,
+    /// The Kubernetes pods whose container groups are members, by UID (`pods`).
+    pub pods: std::collections::BTreeMap<String, pods::PodMember>,
     /// When each process source started (/proc's start time), read when it was added: a pid
     /// reused by another process between two reconciles is that other process, not a member.
     started: HashMap<u32, u64>,
@@ -121,6 +129,7 @@ impl Registry {
         let mut registry = Self {
             training: training.collect(),
             pools: pools.collect(),
+            pods: Default::default(),
             started: HashMap::new(),
         };
         let pids: Vec<u32> = registry
@@ -150,42 +159,41 @@ impl Registry {
     pub fn add_training_process(&mut self, name: &str, pid: u32) -> Result<&Group, RegistryError> {
         validate_name(name)?;
         check_process(pid)?;
-        if self.pools.iter().any(|p| p.name == name) {
-            let existing = self
-                .pools
-                .iter()
-                .find(|p| p.name == name)
-                .map_or("pool", |p| class_name(p.class));
-            return Err(RegistryError::NameTaken {
-                name: name.to_owned(),
-                existing,
-            });
-        }
-        let index = match self.training.iter().position(|j| j.name == name) {
-            Some(index) => index,
-            None => {
-                if self.training.len() >= MAX_JOBS as usize {
-                    return Err(RegistryError::TooManyJobs {
-                        name: name.to_owned(),
-                    });
-                }
-                let id = self.training.len() as u32;
-                self.training.push(Group {
-                    name: name.to_owned(),
-                    class: CLASS_TRAINING,
-                    id,
-                    sources: Vec::new(),
-                    threads: 0,
-                });
-                self.training.len() - 1
-            }
-        };
+        let index = self.training_job(name)?;
         self.remember_start(pid);
         let job = &mut self.training[index];
         if !job.sources.contains(&Source::Process(pid)) {
             job.sources.push(Source::Process(pid));
         }
         Ok(job)
+    }
+
+    /// The index of training job `name`, created where it is new. The caller has checked the
+    /// name (`validate_name` for the config's and launched jobs; pods' are `namespace/name`).
+    fn training_job(&mut self, name: &str) -> Result<usize, RegistryError> {
+        if let Some(pool) = self.pools.iter().find(|p| p.name == name) {
+            return Err(RegistryError::NameTaken {
+                name: name.to_owned(),
+                existing: class_name(pool.class),
+            });
+        }
+        if let Some(index) = self.training.iter().position(|j| j.name == name) {
+            return Ok(index);
+        }
+        // The lowest id no job holds: jobs of pods that went away leave theirs free.
+        let Some(id) = (0..MAX_JOBS).find(|id| !self.training.iter().any(|j| j.id == *id)) else {
+            return Err(RegistryError::TooManyJobs {
+                name: name.to_owned(),
+            });
+        };
+        self.training.push(Group {
+            name: name.to_owned(),
+            class: CLASS_TRAINING,
+            id,
+            sources: Vec::new(),
+            threads: 0,
+        });
+        Ok(self.training.len() - 1)
     }
 
     /// Adds process `pid` to the configured pool `name`.

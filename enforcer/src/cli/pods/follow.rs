@@ -1,11 +1,10 @@
 //! `enforcer pods --watch`: the node's pods followed through the API server's watch, and the
 //! container groups of the managed ones through inotify, a line per change.
 
-use std::{collections::HashMap, path::PathBuf, sync::mpsc as std_mpsc, time::Duration};
+use std::{collections::HashMap, path::PathBuf};
 
 use futures::StreamExt as _;
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 use super::{PodLine, pod_line, render};
 use crate::{
@@ -13,7 +12,7 @@ use crate::{
     kubernetes::{
         api_watch::{PodChange, pod_changes},
         classify::Classifier,
-        container_watch::{ContainerWatch, GroupEvent},
+        container_watch::{self, GroupEvent, WatchCommand},
         pod::Pod,
         pod_cgroup::pod_group,
     },
@@ -50,46 +49,6 @@ fn print(change: &Change, json: bool) {
     }
 }
 
-enum WatchCommand {
-    Watch(PathBuf),
-    Unwatch(PathBuf),
-}
-
-/// The inotify watch on a thread of its own (it blocks in poll): directories to watch go
-/// in, group events come out.
-fn spawn_container_watch() -> std::io::Result<(
-    std_mpsc::Sender<WatchCommand>,
-    mpsc::UnboundedReceiver<GroupEvent>,
-)> {
-    let mut watch = ContainerWatch::new()?;
-    let (commands, command_receiver) = std_mpsc::channel();
-    let (events, event_receiver) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        loop {
-            loop {
-                match command_receiver.try_recv() {
-                    // A pod whose group is not there yet: its line already says "not found".
-                    Ok(WatchCommand::Watch(dir)) => drop(watch.watch(&dir)),
-                    Ok(WatchCommand::Unwatch(dir)) => watch.unwatch(&dir),
-                    Err(std_mpsc::TryRecvError::Empty) => break,
-                    Err(std_mpsc::TryRecvError::Disconnected) => return,
-                }
-            }
-            match watch.wait(Duration::from_millis(50)) {
-                Ok(found) => {
-                    for event in found {
-                        if events.send(event).is_err() {
-                            return;
-                        }
-                    }
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
-    });
-    Ok((commands, event_receiver))
-}
-
 /// The group of `pod` under the kubelet's root, where it can be resolved.
 fn pod_dir(pod: &Pod, config: &Config, hierarchy: &std::path::Path) -> Option<PathBuf> {
     let kubelet_root = config.kubernetes.kubelet_root(hierarchy);
@@ -107,7 +66,8 @@ pub async fn follow(
     hierarchy: &std::path::Path,
     json: bool,
 ) -> anyhow::Result<()> {
-    let (commands, mut groups) = spawn_container_watch()?;
+    // Its pod's line already says which containers it has: only new ones are reported.
+    let (commands, mut groups) = container_watch::spawn(false)?;
     let mut changes = Box::pin(pod_changes(client, node));
     // The pods shown, by UID: their key and, where managed, their group being watched.
     let mut shown: HashMap<String, (String, Option<PathBuf>)> = HashMap::new();

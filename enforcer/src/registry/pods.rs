@@ -1,0 +1,231 @@
+//! Kubernetes pods as group members: a training pod's container groups are its job's, an
+//! inference pod's its pool's. A pod joins (its job is created where it is the first), each
+//! container group is added as it appears, and a pod that leaves takes its groups out and
+//! hands back the threads still in them, for the daemon to unclassify (a relabelled pod runs
+//! on, and must not stay counted as training or inference).
+
+use std::path::{Path, PathBuf};
+
+use enforcer_common::{CLASS_OFFLINE, CLASS_ONLINE, CLASS_TRAINING};
+
+use super::{Registry, RegistryError, group_threads};
+use crate::{
+    config::Source,
+    kubernetes::{
+        classify::{Role, RoleName},
+        node_groups::ManagedPod,
+    },
+};
+
+/// A managed pod, as `status` names it.
+#[derive(Debug, Clone)]
+pub struct PodMember {
+    /// `namespace/name`.
+    pub key: String,
+    /// "training", "online" or "offline".
+    pub role: &'static str,
+    /// Its job or pool.
+    pub group: String,
+    pub class: u32,
+    /// Its container groups, in the hierarchy threads are listed from.
+    pub containers: Vec<PathBuf>,
+    /// The CPU manager's exclusive CPUs, where it has any.
+    pub exclusive_cpus: Option<String>,
+}
+
+/// Longest pod job name taken: a namespace (63) and a name (253) with their '/'.
+const MAX_POD_JOB_NAME: usize = 63 + 1 + 253;
+
+impl Registry {
+    /// Pod `pod` joins its job (created where new) or its pool.
+    pub fn join_pod(&mut self, pod: &ManagedPod) -> Result<(), RegistryError> {
+        let (role, group, class) = match &pod.role {
+            Role::Training { job } => {
+                check_pod_job_name(job)?;
+                self.training_job(job)?;
+                ("training", job.clone(), CLASS_TRAINING)
+            }
+            Role::Pool { pool, kind } => {
+                let Some(found) = self.pools.iter().find(|p| &p.name == pool) else {
+                    return Err(RegistryError::UnknownPool {
+                        name: pool.clone(),
+                        known: self
+                            .pools
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                };
+                let class = found.class;
+                let role = if *kind == RoleName::Online {
+                    "online"
+                } else {
+                    "offline"
+                };
+                (role, pool.clone(), class)
+            }
+        };
+        debug_assert!(matches!(
+            class,
+            CLASS_TRAINING | CLASS_ONLINE | CLASS_OFFLINE
+        ));
+        self.pods.insert(
+            pod.uid.clone(),
+            PodMember {
+                key: pod.key.clone(),
+                role,
+                group,
+                class,
+                containers: Vec::new(),
+                exclusive_cpus: pod.exclusive_cpus.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Container group `dir` of pod `uid` becomes a member of the pod's group.
+    pub fn add_pod_container(&mut self, uid: &str, dir: PathBuf) {
+        let Some(pod) = self.pods.get_mut(uid) else {
+            return;
+        };
+        if pod.containers.contains(&dir) {
+            return;
+        }
+        pod.containers.push(dir.clone());
+        let (class, name) = (pod.class, pod.group.clone());
+        if let Some(group) = self.group_mut(class, &name) {
+            group.sources.push(Source::Cgroup(dir));
+        }
+    }
+
+    /// Container group `dir` of pod `uid` is gone.
+    pub fn remove_pod_container(&mut self, uid: &str, dir: &Path) {
+        let Some(pod) = self.pods.get_mut(uid) else {
+            return;
+        };
+        pod.containers.retain(|c| c != dir);
+        let (class, name) = (pod.class, pod.group.clone());
+        if let Some(group) = self.group_mut(class, &name) {
+            group
+                .sources
+                .retain(|s| !matches!(s, Source::Cgroup(d) if d == dir));
+        }
+    }
+
+    /// Pod `uid` leaves: its container groups are taken out of its group, a training job
+    /// left with no member goes, and the threads its groups still hold are returned.
+    pub fn leave_pod(&mut self, uid: &str) -> Vec<u32> {
+        let Some(pod) = self.pods.remove(uid) else {
+            return Vec::new();
+        };
+        let sources: Vec<Source> = pod.containers.iter().cloned().map(Source::Cgroup).collect();
+        let threads = group_threads(&sources).into_iter().collect();
+        if let Some(group) = self.group_mut(pod.class, &pod.group) {
+            group.sources.retain(|s| !sources.contains(s));
+        }
+        let emptied = pod.class == CLASS_TRAINING
+            && !self
+                .pods
+                .values()
+                .any(|p| p.class == CLASS_TRAINING && p.group == pod.group);
+        if emptied {
+            self.training
+                .retain(|job| job.name != pod.group || !job.sources.is_empty());
+        }
+        threads
+    }
+
+    fn group_mut(&mut self, class: u32, name: &str) -> Option<&mut super::Group> {
+        let groups = if class == CLASS_TRAINING {
+            &mut self.training
+        } else {
+            &mut self.pools
+        };
+        groups.iter_mut().find(|g| g.name == name)
+    }
+}
+
+/// A pod's job name: `namespace/name`, or its `reamer.io/job` (a label value's characters).
+fn check_pod_job_name(name: &str) -> Result<(), RegistryError> {
+    let fits = !name.is_empty()
+        && name.len() <= MAX_POD_JOB_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+    if fits {
+        Ok(())
+    } else {
+        Err(RegistryError::PodJobName(name.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, role: Role) -> ManagedPod {
+        ManagedPod {
+            uid: uid.to_owned(),
+            key: format!("ml/{uid}"),
+            role,
+            group: PathBuf::from("kubepods"),
+            exclusive_cpus: None,
+        }
+    }
+
+    #[test]
+    fn a_training_pods_job_lives_while_one_of_its_pods_does_and_frees_its_id() {
+        let mut registry = Registry::default();
+        let job = Role::Training {
+            job: "ml/resnet".to_owned(),
+        };
+        registry.join_pod(&pod("a", job.clone())).unwrap();
+        registry.join_pod(&pod("b", job)).unwrap();
+        let dir = std::env::temp_dir();
+        registry.add_pod_container("a", dir.join("a1"));
+        registry.add_pod_container("a", dir.join("a1"));
+        registry.add_pod_container("b", dir.join("b1"));
+        assert_eq!(registry.training.len(), 1);
+        assert_eq!(registry.training[0].sources.len(), 2);
+        registry.leave_pod("a");
+        assert_eq!(
+            registry.training[0].sources,
+            [Source::Cgroup(dir.join("b1"))]
+        );
+        registry.remove_pod_container("b", &dir.join("b1"));
+        registry.leave_pod("b");
+        assert!(
+            registry.training.is_empty(),
+            "its last pod gone, the job goes"
+        );
+        registry
+            .join_pod(&pod(
+                "c",
+                Role::Training {
+                    job: "ml/other".to_owned(),
+                },
+            ))
+            .unwrap();
+        assert_eq!(registry.training[0].id, 0, "the freed id is taken again");
+        let err = registry
+            .join_pod(&pod(
+                "d",
+                Role::Training {
+                    job: "ml/a b".to_owned(),
+                },
+            ))
+            .unwrap_err();
+        assert!(err.to_string().contains("ml/a b"), "{err}");
+        let err = registry
+            .join_pod(&pod(
+                "e",
+                Role::Pool {
+                    pool: "batch".to_owned(),
+                    kind: RoleName::Offline,
+                },
+            ))
+            .unwrap_err();
+        assert!(matches!(err, RegistryError::UnknownPool { .. }), "{err}");
+    }
+}

@@ -1,0 +1,481 @@
+//! The daemon on Kubernetes pods, end to end: `enforcer run` follows the API server stand-in
+//! (`support`) through a kubeconfig, finds the pods' groups in a real hierarchy laid out as
+//! the kubelet lays it out (cgroupfs driver, each v1 hierarchy or the v2 tree) under the
+//! tests' `reamer` subtree, with real processes in them, and:
+//!
+//! - makes a training pod's threads a training job named by its owner;
+//! - writes an offline pod's container groups in place, within 100 ms of the group appearing;
+//! - moves them with its pool when training contends (the fast path, as for launched
+//!   processes);
+//! - re-applies a rewrite by someone else, and lets go of a pod whose files another agent keeps
+//!   writing;
+//! - leaves alone a pod the CPU manager gave exclusive CPUs;
+//! - releases a pod that goes away, and drops a training job whose last pod went.
+//!
+//! Privileged: skips with a reason elsewhere (fails with REAMER_REQUIRE_PRIVILEGED=1).
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use enforcer_common::protocol::{PodInfo, Snapshot};
+use reamer_tests::harness::{
+    Daemon, eventually, online_cpu_count, online_cpus, privileged, remove_test_cgroups, target_dir,
+};
+use serde_json::{Value, json};
+
+mod support;
+use support::{ApiServer, remove_tree};
+
+const INSTANCE: &str = "it-kube";
+/// The kubelet's `--cgroup-root` of the test: its tree under the tests' `reamer` subtree.
+const KUBELET_ROOT: &str = "reamer/it-kube-node";
+const TRAINING_UID: &str = "10000000-0000-4000-8000-000000000001";
+const BATCH_A_UID: &str = "a0000000-0000-4000-8000-00000000000a";
+const BATCH_B_UID: &str = "b0000000-0000-4000-8000-00000000000b";
+const PINNED_UID: &str = "c0000000-0000-4000-8000-00000000000c";
+
+fn v2_host() -> bool {
+    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// The directory of group `relative` (under the hierarchies' root) holding `controller`.
+fn dir(controller: &str, relative: &str) -> PathBuf {
+    if v2_host() {
+        PathBuf::from(format!("/sys/fs/cgroup/{relative}"))
+    } else {
+        PathBuf::from(format!("/sys/fs/cgroup/{controller}/{relative}"))
+    }
+}
+
+/// The hierarchies a kubelet (and runc) makes a group in, in runc's order: cpuset before cpu,
+/// freezer after.
+fn hierarchies() -> &'static [&'static str] {
+    if v2_host() {
+        &["unified"]
+    } else {
+        &["cpuset", "cpu", "freezer"]
+    }
+}
+
+/// Makes group `relative` as the kubelet and runc would: each level in each hierarchy, a v1
+/// cpuset given its parent's CPUs and memory nodes (a new one has none), v2 controllers
+/// enabled for the children.
+fn kubelet_mkdir(relative: &str) {
+    for controller in hierarchies() {
+        let mut path = String::new();
+        for part in relative.split('/') {
+            let parent = dir(controller, &path);
+            path = if path.is_empty() {
+                part.to_owned()
+            } else {
+                format!("{path}/{part}")
+            };
+            let here = dir(controller, &path);
+            if here.exists() {
+                continue;
+            }
+            if v2_host() {
+                let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+cpu +cpuset");
+            }
+            std::fs::create_dir(&here)
+                .unwrap_or_else(|e| panic!("creating {}: {e}", here.display()));
+            if *controller == "cpuset" {
+                for file in ["cpuset.cpus", "cpuset.mems"] {
+                    let value = std::fs::read_to_string(parent.join(file)).unwrap();
+                    std::fs::write(here.join(file), value.trim()).unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// Moves process `pid` into group `relative` in every hierarchy, as runc does.
+fn kubelet_move(pid: u32, relative: &str) {
+    for controller in hierarchies() {
+        let procs = dir(controller, relative).join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", procs.display()));
+    }
+}
+
+fn read(path: PathBuf) -> String {
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+fn container_cpus(relative: &str) -> String {
+    read(dir("cpuset", relative).join("cpuset.cpus"))
+}
+
+fn pool_cpus() -> String {
+    read(dir("cpuset", &format!("reamer/{INSTANCE}/batch")).join("cpuset.cpus"))
+}
+
+fn api_pod(uid: &str, name: &str, labels: Value, qos: &str, container: Option<&str>) -> Value {
+    let statuses = match container {
+        Some(id) => json!([{"name": "main", "ready": true, "restartCount": 0, "image": "x",
+                            "imageID": "", "containerID": format!("containerd://{id}")}]),
+        None => json!([]),
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": labels,
+                     "resourceVersion": "1",
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                          "name": format!("{name}-job"), "uid": "0",
+                                          "controller": true}]},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "x"}]},
+        "status": {"phase": "Running", "qosClass": qos, "containerStatuses": statuses}
+    })
+}
+
+fn pod_of<'a>(snapshot: &'a Snapshot, key: &str) -> Option<&'a PodInfo> {
+    snapshot.pods.iter().find(|pod| pod.pod == key)
+}
+
+/// A process the test started, killed when the test ends however it ends.
+struct Started(Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(program: &str, args: &[&str]) -> Started {
+    Started(
+        Command::new(target_dir().join(program))
+            .args(args)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {program}: {e}")),
+    )
+}
+
+/// The scheduling policy of each thread of `pid`.
+fn thread_policies(pid: u32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                // SAFETY: no pointers; a thread gone meanwhile answers -1.
+                .map(|tid| unsafe { libc::sched_getscheduler(tid) })
+                .filter(|&policy| policy >= 0)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
+    if !privileged("the_daemon_enforces_on_pods_found_by_label_and_lets_them_go") {
+        return;
+    }
+    assert!(
+        online_cpu_count() >= 2,
+        "needs 2 CPUs: one for training, one for the pool"
+    );
+    let all_cpus = online_cpus();
+    let pod_group = |qos: &str, uid: &str| match qos {
+        "" => format!("{KUBELET_ROOT}/kubepods/pod{uid}"),
+        tier => format!("{KUBELET_ROOT}/kubepods/{tier}/pod{uid}"),
+    };
+    let training_id = "11".repeat(32);
+    let pinned_id = "33".repeat(32);
+    let training_container = format!("{}/{training_id}", pod_group("burstable", TRAINING_UID));
+    let pinned_container = format!("{}/{pinned_id}", pod_group("", PINNED_UID));
+    let batch_a = pod_group("besteffort", BATCH_A_UID);
+    let batch_b = pod_group("besteffort", BATCH_B_UID);
+    let (a_container, b_container) = (
+        format!("{batch_a}/{}", "aa".repeat(32)),
+        format!("{batch_b}/{}", "bb".repeat(32)),
+    );
+    for controller in hierarchies() {
+        remove_tree(&dir(controller, KUBELET_ROOT));
+    }
+
+    // The node as the kubelet left it: a training pod running, two offline pods whose
+    // containers are not made yet, and a Guaranteed pod pinned by the CPU manager to CPU 1.
+    for group in [&training_container, &pinned_container, &batch_a, &batch_b] {
+        kubelet_mkdir(group);
+    }
+    std::fs::write(dir("cpuset", &pinned_container).join("cpuset.cpus"), "1").unwrap();
+
+    let offline = json!({"reamer.io/role": "offline"});
+    let server = Arc::new(Mutex::new(ApiServer {
+        pods: vec![
+            api_pod(
+                TRAINING_UID,
+                "resnet-0",
+                json!({"reamer.io/role": "training"}),
+                "Burstable",
+                Some(&training_id),
+            ),
+            api_pod(BATCH_A_UID, "batch-a", offline.clone(), "BestEffort", None),
+            api_pod(BATCH_B_UID, "batch-b", offline.clone(), "BestEffort", None),
+            api_pod(
+                PINNED_UID,
+                "pinned-0",
+                offline.clone(),
+                "Guaranteed",
+                Some(&pinned_id),
+            ),
+        ],
+        resource_version: 5,
+        ..ApiServer::default()
+    }));
+    let url = support::start(server.clone()).await;
+    let scratch = std::env::temp_dir().join(format!("reamer-{INSTANCE}-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(scratch.join("kubeconfig"), support::kubeconfig(&url)).unwrap();
+    std::fs::write(
+        scratch.join("cpu_manager_state"),
+        format!(r#"{{"policyName":"static","defaultCpuSet":"0","entries":{{"{PINNED_UID}":{{"main":"1"}}}},"checksum":1}}"#),
+    )
+    .unwrap();
+    let config = format!(
+        "[kubernetes]\nenabled = true\nnode_name = \"node-1\"\ncgroup_root = \"/{KUBELET_ROOT}\"\n\
+         cpu_manager_state = \"{}\"\n\n\
+         [policy]\n# Training keeps the core it reserves for the whole test.\ngive_back_after_ms = 600000\n\
+         # A slow tick: the fast path reacts to training's first contention, not the demand\n\
+         # estimate (as in the enforcement tests).\ntick_ms = 1000\n\n\
+         [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
+         # Its guaranteed core keeps training to one of two: the offline pool then has a CPU\n\
+         # of its own to be moved to.\n\
+         [[pool]]\nname = \"serve\"\nkind = \"online\"\nmin_cores = 1\n",
+        scratch.join("cpu_manager_state").display()
+    );
+    let start_daemon = || {
+        let mut command = Command::new(reamer_tests::harness::enforcer_bin());
+        command
+            .env("KUBECONFIG", scratch.join("kubeconfig"))
+            .env_remove("KUBERNETES_SERVICE_HOST");
+        Daemon::start_command(command, INSTANCE, &config)
+    };
+    let mut daemon = start_daemon();
+
+    // Every pod found and classified.
+    eventually("the four pods in status", Duration::from_secs(10), || {
+        daemon.snapshot().pods.len() == 4
+    });
+    let snapshot = daemon.snapshot();
+    println!("{:#?}", snapshot.pods);
+    let resnet = pod_of(&snapshot, "ml/resnet-0").unwrap();
+    assert_eq!(
+        (resnet.role.as_str(), resnet.group.as_str()),
+        ("training", "ml/resnet-0-job")
+    );
+    let pinned = pod_of(&snapshot, "ml/pinned-0").unwrap();
+    assert_eq!(pinned.state, "exclusive", "{pinned:?}");
+    assert!(pinned.detail.contains("main: 1"), "{pinned:?}");
+    assert_eq!(pod_of(&snapshot, "ml/batch-a").unwrap().state, "enforced");
+    assert_eq!(
+        read(dir("cpu", &batch_a).join("cpu.idle")),
+        "1",
+        "the offline pod's group is idle"
+    );
+
+    // Batch A's container: made by the runtime, a process in it.
+    kubelet_mkdir(&a_container);
+    let hog_a = start("cpu-hog", &["--threads", "2", "--seconds", "120"]);
+    kubelet_move(hog_a.0.id(), &a_container);
+    eventually(
+        "batch A's threads in its pool, SCHED_IDLE",
+        Duration::from_secs(3),
+        || {
+            let policies = thread_policies(hog_a.0.id());
+            policies.len() >= 3 && policies.iter().all(|&p| p == libc::SCHED_IDLE)
+        },
+    );
+    // Training starts in its pod, and queues behind batch A: a fast-path decision reserves it
+    // a core, and the pool's pods follow the pool.
+    let training = start("training-sim", &["--seconds", "120", "--loaders", "1"]);
+    kubelet_move(training.0.id(), &training_container);
+    eventually(
+        "the training pod's threads a training job",
+        Duration::from_secs(5),
+        || {
+            daemon
+                .snapshot()
+                .job("ml/resnet-0-job")
+                .is_some_and(|job| job.threads >= 2)
+        },
+    );
+    eventually("a contended decision", Duration::from_secs(20), || {
+        let status = daemon.snapshot().enforcement.unwrap();
+        status
+            .recent_decisions
+            .iter()
+            .any(|d| d["trigger"] == "contended")
+    });
+    eventually(
+        "batch A's container on the pool's CPUs, not all",
+        Duration::from_secs(3),
+        || {
+            let pool = pool_cpus();
+            pool != all_cpus && container_cpus(&a_container) == pool
+        },
+    );
+    // The daemon dies with batch A written: its successor finds the kubelet's CPUs for A in
+    // the file the first kept, not the pool's CPUs left in A's group, and takes A over.
+    daemon.crash();
+    let kept = read(PathBuf::from(format!(
+        "/run/reamer/{INSTANCE}.pod-cpus.json"
+    )));
+    let kept: Value = serde_json::from_str(&kept).unwrap();
+    assert_eq!(kept[&a_container], json!(all_cpus), "{kept}");
+    daemon = start_daemon();
+    eventually(
+        "batch A taken over by the next daemon",
+        Duration::from_secs(10),
+        || {
+            pod_of(&daemon.snapshot(), "ml/batch-a").is_some_and(|p| p.containers == 1)
+                && container_cpus(&a_container) == pool_cpus()
+        },
+    );
+    eventually(
+        "batch A's threads in its pool, SCHED_IDLE",
+        Duration::from_secs(3),
+        || {
+            let policies = thread_policies(hog_a.0.id());
+            policies.len() >= 3 && policies.iter().all(|&p| p == libc::SCHED_IDLE)
+        },
+    );
+    assert_eq!(
+        container_cpus(&pinned_container),
+        "1",
+        "the CPU manager's pod left alone"
+    );
+    assert_eq!(
+        read(dir("cpu", &pod_group("", PINNED_UID)).join("cpu.idle")),
+        "0"
+    );
+
+    // Batch B's container appears while the pool is off training's core: under enforcement
+    // (the pool's CPUs in its group) within 100 ms of the runtime's mkdir.
+    let made = Instant::now();
+    kubelet_mkdir(&b_container);
+    let enforced_after = loop {
+        let pool = pool_cpus();
+        if pool != all_cpus && container_cpus(&b_container) == pool {
+            break made.elapsed();
+        }
+        assert!(
+            made.elapsed() < Duration::from_secs(5),
+            "batch B's container never enforced"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    println!("batch B's container group under enforcement {enforced_after:?} after its mkdir");
+    assert!(
+        enforced_after < Duration::from_millis(100),
+        "{enforced_after:?}"
+    );
+
+    // Someone else writes batch A's cpuset (the kubelet, say): taken as its new CPUs, and
+    // the pool's applied within them again.
+    std::fs::write(dir("cpuset", &a_container).join("cpuset.cpus"), &all_cpus).unwrap();
+    eventually(
+        "batch A's rewrite re-applied",
+        Duration::from_secs(5),
+        || {
+            container_cpus(&a_container) == pool_cpus()
+                && pod_of(&daemon.snapshot(), "ml/batch-a").is_some_and(|p| p.foreign_writes >= 1)
+        },
+    );
+
+    // Another agent keeps writing batch B's: after a few rewrites reamer lets go of it.
+    let mut rewrites = 0;
+    while pod_of(&daemon.snapshot(), "ml/batch-b").unwrap().state != "contested" {
+        assert!(
+            rewrites < 8,
+            "batch B not contested after {rewrites} rewrites"
+        );
+        std::fs::write(dir("cpuset", &b_container).join("cpuset.cpus"), &all_cpus).unwrap();
+        rewrites += 1;
+        eventually(
+            "batch B rewritten or contested",
+            Duration::from_secs(5),
+            || {
+                container_cpus(&b_container) != all_cpus
+                    || pod_of(&daemon.snapshot(), "ml/batch-b").unwrap().state == "contested"
+            },
+        );
+    }
+    let contested = pod_of(&daemon.snapshot(), "ml/batch-b").unwrap().clone();
+    println!("contested after {rewrites} rewrites: {}", contested.detail);
+    assert!(
+        contested.detail.contains("another agent keeps writing"),
+        "{contested:?}"
+    );
+    assert_eq!(
+        read(dir("cpu", &batch_b).join("cpu.idle")),
+        "0",
+        "let go: not idle"
+    );
+    assert!(daemon.log().contains("reamer no longer writes them"));
+
+    // Batch A is deleted: thawed, its CPUs the kubelet's again, not idle, its threads no
+    // longer inference's.
+    let mut deleted = api_pod(BATCH_A_UID, "batch-a", offline, "BestEffort", None);
+    deleted["metadata"]["resourceVersion"] = json!("6");
+    support::send_event(&server, json!({"type": "DELETED", "object": deleted})).await;
+    eventually("batch A gone from status", Duration::from_secs(5), || {
+        pod_of(&daemon.snapshot(), "ml/batch-a").is_none()
+    });
+    assert_eq!(
+        container_cpus(&a_container),
+        all_cpus,
+        "batch A's CPUs the kubelet's again"
+    );
+    assert_eq!(read(dir("cpu", &batch_a).join("cpu.idle")), "0");
+    let policies = thread_policies(hog_a.0.id());
+    assert!(
+        !policies.is_empty() && policies.iter().all(|&p| p == libc::SCHED_OTHER),
+        "{policies:?}"
+    );
+
+    // The training pod finishes: its job goes with it.
+    let mut done = api_pod(
+        TRAINING_UID,
+        "resnet-0",
+        json!({"reamer.io/role": "training"}),
+        "Burstable",
+        Some(&training_id),
+    );
+    done["status"]["phase"] = json!("Succeeded");
+    done["metadata"]["resourceVersion"] = json!("7");
+    support::send_event(&server, json!({"type": "MODIFIED", "object": done})).await;
+    eventually(
+        "the training job gone with its pod",
+        Duration::from_secs(5),
+        || daemon.snapshot().job("ml/resnet-0-job").is_none(),
+    );
+    let status = Command::new(reamer_tests::harness::enforcer_bin())
+        .args(["status", "--instance", INSTANCE])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("Kubernetes pods:") && text.contains("ml/batch-b"),
+        "{text}"
+    );
+
+    let log = daemon.stop();
+    drop((training, hog_a));
+    std::thread::sleep(Duration::from_millis(200));
+    for controller in hierarchies() {
+        remove_tree(&dir(controller, KUBELET_ROOT));
+    }
+    remove_test_cgroups(INSTANCE, "batch");
+    remove_test_cgroups(INSTANCE, "serve");
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(log.contains("Kubernetes: pod joined"), "{log}");
+}
