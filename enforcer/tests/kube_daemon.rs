@@ -463,6 +463,7 @@ async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&status.stdout);
+    println!("enforcer status:\n{text}");
     assert!(
         text.contains("Kubernetes pods:") && text.contains("ml/batch-b"),
         "{text}"
@@ -478,4 +479,51 @@ async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
     remove_test_cgroups(INSTANCE, "serve");
     let _ = std::fs::remove_dir_all(&scratch);
     assert!(log.contains("Kubernetes: pod joined"), "{log}");
+}
+
+#[test]
+fn the_daemon_runs_on_without_the_api_server_and_says_so() {
+    if !privileged("the_daemon_runs_on_without_the_api_server_and_says_so") {
+        return;
+    }
+    let instance = "it-kube-down";
+    // A port nothing listens on: the API server is down.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let scratch = std::env::temp_dir().join(format!("reamer-{instance}-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(
+        scratch.join("kubeconfig"),
+        support::kubeconfig(&format!("http://127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let mut command = Command::new(reamer_tests::harness::enforcer_bin());
+    command
+        .env("KUBECONFIG", scratch.join("kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST");
+    let daemon = Daemon::start_command(
+        command,
+        instance,
+        "[kubernetes]\nenabled = true\nnode_name = \"node-1\"\n\n\
+         [[pool]]\nname = \"batch\"\nkind = \"offline\"\n",
+    );
+    eventually("the failed watch logged", Duration::from_secs(10), || {
+        daemon
+            .log()
+            .contains("Kubernetes: the API server's pod watch failed")
+    });
+    // It serves and enforces as without Kubernetes meanwhile.
+    let snapshot = daemon.snapshot();
+    assert!(snapshot.pods.is_empty());
+    assert!(snapshot.pool("batch").is_some());
+    let log = daemon.stop();
+    remove_test_cgroups(instance, "batch");
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(
+        log.contains("retrying; what is known stays enforced"),
+        "{log}"
+    );
 }
