@@ -107,3 +107,103 @@ fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
     assert!(thawed_state, "the pool's freezer is not thawed after stop");
     assert!(thawed > 0.3, "not running after stop: {thawed:.2} CPUs");
 }
+
+/// A group under the hierarchies' root made in every hierarchy as the kubelet and runc make a
+/// container's (a v1 cpuset given its parent's CPUs and memory nodes), for a pod's container.
+fn make_container_group(relative: &str) -> Vec<std::path::PathBuf> {
+    let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let roots: Vec<std::path::PathBuf> = if v2 {
+        vec!["/sys/fs/cgroup".into()]
+    } else {
+        ["cpuset", "cpu", "freezer"]
+            .iter()
+            .map(|c| std::path::Path::new("/sys/fs/cgroup").join(c))
+            .collect()
+    };
+    let mut dirs = Vec::new();
+    for root in roots {
+        let mut dir = root.clone();
+        for part in relative.split('/') {
+            let parent = dir.clone();
+            dir = dir.join(part);
+            if !dir.exists() {
+                std::fs::create_dir(&dir).unwrap();
+                for file in ["cpuset.cpus", "cpuset.mems"] {
+                    if !v2 && root.ends_with("cpuset") {
+                        let value = std::fs::read_to_string(parent.join(file)).unwrap();
+                        std::fs::write(dir.join(file), value.trim()).unwrap();
+                    }
+                }
+            }
+        }
+        dirs.push(dir);
+    }
+    dirs
+}
+
+#[test]
+fn a_pods_container_is_gated_and_paused_with_its_pool_and_thawed_when_it_leaves() {
+    if !privileged("a_pods_container_is_gated_and_paused_with_its_pool_and_thawed_when_it_leaves") {
+        return;
+    }
+    let instance = "it-gpu-gate-pod";
+    let class = CpuClass::Weight(DEFAULT_CPU_WEIGHT);
+    let pool = PoolCgroup::create_or_adopt(instance, "gpu", class).expect("pool cgroup");
+    let freezer = pool.freezer().expect("the pool's freezer").clone();
+    // The pod's container, where the kubelet would put it (not in the pool's group).
+    let container = format!("reamer/{instance}-node/kubepods/besteffort/pod1/c1");
+    let dirs = make_container_group(&container);
+    let spinner = Spinner(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
+    let pid = spinner.0.id();
+    for dir in &dirs {
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+    freezer
+        .add_member(std::path::Path::new(&container))
+        .expect("joining the pool's freezer");
+
+    let gate = DutyCycle::start(vec![freezer.clone()], Duration::from_millis(100), 0).unwrap();
+    gate.set(0.0);
+    std::thread::sleep(Duration::from_millis(50));
+    let gated = cpus_over(pid, Duration::from_millis(500));
+    gate.stop();
+    let after_gate = cpus_over(pid, Duration::from_millis(500));
+    freezer.set_paused(true).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let paused = cpus_over(pid, Duration::from_millis(500));
+    // The pod leaves while its pool is paused: thawed, though the pool stays frozen.
+    freezer
+        .remove_member(std::path::Path::new(&container))
+        .unwrap();
+    let left = cpus_over(pid, Duration::from_millis(500));
+    println!(
+        "the pod's spinner, CPUs net of steal: gated {gated:.2}, after the gate {after_gate:.2}, \
+         paused {paused:.2}, after leaving {left:.2}"
+    );
+    freezer.set_paused(false).unwrap();
+    drop(spinner);
+    std::thread::sleep(Duration::from_millis(100));
+    for dir in dirs {
+        let mut dir = dir;
+        // Up to the pod's node root, deepest first.
+        for _ in 0..5 {
+            let _ = std::fs::remove_dir(&dir);
+            dir.pop();
+        }
+    }
+    pool.remove_if_empty();
+    release_tree(instance).unwrap();
+
+    assert!(gated <= 0.02, "not frozen by the gate: {gated:.2} CPUs");
+    assert!(
+        after_gate > 0.3,
+        "not thawed after the gate: {after_gate:.2}"
+    );
+    assert!(paused <= 0.02, "not frozen by the pause: {paused:.2} CPUs");
+    assert!(left > 0.3, "still frozen after leaving its pool: {left:.2}");
+}

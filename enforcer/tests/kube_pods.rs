@@ -17,7 +17,7 @@ use reamer_tests::harness::{enforcer_bin, privileged};
 use serde_json::{Value, json};
 
 mod support;
-use support::{ApiServer, remove_tree};
+use support::{ApiServer, remove_kubelet_tree};
 
 const INSTANCE: &str = "it-pods";
 
@@ -80,7 +80,7 @@ async fn enforcer_pods_classifies_the_nodes_pods_and_finds_their_containers() {
     // The kubelet's tree: the offline pod's container has its group, the training pod's
     // container not yet.
     let kubelet_root = kubelet_hierarchy().join(format!("reamer/{INSTANCE}"));
-    remove_tree(&kubelet_root);
+    remove_kubelet_tree(&kubelet_root);
     let driver = CgroupDriver::Cgroupfs;
     let offline_container = container_group(
         driver,
@@ -126,7 +126,7 @@ async fn enforcer_pods_classifies_the_nodes_pods_and_finds_their_containers() {
             (value["pod"].as_str().unwrap().to_owned(), value)
         })
         .collect();
-    remove_tree(&kubelet_root);
+    remove_kubelet_tree(&kubelet_root);
     let _ = std::fs::remove_dir_all(&dir);
 
     assert_eq!(lines.len(), 4, "{stdout}\n{stderr}");
@@ -195,7 +195,7 @@ async fn enforcer_pods_watch_sees_a_container_group_within_100_ms_and_a_pod_go()
     let url = support::start(server.clone()).await;
     let instance = format!("{INSTANCE}-watch");
     let kubelet_root = kubelet_hierarchy().join(format!("reamer/{instance}"));
-    remove_tree(&kubelet_root);
+    remove_kubelet_tree(&kubelet_root);
     let driver = CgroupDriver::Cgroupfs;
     let pod_dir = kubelet_root.join(pod_group(driver, QosClass::BestEffort, uid).unwrap());
     std::fs::create_dir_all(&pod_dir).unwrap();
@@ -265,6 +265,6 @@ async fn enforcer_pods_watch_sees_a_container_group_within_100_ms_and_a_pod_go()
     );
 
     child.kill().await.unwrap();
-    remove_tree(&kubelet_root);
+    remove_kubelet_tree(&kubelet_root);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,7 +18,7 @@ use enforcer::kubernetes::{
 use reamer_tests::harness::privileged;
 
 mod support;
-use support::remove_tree;
+use support::remove_kubelet_tree;
 
 const INSTANCE: &str = "it-kubelet";
 
@@ -74,7 +74,7 @@ fn a_pods_containers_are_found_where_the_kubelet_puts_them_and_new_ones_at_once(
         for driver in [CgroupDriver::Systemd, CgroupDriver::Cgroupfs] {
             // The kubelet's --cgroup-root, inside the tests' subtree.
             let kubelet_root = hierarchy.join(format!("reamer/{INSTANCE}/{driver:?}"));
-            remove_tree(&kubelet_root);
+            remove_kubelet_tree(&kubelet_root);
             let pod_dir = kubelet_root.join(pod_group(driver, qos, &pod.metadata.uid).unwrap());
             std::fs::create_dir_all(&pod_dir).unwrap();
             assert_eq!(CgroupDriver::detect(&kubelet_root), Some(driver));
@@ -128,8 +128,9 @@ fn a_pods_containers_are_found_where_the_kubelet_puts_them_and_new_ones_at_once(
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
-            remove_tree(&kubelet_root);
+            remove_kubelet_tree(&kubelet_root);
         }
         let _ = std::fs::remove_dir(hierarchy.join("reamer").join(INSTANCE));
+        let _ = std::fs::remove_dir(hierarchy.join("reamer"));
     }
 }

@@ -6,8 +6,16 @@
 //!
 //! A handle of its own per pool, shared (`Arc`) by the enforcement and the GPU gating
 //! thread: freezing one pool never waits on the daemon's other locks.
+//!
+//! A pool's Kubernetes pods are frozen with it: their containers' groups, where the kubelet
+//! put them, are members of the pool's freezer (`pod_in_place` says why in place), so that
+//! both the pause and the GPU gate reach them through the one owner.
 
-use std::sync::Mutex;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
 
 use cgroups_rs::{
     FreezerState,
@@ -37,6 +45,64 @@ pub struct Freezer {
     cgroup: Cgroup,
     /// What each owner wants, and (its `frozen()`) what the kernel was last told.
     wanted: Mutex<Wanted>,
+    /// Groups frozen and thawed with the pool's own, by their path under the hierarchies'
+    /// root: its pods' containers. Taken after `wanted`.
+    members: Mutex<BTreeMap<PathBuf, Cgroup>>,
+}
+
+/// The freezer files of the member groups frozen now, and what thaws each: for a dying daemon
+/// to thaw without its locks (`thaw_members`). A pod frozen by a daemon that is gone stays
+/// stopped until the next one adopts it, and on cgroup v1 a frozen process does not even die
+/// of SIGKILL, so the kubelet could not stop it.
+static FROZEN_MEMBERS: Mutex<BTreeSet<(PathBuf, &'static str)>> = Mutex::new(BTreeSet::new());
+
+/// Thaws every member group a pool froze; returns how many. For the way out of a failed
+/// daemon: the set's lock is only held to insert or remove, and is not waited for.
+pub fn thaw_members() -> usize {
+    let Ok(frozen) = FROZEN_MEMBERS.try_lock() else {
+        return 0;
+    };
+    frozen
+        .iter()
+        .filter(|(file, thawed)| std::fs::write(file, thawed).is_ok())
+        .count()
+}
+
+/// A member group's freezer file, and what thaws it: v1's `freezer.state`, v2's
+/// `cgroup.freeze`.
+fn thaw_file(cgroup: &Cgroup) -> Option<(PathBuf, &'static str)> {
+    let dir = cgroup
+        .controller_of::<FreezerController>()?
+        .path()
+        .to_owned();
+    Some(if cgroup.v2() {
+        (dir.join("cgroup.freeze"), "0")
+    } else {
+        (dir.join("freezer.state"), "THAWED")
+    })
+}
+
+/// Freezes or thaws member `cgroup`, and notes it for `thaw_members`.
+fn set_member(cgroup: &Cgroup, frozen: bool) -> Result<(), String> {
+    let freezer = cgroup
+        .controller_of::<FreezerController>()
+        .ok_or("no freezer for the group")?;
+    let result = if frozen {
+        freezer.freeze()
+    } else {
+        freezer.thaw()
+    };
+    let verb = if frozen { "freezing" } else { "thawing" };
+    result.map_err(|e| format!("{verb} {}: {e}", freezer.path().display()))?;
+    if let Some(file) = thaw_file(cgroup) {
+        let mut set = FROZEN_MEMBERS.lock().unwrap_or_else(|e| e.into_inner());
+        if frozen {
+            set.insert(file);
+        } else {
+            set.remove(&file);
+        }
+    }
+    Ok(())
 }
 
 impl Freezer {
@@ -60,6 +126,7 @@ impl Freezer {
             pool: pool.to_owned(),
             cgroup,
             wanted: Mutex::new(Wanted::default()),
+            members: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -83,9 +150,71 @@ impl Freezer {
             };
             let what = if next.frozen() { "freezing" } else { "thawing" };
             result.map_err(|e| CgroupError::op(&self.pool, what, e))?;
+            // A member removed underneath (its pod is going) is not the pool's failure: its
+            // removal event is on its way.
+            for (path, member) in self
+                .members
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+            {
+                if let Err(err) = set_member(member, next.frozen()) {
+                    tracing::debug!(pool = self.pool, member = %path.display(), "{err}");
+                }
+            }
         }
         *wanted = next;
         Ok(())
+    }
+
+    /// Group `relative` (under the hierarchies' root) is frozen and thawed with the pool from
+    /// now on: frozen at once where the pool is, thawed where a daemon that is gone left it
+    /// frozen. Joined even where that write fails (on v1 the runtime makes a container's
+    /// freezer group after its cpu group): calling again retries it.
+    pub fn add_member(&self, relative: &Path) -> Result<(), String> {
+        let wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
+        let cgroup = Cgroup::load(hierarchies::auto(), relative.to_string_lossy().as_ref());
+        let state = cgroup
+            .controller_of::<FreezerController>()
+            .ok_or("no freezer for the group")?
+            .state();
+        let result = match state {
+            Ok(FreezerState::Thawed) if !wanted.frozen() => Ok(()),
+            // Not there yet: it is made thawed, which is right unless the pool is frozen.
+            Err(_) if !wanted.frozen() => Ok(()),
+            _ => set_member(&cgroup, wanted.frozen()),
+        };
+        self.members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(relative.to_owned(), cgroup);
+        result
+    }
+
+    /// Group `relative` leaves the pool's freezer, thawed where the pool had it frozen and it
+    /// is still there (a pod let go of while the pool is paused).
+    pub fn remove_member(&self, relative: &Path) -> Result<(), String> {
+        let wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
+        let removed = self
+            .members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(relative);
+        let Some(cgroup) = removed else {
+            return Ok(());
+        };
+        if !wanted.frozen() {
+            return Ok(());
+        }
+        let thawed = set_member(&cgroup, false);
+        let gone = thaw_file(&cgroup).is_none_or(|(file, _)| !file.exists());
+        if let Some(file) = thaw_file(&cgroup) {
+            FROZEN_MEMBERS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&file);
+        }
+        if gone { Ok(()) } else { thawed }
     }
 
     /// The CPU policy pauses the pool, or resumes it.
@@ -103,6 +232,14 @@ impl Freezer {
     pub fn release(&self) -> Result<(), CgroupError> {
         let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
         *wanted = Wanted::default();
+        for member in self
+            .members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            let _ = set_member(member, false);
+        }
         self.controller()
             .thaw()
             .map_err(|e| CgroupError::op(&self.pool, "thawing", e))

@@ -7,7 +7,8 @@
 //!   container (its "base": the CPU manager's shared pool; on v2 an empty file, which
 //!   inherits). Written per container, because cgroup v1 refuses a pod-level cpuset that
 //!   does not hold its children's;
-//! - each container's freezer, while the CPU policy pauses the pool;
+//! - each container's freezer, while the CPU policy pauses the pool or the GPU duty cycle
+//!   gates it: the containers are members of the pool's freezer (`freezer`), its one owner;
 //! - an offline pod's own group's `cpu.idle`: the kernel ranks an idle group against its
 //!   siblings, which for a pod's group are the other pods of its QoS class. The kubelet never
 //!   writes `cpu.idle`; the kernel refuses a `cpu.weight` for an idle group (EINVAL), so a
@@ -26,38 +27,16 @@
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
     path::{Path, PathBuf},
-    sync::Mutex,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
-use cgroups_rs::{
-    FreezerState,
-    fs::{
-        Cgroup, Controller as _, cpu::CpuController, cpuset::CpuSetController,
-        freezer::FreezerController, hierarchies,
-    },
+use cgroups_rs::fs::{
+    Cgroup, Controller as _, cpu::CpuController, cpuset::CpuSetController, hierarchies,
 };
 use enforcer_common::cpu_list;
 
-use super::pod_bases::PodBases;
-
-/// The freezer files of the containers frozen now, for a dying daemon to thaw without its
-/// locks (`thaw_all`): a pod frozen by a daemon that is gone would stay stopped until the
-/// next one adopted it, and a frozen process does not even die of SIGKILL on cgroup v1.
-static FROZEN: Mutex<BTreeSet<(PathBuf, &'static str)>> = Mutex::new(BTreeSet::new());
-
-/// Thaws every container a pool froze; returns how many. For the way out of a failed daemon:
-/// it takes no lock the panicking thread could hold (the set's own is only held to insert or
-/// remove).
-pub fn thaw_all() -> usize {
-    let Ok(frozen) = FROZEN.try_lock() else {
-        return 0;
-    };
-    frozen
-        .iter()
-        .filter(|(file, thawed)| std::fs::write(file, thawed).is_ok())
-        .count()
-}
+use super::{freezer::Freezer, pod_bases::PodBases};
 
 /// Rewrites by someone else, within `CONTESTED_WINDOW`, past which the file is contested. The
 /// kubelet rewrites a container's cpuset when the CPU manager's shared pool changes, which is
@@ -68,19 +47,16 @@ pub const CONTESTED_WINDOW: Duration = Duration::from_secs(60);
 /// One container's group.
 struct ContainerInPlace {
     cpuset_file: Option<PathBuf>,
-    freezer: Option<Cgroup>,
     /// The CPUs the kubelet gave it; empty where its file is empty (v2: inherits).
     base: BTreeSet<u32>,
     /// What reamer last wrote into its `cpuset.cpus`.
     written: Option<BTreeSet<u32>>,
-    frozen: bool,
 }
 
 impl ContainerInPlace {
     /// The container's group at `relative`. Its base is the one `bases` kept where a daemon
-    /// that died left the group written, else its `cpuset.cpus` now (noted in `bases`). A
-    /// group such a daemon left frozen is taken as frozen, so that the first write thaws it
-    /// unless its pool is paused.
+    /// that died left the group written, else its `cpuset.cpus` now (noted in `bases` where
+    /// reamer `writes` it).
     fn load(relative: &Path, bases: &mut PodBases, writes: bool) -> Self {
         let cgroup = Cgroup::load(hierarchies::auto(), relative.to_string_lossy().as_ref());
         let cpuset_file = cgroup
@@ -95,34 +71,11 @@ impl ContainerInPlace {
         if writes {
             bases.remember(relative, cpu_list::format(&base));
         }
-        let frozen = cgroup
-            .controller_of::<FreezerController>()
-            .is_some_and(|f| !matches!(f.state(), Ok(FreezerState::Thawed)));
-        let freezer = cgroup
-            .controller_of::<FreezerController>()
-            .is_some()
-            .then_some(cgroup);
         Self {
             cpuset_file,
-            freezer,
             base,
             written: None,
-            frozen,
         }
-    }
-
-    /// The freezer's own file and what thaws it: v1's `freezer.state`, v2's `cgroup.freeze`.
-    fn thaw_file(&self) -> Option<(PathBuf, &'static str)> {
-        let cgroup = self.freezer.as_ref()?;
-        let dir = cgroup
-            .controller_of::<FreezerController>()?
-            .path()
-            .to_owned();
-        Some(if cgroup.v2() {
-            (dir.join("cgroup.freeze"), "0")
-        } else {
-            (dir.join("freezer.state"), "THAWED")
-        })
     }
 
     /// The pool's `cpus` within the container's base. Where they share none, the pool's own:
@@ -140,7 +93,7 @@ impl ContainerInPlace {
         }
     }
 
-    fn apply(&mut self, cpus: &BTreeSet<u32>, frozen: bool) -> Result<(), String> {
+    fn apply(&mut self, cpus: &BTreeSet<u32>) -> Result<(), String> {
         let wanted = self.wanted(cpus);
         if self.written.as_ref() != Some(&wanted)
             && let Some(file) = &self.cpuset_file
@@ -149,47 +102,12 @@ impl ContainerInPlace {
                 .map_err(|e| format!("writing {}: {e}", file.display()))?;
             self.written = Some(wanted);
         }
-        if self.frozen != frozen {
-            self.set_frozen(frozen)?;
-        }
         Ok(())
     }
 
-    fn set_frozen(&mut self, frozen: bool) -> Result<(), String> {
-        let Some(freezer) = self
-            .freezer
-            .as_ref()
-            .and_then(|c| c.controller_of::<FreezerController>())
-        else {
-            return Err("no freezer for the container's group".to_owned());
-        };
-        let result = if frozen {
-            freezer.freeze()
-        } else {
-            freezer.thaw()
-        };
-        result.map_err(|e| format!("{} the container's group: {e}", freeze_verb(frozen)))?;
-        self.frozen = frozen;
-        if let Some(file) = self.thaw_file() {
-            let mut set = FROZEN.lock().unwrap_or_else(|e| e.into_inner());
-            if frozen {
-                set.insert(file);
-            } else {
-                set.remove(&file);
-            }
-        }
-        Ok(())
-    }
-
-    /// Thawed, and its CPUs back to the kubelet's.
+    /// Its CPUs back to the kubelet's.
     fn release(&mut self) -> Vec<String> {
         let mut errors = Vec::new();
-        if self.frozen
-            && let Err(err) = self.set_frozen(false)
-            && self.cpuset_file.as_ref().is_some_and(|f| f.exists())
-        {
-            errors.push(err);
-        }
         if self.written.take().is_some()
             && let Some(file) = &self.cpuset_file
             && let Err(err) = std::fs::write(file, cpu_list::format(&self.base))
@@ -201,10 +119,6 @@ impl ContainerInPlace {
         }
         errors
     }
-}
-
-fn freeze_verb(frozen: bool) -> &'static str {
-    if frozen { "freezing" } else { "thawing" }
 }
 
 /// A `cpuset.cpus` as a set; None where it cannot be read.
@@ -261,6 +175,8 @@ pub struct PodInPlace {
     pub key: String,
     /// The pod's own group's `cpu.idle` (offline pods).
     idle_file: Option<PathBuf>,
+    /// Its pool's freezer, whose members its containers are while reamer writes them.
+    freezer: Option<Arc<Freezer>>,
     containers: BTreeMap<PathBuf, ContainerInPlace>,
     state: PodState,
     /// When someone else rewrote one of its files, within the last `CONTESTED_WINDOW`.
@@ -278,6 +194,7 @@ impl PodInPlace {
         offline: bool,
         exclusive_cpus: Option<&str>,
         write: bool,
+        freezer: Option<Arc<Freezer>>,
     ) -> Self {
         let state = match (exclusive_cpus, write) {
             (Some(cpus), _) => PodState::Exclusive(cpus.to_owned()),
@@ -294,6 +211,7 @@ impl PodInPlace {
         let mut pod = Self {
             key: key.to_owned(),
             idle_file,
+            freezer,
             containers: BTreeMap::new(),
             state,
             rewrites: VecDeque::new(),
@@ -321,20 +239,20 @@ impl PodInPlace {
         self.containers.len()
     }
 
-    /// A container group appeared: the pool's CPUs and pause are written into it at once.
-    pub fn add_container(
-        &mut self,
-        relative: &Path,
-        cpus: &BTreeSet<u32>,
-        frozen: bool,
-        bases: &mut PodBases,
-    ) {
+    /// A container group appeared: the pool's CPUs are written into it at once, and it joins
+    /// the pool's freezer (frozen at once where the pool is).
+    pub fn add_container(&mut self, relative: &Path, cpus: &BTreeSet<u32>, bases: &mut PodBases) {
         if self.containers.contains_key(relative) {
             return;
         }
         let mut container = ContainerInPlace::load(relative, bases, self.writes());
         if self.writes() {
-            let result = container.apply(cpus, frozen);
+            let mut result = container.apply(cpus);
+            if let Some(freezer) = &self.freezer
+                && let Err(err) = freezer.add_member(relative)
+            {
+                result = Err(err);
+            }
             self.note(result);
         }
         self.containers.insert(relative.to_owned(), container);
@@ -342,33 +260,43 @@ impl PodInPlace {
 
     /// A container group went away.
     pub fn remove_container(&mut self, relative: &Path, bases: &mut PodBases) {
-        if let Some(mut container) = self.containers.remove(relative) {
-            // Out of the dying-daemon thaw list: there is nothing left to thaw.
-            if container.frozen {
-                container.frozen = false;
-                if let Some(file) = container.thaw_file() {
-                    FROZEN
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(&file);
-                }
-            }
+        if self.containers.remove(relative).is_some()
+            && let Some(freezer) = &self.freezer
+        {
+            // The group is gone: there is nothing to thaw, only a member to forget.
+            let _ = freezer.remove_member(relative);
         }
         bases.forget(relative);
     }
 
-    /// The pool's new CPUs and pause, written into every container.
-    pub fn apply(&mut self, cpus: &BTreeSet<u32>, frozen: bool) {
+    /// The pool's new CPUs, written into every container (its pause reaches them through
+    /// the pool's freezer).
+    pub fn apply(&mut self, cpus: &BTreeSet<u32>) {
         if !self.writes() {
             return;
         }
         let mut result = Ok(());
         for container in self.containers.values_mut() {
-            if let Err(err) = container.apply(cpus, frozen) {
+            if let Err(err) = container.apply(cpus) {
                 result = Err(err);
             }
         }
         self.note(result);
+    }
+
+    /// Every container joins its pool's freezer again: where freezing one failed, retried.
+    fn rejoin_freezer(&mut self) {
+        let Some(freezer) = &self.freezer else {
+            return;
+        };
+        let failed = self
+            .containers
+            .keys()
+            .filter_map(|relative| freezer.add_member(relative).err())
+            .last();
+        if let Some(err) = failed {
+            self.state = PodState::Failing(err);
+        }
     }
 
     fn note(&mut self, result: Result<(), String>) {
@@ -385,7 +313,6 @@ impl PodInPlace {
         &mut self,
         now: Instant,
         cpus: &BTreeSet<u32>,
-        frozen: bool,
         bases: &mut PodBases,
     ) -> Vec<String> {
         if !self.writes() {
@@ -420,7 +347,8 @@ impl PodInPlace {
         if seen.is_empty() {
             // A write that failed (a v1 hierarchy's group made after the others) is retried.
             if matches!(self.state, PodState::Failing(_)) {
-                self.apply(cpus, frozen);
+                self.apply(cpus);
+                self.rejoin_freezer();
             }
             return Vec::new();
         }
@@ -454,13 +382,14 @@ impl PodInPlace {
         {
             self.state = PodState::Failing(format!("writing {}: {err}", file.display()));
         }
-        self.apply(cpus, frozen);
+        self.apply(cpus);
         seen.into_iter()
             .map(|what| format!("pod {}: {what}: applied again", self.key))
             .collect()
     }
 
-    /// Lets go of the pod: thawed, its containers' CPUs the kubelet's again, not idle.
+    /// Lets go of the pod: out of its pool's freezer (thawed), its containers' CPUs the
+    /// kubelet's again, not idle.
     /// Returns what failed (a group already gone is not a failure).
     pub fn release(&mut self, bases: &mut PodBases) -> Vec<String> {
         if !self.writes() {
@@ -468,6 +397,11 @@ impl PodInPlace {
         }
         let mut errors = Vec::new();
         for (relative, container) in &mut self.containers {
+            if let Some(freezer) = &self.freezer
+                && let Err(err) = freezer.remove_member(relative)
+            {
+                errors.push(err);
+            }
             let failed = container.release();
             // A container whose CPUs could not be given back keeps its base for the next try.
             if failed.is_empty() {
@@ -497,10 +431,8 @@ mod tests {
     fn the_pools_cpus_are_taken_within_what_the_kubelet_gave_the_container() {
         let mut container = ContainerInPlace {
             cpuset_file: None,
-            freezer: None,
             base: BTreeSet::new(),
             written: None,
-            frozen: false,
         };
         assert_eq!(
             container.wanted(&set(&[2, 3])),

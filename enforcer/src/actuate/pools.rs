@@ -43,13 +43,10 @@ struct Pool {
 }
 
 impl Pool {
-    /// The CPUs the pool holds now (every CPU before its first write), and whether it is
-    /// paused: what a pod joining it is given.
-    fn current(&self, all_cpus: &BTreeSet<u32>) -> (BTreeSet<u32>, bool) {
-        (
-            self.applied.clone().unwrap_or_else(|| all_cpus.clone()),
-            self.paused,
-        )
+    /// The CPUs the pool holds now (every CPU before its first write): what a pod joining it
+    /// is given.
+    fn current(&self, all_cpus: &BTreeSet<u32>) -> BTreeSet<u32> {
+        self.applied.clone().unwrap_or_else(|| all_cpus.clone())
     }
 
     /// Writes `cpus` and the pause where they differ from what the cgroup holds, noting what
@@ -105,9 +102,10 @@ impl Pool {
             }
         }
         self.pending = failed.then(|| (cpus.clone(), paused));
-        // The pool's pods follow its decision, each in its own groups.
+        // The pool's pods follow its CPUs, each in its own groups (its pause reached them
+        // through its freezer above).
         for pod in self.pods.values_mut() {
-            pod.apply(cpus, paused);
+            pod.apply(cpus);
         }
     }
 }
@@ -303,7 +301,8 @@ impl Pools {
             .get_mut(pool)
             .ok_or_else(|| PoolsError::Unknown(pool.to_owned()))?;
         let offline = state.kind.online().is_none();
-        let pod = PodInPlace::attach(key, relative, offline, exclusive_cpus, write);
+        let freezer = state.cgroup.freezer().cloned();
+        let pod = PodInPlace::attach(key, relative, offline, exclusive_cpus, write, freezer);
         state.pods.insert(uid.to_owned(), pod);
         Ok(())
     }
@@ -312,10 +311,9 @@ impl Pools {
     pub fn add_pod_container(&mut self, uid: &str, relative: &Path) {
         let all_cpus = &self.all_cpus;
         for pool in self.pools.values_mut() {
-            let (cpus, paused) = pool.current(all_cpus);
+            let cpus = pool.current(all_cpus);
             if let Some(pod) = pool.pods.get_mut(uid) {
-                let frozen = paused && pool.pausable;
-                pod.add_container(relative, &cpus, frozen, &mut self.pod_bases);
+                pod.add_container(relative, &cpus, &mut self.pod_bases);
             }
         }
     }
@@ -344,10 +342,9 @@ impl Pools {
         let all_cpus = &self.all_cpus;
         let mut notes = Vec::new();
         for pool in self.pools.values_mut() {
-            let (cpus, paused) = pool.current(all_cpus);
-            let frozen = paused && pool.pausable;
+            let cpus = pool.current(all_cpus);
             for pod in pool.pods.values_mut() {
-                notes.extend(pod.check(now, &cpus, frozen, &mut self.pod_bases));
+                notes.extend(pod.check(now, &cpus, &mut self.pod_bases));
             }
         }
         notes

@@ -7,7 +7,7 @@
 
 use tracing::error;
 
-use crate::actuate::{freezer, pod_in_place};
+use crate::actuate::freezer;
 
 /// The exit status of a daemon that failed (EX_SOFTWARE).
 pub const EXIT_FATAL: i32 = 70;
@@ -27,7 +27,7 @@ pub fn exit_on_panic(instance: &str) {
 /// panicking thread may hold any of them), then exits with `EXIT_FATAL`. The next daemon
 /// restores the rest.
 pub fn exit(instance: &str, why: &str) -> ! {
-    let thawed = freezer::thaw_instance(instance) + pod_in_place::thaw_all();
+    let thawed = freezer::thaw_instance(instance) + freezer::thaw_members();
     error!(
         thawed_pools = thawed,
         "the daemon cannot go on after {why}: exiting"

@@ -97,6 +97,15 @@ pub fn kubeconfig(url: &str) -> String {
     )
 }
 
+/// Removes a test's kubelet tree `dir` (under the tests' `reamer` subtree) and everything under
+/// it, then the `reamer` group above it where nothing else is left there.
+pub fn remove_kubelet_tree(dir: &std::path::Path) {
+    remove_tree(dir);
+    if let Some(parent) = dir.parent().filter(|p| p.ends_with("reamer")) {
+        let _ = std::fs::remove_dir(parent);
+    }
+}
+
 /// Removes `dir` and everything under it, deepest first (cgroupfs removes only empty groups).
 pub fn remove_tree(dir: &std::path::Path) {
     if let Ok(entries) = std::fs::read_dir(dir) {
