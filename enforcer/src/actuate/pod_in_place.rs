@@ -289,11 +289,13 @@ impl PodInPlace {
         let Some(freezer) = &self.freezer else {
             return;
         };
-        let failed = self
-            .containers
-            .keys()
-            .filter_map(|relative| freezer.add_member(relative).err())
-            .last();
+        // Every container is tried, whichever fail.
+        let mut failed = None;
+        for relative in self.containers.keys() {
+            if let Err(err) = freezer.add_member(relative) {
+                failed = Some(err);
+            }
+        }
         if let Some(err) = failed {
             self.state = PodState::Failing(err);
         }
