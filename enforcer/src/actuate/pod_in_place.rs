@@ -127,6 +127,40 @@ fn read_cpus(file: &Path) -> Option<BTreeSet<u32>> {
     cpu_list::parse(text.trim()).ok()
 }
 
+/// The files `PodInPlace::check` compares, taken under the daemon's lock.
+pub struct Readback {
+    /// (container group, its `cpuset.cpus`, what reamer wrote there).
+    cpusets: Vec<(PathBuf, PathBuf, BTreeSet<u32>)>,
+    idle_file: Option<PathBuf>,
+}
+
+/// What those files held.
+pub struct Readings {
+    /// (container group, what reamer had written, what the file holds now). A group removed
+    /// meanwhile reads as nothing and is left out: its removal event is on its way.
+    cpusets: Vec<(PathBuf, BTreeSet<u32>, BTreeSet<u32>)>,
+    /// The pod's `cpu.idle`, where it reads 0.
+    idle_cleared: Option<PathBuf>,
+}
+
+impl Readback {
+    /// Reads the files, with no lock held.
+    pub fn read(self) -> Readings {
+        let cpusets = self
+            .cpusets
+            .into_iter()
+            .filter_map(|(relative, file, written)| Some((relative, written, read_cpus(&file)?)))
+            .collect();
+        let idle_cleared = self
+            .idle_file
+            .filter(|file| std::fs::read_to_string(file).is_ok_and(|v| v.trim() == "0"));
+        Readings {
+            cpusets,
+            idle_cleared,
+        }
+    }
+}
+
 /// How a pod stands, for `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodState {
@@ -308,42 +342,64 @@ impl PodInPlace {
         };
     }
 
-    /// Reads back what reamer wrote, at `now`. A value someone else wrote becomes the
-    /// container's base (the kubelet's new CPUs), or cpu.idle is written again, until the
-    /// rewrites make the pod contested. Returns what to log: each rewrite, and a contest.
+    /// The files to read back for `check`: each container's `cpuset.cpus` with what reamer
+    /// wrote there, and the pod's `cpu.idle`. None where reamer does not write the pod. Read
+    /// without the daemon's lock (`Readback::read`), which the fast path needs.
+    pub fn readback(&self) -> Option<Readback> {
+        if !self.writes() {
+            return None;
+        }
+        let cpusets = self
+            .containers
+            .iter()
+            .filter_map(|(relative, container)| {
+                let file = container.cpuset_file.clone()?;
+                Some((relative.clone(), file, container.written.clone()?))
+            })
+            .collect();
+        Some(Readback {
+            cpusets,
+            idle_file: self.idle_file.clone(),
+        })
+    }
+
+    /// What was read back, at `now`. A value someone else wrote becomes the container's
+    /// base (the kubelet's new CPUs), or cpu.idle is written again, until the rewrites make the
+    /// pod contested. A container reamer itself wrote since the reading is left to the next.
+    /// Returns what to log: each rewrite, and a contest.
     pub fn check(
         &mut self,
         now: Instant,
         cpus: &BTreeSet<u32>,
+        readings: Readings,
         bases: &mut PodBases,
     ) -> Vec<String> {
         if !self.writes() {
             return Vec::new();
         }
         let mut seen = Vec::new();
-        for (relative, container) in &mut self.containers {
-            let (Some(file), Some(written)) = (&container.cpuset_file, &container.written) else {
+        for (relative, written_then, now_there) in readings.cpusets {
+            let Some(container) = self.containers.get_mut(&relative) else {
                 continue;
             };
-            // A group removed meanwhile reads as nothing: its removal event is on its way.
-            let Some(now_there) = read_cpus(file) else {
+            if container.written.as_ref() != Some(&written_then) || now_there == written_then {
                 continue;
-            };
-            if &now_there != written {
-                seen.push(format!(
-                    "{} was rewritten to [{}] (reamer wrote [{}])",
-                    file.display(),
-                    cpu_list::format(&now_there),
-                    cpu_list::format(written)
-                ));
-                bases.remember(relative, cpu_list::format(&now_there));
-                container.base = now_there;
-                container.written = None;
             }
+            seen.push(format!(
+                "{} was rewritten to [{}] (reamer wrote [{}])",
+                container
+                    .cpuset_file
+                    .as_deref()
+                    .unwrap_or(Path::new("cpuset.cpus"))
+                    .display(),
+                cpu_list::format(&now_there),
+                cpu_list::format(&written_then)
+            ));
+            bases.remember(&relative, cpu_list::format(&now_there));
+            container.base = now_there;
+            container.written = None;
         }
-        if let Some(file) = &self.idle_file
-            && std::fs::read_to_string(file).is_ok_and(|v| v.trim() == "0")
-        {
+        if let Some(file) = readings.idle_cleared {
             seen.push(format!("{} was set back to 0", file.display()));
         }
         if seen.is_empty() {

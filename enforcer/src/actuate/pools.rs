@@ -16,7 +16,7 @@ use super::{
     cgroup::{self, CgroupError, CpuClass, PoolCgroup, PoolFiles},
     freezer::Freezer,
     pod_bases::PodBases,
-    pod_in_place::{PodInPlace, PodState},
+    pod_in_place::{PodInPlace, PodState, Readback, Readings},
 };
 use crate::{
     config::{PoolKind, PoolSettings},
@@ -337,14 +337,32 @@ impl Pools {
             .collect()
     }
 
-    /// Every pod's files read back (`PodInPlace::check`), at `now`: what to log.
-    pub fn check_pods(&mut self, now: Instant) -> Vec<String> {
-        let all_cpus = &self.all_cpus;
+    /// Every written pod's files to read back, by pool and pod (`PodInPlace::readback`).
+    pub fn pod_readbacks(&self) -> Vec<(String, String, Readback)> {
+        self.pools
+            .iter()
+            .flat_map(|(name, pool)| {
+                pool.pods.iter().filter_map(move |(uid, pod)| {
+                    Some((name.clone(), uid.clone(), pod.readback()?))
+                })
+            })
+            .collect()
+    }
+
+    /// What was read back, at `now` (`PodInPlace::check`): what to log.
+    pub fn check_pods(
+        &mut self,
+        now: Instant,
+        readings: Vec<(String, String, Readings)>,
+    ) -> Vec<String> {
         let mut notes = Vec::new();
-        for pool in self.pools.values_mut() {
-            let cpus = pool.current(all_cpus);
-            for pod in pool.pods.values_mut() {
-                notes.extend(pod.check(now, &cpus, &mut self.pod_bases));
+        for (pool_name, uid, reading) in readings {
+            let Some(pool) = self.pools.get_mut(&pool_name) else {
+                continue;
+            };
+            let cpus = pool.current(&self.all_cpus);
+            if let Some(pod) = pool.pods.get_mut(&uid) {
+                notes.extend(pod.check(now, &cpus, reading, &mut self.pod_bases));
             }
         }
         notes

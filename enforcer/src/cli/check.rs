@@ -233,6 +233,48 @@ fn gpu() -> Finding {
     ))
 }
 
+/// Kubernetes, as the default config (`/etc/reamer/enforcer.toml`, else the built-in one)
+/// has it: whether the daemon would follow the node's pods, and whether the kubelet's groups
+/// and the CPU manager's checkpoint are where it would look. The API server is not contacted
+/// (`enforcer pods` does).
+fn kubernetes() -> Finding {
+    use crate::{
+        config::{Config, Machine},
+        kubernetes::{cpu_manager::ExclusivePods, pod_cgroup::kubelet_hierarchy},
+    };
+    let default = Path::new(paths::DEFAULT_CONFIG);
+    let config = match default.exists() {
+        true => Config::load(default, Machine::This).map_err(|e| e.to_string())?,
+        false => Config::default(),
+    };
+    let section = &config.kubernetes;
+    if !section.is_enabled() {
+        return Ok(
+            "off: not in a pod ($KUBERNETES_SERVICE_HOST unset) and [kubernetes] enabled is not \
+             true; pods are not followed"
+                .to_owned(),
+        );
+    }
+    let node = section.node_name().ok_or(
+        "on, but no node name: set NODE_NAME (the downward API) or [kubernetes] node_name",
+    )?;
+    let root = section.kubelet_root(&kubelet_hierarchy());
+    let driver = section.driver(&root).ok_or(format!(
+        "on for node {node}, but no kubepods.slice or kubepods under {}: is [kubernetes] \
+         cgroup_root the kubelet's --cgroup-root (and /sys/fs/cgroup the host's)?",
+        root.display()
+    ))?;
+    let exclusive = match ExclusivePods::read(&section.cpu_manager_state) {
+        Ok(pods) if pods == ExclusivePods::default() => "no pod has exclusive CPUs".to_owned(),
+        Ok(_) => "the CPU manager's exclusive pods are left alone".to_owned(),
+        Err(err) => format!("the CPU manager's checkpoint cannot be read: {err}"),
+    };
+    Ok(format!(
+        "on for node {node}: the kubelet's groups under {} ({driver:?} driver); {exclusive}",
+        root.display()
+    ))
+}
+
 /// Runs every check.
 pub fn run_checks() -> Vec<Item> {
     vec![
@@ -245,6 +287,7 @@ pub fn run_checks() -> Vec<Item> {
         item("mounts", true, mounts()),
         item("cgroups", true, cgroup_support().map_err(|e| e.to_string())),
         item("gpu", false, gpu()),
+        item("kubernetes", false, kubernetes()),
     ]
 }
 

@@ -31,6 +31,7 @@ use crate::{
         decision_log::{DecisionLog, RecentDecisions},
         freezer::Freezer,
         grants::{GrantBoard, WorkerGone},
+        pod_in_place::{Readback, Readings},
         pools::{PodView, Pools, PoolsError},
         quiet_cpus::QuietCpus,
     },
@@ -260,9 +261,19 @@ impl Enforcement {
         self.pools.detach_pod(uid)
     }
 
-    /// Reads back the pods' files (someone else's rewrites): what to log.
-    pub fn check_pods(&mut self, now: Instant) -> Vec<String> {
-        self.pools.check_pods(now)
+    /// The pods' files to read back for someone else's rewrites, read by the caller without
+    /// this lock.
+    pub fn pod_readbacks(&self) -> Vec<(String, String, Readback)> {
+        self.pools.pod_readbacks()
+    }
+
+    /// What the pods' files held (`pod_readbacks`), at `now`: what to log.
+    pub fn check_pods(
+        &mut self,
+        now: Instant,
+        readings: Vec<(String, String, Readings)>,
+    ) -> Vec<String> {
+        self.pools.check_pods(now, readings)
     }
 
     /// The pools' pods, for `status` and /metrics.

@@ -152,11 +152,21 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
         let report = classify(&mut registry, &mut sensor);
         drop((registry, sensor));
         // Pods' files read back: the kubelet's rewrites re-applied, another agent's reported.
+        // Read with the lock let go: the event thread needs it.
+        let readbacks = shared
+            .enforcement
+            .lock()
+            .expect("enforcement poisoned")
+            .pod_readbacks();
+        let readings = readbacks
+            .into_iter()
+            .map(|(pool, uid, readback)| (pool, uid, readback.read()))
+            .collect();
         let notes = shared
             .enforcement
             .lock()
             .expect("enforcement poisoned")
-            .check_pods(Instant::now());
+            .check_pods(Instant::now(), readings);
         for note in notes {
             warn!("Kubernetes: {note}");
         }
