@@ -30,6 +30,16 @@ impl Drop for Spinner {
     }
 }
 
+/// Starts a spinner.
+fn spin() -> Spinner {
+    Spinner(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// CPUs the process used over `window`, per CPU the host left this VM. The hypervisor's steal
 /// comes and goes within seconds here (a spinner measured 0.32 CPUs ungated in one run), and
 /// the share of each period the gate lets the spinner run is only seen net of it. The
@@ -52,12 +62,7 @@ fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
     let all: BTreeSet<u32> =
         (0..std::thread::available_parallelism().unwrap().get() as u32).collect();
     pool.set_cpus(&all).unwrap();
-    let spinner = Spinner(
-        Command::new("sh")
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap(),
-    );
+    let spinner = spin();
     let pid = spinner.0.id();
     pool.add_process(pid).unwrap();
     let freezer = pool.freezer().expect("the pool's freezer").clone();
@@ -153,12 +158,7 @@ fn a_pods_container_is_gated_and_paused_with_its_pool_and_thawed_when_it_leaves(
     // The pod's container, where the kubelet would put it (not in the pool's group).
     let container = format!("reamer/{instance}-node/kubepods/besteffort/pod1/c1");
     let dirs = make_container_group(&container);
-    let spinner = Spinner(
-        Command::new("sh")
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap(),
-    );
+    let spinner = spin();
     let pid = spinner.0.id();
     for dir in &dirs {
         std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();

@@ -117,22 +117,10 @@ fn pool_cpus() -> String {
     read(dir("cpuset", &format!("reamer/{INSTANCE}/batch")).join("cpuset.cpus"))
 }
 
-fn api_pod(uid: &str, name: &str, labels: Value, qos: &str, container: Option<&str>) -> Value {
-    let statuses = match container {
-        Some(id) => json!([{"name": "main", "ready": true, "restartCount": 0, "image": "x",
-                            "imageID": "", "containerID": format!("containerd://{id}")}]),
-        None => json!([]),
-    };
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": labels,
-                     "resourceVersion": "1",
-                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
-                                          "name": format!("{name}-job"), "uid": "0",
-                                          "controller": true}]},
-        "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "x"}]},
-        "status": {"phase": "Running", "qosClass": qos, "containerStatuses": statuses}
-    })
+/// A pod whose container (where it has one) is containerd's `id`.
+fn api_pod(uid: &str, name: &str, labels: Value, qos: &str, id: Option<&str>) -> Value {
+    let container_id = id.map(|id| format!("containerd://{id}"));
+    support::api_pod(uid, name, labels, qos, container_id.as_deref())
 }
 
 fn pod_of<'a>(snapshot: &'a Snapshot, key: &str) -> Option<&'a PodInfo> {

@@ -25,19 +25,9 @@ fn container_id(n: u8) -> String {
     format!("containerd://{}", format!("{n:02x}").repeat(32))
 }
 
+/// A pod whose container is `container_id(container)`.
 fn api_pod(uid: &str, name: &str, labels: Value, qos: &str, container: u8) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": labels,
-                     "resourceVersion": "1",
-                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
-                                          "name": format!("{name}-job"), "uid": "0",
-                                          "controller": true}]},
-        "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "x"}]},
-        "status": {"phase": "Running", "qosClass": qos, "containerStatuses": [
-            {"name": "main", "ready": true, "restartCount": 0, "image": "x", "imageID": "",
-             "containerID": container_id(container)}]}
-    })
+    support::api_pod(uid, name, labels, qos, Some(&container_id(container)))
 }
 
 #[tokio::test]

@@ -110,7 +110,7 @@ impl ContainerInPlace {
         let mut errors = Vec::new();
         if self.written.take().is_some()
             && let Some(file) = &self.cpuset_file
-            && let Err(err) = std::fs::write(file, cpu_list::format(&self.base))
+            && let Err(err) = std::fs::write(file, restore_value(&self.base))
         {
             // A group already removed has nothing left to release.
             if file.exists() {
@@ -118,6 +118,17 @@ impl ContainerInPlace {
             }
         }
         errors
+    }
+}
+
+/// What gives a container its kubelet's CPUs back: the list, or on cgroup v2 where the file
+/// was empty (inheriting its pod's), a lone newline. A write of no bytes at all never
+/// reaches the kernel's handler, and would leave the pool's CPUs in place.
+fn restore_value(base: &BTreeSet<u32>) -> String {
+    if base.is_empty() {
+        "\n".to_owned()
+    } else {
+        cpu_list::format(base)
     }
 }
 
@@ -504,6 +515,12 @@ mod tests {
             set(&[5]),
             "nothing shared: the pool's own, for the kernel to refuse and the log to say"
         );
+    }
+
+    #[test]
+    fn an_empty_base_is_given_back_as_a_newline_not_as_nothing() {
+        assert_eq!(restore_value(&BTreeSet::new()), "\n");
+        assert_eq!(restore_value(&set(&[0, 1, 2, 5])), "0-2,5");
     }
 
     #[test]

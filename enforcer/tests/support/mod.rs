@@ -43,6 +43,33 @@ pub fn pod(uid: &str, name: &str, role: &str, resource_version: u64) -> Value {
     })
 }
 
+/// A running pod of node-1 in namespace `ml`, owned by Job `<name>-job`, with `labels` and
+/// QoS class `qos`, and one container `main` whose status names `container_id`
+/// ("containerd://<id>"), or none yet (the runtime still making it).
+pub fn api_pod(
+    uid: &str,
+    name: &str,
+    labels: Value,
+    qos: &str,
+    container_id: Option<&str>,
+) -> Value {
+    let statuses = match container_id {
+        Some(id) => json!([{"name": "main", "ready": true, "restartCount": 0, "image": "x",
+                            "imageID": "", "containerID": id}]),
+        None => json!([]),
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": labels,
+                     "resourceVersion": "1",
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                          "name": format!("{name}-job"), "uid": "0",
+                                          "controller": true}]},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "main", "image": "x"}]},
+        "status": {"phase": "Running", "qosClass": qos, "containerStatuses": statuses}
+    })
+}
+
 pub async fn pods(
     State(server): State<Shared>,
     RawQuery(query): RawQuery,
