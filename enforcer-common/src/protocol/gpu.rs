@@ -25,6 +25,11 @@ pub struct GpuActive {
     pub gated_pools: Vec<String>,
     pub gate: GateStats,
     pub training_active: bool,
+    /// Training's launching threads' latest busy share (the clamp's need signal, from 0:
+    /// waiting on its input, to 1: GPU-bound); None before two samples of a training GPU
+    /// process.
+    #[serde(default)]
+    pub launcher_busy: Option<f64>,
     /// The MPS active-thread percentage new inference clients get.
     pub client_percentage: u32,
     pub mps: MpsReport,
@@ -74,6 +79,15 @@ pub enum ClampReason {
         best_sm_pct: f64,
     },
     TrainingIdle,
+    /// Training's launching thread waits on its input pipeline (median busy share below the
+    /// bar): the GPU has room, and inference runs ungated.
+    TrainingInputBound {
+        launcher_busy: f64,
+    },
+    /// It is busy again: the step is GPU-bound, and the clamp is back.
+    TrainingGpuBound {
+        launcher_busy: f64,
+    },
 }
 
 /// Which signal saw training's demand rise.

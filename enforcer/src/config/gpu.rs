@@ -74,6 +74,10 @@ pub struct GpuSection {
     pub probe: bool,
     /// How much of its best SM utilization training may lose before inference backs off.
     pub tolerance: f64,
+    /// Clamp only while training needs the GPU: let inference run where training's launching
+    /// thread waits on its input pipeline (its DataLoader), and clamp at once where it is
+    /// GPU-bound (`gpu::launcher`, docs/gpu.md). false: clamp whenever training is active.
+    pub clamp_on_need: bool,
     /// Training idle this long: inference runs ungated.
     pub idle_after_ms: u64,
     /// A share held this long becomes the MPS percentage of new inference clients.
@@ -103,6 +107,7 @@ impl Default for GpuSection {
             min_run_fraction: clamp.min_run_fraction,
             probe: clamp.probe,
             tolerance: clamp.tolerance,
+            clamp_on_need: clamp.on_need,
             idle_after_ms: clamp.idle_after_ns / 1_000_000,
             retarget_after_ms: clamp.retarget_after_ns / 1_000_000,
             training_memory_reserve_mib: 4096,
@@ -176,6 +181,7 @@ impl GpuSection {
                 min_run_fraction: self.min_run_fraction,
                 probe: self.probe,
                 tolerance: self.tolerance,
+                on_need: self.clamp_on_need,
                 idle_after_ns: self.idle_after_ms.saturating_mul(1_000_000),
                 retarget_after_ns: self.retarget_after_ms.saturating_mul(1_000_000),
                 adjust_every_ns: self.sample_ms.max(1000).saturating_mul(1_000_000),
@@ -233,6 +239,19 @@ pub struct ClampSettings {
     pub idle_after_ns: u64,
     /// A run fraction held this long, ns, becomes an MPS percentage.
     pub retarget_after_ns: u64,
+    /// Clamp only while training needs the GPU (`gpu::launcher`).
+    pub on_need: bool,
+    /// The launching thread's median busy share below which training waits on its input:
+    /// the clamp is let go.
+    pub input_bound_below: f64,
+    /// The share at or above which it is GPU-bound again: the clamp comes back. Apart from
+    /// `input_bound_below`, so that a share between the two changes nothing.
+    pub gpu_bound_above: f64,
+    /// The window of launcher samples whose median is taken, ns.
+    pub need_window_ns: u64,
+    /// How long a job found waiting on its input is remembered after it goes idle, ns: its
+    /// next step (a loader-bound job idles between batches often) is not clamped at its rise.
+    pub need_memory_ns: u64,
 }
 
 impl Default for ClampSettings {
@@ -251,6 +270,16 @@ impl Default for ClampSettings {
             active_sm_pct: 5.0,
             idle_after_ns: 2000 * MS,
             retarget_after_ns: 10_000 * MS,
+            on_need: true,
+            // A GPU-bound step keeps its launching thread busy throughout (it spins in CUDA's
+            // synchronisation); one that waits on its DataLoader leaves it asleep for the
+            // wait. The bars are set apart, and are not measured yet: the GPU benchmark's two
+            // jobs are what checks them (docs/gpu.md).
+            input_bound_below: 0.6,
+            gpu_bound_above: 0.85,
+            // Five NVML samples at the default 200 ms.
+            need_window_ns: 1000 * MS,
+            need_memory_ns: 30_000 * MS,
         }
     }
 }

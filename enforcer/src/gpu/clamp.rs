@@ -22,10 +22,28 @@
 //! `idle_after` without either signal, inference runs freely again. A fraction held for
 //! `retarget_after` becomes an MPS active-thread percentage for the next clients: the lasting
 //! form of the same limit, which costs no freezing.
+//!
+//! With `on_need` (the default), the clamp is held only while training needs the GPU. The
+//! third signal is its launching thread's busy share (`launcher`): a GPU-bound step keeps it
+//! busy, a step waiting on its input pipeline leaves it asleep, gated or not. When the median
+//! over `need_window` falls below `input_bound_below`, the clamp is let go: the GPU has room,
+//! and freeing more of it would not speed training up. It comes back at once when the median
+//! reaches `gpu_bound_above` (inference slowing the GPU enough to make the step GPU-bound
+//! shows there too). A job found waiting on its input is remembered for `need_memory` after
+//! it goes idle, so that its next rise does not clamp first and ask later: a loader-bound
+//! job idles between batches every few seconds.
 
 pub use enforcer_common::protocol::gpu::{ClampReason, GpuDecision, Signal};
 
+use std::collections::VecDeque;
+
+use enforcer_common::stats::median;
+
 use crate::config::gpu::ClampSettings;
+
+/// Launcher samples needed before the window's median counts: a share read right after a
+/// rise covers the step's start, not its level.
+const MIN_NEED_SAMPLES: usize = 3;
 
 #[derive(Debug)]
 pub struct GpuPolicy {
@@ -43,6 +61,10 @@ pub struct GpuPolicy {
     /// Whether NVML's latest sample showed a training process on a GPU. Until it does, the
     /// CPU signal is training's CPU work, not a GPU step starting, and clamps nothing.
     training_on_gpu: bool,
+    /// The launching thread's busy shares of the last `need_window`: (time, share).
+    need: VecDeque<(u64, f64)>,
+    /// When training was last seen waiting on its input; None: GPU-bound, or not seen yet.
+    input_bound_at: Option<u64>,
 }
 
 impl GpuPolicy {
@@ -56,7 +78,17 @@ impl GpuPolicy {
             changed_ns: 0,
             percentage: 100,
             training_on_gpu: false,
+            need: VecDeque::new(),
+            input_bound_at: None,
         }
+    }
+
+    /// Whether training waits on its input now, or did within `need_memory` of now.
+    fn input_bound(&self, now_ns: u64) -> bool {
+        self.config.on_need
+            && self
+                .input_bound_at
+                .is_some_and(|at| now_ns.saturating_sub(at) < self.config.need_memory_ns)
     }
 
     pub fn run_fraction(&self) -> f64 {
@@ -85,6 +117,10 @@ impl GpuPolicy {
         }
         self.best_sm_pct = None;
         self.last_adjust_ns = now_ns;
+        if self.input_bound(now_ns) {
+            // It waited on its input the last time: active, and watched, but not clamped.
+            return None;
+        }
         let clamp = self.config.clamp_run_fraction;
         Some(self.gate(now_ns, clamp, ClampReason::TrainingRose { signal }))
     }
@@ -97,7 +133,48 @@ impl GpuPolicy {
         }
         self.last_active_ns = None;
         self.best_sm_pct = None;
+        // The next activity's shares are its own.
+        self.need.clear();
+        if self.run_fraction >= 1.0 {
+            return None;
+        }
         Some(self.gate(now_ns, 1.0, ClampReason::TrainingIdle))
+    }
+
+    /// The third signal: the busiest launching thread's busy share since the last NVML sample
+    /// (`launcher`). It moves the clamp only while training is active.
+    pub fn on_launcher_busy(&mut self, now_ns: u64, share: f64) -> Vec<GpuDecision> {
+        if !self.config.on_need || !share.is_finite() {
+            return Vec::new();
+        }
+        self.need.push_back((now_ns, share.clamp(0.0, 1.0)));
+        let oldest = now_ns.saturating_sub(self.config.need_window_ns);
+        while self.need.front().is_some_and(|(at, _)| *at < oldest) {
+            self.need.pop_front();
+        }
+        if self.last_active_ns.is_none() || self.need.len() < MIN_NEED_SAMPLES {
+            return Vec::new();
+        }
+        let shares: Vec<f64> = self.need.iter().map(|(_, s)| *s).collect();
+        let launcher_busy = median(&shares);
+        let was_input_bound = self.input_bound(now_ns);
+        if launcher_busy < self.config.input_bound_below {
+            self.input_bound_at = Some(now_ns);
+            if self.run_fraction < 1.0 {
+                let why = ClampReason::TrainingInputBound { launcher_busy };
+                return vec![self.gate(now_ns, 1.0, why)];
+            }
+        } else if launcher_busy >= self.config.gpu_bound_above && was_input_bound {
+            self.input_bound_at = None;
+            self.best_sm_pct = None;
+            let clamp = self.config.clamp_run_fraction;
+            let why = ClampReason::TrainingGpuBound { launcher_busy };
+            return vec![self.gate(now_ns, clamp, why)];
+        } else if was_input_bound {
+            // Between the bars: as it was, and remembered from now.
+            self.input_bound_at = Some(now_ns);
+        }
+        Vec::new()
     }
 
     /// The fast signal: training's CPU use over the last tick, in CPUs. It counts only once
@@ -147,6 +224,7 @@ impl GpuPolicy {
     /// Probe up or back off, once per adjustment period, on training's SM utilization.
     fn adjust(&mut self, now_ns: u64, training_sm_pct: f64) -> Option<GpuDecision> {
         if !self.config.probe
+            || self.input_bound(now_ns)
             || now_ns.saturating_sub(self.last_adjust_ns) < self.config.adjust_every_ns
         {
             return None;
@@ -374,6 +452,98 @@ mod tests {
         assert_eq!(
             retargets(policy.on_training_cpu(22_000 * MS, 0.0)),
             vec![GpuDecision::Retarget { percentage: 100 }]
+        );
+    }
+    /// NVML's sample period: the launcher signal comes with each sample.
+    const SAMPLE: u64 = 200 * MS;
+
+    /// Feeds `shares`, one per NVML sample from `start`; returns the gate decisions with the
+    /// time each came.
+    fn feed(policy: &mut GpuPolicy, start: u64, shares: &[f64]) -> Vec<(u64, f64)> {
+        let mut gated = Vec::new();
+        for (i, &share) in shares.iter().enumerate() {
+            let at = start + i as u64 * SAMPLE;
+            // Training's CPU side keeps it active meanwhile.
+            policy.on_training_cpu(at, 1.0);
+            for run_fraction in gates(&policy.on_launcher_busy(at, share)) {
+                gated.push((at, run_fraction));
+            }
+        }
+        gated
+    }
+
+    #[test]
+    fn a_gpu_bound_job_keeps_its_clamp() {
+        let mut policy = on_gpu();
+        assert_eq!(gates(&policy.on_training_cpu(0, 1.0)), vec![0.1]);
+        // Its launching thread spins in CUDA's synchronisation: busy throughout.
+        let shares: Vec<f64> = (0..25).map(|i| 0.97 + 0.01 * (i % 3) as f64).collect();
+        assert!(feed(&mut policy, SAMPLE, &shares).is_empty());
+        assert_eq!(policy.run_fraction(), 0.1);
+    }
+
+    #[test]
+    fn a_loader_bound_job_lets_inference_run_within_a_window_and_its_next_step_too() {
+        let mut policy = on_gpu();
+        assert_eq!(gates(&policy.on_training_cpu(0, 1.0)), vec![0.1]);
+        // Its launching thread sleeps in the DataLoader's queue most of each step.
+        let gated = feed(&mut policy, SAMPLE, &[0.42, 0.35, 0.40, 0.38, 0.45]);
+        assert_eq!(gated.len(), 1, "{gated:?}");
+        let (at, run_fraction) = gated[0];
+        assert_eq!(run_fraction, 1.0);
+        assert!(at <= 1000 * MS, "let go {} ms after the rise", at / MS);
+        // Idle between batches, past idle_after: nothing to undo, no decision.
+        let idle_at = 2 * 1000 * MS + 4000 * MS;
+        assert!(policy.on_training_cpu(idle_at, 0.0).is_empty());
+        assert!(!policy.training_active());
+        // Its next step is not clamped at its rise: it waited on its input the last time.
+        assert!(gates(&policy.on_training_cpu(idle_at + SAMPLE, 1.0)).is_empty());
+        assert!(policy.training_active());
+        assert_eq!(policy.run_fraction(), 1.0);
+    }
+
+    #[test]
+    fn a_job_that_inference_makes_gpu_bound_is_clamped_again_and_the_bars_do_not_flap() {
+        let mut policy = on_gpu();
+        policy.on_training_cpu(0, 1.0);
+        assert_eq!(
+            feed(&mut policy, SAMPLE, &[0.4, 0.4, 0.4])
+                .last()
+                .map(|g| g.1),
+            Some(1.0)
+        );
+        // Between the bars (0.6 to 0.85): no change either way.
+        let between = feed(&mut policy, 4 * SAMPLE, &[0.7, 0.8, 0.65, 0.75, 0.8, 0.7]);
+        assert!(between.is_empty(), "{between:?}");
+        // Inference slows the GPU past the loader's pace: the launcher is busy again.
+        let again = feed(&mut policy, 10 * SAMPLE, &[0.95, 0.97, 0.99, 0.98]);
+        assert_eq!(again.iter().map(|g| g.1).collect::<Vec<_>>(), vec![0.1]);
+        let decisions = policy.on_launcher_busy(14 * SAMPLE, 0.99);
+        assert!(decisions.is_empty(), "{decisions:?}");
+    }
+
+    #[test]
+    fn the_memory_of_an_input_bound_job_fades_and_the_signal_can_be_turned_off() {
+        let mut policy = on_gpu();
+        policy.on_training_cpu(0, 1.0);
+        feed(&mut policy, SAMPLE, &[0.3, 0.3, 0.3]);
+        assert_eq!(policy.run_fraction(), 1.0);
+        policy.on_training_cpu(10_000 * MS, 0.0);
+        // 30 s after it was last seen waiting: a rise clamps at once again.
+        let later = 4 * SAMPLE + ClampSettings::default().need_memory_ns;
+        assert_eq!(gates(&policy.on_training_cpu(later, 1.0)), vec![0.1]);
+
+        let mut off = GpuPolicy::new(ClampSettings {
+            on_need: false,
+            ..ClampSettings::default()
+        });
+        off.on_nvml(0, true, Some(0.0));
+        off.on_training_cpu(0, 1.0);
+        assert!(feed(&mut off, SAMPLE, &[0.1, 0.1, 0.1, 0.1]).is_empty());
+        assert_eq!(
+            off.run_fraction(),
+            0.1,
+            "clamped whenever training is active"
         );
     }
 }

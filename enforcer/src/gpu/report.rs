@@ -32,10 +32,10 @@ pub fn render(report: &GpuReport) -> String {
         active.gate.run_fraction * 100.0,
         active.gate.freezes,
         active.gate.last_freeze_write_us,
-        if active.training_active {
-            "active"
-        } else {
-            "idle"
+        match (active.training_active, active.launcher_busy) {
+            (true, Some(busy)) => format!("active, its launcher {:.0}% busy", busy * 100.0),
+            (true, None) => "active".to_owned(),
+            (false, _) => "idle".to_owned(),
         },
     );
     for device in &active.devices {
@@ -165,6 +165,7 @@ mod tests {
                 last_freeze_write_us: 40.0,
             },
             training_active: true,
+            launcher_busy: Some(0.42),
             client_percentage: 30,
             mps: MpsReport::Unavailable {
                 reason: "no MPS control daemon answers".to_owned(),
@@ -177,6 +178,7 @@ mod tests {
             "30% of each period",
             "pool serve",
             "training SM 71%",
+            "training active, its launcher 42% busy",
             "MPS: unavailable",
         ] {
             assert!(text.contains(part), "{part} missing:\n{text}");

@@ -24,6 +24,7 @@ use super::{
     attribution::{self, Owner},
     clamp::{GpuDecision, GpuPolicy},
     duty_cycle::{DutyCycle, GateStats},
+    launcher::LauncherWatch,
     memory_guard::{self, Eviction},
     mps::{self, MpsControl},
     telemetry::GpuTelemetry,
@@ -95,6 +96,8 @@ struct State {
     /// a process that reused its pid).
     evicted: HashMap<u32, (Instant, Option<u64>)>,
     recent: VecDeque<GpuDecisionRecord>,
+    /// Training's launching threads' latest busy share (`launcher`).
+    launcher_busy: Option<f64>,
 }
 
 impl GpuService {
@@ -165,6 +168,7 @@ impl GpuService {
                 evictions: 0,
                 evicted: HashMap::new(),
                 recent: VecDeque::new(),
+                launcher_busy: None,
             }),
             log,
             stop: AtomicBool::new(false),
@@ -298,6 +302,7 @@ impl GpuService {
                 DutyCycle::stats,
             ),
             training_active: lock(&inner.policy).training_active(),
+            launcher_busy: state.launcher_busy,
             client_percentage: state.client_percentage,
             mps: state.mps.clone(),
             evictions: state.evictions,
@@ -504,6 +509,7 @@ fn server_takes_inference_limits(
 
 fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn, period: Duration) {
     let mut last_mps = Instant::now();
+    let mut launchers = LauncherWatch::default();
     while !inner.stop.load(Ordering::Relaxed) {
         let started = Instant::now();
         let owners = owners();
@@ -512,6 +518,7 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
         let mut evictions = Vec::new();
         let mut training_sm: Option<f64> = None;
         let mut training_on_gpu = false;
+        let mut training_pids: Vec<u32> = Vec::new();
         for sample in telemetry.sample() {
             let sample = match sample {
                 Ok(sample) => sample,
@@ -521,10 +528,15 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
                 }
             };
             let attributed = attribution::attribute(&sample, &owners);
-            training_on_gpu |= attributed
-                .processes
-                .iter()
-                .any(|(_, owner)| matches!(owner, Some(Owner::Training(_))));
+            training_pids.extend(
+                sample
+                    .processes
+                    .iter()
+                    .zip(&attributed.processes)
+                    .filter(|(_, (_, owner))| matches!(owner, Some(Owner::Training(_))))
+                    .map(|(process, _)| process.pid),
+            );
+            training_on_gpu |= !training_pids.is_empty();
             if let Some(sm) = attributed.training_sm_pct {
                 *training_sm.get_or_insert(0.0) += sm;
             }
@@ -555,12 +567,21 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
             });
         }
         let now = monotonic_ns();
-        let decisions = lock(&inner.policy).on_nvml(now, training_on_gpu, training_sm);
+        let launcher_busy = launchers.busy_share(now, &training_pids);
+        let decisions = {
+            let mut policy = lock(&inner.policy);
+            let mut decisions = policy.on_nvml(now, training_on_gpu, training_sm);
+            if let Some(share) = launcher_busy {
+                decisions.extend(policy.on_launcher_busy(now, share));
+            }
+            decisions
+        };
         for decision in decisions {
             inner.apply(now, decision);
         }
         let mps_due = {
             let mut state = lock(&inner.state);
+            state.launcher_busy = launcher_busy;
             state.devices = devices;
             state.device_errors = device_errors;
             let on_gpu: BTreeSet<u32> = state
@@ -691,6 +712,7 @@ mod tests {
                 evictions: 0,
                 evicted: HashMap::new(),
                 recent: VecDeque::new(),
+                launcher_busy: None,
             }),
             log: DecisionLog::none(),
             stop: AtomicBool::new(false),
