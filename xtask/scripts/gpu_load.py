@@ -14,10 +14,16 @@ Protocol with the benchmark, over stdin and stdout so that the clocks of both pr
 
 Every step ends with torch.cuda.synchronize(), so a step's end is when its kernels finished,
 not when they were queued.
+
+Training is one of two jobs (--job): `mlp`, a bf16 MLP whose steps are all GPU work (the GPU
+is its bottleneck), or `resnet50-loader`, torchvision ResNet-50 fed by a DataLoader whose
+--loader-workers processes augment generated images on the CPU (train_resnet50.py's job):
+with few workers its input pipeline, not the GPU, sets its pace.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -36,7 +42,12 @@ def parse_args():
     parser.add_argument("--width", type=int, default=8192, help="hidden size of the MLP")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=None,
-                        help="rows per step (default: 2048 training, 1024 inference)")
+                        help="rows per step (default: 2048 training, 1024 inference; "
+                             "resnet50-loader: 128 images)")
+    parser.add_argument("--job", choices=["mlp", "resnet50-loader"], default="mlp",
+                        help="training's job (inference is always the MLP)")
+    parser.add_argument("--loader-workers", type=int, default=6,
+                        help="resnet50-loader: DataLoader worker processes")
     return parser.parse_args()
 
 
@@ -47,17 +58,33 @@ def mlp(width, layers, device):
     return torch.nn.Sequential(*blocks).to(device=device, dtype=torch.bfloat16)
 
 
+def mlp_and_input(args, device):
+    """The MLP of --width and --layers, its batch size, and a batch of random rows."""
+    model = mlp(args.width, args.layers, device)
+    batch = args.batch or (2048 if args.role == "training" else 1024)
+    return model, batch, torch.randn(batch, args.width, device=device, dtype=torch.bfloat16)
+
+
 def main():
     args = parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_load.py: PyTorch sees no CUDA device")
     device = torch.device("cuda")
     torch.manual_seed(0)
-    model = mlp(args.width, args.layers, device)
-    batch = args.batch or (2048 if args.role == "training" else 1024)
-    x = torch.randn(batch, args.width, device=device, dtype=torch.bfloat16)
+    resnet = args.role == "training" and args.job == "resnet50-loader"
+    if resnet:
+        # The server benchmark's job, beside this script.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from train_resnet50 import resnet50_job
 
-    if args.role == "training":
+        batch = args.batch or 128
+        batches, resnet_step = resnet50_job("cuda", batch, args.loader_workers, 320, 2)
+
+        def step():
+            resnet_step(*next(batches))
+            torch.cuda.synchronize()
+    elif args.role == "training":
+        model, batch, x = mlp_and_input(args, device)
         target = torch.randn_like(x)
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
 
@@ -68,6 +95,7 @@ def main():
             optimizer.step()
             torch.cuda.synchronize()
     else:
+        model, batch, x = mlp_and_input(args, device)
         model.eval()
 
         def step():
@@ -78,7 +106,10 @@ def main():
     for _ in range(10):
         step()
     print(json.dumps({"ready": True, "role": args.role, "batch": batch,
-                      "width": args.width, "layers": args.layers,
+                      "job": args.job if args.role == "training" else "mlp",
+                      "width": 0 if resnet else args.width,
+                      "layers": 0 if resnet else args.layers,
+                      "loader_workers": args.loader_workers if resnet else None,
                       "device": torch.cuda.get_device_name(0)}), flush=True)
     if not sys.stdin.readline():
         sys.exit("gpu_load.py: stdin closed before the start")
@@ -101,6 +132,10 @@ def main():
     with open(args.report, "w") as report:
         json.dump({"role": args.role, "t0_ns": t0, "started_ns": started_ns,
                    "done_ns": done_ns}, report)
+    if resnet:
+        # The loader's workers go with the process now, not seconds later in the next window.
+        sys.stdout.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

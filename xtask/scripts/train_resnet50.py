@@ -79,22 +79,19 @@ def quantile(sorted_values, q):
     return sorted_values[index]
 
 
-def main():
-    args = parse_args()
+def resnet50_job(device_name, batch, workers, image, threads):
+    """The job: a DataLoader of generated images augmented in `workers` processes, and a
+    training step of ResNet-50 on `device_name`. Returns (batches, step), where step(images,
+    labels) queues one step's kernels. Also the loader-bound job of the GPU benchmark
+    (gpu_load.py --job resnet50-loader)."""
     import torch
     import torchvision
     from torchvision.transforms import v2
 
-    cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        sys.exit("train_resnet50.py: PyTorch sees no CUDA device")
-    torch.set_num_threads(args.threads)
+    cuda = device_name == "cuda"
+    torch.set_num_threads(threads)
     torch.backends.cudnn.benchmark = True
-    device = torch.device(args.device)
-
-    def synchronize():
-        if cuda:
-            torch.cuda.synchronize()
+    device = torch.device(device_name)
 
     augment = v2.Compose([
         v2.RandomResizedCrop(224, antialias=True),
@@ -110,13 +107,13 @@ def main():
 
         def __getitem__(self, index):
             generator = torch.Generator().manual_seed(index)
-            image = torch.randint(0, 256, (3, args.image, args.image), dtype=torch.uint8,
-                                  generator=generator)
-            return augment(image), index % 1000
+            picture = torch.randint(0, 256, (3, image, image), dtype=torch.uint8,
+                                    generator=generator)
+            return augment(picture), index % 1000
 
     loader = torch.utils.data.DataLoader(
-        Generated(), batch_size=args.batch, num_workers=args.workers, pin_memory=cuda,
-        prefetch_factor=4 if args.workers > 0 else None)
+        Generated(), batch_size=batch, num_workers=workers, pin_memory=cuda,
+        prefetch_factor=4 if workers > 0 else None)
 
     model = torchvision.models.resnet50(num_classes=1000).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -125,13 +122,30 @@ def main():
     def step(images, labels):
         images = images.to(device, non_blocking=True, memory_format=torch.channels_last)
         labels = labels.to(device, non_blocking=True)
-        with torch.autocast(args.device, dtype=torch.bfloat16):
+        with torch.autocast(device_name, dtype=torch.bfloat16):
             loss = loss_fn(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
-    batches = iter(loader)
+    return iter(loader), step
+
+
+def main():
+    args = parse_args()
+    import torch
+    import torchvision
+
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit("train_resnet50.py: PyTorch sees no CUDA device")
+
+    def synchronize():
+        if cuda:
+            torch.cuda.synchronize()
+
+    batches, step = resnet50_job(args.device, args.batch, args.workers, args.image,
+                                 args.threads)
     warm_until = time.monotonic() + args.warmup_s
     while time.monotonic() < warm_until:
         step(*next(batches))

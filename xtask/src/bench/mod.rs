@@ -70,9 +70,18 @@ pub struct Options {
     /// Timed runs per batch size and repetition in the worker section.
     #[arg(long, default_value_t = 20)]
     pub worker_runs: usize,
-    /// Rounds of the GPU benchmark (each runs every GPU scenario once).
+    /// Rounds of the GPU benchmark (each runs every GPU scenario once), per training job.
     #[arg(long, default_value_t = 3)]
     pub gpu_rounds: usize,
+    /// The GPU benchmark's training jobs, each through every scenario: the GPU-bound MLP and
+    /// the loader-bound ResNet-50 (with --loader-workers DataLoader processes).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "mlp,resnet50-loader"
+    )]
+    pub gpu_jobs: Vec<gpu::TrainingJob>,
     /// Rounds of the server benchmark (each runs every server scenario once).
     #[arg(long, default_value_t = 3)]
     pub server_rounds: usize,
@@ -82,8 +91,8 @@ pub struct Options {
     /// The server benchmark's online load, requests a second (40 with --quick).
     #[arg(long, default_value_t = 150.0)]
     pub server_online_rate: f64,
-    /// DataLoader worker processes of the server benchmark's PyTorch job: 6 leaves most of a
-    /// 16-CPU server's cores idle.
+    /// DataLoader worker processes of the server benchmark's PyTorch job, and of the GPU
+    /// benchmark's ResNet-50: 6 leaves most of a 16-CPU server's cores idle.
     #[arg(long, default_value_t = 6)]
     pub loader_workers: usize,
     /// A stand-in for the server benchmark's PyTorch job, for a machine without a GPU: a
@@ -138,6 +147,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         json,
         no_docs,
         gpu_rounds,
+        gpu_jobs,
         prebuilt,
         server_rounds,
         server_seconds,
@@ -162,10 +172,12 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         || colocation_rounds == 0
         || gpu_rounds == 0
         || server_rounds == 0
+        || gpu_jobs.is_empty()
     {
         anyhow::bail!(
             "--window must be at least 1 second, --colocation-rounds, --gpu-rounds and \
-             --server-rounds at least 1"
+             --server-rounds at least 1, and --gpu-jobs must name a job (mlp, \
+             resnet50-loader)"
         );
     }
     let server_seconds_valid = server_seconds >= 1.0 && server_seconds.is_finite();
@@ -270,8 +282,16 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         let names: Vec<&str> = scenarios.iter().map(|s| s.name()).collect();
         command.push_str(&format!(" --scenarios {}", names.join(",")));
     }
-    if !quick && only.contains(&Section::Gpu) {
-        command.push_str(&format!(" --gpu-rounds {gpu_rounds}"));
+    if only.contains(&Section::Gpu) {
+        if !quick {
+            command.push_str(&format!(" --gpu-rounds {gpu_rounds}"));
+        }
+        let jobs: Vec<&str> = gpu_jobs.iter().map(|j| j.arg()).collect();
+        command.push_str(&format!(" --gpu-jobs {}", jobs.join(",")));
+        if gpu_jobs.contains(&gpu::TrainingJob::Resnet50Loader) && !only.contains(&Section::Server)
+        {
+            command.push_str(&format!(" --loader-workers {loader_workers}"));
+        }
     }
     if only.contains(&Section::Server) {
         if !quick {
@@ -347,16 +367,19 @@ pub fn run(options: Options) -> anyhow::Result<()> {
                 body["gpu"] = serde_json::json!({"skipped": reason});
             }
             None => {
-                let run = gpu::run(gpu_rounds, gpu_train, &progress)?;
-                let figures = gpu::report::figures(&run);
-                sections.push((
-                    "gpu",
-                    gpu::report::markdown(&run, &figures, &command, &machine),
-                ));
-                body["gpu"] = serde_json::json!({
-                    "scenarios": figures,
-                    "run": run,
-                });
+                // Each job through every scenario; one section, a part per job.
+                let mut text = String::new();
+                let mut runs = Vec::new();
+                for &job in &gpu_jobs {
+                    let run = gpu::run(gpu_rounds, gpu_train, job, loader_workers, &progress)?;
+                    let figures = gpu::report::figures(&run);
+                    text.push_str(&format!("#### {}\n\n", job.label()));
+                    text.push_str(&gpu::report::markdown(&run, &figures, &command, &machine));
+                    text.push('\n');
+                    runs.push(serde_json::json!({"scenarios": figures, "run": run}));
+                }
+                sections.push(("gpu", text));
+                body["gpu"] = serde_json::Value::Array(runs);
             }
         }
     }

@@ -1,5 +1,8 @@
 //! The GPU benchmark: a PyTorch training loop and a PyTorch inference loop on one GPU, under a
-//! real MPS control daemon, with and without the enforcer's clamp.
+//! real MPS control daemon, with and without the enforcer's clamp. Training is one of two jobs
+//! (`TrainingJob`), each run through every scenario: a GPU-bound MLP, where the clamp is what
+//! gives training its pace back, and a loader-bound ResNet-50, where the GPU has room to spare
+//! and the clamp should leave inference alone (`[gpu] clamp_on_need`, docs/gpu.md).
 //!
 //! Each window starts both processes (`scripts/gpu_load.py`), waits until both have built and
 //! warmed up their models, then starts them together: inference runs alone for `LEAD`, while
@@ -41,6 +44,36 @@ const GPU_POOL: &str = "gpu-serve";
 pub const LEAD: Duration = Duration::from_secs(5);
 /// The static MPS limit's share of the SMs for inference: the enforcer's clamp fraction.
 pub const STATIC_PERCENTAGE: u32 = 10;
+
+/// Training's job (`gpu_load.py --job`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainingJob {
+    /// A bf16 MLP whose steps are all GPU work: GPU-bound.
+    Mlp,
+    /// torchvision ResNet-50 fed by a DataLoader of `--loader-workers` processes that
+    /// augment images on the CPU: its input pipeline sets its pace.
+    Resnet50Loader,
+}
+
+impl TrainingJob {
+    /// `gpu_load.py --job`'s name for it.
+    pub fn arg(self) -> &'static str {
+        match self {
+            TrainingJob::Mlp => "mlp",
+            TrainingJob::Resnet50Loader => "resnet50-loader",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            TrainingJob::Mlp => "GPU-bound training: a bf16 MLP",
+            TrainingJob::Resnet50Loader => {
+                "Loader-bound training: ResNet-50 fed by a CPU DataLoader"
+            }
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -100,13 +133,24 @@ pub struct Window {
 /// A load process's model, from its ready line.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct Workload {
+    /// The MLP's (0 for ResNet-50).
     pub layers: usize,
     pub width: usize,
     pub batch: usize,
+    /// `TrainingJob::arg`; "mlp" for inference.
+    #[serde(default)]
+    pub job: Option<String>,
+    /// ResNet-50's DataLoader worker processes.
+    #[serde(default)]
+    pub loader_workers: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct GpuRun {
+    pub job: TrainingJob,
+    /// The need signal's cost on this machine: one read of a thread's schedstat, µs
+    /// (`launcher_read_cost_us`).
+    pub launcher_read_us: f64,
     /// nvidia-smi's name, memory and driver of the GPU.
     pub gpu: String,
     /// "MPS control daemon ..." or why the run is without MPS.
@@ -174,10 +218,33 @@ fn check_torch() -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(rounds: usize, train: Duration, progress: &dyn Fn(&str)) -> anyhow::Result<GpuRun> {
+/// Reads of the launcher signal's file timed for its cost.
+pub const COST_READS: u32 = 2000;
+
+/// What the enforcer's need signal (`enforcer::gpu::launcher`) costs a read here: the mean
+/// time of `COST_READS` reads of this thread's schedstat (the file the enforcer reads for a
+/// training process's main thread), µs.
+fn launcher_read_cost_us() -> f64 {
+    let file = "/proc/thread-self/schedstat";
+    let started = std::time::Instant::now();
+    for _ in 0..COST_READS {
+        let _ = std::hint::black_box(std::fs::read_to_string(file));
+    }
+    started.elapsed().as_secs_f64() * 1e6 / f64::from(COST_READS)
+}
+
+/// Runs every scenario `rounds` times with training's `job` (`loader_workers` for
+/// ResNet-50's DataLoader), training `train` long in each window.
+pub fn run(
+    rounds: usize,
+    train: Duration,
+    job: TrainingJob,
+    loader_workers: usize,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<GpuRun> {
     let gpu = gpu_description()?;
     check_torch()?;
-    progress(&format!("gpu: {gpu}"));
+    progress(&format!("gpu: {gpu}; training: {}", job.label()));
     let (mps, mps_state) = match Mps::start_in(&std::env::temp_dir().join("reamer-bench-mps")) {
         Ok(mps) => {
             if let Ok(answer) = mps.ask("get_default_active_thread_percentage") {
@@ -199,6 +266,8 @@ pub fn run(rounds: usize, train: Duration, progress: &dyn Fn(&str)) -> anyhow::R
     };
     let mut bench = Bench {
         mps: mps.as_ref(),
+        job,
+        loader_workers,
         train,
         status_sample: None,
         training_workload: None,
@@ -211,7 +280,8 @@ pub fn run(rounds: usize, train: Duration, progress: &dyn Fn(&str)) -> anyhow::R
                 continue;
             }
             progress(&format!(
-                "gpu round {}/{rounds}: {}",
+                "gpu {} round {}/{rounds}: {}",
+                job.arg(),
                 round + 1,
                 scenario.label()
             ));
@@ -222,6 +292,8 @@ pub fn run(rounds: usize, train: Duration, progress: &dyn Fn(&str)) -> anyhow::R
     let training_workload = bench.training_workload.context("no window ran training")?;
     drop(mps);
     Ok(GpuRun {
+        job,
+        launcher_read_us: launcher_read_cost_us(),
         gpu,
         mps: mps_state,
         lead_s: LEAD.as_secs_f64(),
@@ -235,6 +307,8 @@ pub fn run(rounds: usize, train: Duration, progress: &dyn Fn(&str)) -> anyhow::R
 
 struct Bench<'a> {
     mps: Option<&'a Mps>,
+    job: TrainingJob,
+    loader_workers: usize,
     train: Duration,
     status_sample: Option<String>,
     training_workload: Option<Workload>,
@@ -351,6 +425,7 @@ impl Bench<'_> {
         let lead = LEAD.as_secs_f64().to_string();
         let train = self.train.as_secs_f64().to_string();
         let total = (LEAD + self.train).as_secs_f64().to_string();
+        let loader_workers = self.loader_workers.to_string();
         let script_args = [
             script.to_str().context("utf-8 path")?,
             "--role",
@@ -361,6 +436,10 @@ impl Bench<'_> {
             &train,
             "--total-s",
             &total,
+            "--job",
+            self.job.arg(),
+            "--loader-workers",
+            &loader_workers,
         ];
         let mut command = match daemon {
             Some(daemon) => {
