@@ -56,7 +56,14 @@ pub fn start(
         };
         info!(node, hierarchy = %hierarchy.display(), "Kubernetes: following the node's pods");
         while let Some(change) = changes.recv().await {
-            apply(&shared, &hierarchy, change);
+            // Cgroup writes, /proc walks and the daemon's locks: off the async runtime, one
+            // change at a time and in order.
+            let (shared, hierarchy) = (shared.clone(), hierarchy.clone());
+            let applied =
+                tokio::task::spawn_blocking(move || apply(&shared, &hierarchy, change)).await;
+            if let Err(err) = applied {
+                warn!("Kubernetes: applying a pod change failed: {err}");
+            }
         }
     })
 }
