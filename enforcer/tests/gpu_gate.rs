@@ -18,6 +18,8 @@ use reamer_tests::{
     measure::proc_stats::{JIFFIES_PER_S, node_jiffies, process_jiffies},
 };
 
+mod support;
+
 const INSTANCE: &str = "it-gpu-gate";
 
 /// A busy shell loop, killed on drop: the stand-in for a GPU inference process.
@@ -113,39 +115,6 @@ fn the_duty_cycle_freezes_at_once_gates_to_its_share_and_thaws_at_stop() {
     assert!(thawed > 0.3, "not running after stop: {thawed:.2} CPUs");
 }
 
-/// A group under the hierarchies' root made in every hierarchy as the kubelet and runc make a
-/// container's (a v1 cpuset given its parent's CPUs and memory nodes), for a pod's container.
-fn make_container_group(relative: &str) -> Vec<std::path::PathBuf> {
-    let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-    let roots: Vec<std::path::PathBuf> = if v2 {
-        vec!["/sys/fs/cgroup".into()]
-    } else {
-        ["cpuset", "cpu", "freezer"]
-            .iter()
-            .map(|c| std::path::Path::new("/sys/fs/cgroup").join(c))
-            .collect()
-    };
-    let mut dirs = Vec::new();
-    for root in roots {
-        let mut dir = root.clone();
-        for part in relative.split('/') {
-            let parent = dir.clone();
-            dir = dir.join(part);
-            if !dir.exists() {
-                std::fs::create_dir(&dir).unwrap();
-                for file in ["cpuset.cpus", "cpuset.mems"] {
-                    if !v2 && root.ends_with("cpuset") {
-                        let value = std::fs::read_to_string(parent.join(file)).unwrap();
-                        std::fs::write(dir.join(file), value.trim()).unwrap();
-                    }
-                }
-            }
-        }
-        dirs.push(dir);
-    }
-    dirs
-}
-
 #[test]
 fn a_pods_container_is_gated_and_paused_with_its_pool_and_thawed_when_it_leaves() {
     if !privileged("a_pods_container_is_gated_and_paused_with_its_pool_and_thawed_when_it_leaves") {
@@ -156,13 +125,12 @@ fn a_pods_container_is_gated_and_paused_with_its_pool_and_thawed_when_it_leaves(
     let pool = PoolCgroup::create_or_adopt(instance, "gpu", class).expect("pool cgroup");
     let freezer = pool.freezer().expect("the pool's freezer").clone();
     // The pod's container, where the kubelet would put it (not in the pool's group).
-    let container = format!("reamer/{instance}-node/kubepods/besteffort/pod1/c1");
-    let dirs = make_container_group(&container);
+    let node = format!("reamer/{instance}-node");
+    let container = format!("{node}/kubepods/besteffort/pod1/c1");
+    support::kubelet_mkdir(&container);
     let spinner = spin();
     let pid = spinner.0.id();
-    for dir in &dirs {
-        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
-    }
+    support::kubelet_move(pid, &container);
     freezer
         .add_member(std::path::Path::new(&container))
         .expect("joining the pool's freezer");
@@ -188,13 +156,8 @@ fn a_pods_container_is_gated_and_paused_with_its_pool_and_thawed_when_it_leaves(
     freezer.set_paused(false).unwrap();
     drop(spinner);
     std::thread::sleep(Duration::from_millis(100));
-    for dir in dirs {
-        let mut dir = dir;
-        // Up to the pod's node root, deepest first.
-        for _ in 0..5 {
-            let _ = std::fs::remove_dir(&dir);
-            dir.pop();
-        }
+    for controller in support::hierarchies() {
+        support::remove_tree(&support::dir(controller, &node));
     }
     pool.remove_if_empty();
     release_tree(instance).unwrap();

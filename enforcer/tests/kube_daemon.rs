@@ -15,7 +15,7 @@
 //! Privileged: skips with a reason elsewhere (fails with REAMER_REQUIRE_PRIVILEGED=1).
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -28,7 +28,7 @@ use reamer_tests::harness::{
 use serde_json::{Value, json};
 
 mod support;
-use support::{ApiServer, remove_tree};
+use support::{ApiServer, dir, hierarchies, kubelet_mkdir, kubelet_move, remove_tree};
 
 const INSTANCE: &str = "it-kube";
 /// The kubelet's `--cgroup-root` of the test: its tree under the tests' `reamer` subtree.
@@ -37,70 +37,6 @@ const TRAINING_UID: &str = "10000000-0000-4000-8000-000000000001";
 const BATCH_A_UID: &str = "a0000000-0000-4000-8000-00000000000a";
 const BATCH_B_UID: &str = "b0000000-0000-4000-8000-00000000000b";
 const PINNED_UID: &str = "c0000000-0000-4000-8000-00000000000c";
-
-fn v2_host() -> bool {
-    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
-}
-
-/// The directory of group `relative` (under the hierarchies' root) holding `controller`.
-fn dir(controller: &str, relative: &str) -> PathBuf {
-    if v2_host() {
-        PathBuf::from(format!("/sys/fs/cgroup/{relative}"))
-    } else {
-        PathBuf::from(format!("/sys/fs/cgroup/{controller}/{relative}"))
-    }
-}
-
-/// The hierarchies a kubelet (and runc) makes a group in, in runc's order: cpuset before cpu,
-/// freezer after.
-fn hierarchies() -> &'static [&'static str] {
-    if v2_host() {
-        &["unified"]
-    } else {
-        &["cpuset", "cpu", "freezer"]
-    }
-}
-
-/// Makes group `relative` as the kubelet and runc would: each level in each hierarchy, a v1
-/// cpuset given its parent's CPUs and memory nodes (a new one has none), v2 controllers
-/// enabled for the children.
-fn kubelet_mkdir(relative: &str) {
-    for controller in hierarchies() {
-        let mut path = String::new();
-        for part in relative.split('/') {
-            let parent = dir(controller, &path);
-            path = if path.is_empty() {
-                part.to_owned()
-            } else {
-                format!("{path}/{part}")
-            };
-            let here = dir(controller, &path);
-            if here.exists() {
-                continue;
-            }
-            if v2_host() {
-                let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+cpu +cpuset");
-            }
-            std::fs::create_dir(&here)
-                .unwrap_or_else(|e| panic!("creating {}: {e}", here.display()));
-            if *controller == "cpuset" {
-                for file in ["cpuset.cpus", "cpuset.mems"] {
-                    let value = std::fs::read_to_string(parent.join(file)).unwrap();
-                    std::fs::write(here.join(file), value.trim()).unwrap();
-                }
-            }
-        }
-    }
-}
-
-/// Moves process `pid` into group `relative` in every hierarchy, as runc does.
-fn kubelet_move(pid: u32, relative: &str) {
-    for controller in hierarchies() {
-        let procs = dir(controller, relative).join("cgroup.procs");
-        std::fs::write(&procs, pid.to_string())
-            .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", procs.display()));
-    }
-}
 
 fn read(path: PathBuf) -> String {
     std::fs::read_to_string(&path)

@@ -258,12 +258,9 @@ fn kubernetes() -> Finding {
     let node = section.node_name().ok_or(
         "on, but no node name: set NODE_NAME (the downward API) or [kubernetes] node_name",
     )?;
-    let root = section.kubelet_root(&kubelet_hierarchy());
-    let driver = section.driver(&root).ok_or(format!(
-        "on for node {node}, but no kubepods.slice or kubepods under {}: is [kubernetes] \
-         cgroup_root the kubelet's --cgroup-root (and /sys/fs/cgroup the host's)?",
-        root.display()
-    ))?;
+    let (root, driver) = section
+        .kubelet_layout(&kubelet_hierarchy())
+        .map_err(|err| format!("on for node {node}, but {err}"))?;
     let exclusive = match ExclusivePods::read(&section.cpu_manager_state) {
         Ok(pods) if pods == ExclusivePods::default() => "no pod has exclusive CPUs".to_owned(),
         Ok(_) => "the CPU manager's exclusive pods are left alone".to_owned(),

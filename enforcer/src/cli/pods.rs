@@ -59,22 +59,18 @@ pub fn pod_line(pod: &Pod, config: &Config, classifier: &Classifier, hierarchy: 
         ),
         Err(err) => ("error".to_owned(), err.to_string()),
     };
-    let kubelet_root = config.kubernetes.kubelet_root(hierarchy);
-    let driver = config.kubernetes.driver(&kubelet_root);
+    let layout = config.kubernetes.kubelet_layout(hierarchy);
     let qos = pod.status.qos_class;
     let containers = pod
         .containers()
         .into_iter()
         .map(|(name, id)| {
-            let resolved = match (id, qos, driver) {
+            let resolved = match (id, qos, &layout) {
                 (Err(err), _, _) => Err(err.to_string()),
                 (_, None, _) => Err("the pod's status has no qosClass yet".to_owned()),
-                (_, _, None) => Err(format!(
-                    "no kubepods.slice or kubepods under {}: is the kubelet's cgroup_root right?",
-                    kubelet_root.display()
-                )),
-                (Ok(id), Some(qos), Some(driver)) => {
-                    container_group(driver, qos, &pod.metadata.uid, &id)
+                (_, _, Err(err)) => Err(err.clone()),
+                (Ok(id), Some(qos), Ok((kubelet_root, driver))) => {
+                    container_group(*driver, qos, &pod.metadata.uid, &id)
                         .map(|relative| kubelet_root.join(relative))
                         .map_err(|err| err.to_string())
                 }

@@ -150,6 +150,20 @@ impl KubernetesSection {
         )
     }
 
+    /// The kubelet's root in `hierarchy` and the driver its groups are laid out by; the error
+    /// says where the kubelet's groups were looked for.
+    pub fn kubelet_layout(&self, hierarchy: &Path) -> Result<(PathBuf, CgroupDriver), String> {
+        let root = self.kubelet_root(hierarchy);
+        match self.driver(&root) {
+            Some(driver) => Ok((root, driver)),
+            None => Err(format!(
+                "no kubepods.slice or kubepods under {}: is [kubernetes] cgroup_root the \
+                 kubelet's --cgroup-root?",
+                root.display()
+            )),
+        }
+    }
+
     /// The driver to resolve groups with under `kubelet_root`: the configured one, or the one
     /// whose top group exists there.
     pub fn driver(&self, kubelet_root: &Path) -> Option<CgroupDriver> {

@@ -143,6 +143,7 @@ fn pods(shared: &Shared, members: Vec<(String, crate::registry::pods::PodMember)
                 .cloned()
                 .map(crate::config::Source::Cgroup)
                 .collect();
+            let role = member.role();
             let (state, detail) = match (view, &member.exclusive_cpus) {
                 (Some(view), _) => (view.state.label(), view.state.to_string()),
                 (None, Some(cpus)) => (
@@ -154,7 +155,7 @@ fn pods(shared: &Shared, members: Vec<(String, crate::registry::pods::PodMember)
             PodInfo {
                 pod: member.key,
                 uid,
-                role: member.role.to_owned(),
+                role: role.to_owned(),
                 group: member.group,
                 containers: member.containers.len(),
                 threads: crate::registry::group_threads(&sources).len(),

@@ -69,8 +69,6 @@ pub enum NodeChange {
 
 struct Tracked {
     pod: ManagedPod,
-    /// The pod's group in the hierarchy the watch looks in.
-    watched_dir: PathBuf,
     /// Its container groups' names (children of its group).
     containers: BTreeSet<String>,
 }
@@ -135,8 +133,7 @@ impl NodeGroups {
         // Changed in what it is: its groups leave the old role before joining the new one.
         let containers = self.leave(&uid, &mut step).unwrap_or_default();
         if let Some(wanted) = wanted {
-            let watched_dir = self.hierarchy.join(&wanted.group);
-            step.watch.push(watched_dir.clone());
+            step.watch.push(self.hierarchy.join(&wanted.group));
             step.changes.push(NodeChange::Joined(wanted.clone()));
             for child in &containers {
                 step.changes.push(NodeChange::ContainerAppeared {
@@ -148,7 +145,6 @@ impl NodeGroups {
                 uid,
                 Tracked {
                     pod: wanted,
-                    watched_dir,
                     containers,
                 },
             );
@@ -172,10 +168,11 @@ impl NodeGroups {
             // Its containers went with it, each said by its own event first.
             GroupEvent::PodGone { .. } => return Vec::new(),
         };
+        let hierarchy = &self.hierarchy;
         let Some((uid, tracked)) = self
             .pods
             .iter_mut()
-            .find(|(_, tracked)| tracked.watched_dir == pod_dir)
+            .find(|(_, tracked)| hierarchy.join(&tracked.pod.group) == pod_dir)
         else {
             return Vec::new();
         };
@@ -197,7 +194,7 @@ impl NodeGroups {
     /// Takes pod `uid` out; returns the container groups it had.
     fn leave(&mut self, uid: &str, step: &mut Step) -> Option<BTreeSet<String>> {
         let tracked = self.pods.remove(uid)?;
-        step.unwatch.push(tracked.watched_dir);
+        step.unwatch.push(self.hierarchy.join(&tracked.pod.group));
         step.changes.push(NodeChange::Left {
             uid: uid.to_owned(),
             key: tracked.pod.key,
@@ -223,14 +220,7 @@ impl NodeGroups {
             // The kubelet has not admitted it yet: its next status change brings the class.
             return Ok(None);
         };
-        let kubelet_root = self.settings.kubelet_root(&self.hierarchy);
-        let driver = self.settings.driver(&kubelet_root).ok_or_else(|| {
-            format!(
-                "no kubepods.slice or kubepods under {}: is [kubernetes] cgroup_root the \
-                 kubelet's --cgroup-root?",
-                kubelet_root.display()
-            )
-        })?;
+        let (_, driver) = self.settings.kubelet_layout(&self.hierarchy)?;
         let relative = pod_group(driver, qos, &pod.metadata.uid).map_err(|err| err.to_string())?;
         let root = &self.settings.cgroup_root;
         Ok(Some(ManagedPod {

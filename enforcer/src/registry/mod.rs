@@ -199,22 +199,8 @@ impl Registry {
     /// Adds process `pid` to the configured pool `name`.
     pub fn add_pool_process(&mut self, name: &str, pid: u32) -> Result<&Group, RegistryError> {
         check_process(pid)?;
-        let known = self
-            .pools
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
         if !self.pools.iter().any(|p| p.name == name) {
-            let known = if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known
-            };
-            return Err(RegistryError::UnknownPool {
-                name: name.to_owned(),
-                known,
-            });
+            return Err(self.unknown_pool(name));
         }
         self.remember_start(pid);
         let pool = self
@@ -226,6 +212,19 @@ impl Registry {
             pool.sources.push(Source::Process(pid));
         }
         Ok(pool)
+    }
+
+    /// The error for a pool `name` the config does not define, naming those it does.
+    fn unknown_pool(&self, name: &str) -> RegistryError {
+        let known: Vec<&str> = self.pools.iter().map(|p| p.name.as_str()).collect();
+        RegistryError::UnknownPool {
+            name: name.to_owned(),
+            known: if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            },
+        }
     }
 
     /// Makes every thread in `dir` (a pool's own cgroup) a member of pool `name`.

@@ -6,15 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-use enforcer_common::{CLASS_OFFLINE, CLASS_ONLINE, CLASS_TRAINING};
+use enforcer_common::{CLASS_ONLINE, CLASS_TRAINING};
 
 use super::{Registry, RegistryError, group_threads};
 use crate::{
     config::Source,
-    kubernetes::{
-        classify::{Role, RoleName},
-        node_groups::ManagedPod,
-    },
+    kubernetes::{classify::Role, node_groups::ManagedPod},
 };
 
 /// A managed pod, as `status` names it.
@@ -22,8 +19,6 @@ use crate::{
 pub struct PodMember {
     /// `namespace/name`.
     pub key: String,
-    /// "training", "online" or "offline".
-    pub role: &'static str,
     /// Its job or pool.
     pub group: String,
     pub class: u32,
@@ -33,48 +28,39 @@ pub struct PodMember {
     pub exclusive_cpus: Option<String>,
 }
 
+impl PodMember {
+    /// "training", "online" or "offline", by its group's class.
+    pub fn role(&self) -> &'static str {
+        match self.class {
+            CLASS_TRAINING => "training",
+            CLASS_ONLINE => "online",
+            _ => "offline",
+        }
+    }
+}
+
 /// Longest pod job name taken: a namespace (63) and a name (253) with their '/'.
 const MAX_POD_JOB_NAME: usize = 63 + 1 + 253;
 
 impl Registry {
     /// Pod `pod` joins its job (created where new) or its pool.
     pub fn join_pod(&mut self, pod: &ManagedPod) -> Result<(), RegistryError> {
-        let (role, group, class) = match &pod.role {
+        let (group, class) = match &pod.role {
             Role::Training { job } => {
                 check_pod_job_name(job)?;
                 self.training_job(job)?;
-                ("training", job.clone(), CLASS_TRAINING)
+                (job.clone(), CLASS_TRAINING)
             }
-            Role::Pool { pool, kind } => {
-                let Some(found) = self.pools.iter().find(|p| &p.name == pool) else {
-                    return Err(RegistryError::UnknownPool {
-                        name: pool.clone(),
-                        known: self
-                            .pools
-                            .iter()
-                            .map(|p| p.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    });
-                };
-                let class = found.class;
-                let role = if *kind == RoleName::Online {
-                    "online"
-                } else {
-                    "offline"
-                };
-                (role, pool.clone(), class)
+            Role::Pool { pool, .. } => {
+                let found = self.pools.iter().find(|p| &p.name == pool);
+                let class = found.ok_or_else(|| self.unknown_pool(pool))?.class;
+                (pool.clone(), class)
             }
         };
-        debug_assert!(matches!(
-            class,
-            CLASS_TRAINING | CLASS_ONLINE | CLASS_OFFLINE
-        ));
         self.pods.insert(
             pod.uid.clone(),
             PodMember {
                 key: pod.key.clone(),
-                role,
                 group,
                 class,
                 containers: Vec::new(),
@@ -163,6 +149,7 @@ fn check_pod_job_name(name: &str) -> Result<(), RegistryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubernetes::classify::RoleName;
 
     fn pod(uid: &str, role: Role) -> ManagedPod {
         ManagedPod {

@@ -7,7 +7,10 @@
 
 #![allow(dead_code)] // each test file uses part of it
 
-use std::sync::{Arc, Mutex};
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
 
 use axum::{
     Router,
@@ -122,6 +125,70 @@ pub fn kubeconfig(url: &str) -> String {
          contexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: nobody\n\
          current-context: stand-in\nusers:\n- name: nobody\n  user: {{}}\n"
     )
+}
+
+pub fn v2_host() -> bool {
+    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// The directory of group `relative` (under the hierarchies' root) holding `controller`.
+pub fn dir(controller: &str, relative: &str) -> PathBuf {
+    if v2_host() {
+        PathBuf::from(format!("/sys/fs/cgroup/{relative}"))
+    } else {
+        PathBuf::from(format!("/sys/fs/cgroup/{controller}/{relative}"))
+    }
+}
+
+/// The hierarchies a kubelet (and runc) makes a group in, in runc's order: cpuset before cpu,
+/// freezer after.
+pub fn hierarchies() -> &'static [&'static str] {
+    if v2_host() {
+        &["unified"]
+    } else {
+        &["cpuset", "cpu", "freezer"]
+    }
+}
+
+/// Makes group `relative` as the kubelet and runc would: each level in each hierarchy, a v1
+/// cpuset given its parent's CPUs and memory nodes (a new one has none), v2 controllers
+/// enabled for the children.
+pub fn kubelet_mkdir(relative: &str) {
+    for controller in hierarchies() {
+        let mut path = String::new();
+        for part in relative.split('/') {
+            let parent = dir(controller, &path);
+            path = if path.is_empty() {
+                part.to_owned()
+            } else {
+                format!("{path}/{part}")
+            };
+            let here = dir(controller, &path);
+            if here.exists() {
+                continue;
+            }
+            if v2_host() {
+                let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+cpu +cpuset");
+            }
+            std::fs::create_dir(&here)
+                .unwrap_or_else(|e| panic!("creating {}: {e}", here.display()));
+            if *controller == "cpuset" {
+                for file in ["cpuset.cpus", "cpuset.mems"] {
+                    let value = std::fs::read_to_string(parent.join(file)).unwrap();
+                    std::fs::write(here.join(file), value.trim()).unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// Moves process `pid` into group `relative` in every hierarchy, as runc does.
+pub fn kubelet_move(pid: u32, relative: &str) {
+    for controller in hierarchies() {
+        let procs = dir(controller, relative).join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", procs.display()));
+    }
 }
 
 /// Removes a test's kubelet tree `dir` (under the tests' `reamer` subtree) and everything under
