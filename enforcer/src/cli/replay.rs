@@ -38,6 +38,13 @@ use crate::{
 /// the 16-CPU GPU server that the shipped trace comes from.
 pub const DEFAULT_ONLINE_MIN_CORES: usize = 2;
 
+/// `DEFAULT_ONLINE_MIN_CORES`, or half the traced machine's CPUs where that is less: on a
+/// machine of 2 CPUs, 2 would leave training no core (the enforcer refuses such a config), and
+/// the replay would pause offline whenever training ran at all.
+pub fn default_online_min_cores(cpus: usize) -> usize {
+    DEFAULT_ONLINE_MIN_CORES.min(cpus / 2)
+}
+
 /// One interval as replayed.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayedInterval {
@@ -64,8 +71,9 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// The default policy, one online pool of `DEFAULT_ONLINE_MIN_CORES` and one offline pool.
-    pub fn default_for_replay() -> Self {
+    /// The default policy, one online pool of `default_online_min_cores` and one offline pool,
+    /// for a machine of `cpus` CPUs.
+    pub fn default_for_replay(cpus: usize) -> Self {
         let defaults = Settings::default();
         let pool = |name: &str, kind| PoolSettings {
             name: name.to_owned(),
@@ -79,7 +87,7 @@ impl Scenario {
                 pool(
                     "online",
                     PoolKind::Online(OnlinePool {
-                        min_cores: DEFAULT_ONLINE_MIN_CORES,
+                        min_cores: default_online_min_cores(cpus),
                         slo_ms: None,
                         cpu_weight: config::DEFAULT_ONLINE_CPU_WEIGHT,
                         min_cpu_weight: config::DEFAULT_MIN_ONLINE_CPU_WEIGHT,
@@ -262,7 +270,7 @@ pub fn run(
         Some(path) => {
             Scenario::from_settings(&Config::load(path, Machine::Elsewhere { cpus })?.settings())
         }
-        None => Scenario::default_for_replay(),
+        None => Scenario::default_for_replay(cpus),
     };
     let (replayed, summary) = replay(&intervals, &scenario, cpus);
     let mut out = std::io::stdout().lock();
@@ -363,7 +371,7 @@ mod tests {
             .map(|i| interval(3.0, if i == 20 { &[9] } else { &[] }, None))
             .collect();
         trace.push(interval(5.0, &[], None));
-        let (replayed, summary) = replay(&trace, &Scenario::default_for_replay(), 16);
+        let (replayed, summary) = replay(&trace, &Scenario::default_for_replay(16), 16);
         assert_eq!(
             replayed[0].reserved_cores, 0,
             "nothing before the first tick"
@@ -387,6 +395,25 @@ mod tests {
             summary.decisions, 2,
             "the first tick's rise and the contention"
         );
+    }
+
+    #[test]
+    fn the_default_scenario_leaves_training_a_core_on_a_small_machine() {
+        let min_cores = |cpus| match &Scenario::default_for_replay(cpus).pools[0].kind {
+            PoolKind::Online(online) => online.min_cores,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(min_cores(16), 2);
+        assert_eq!(min_cores(4), 2);
+        assert_eq!(min_cores(2), 1);
+        assert_eq!(min_cores(1), 0);
+        // On 2 CPUs, training at 0.5 CPUs (its headroom included, within one core) gets the
+        // core the online pool leaves, and offline is not paused (with 2 guaranteed, it was
+        // paused whenever training ran).
+        let trace: Vec<ObservedInterval> = (0..40).map(|_| interval(0.5, &[], Some(2))).collect();
+        let (_, summary) = replay(&trace, &Scenario::default_for_replay(2), 2);
+        assert_eq!(summary.reserved_cores_p50, 1.0, "{summary:?}");
+        assert_eq!(summary.offline_paused_pct, 0.0, "{summary:?}");
     }
 
     #[test]

@@ -85,6 +85,11 @@ pub struct Options {
     /// Rounds of the server benchmark (each runs every server scenario once).
     #[arg(long, default_value_t = 3)]
     pub server_rounds: usize,
+    /// Only these server scenarios (comma-separated keys of the JSON report, such as
+    /// reamer,alone_observed_10hz), each beside training alone; to fit a short lease of the
+    /// GPU server. Default: every scenario.
+    #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
+    pub server_scenarios: Vec<String>,
     /// Seconds of the server benchmark's training job timed per window (after its warm-up).
     #[arg(long, default_value_t = 25.0)]
     pub server_seconds: f64,
@@ -150,6 +155,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         gpu_jobs,
         prebuilt,
         server_rounds,
+        server_scenarios,
         server_seconds,
         server_online_rate,
         loader_workers,
@@ -196,6 +202,8 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         anyhow::bail!("--max-steal is a share of the CPU: 0 to 100 (%), not {max_steal}");
     }
     let scenarios = colocation_scenarios(&scenarios)?;
+    let server_scenarios = server_scenarios_named(&server_scenarios)?;
+    let every_server_scenario = server_scenarios.len() == server::Scenario::ALL.len();
     let every_scenario = scenarios.len() == colocation::report::Scenario::ALL.len();
     if (only.contains(&Section::Colocation) || only.contains(&Section::Server)) && !prebuilt {
         // The online inference there serves the PP-OCR classifier.
@@ -300,6 +308,10 @@ pub fn run(options: Options) -> anyhow::Result<()> {
                  --server-online-rate {server_online_rate}"
             ));
         }
+        if !every_server_scenario {
+            let names: Vec<&str> = server_scenarios.iter().map(|s| s.name()).collect();
+            command.push_str(&format!(" --server-scenarios {}", names.join(",")));
+        }
         match &training_cmd {
             Some(training) => command.push_str(&format!(" --training-cmd '{training}'")),
             None => command.push_str(&format!(" --loader-workers {loader_workers}")),
@@ -402,6 +414,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
                 let measured = server::run(
                     server::Options {
                         rounds: server_rounds,
+                        scenarios: server_scenarios.clone(),
                         seconds: server_seconds,
                         training: server_training.clone(),
                         online_rate: server_online_rate,
@@ -449,6 +462,29 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The server scenarios `--server-scenarios` names, training alone first among them (every
+/// ratio is to it); every one where it names none.
+fn server_scenarios_named(names: &[String]) -> anyhow::Result<Vec<server::Scenario>> {
+    use server::Scenario;
+    if names.is_empty() {
+        return Ok(Scenario::ALL.to_vec());
+    }
+    let mut scenarios = vec![Scenario::Alone];
+    for name in names {
+        let scenario = Scenario::from_name(name).ok_or_else(|| {
+            let known: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+            anyhow::anyhow!(
+                "--server-scenarios: no scenario {name:?}; the scenarios are {}",
+                known.join(", ")
+            )
+        })?;
+        if !scenarios.contains(&scenario) {
+            scenarios.push(scenario);
+        }
+    }
+    Ok(scenarios)
+}
+
 /// The co-location scenarios `--scenarios` names; every one where it names none.
 fn colocation_scenarios(names: &[String]) -> anyhow::Result<Vec<colocation::report::Scenario>> {
     use colocation::report::Scenario;
@@ -467,4 +503,33 @@ fn colocation_scenarios(names: &[String]) -> anyhow::Result<Vec<colocation::repo
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_scenarios_named_put_training_alone_first_once_and_name_the_known_ones_on_error() {
+        use server::Scenario;
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(server_scenarios_named(&[]).unwrap(), Scenario::ALL.to_vec());
+        assert_eq!(
+            server_scenarios_named(&names(&[
+                "reamer",
+                "alone_observed_10hz",
+                "alone",
+                "reamer"
+            ]))
+            .unwrap(),
+            [Scenario::Alone, Scenario::Reamer, Scenario::AloneObserved]
+        );
+        let err = server_scenarios_named(&names(&["reamr"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"reamr\"") && err.contains("alone_observed_10hz"),
+            "{err}"
+        );
+    }
 }

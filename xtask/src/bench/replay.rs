@@ -2,7 +2,7 @@
 //! `enforcer replay` runs it: what training would have had reserved, against the targets of
 //! the issue that introduced the replay. No root, no GPU: the trace is in the repository.
 
-use std::process::Command;
+use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 use enforcer_common::replay::ReplaySummary;
@@ -69,14 +69,36 @@ fn recorded_policy(cpus: usize) -> anyhow::Result<RecordedPolicy> {
     })
 }
 
-/// The enforcer's replay of the shipped trace, with its default scenario.
-pub fn run(progress: &dyn Fn(&str)) -> anyhow::Result<ReplayBench> {
-    progress("replaying the GPU server's ResNet-50 trace through the CPU policy");
-    let output = Command::new(release_bin("enforcer"))
+/// The replay's targets: the median reservation at most this many cores above the median of
+/// the CPUs training ran on...
+pub const RESERVED_ABOVE_RUNNING: f64 = 2.0;
+
+pub fn reserved_bound(summary: &ReplaySummary) -> f64 {
+    summary.running_cpus_p50 + RESERVED_ABOVE_RUNNING
+}
+
+pub fn reserved_target_met(summary: &ReplaySummary) -> bool {
+    summary.reserved_cores_p50 <= reserved_bound(summary)
+}
+
+/// ...and offline never paused while training ran on half the CPUs or fewer.
+pub fn pause_target_met(summary: &ReplaySummary) -> bool {
+    summary.paused_at_half_or_less == 0
+}
+
+/// `enforcer replay TRACE --json` with the default scenario (`cpus`: the traced machine's
+/// CPUs, for a trace that does not record them), run from the repository's root.
+pub fn replay_trace(trace: &Path, cpus: Option<usize>) -> anyhow::Result<ReplaySummary> {
+    let mut command = Command::new(release_bin("enforcer"));
+    command
         .current_dir(workspace_root())
-        .args(["replay", TRACE, "--cpus", &TRACE_CPUS.to_string(), "--json"])
-        .output()
-        .context("running enforcer replay")?;
+        .arg("replay")
+        .arg(trace)
+        .arg("--json");
+    if let Some(cpus) = cpus {
+        command.args(["--cpus", &cpus.to_string()]);
+    }
+    let output = command.output().context("running enforcer replay")?;
     if !output.status.success() {
         bail!(
             "enforcer replay failed: {}",
@@ -88,23 +110,30 @@ pub fn run(progress: &dyn Fn(&str)) -> anyhow::Result<ReplayBench> {
         .lines()
         .last()
         .context("enforcer replay printed nothing")?;
+    serde_json::from_str(summary).context("reading enforcer replay's summary")
+}
+
+/// The enforcer's replay of the shipped trace, with its default scenario.
+pub fn run(progress: &dyn Fn(&str)) -> anyhow::Result<ReplayBench> {
+    progress("replaying the GPU server's ResNet-50 trace through the CPU policy");
     Ok(ReplayBench {
-        summary: serde_json::from_str(summary).context("reading enforcer replay's summary")?,
+        summary: replay_trace(Path::new(TRACE), Some(TRACE_CPUS))?,
         recorded: recorded_policy(TRACE_CPUS)?,
     })
 }
 
-pub fn markdown(bench: &ReplayBench) -> String {
-    let (summary, recorded) = (&bench.summary, &bench.recorded);
-    let reserved_bound = summary.running_cpus_p50 + 2.0;
-    let reserved_met = match summary.reserved_cores_p50 <= reserved_bound {
+fn met(met: bool) -> &'static str {
+    match met {
         true => "met",
         false => "**missed**",
-    };
-    let pause_met = match summary.paused_at_half_or_less {
-        0 => "met",
-        _ => "**missed**",
-    };
+    }
+}
+
+pub fn markdown(bench: &ReplayBench) -> String {
+    let (summary, recorded) = (&bench.summary, &bench.recorded);
+    let reserved_bound = reserved_bound(summary);
+    let reserved_met = met(reserved_target_met(summary));
+    let pause_met = met(pause_target_met(summary));
     format!(
         "Command: `enforcer replay {TRACE} --cpus {TRACE_CPUS} --json` (run by `cargo xtask bench \
          --only replay`), with the default scenario: the default policy, an online pool of \
@@ -112,7 +141,7 @@ pub fn markdown(bench: &ReplayBench) -> String {
          | figure | value | target | |\n|---|---|---|---|\n\
          | intervals of 100 ms | {} | | |\n\
          | training's running CPUs, median / p90 | {:.2} / {:.2} | | |\n\
-         | cores reserved for training, median / p90 | {} / {} | median ≤ median running + 2 = {:.2} | {reserved_met} |\n\
+         | cores reserved for training, median / p90 | {} / {} | median ≤ median running + {RESERVED_ABOVE_RUNNING} = {:.2} | {reserved_met} |\n\
          | intervals with offline paused | {:.1}% | | |\n\
          | of which with training on {} CPUs or fewer | {} | none | {pause_met} |\n\
          | intervals with training on more CPUs than reserved (`short_pct`) | {:.1}% | reported | |\n\

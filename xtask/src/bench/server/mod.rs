@@ -12,8 +12,14 @@
 //! - Offline: `inference-worker offline` over a job of a 2048×8 MLP, large enough not to end
 //!   within a window, started afresh in each window.
 //!
-//! Every round runs every scenario once, in an order rotated by the round, training alone
-//! among them, so that a slowdown is a ratio to training alone in the same round.
+//! - Watched: one scenario runs training alone again under a daemon that observes without
+//!   enforcing, with `enforcer observe --json --interval 0.1` from before training starts (how
+//!   the shipped replay trace was recorded): what watching costs training, what the sensor
+//!   sees against the job's own CPU time, and the CPU policy replayed over the trace.
+//!
+//! Every round runs every scenario once (or those `--server-scenarios` names), in an order
+//! rotated by the round, training alone among them, so that a slowdown is a ratio to training
+//! alone in the same round.
 
 pub mod report;
 
@@ -44,6 +50,7 @@ use crate::{
         run_ok, spawn_classifier_load, spawn_observer_into, spawn_offline_worker, upper_half_cpus,
         worker_bin, write_classifier_requests,
     },
+    bench::replay,
     cargo::{release_bin, workspace_root},
 };
 
@@ -91,17 +98,23 @@ pub enum Scenario {
     StaticPartition,
     Reamer,
     ReamerOfflineNotPaused,
+    AloneObserved,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Alone,
         Scenario::PlainCfs,
         Scenario::OfflineCpuIdle,
         Scenario::StaticPartition,
         Scenario::Reamer,
         Scenario::ReamerOfflineNotPaused,
+        Scenario::AloneObserved,
     ];
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -111,6 +124,7 @@ impl Scenario {
             Scenario::StaticPartition => "static_partition",
             Scenario::Reamer => "reamer",
             Scenario::ReamerOfflineNotPaused => "reamer_offline_not_paused",
+            Scenario::AloneObserved => "alone_observed_10hz",
         }
     }
 
@@ -124,17 +138,32 @@ impl Scenario {
             Scenario::ReamerOfflineNotPaused => {
                 "reamer, `pause_offline_when_training_short = false`"
             }
+            Scenario::AloneObserved => {
+                "training alone, observed at 10 Hz by a daemon that does not enforce"
+            }
         }
     }
 
     fn reamer(self) -> bool {
         matches!(self, Scenario::Reamer | Scenario::ReamerOfflineNotPaused)
     }
+
+    /// Whether inference runs beside training.
+    fn inference(self) -> bool {
+        !matches!(self, Scenario::Alone | Scenario::AloneObserved)
+    }
+
+    /// Whether an enforcer daemon runs, and training is launched through it.
+    fn daemon(self) -> bool {
+        self.reamer() || self == Scenario::AloneObserved
+    }
 }
 
 /// How a run is made.
 pub struct Options {
     pub rounds: usize,
+    /// The scenarios each round runs, training alone among them.
+    pub scenarios: Vec<Scenario>,
     /// The training job's timed part, seconds.
     pub seconds: f64,
     pub training: TrainingCommand,
@@ -415,6 +444,8 @@ impl Bench {
             Scenario::ReamerOfflineNotPaused => {
                 "[policy]\npause_offline_when_training_short = false\n\n"
             }
+            // The shipped trace's recording: the sensor and the policy run, nothing is moved.
+            Scenario::AloneObserved => "[policy]\nenforce = false\n\n",
             _ => "",
         };
         format!(
@@ -500,7 +531,7 @@ impl Bench {
     fn window(&mut self, scenario: Scenario, round: usize) -> anyhow::Result<Window> {
         self.reset_groups()?;
         reset_job(&self.inputs.job);
-        let inference = scenario != Scenario::Alone;
+        let inference = scenario.inference();
         match scenario {
             Scenario::OfflineCpuIdle => self.offline_group.set_idle(true)?,
             Scenario::StaticPartition => {
@@ -510,7 +541,7 @@ impl Bench {
             }
             _ => {}
         }
-        let daemon = scenario.reamer().then(|| {
+        let daemon = scenario.daemon().then(|| {
             Daemon::start_bin_with_fresh_log(
                 &release_bin("enforcer"),
                 INSTANCE,
@@ -518,7 +549,11 @@ impl Bench {
             )
         });
         let daemon_pid = daemon.as_ref().map(Daemon::pid);
-        let launched_online = daemon.as_ref().map(|_| self.launch_online()).transpose()?;
+        let launched_online = inference
+            .then_some(daemon.as_ref())
+            .flatten()
+            .map(|_| self.launch_online())
+            .transpose()?;
         let online_base = launched_online
             .as_ref()
             .unwrap_or(&self.online)
@@ -540,6 +575,12 @@ impl Bench {
             })
             .transpose()?;
         std::thread::sleep(INFERENCE_LEAD);
+        // Observed from before training starts, as the shipped trace was: the replay sees the
+        // job's start as well as its timed part.
+        let whole_run_observer = (scenario == Scenario::AloneObserved)
+            .then(|| spawn_observer(round, scenario, WHOLE_RUN_INTERVAL))
+            .transpose()?
+            .map(Reaped);
 
         // Killed if the window fails: a training job left running would hold the GPU and
         // the cores through whatever runs next.
@@ -555,11 +596,17 @@ impl Bench {
         }
         drop(lead_load);
         let before = self.before(daemon_pid)?;
-        let observer = daemon
-            .as_ref()
-            .map(|_| spawn_observer(round, scenario))
-            .transpose()?
-            .map(Reaped);
+        let trace = observer_trace(round, scenario);
+        let observer = match whole_run_observer {
+            Some(observer) => Some(observer),
+            None => scenario
+                .reamer()
+                .then(|| spawn_observer(round, scenario, TIMED_PART_INTERVAL))
+                .transpose()?
+                .map(Reaped),
+        };
+        // The trace's intervals from here on are the timed part's.
+        let timed_first_line = trace_lines(&trace);
         let load = inference
             .then(|| self.load(&online_base, (self.options.seconds - 0.3).max(0.5), &seed))
             .transpose()?;
@@ -586,6 +633,7 @@ impl Bench {
             }
         };
         let elapsed = before.at.elapsed().as_secs_f64();
+        let timed_last_line = trace_lines(&trace);
         let node_after = node_jiffies()?;
         let offline_done = results_lines(&self.inputs.job);
         let enforcer_cpu_pct = daemon_pid.zip(before.daemon_jiffies).map(|(pid, jiffies)| {
@@ -616,8 +664,20 @@ impl Bench {
         let online: Option<LoadReport> = load.map(read_load_report).transpose()?;
         let observed = observer.map(|observer| {
             drop(observer);
-            report::Observed::from_trace(&observer_trace(round, scenario))
+            report::Observed::from_trace(&trace, timed_first_line..timed_last_line)
         });
+        let replay = (scenario == Scenario::AloneObserved)
+            .then(|| match replay::replay_trace(&trace, None) {
+                Ok(summary) => Some(summary),
+                Err(err) => {
+                    eprintln!(
+                        "[bench] server: the replay of {} failed: {err:#}",
+                        trace.display()
+                    );
+                    None
+                }
+            })
+            .flatten();
         drop(offline);
         if let Some(worker) = launched_online {
             worker.stop();
@@ -640,6 +700,8 @@ impl Bench {
             steal_pct: node_after.steal_pct_since(&before.node),
             reserved_cores_p50: observed.as_ref().and_then(|o| o.reserved_cores_p50),
             offline_paused_pct: observed.as_ref().and_then(|o| o.offline_paused_pct),
+            sensor_running_cpus: observed.as_ref().and_then(|o| o.running_cpus_mean),
+            replay,
             enforcer_cpu_pct,
             enforcer_rss_mib,
         })
@@ -651,14 +713,34 @@ impl Bench {
     }
 }
 
-fn observer_trace(round: usize, scenario: Scenario) -> PathBuf {
-    bench_dir().join(format!("observed-{}-round-{round}.jsonl", scenario.name()))
+/// The trace of `scenario`'s observer in `round`: this, then `-round-N.jsonl`.
+fn observer_trace_stem(scenario: Scenario) -> String {
+    format!("observed-{}", scenario.name())
 }
 
-/// `enforcer observe --json --interval 0.2` on the window's daemon over its timed part: the
-/// cores reserved for training and the offline pause, interval by interval.
-fn spawn_observer(round: usize, scenario: Scenario) -> anyhow::Result<Child> {
-    spawn_observer_into(INSTANCE, "0.2", &observer_trace(round, scenario))
+fn observer_trace(round: usize, scenario: Scenario) -> PathBuf {
+    bench_dir().join(format!(
+        "{}-round-{round}.jsonl",
+        observer_trace_stem(scenario)
+    ))
+}
+
+/// The observer's interval under reamer, over the timed part: the cores reserved for training
+/// and the offline pause, interval by interval.
+const TIMED_PART_INTERVAL: &str = "0.2";
+/// The observer's interval in the observed scenario, over the whole run: the interval the
+/// shipped trace was recorded at, and whose cost to training that scenario measures.
+const WHOLE_RUN_INTERVAL: &str = "0.1";
+
+/// `enforcer observe --json --interval INTERVAL` on the window's daemon.
+fn spawn_observer(round: usize, scenario: Scenario, interval: &str) -> anyhow::Result<Child> {
+    spawn_observer_into(INSTANCE, interval, &observer_trace(round, scenario))
+}
+
+/// The intervals a trace holds so far: its complete lines (observe writes one per interval as
+/// the interval ends; a line being written is not counted).
+fn trace_lines(path: &Path) -> usize {
+    std::fs::read(path).map_or(0, |bytes| bytes.iter().filter(|&&b| b == b'\n').count())
 }
 
 /// Everything one run measured.
@@ -685,15 +767,19 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
         options.seconds,
         options.online_rate,
     );
+    let scenarios = options.scenarios.clone();
+    if !scenarios.contains(&Scenario::Alone) {
+        bail!("the server benchmark's scenarios must include training alone: every ratio is to it");
+    }
     let mut bench = Bench::start(options, progress)?;
     let started = Instant::now();
-    let total = rounds * Scenario::ALL.len();
+    let total = rounds * scenarios.len();
     let mut windows = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         for round in 0..rounds {
-            for k in 0..Scenario::ALL.len() {
+            for k in 0..scenarios.len() {
                 // Rotated every round: drift over the run hits every scenario alike.
-                let scenario = Scenario::ALL[(k + round) % Scenario::ALL.len()];
+                let scenario = scenarios[(k + round) % scenarios.len()];
                 crate::bench::progress_bar::draw(
                     windows.len(),
                     total,

@@ -5,11 +5,13 @@
 //! round, offline's over plain CFS's in the same round. The medians over rounds come with a
 //! 95% bootstrap interval where a target depends on them.
 
+use enforcer_common::replay::ReplaySummary;
 use serde::Serialize;
 
 use super::{Measured, SLO_MS, Scenario};
 use crate::bench::{
     colocation::LoadReport,
+    replay,
     stats::{bootstrap_median_ci, median},
 };
 
@@ -35,22 +37,42 @@ pub struct Window {
     pub offline_paused_pct: Option<f64>,
     pub enforcer_cpu_pct: Option<f64>,
     pub enforcer_rss_mib: Option<f64>,
+    /// The CPUs the sensor saw training run on over the timed part, time-weighted mean of the
+    /// observed intervals: beside `training_cpus`, the job's own figure.
+    pub sensor_running_cpus: Option<f64>,
+    /// Training alone, observed: the CPU policy replayed over the window's trace.
+    pub replay: Option<ReplaySummary>,
 }
 
 /// What `enforcer observe --json` showed over a window.
 pub struct Observed {
     pub reserved_cores_p50: Option<f64>,
     pub offline_paused_pct: Option<f64>,
+    /// Training's running CPUs (every job's), weighted by each interval's length.
+    pub running_cpus_mean: Option<f64>,
 }
 
 impl Observed {
-    /// From an `observe --json` trace; intervals without the fields are left out.
-    pub fn from_trace(path: &std::path::Path) -> Self {
+    /// From the intervals `lines` (0-based line numbers) of an `observe --json` trace;
+    /// intervals without a field are left out of its figure.
+    pub fn from_trace(path: &std::path::Path, lines: std::ops::Range<usize>) -> Self {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<serde_json::Value> = text
             .lines()
+            .skip(lines.start)
+            .take(lines.len())
             .filter_map(|line| serde_json::from_str(line).ok())
             .collect();
+        let (mut cpu_seconds, mut seconds) = (0.0, 0.0);
+        for line in &lines {
+            let (Some(length), Some(jobs)) = (line["seconds"].as_f64(), line["jobs"].as_array())
+            else {
+                continue;
+            };
+            let running: f64 = jobs.iter().filter_map(|j| j["running_cpus"].as_f64()).sum();
+            cpu_seconds += running * length;
+            seconds += length;
+        }
         let reserved: Vec<f64> = lines
             .iter()
             .filter_map(|l| l["reserved_cpus"].as_f64())
@@ -64,6 +86,7 @@ impl Observed {
             offline_paused_pct: (!paused.is_empty()).then(|| {
                 paused.iter().filter(|p| **p).count() as f64 * 100.0 / paused.len() as f64
             }),
+            running_cpus_mean: (seconds > 0.0).then(|| cpu_seconds / seconds),
         }
     }
 }
@@ -113,11 +136,43 @@ pub struct ScenarioFigures {
     pub offline_paused_pct: Option<f64>,
     pub enforcer_cpu_pct: Option<f64>,
     pub enforcer_rss_mib: Option<f64>,
+    /// Training alone, observed: each round's sensor figure and replay.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub observed_rounds: Vec<ObservedRound>,
+}
+
+/// One round of training alone, observed at 10 Hz: what watching cost, what the sensor saw,
+/// and what the CPU policy would have reserved.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObservedRound {
+    pub round: usize,
+    /// Training's throughput as % of alone's in the same round.
+    pub training_pct: Option<f64>,
+    /// The CPUs the job's processes used over the timed part, by their own accounting.
+    pub job_cpus: f64,
+    /// The CPUs the sensor saw it run on over the same part.
+    pub sensor_running_cpus: Option<f64>,
+    pub replay: Option<ReplaySummary>,
 }
 
 fn median_of(values: impl Iterator<Item = f64>) -> Option<f64> {
     let values: Vec<f64> = values.collect();
     (!values.is_empty()).then(|| median(&values))
+}
+
+/// `window`'s `figure` over `reference`'s in the same round, %.
+fn ratio_in_round(
+    windows: &[Window],
+    window: &Window,
+    reference: Scenario,
+    figure: &impl Fn(&Window) -> Option<f64>,
+) -> Option<f64> {
+    let base = windows
+        .iter()
+        .find(|b| b.scenario == reference && b.round == window.round)
+        .and_then(figure)?;
+    let value = figure(window)?;
+    (base > 0.0).then(|| value / base * 100.0)
 }
 
 /// Per-round ratios of `scenario`'s `figure` over `reference`'s, %.
@@ -130,14 +185,7 @@ fn paired_pct(
     windows
         .iter()
         .filter(|w| w.scenario == scenario)
-        .filter_map(|w| {
-            let base = windows
-                .iter()
-                .find(|b| b.scenario == reference && b.round == w.round)
-                .and_then(&figure)?;
-            let value = figure(w)?;
-            (base > 0.0).then(|| value / base * 100.0)
-        })
+        .filter_map(|w| ratio_in_round(windows, w, reference, &figure))
         .collect()
 }
 
@@ -167,6 +215,19 @@ pub fn figures(measured: &Measured) -> Vec<ScenarioFigures> {
                     WithInterval::of(&pct, seed + 100)
                 })
                 .flatten();
+            let observed_rounds = mine
+                .iter()
+                .filter(|_| scenario == Scenario::AloneObserved)
+                .map(|w| ObservedRound {
+                    round: w.round,
+                    training_pct: ratio_in_round(windows, w, Scenario::Alone, &|w| {
+                        Some(w.throughput)
+                    }),
+                    job_cpus: w.training_cpus,
+                    sensor_running_cpus: w.sensor_running_cpus,
+                    replay: w.replay.clone(),
+                })
+                .collect();
             let online: Vec<&LoadReport> = mine.iter().filter_map(|w| w.online.as_ref()).collect();
             let sent: u64 = online.iter().map(|o| o.sent).sum();
             let within: u64 = online.iter().map(|o| o.within_slo).sum();
@@ -190,6 +251,7 @@ pub fn figures(measured: &Measured) -> Vec<ScenarioFigures> {
                 offline_paused_pct: median_of(mine.iter().filter_map(|w| w.offline_paused_pct)),
                 enforcer_cpu_pct: median_of(mine.iter().filter_map(|w| w.enforcer_cpu_pct)),
                 enforcer_rss_mib: median_of(mine.iter().filter_map(|w| w.enforcer_rss_mib)),
+                observed_rounds,
             })
         })
         .collect()
@@ -208,15 +270,27 @@ pub struct Target {
     pub met: bool,
 }
 
+/// The targets of the scenarios the run measured: reamer's, and those of training alone
+/// observed.
 pub fn targets(figures: &[ScenarioFigures]) -> Vec<Target> {
-    let Some(reamer) = figures.iter().find(|f| f.scenario == Scenario::Reamer) else {
-        return Vec::new();
-    };
+    let find = |scenario| figures.iter().find(|f| f.scenario == scenario);
     let mut rows = Vec::new();
-    rows.push(match reamer.training_pct {
+    if let Some(reamer) = find(Scenario::Reamer) {
+        rows.extend(reamer_targets(reamer, figures));
+    }
+    if let Some(observed) = find(Scenario::AloneObserved) {
+        rows.extend(observed_targets(observed));
+    }
+    rows
+}
+
+/// Training at `TRAINING_TARGET_PCT` of alone or more, the whole interval included.
+fn training_target(who: &str, pct: Option<WithInterval>) -> Target {
+    match pct {
         Some(t) => Target {
             target: format!(
-                "training ≥ {TRAINING_TARGET_PCT:.0}% of alone, the whole 95% interval included"
+                "{who}: training ≥ {TRAINING_TARGET_PCT:.0}% of alone, the whole 95% interval \
+                 included"
             ),
             result: format!(
                 "{:.1}% ({:.1}–{:.1}){}",
@@ -232,11 +306,64 @@ pub fn targets(figures: &[ScenarioFigures]) -> Vec<Target> {
             met: t.low >= TRAINING_TARGET_PCT,
         },
         None => Target {
-            target: format!("training ≥ {TRAINING_TARGET_PCT:.0}% of alone"),
+            target: format!("{who}: training ≥ {TRAINING_TARGET_PCT:.0}% of alone"),
             result: "not measured".to_owned(),
             met: false,
         },
-    });
+    }
+}
+
+/// Watching costs training nothing, and the CPU policy replayed over each round's trace meets
+/// the replay's targets.
+fn observed_targets(observed: &ScenarioFigures) -> Vec<Target> {
+    let replays: Vec<(usize, &ReplaySummary)> = observed
+        .observed_rounds
+        .iter()
+        .filter_map(|r| r.replay.as_ref().map(|replay| (r.round, replay)))
+        .collect();
+    let every_round = |met: fn(&ReplaySummary) -> bool| {
+        !replays.is_empty()
+            && replays.len() == observed.observed_rounds.len()
+            && replays.iter().all(|(_, replay)| met(replay))
+    };
+    let per_round = |figure: &dyn Fn(&ReplaySummary) -> String| match replays.is_empty() {
+        true => "not measured".to_owned(),
+        false => replays
+            .iter()
+            .map(|(round, replay)| format!("round {}: {}", round + 1, figure(replay)))
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
+    vec![
+        training_target("observed at 10 Hz", observed.training_pct),
+        Target {
+            target: format!(
+                "the policy over each round's trace (`enforcer replay`): median cores reserved \
+                 ≤ median running CPUs + {}",
+                replay::RESERVED_ABOVE_RUNNING
+            ),
+            result: per_round(&|r| {
+                format!(
+                    "{} ≤ {:.2}",
+                    r.reserved_cores_p50,
+                    replay::reserved_bound(r)
+                )
+            }),
+            met: every_round(replay::reserved_target_met),
+        },
+        Target {
+            target: "the policy over each round's trace: offline never paused while training \
+                     ran on half the CPUs or fewer"
+                .to_owned(),
+            result: per_round(&|r| format!("{} such intervals", r.paused_at_half_or_less)),
+            met: every_round(replay::pause_target_met),
+        },
+    ]
+}
+
+/// Reamer's targets against the other scenarios.
+fn reamer_targets(reamer: &ScenarioFigures, figures: &[ScenarioFigures]) -> Vec<Target> {
+    let mut rows = vec![training_target("reamer", reamer.training_pct)];
     rows.push(Target {
         target: format!("online ≥ {ONLINE_TARGET_PCT:.0}% of requests within {SLO_MS:.0} ms"),
         result: reamer
@@ -260,7 +387,7 @@ pub fn targets(figures: &[ScenarioFigures]) -> Vec<Target> {
     // Ahead: more offline work than every other scenario that keeps training at the target.
     let rivals: Vec<&ScenarioFigures> = figures
         .iter()
-        .filter(|f| !matches!(f.scenario, Scenario::Alone | Scenario::Reamer))
+        .filter(|f| f.scenario.inference() && f.scenario != Scenario::Reamer)
         .filter(|f| {
             f.training_pct
                 .is_some_and(|t| t.median >= TRAINING_TARGET_PCT)
@@ -377,10 +504,17 @@ pub fn markdown(
             },
         ));
     }
+    if let Some(observed) = figures
+        .iter()
+        .find(|f| f.scenario == Scenario::AloneObserved)
+    {
+        text.push_str(&observed_markdown(&observed.observed_rounds));
+    }
     let targets = targets(figures);
     if !targets.is_empty() {
         text.push_str(
-            "\nTargets, for reamer with its defaults:\n\n| target | result | |\n|---|---|---|\n",
+            "\nTargets, for reamer with its defaults and for training alone observed:\n\n\
+             | target | result | |\n|---|---|---|\n",
         );
         for t in &targets {
             text.push_str(&format!(
@@ -390,6 +524,48 @@ pub fn markdown(
                 if t.met { "met" } else { "**missed**" }
             ));
         }
+    }
+    text
+}
+
+/// Training alone, observed, round by round.
+fn observed_markdown(rounds: &[ObservedRound]) -> String {
+    let mut text = format!(
+        "\nTraining alone, observed at 10 Hz: the daemon with `[policy] enforce = false` and \
+         `enforcer observe --json --interval 0.1` from before training starts, as the trace in \
+         enforcer/tests/fixtures/ was recorded. Per round: what watching cost training, the \
+         CPUs the sensor saw it run on against the job's own CPU time over the timed part \
+         (the observed intervals' edges fall up to 0.1 s outside it), and the CPU policy \
+         replayed over the whole trace (`enforcer replay TRACE --json`, the default scenario; \
+         the traces are target/bench/server/{}-round-N.jsonl, N from 0):\n\n\
+         | round | training, % of alone | job's CPUs | sensor's running CPUs (ratio) | replay: \
+         running CPUs p50 / p90 | cores reserved p50 / p90 | offline paused | training on \
+         more CPUs than reserved |\n|---|---|---|---|---|---|---|---|\n",
+        super::observer_trace_stem(Scenario::AloneObserved),
+    );
+    for r in rounds {
+        let sensor = match r.sensor_running_cpus {
+            Some(cpus) if r.job_cpus > 0.0 => format!("{cpus:.2} ({:.3})", cpus / r.job_cpus),
+            other => opt(other, 2, ""),
+        };
+        let replay = match &r.replay {
+            Some(p) => format!(
+                "{:.2} / {:.2} | {} / {} | {:.1}% | {:.1}%",
+                p.running_cpus_p50,
+                p.running_cpus_p90,
+                p.reserved_cores_p50,
+                p.reserved_cores_p90,
+                p.offline_paused_pct,
+                p.short_pct
+            ),
+            None => "– | – | – | –".to_owned(),
+        };
+        text.push_str(&format!(
+            "| {} | {} | {:.2} | {sensor} | {replay} |\n",
+            r.round + 1,
+            opt(r.training_pct, 1, "%"),
+            r.job_cpus,
+        ));
     }
     text
 }
@@ -420,6 +596,25 @@ mod tests {
             offline_paused_pct: scenario.reamer().then_some(0.0),
             enforcer_cpu_pct: scenario.reamer().then_some(1.0),
             enforcer_rss_mib: scenario.reamer().then_some(20.0),
+            sensor_running_cpus: None,
+            replay: None,
+        }
+    }
+
+    fn replay_summary(running_p50: f64, reserved_p50: f64, paused_at_half: usize) -> ReplaySummary {
+        ReplaySummary {
+            intervals: 300,
+            cpus: 16,
+            running_cpus_p50: running_p50,
+            running_cpus_p90: running_p50 * 3.0,
+            demand_cpus_p50: running_p50,
+            demand_cpus_p90: running_p50 * 3.0,
+            reserved_cores_p50: reserved_p50,
+            reserved_cores_p90: reserved_p50 + 1.0,
+            offline_paused_pct: 0.0,
+            paused_at_half_or_less: paused_at_half,
+            short_pct: 20.0,
+            decisions: 12,
         }
     }
 
@@ -449,6 +644,8 @@ mod tests {
                 Some(1500.0),
             ));
             windows.push(window(Scenario::Reamer, round, alone * 0.97, Some(2000.0)));
+            // Training alone again, watched: no inference, so no rival of reamer's.
+            windows.push(window(Scenario::AloneObserved, round, alone, None));
         }
         let figures = figures(&measured(windows));
         let reamer = figures
@@ -463,13 +660,15 @@ mod tests {
         assert_eq!(reamer.online_within_slo_pct, Some(99.5));
 
         let targets = targets(&figures);
-        assert_eq!(targets.len(), 4);
+        // Reamer's four, then the observed scenario's three.
+        assert_eq!(targets.len(), 7);
         assert!(!targets[0].met, "97% of alone misses 99%: {:?}", targets[0]);
         assert!(targets[1].met && targets[2].met);
         // The static partition keeps training at 99.5% but does less offline work: reamer is
         // ahead of it.
         assert!(targets[3].met, "{:?}", targets[3]);
         assert!(targets[3].result.contains("ahead of static partition"));
+        assert!(!targets[3].result.contains("observed"), "{:?}", targets[3]);
         let text = markdown(
             &measured(Vec::new()),
             &figures,
@@ -513,9 +712,118 @@ mod tests {
              {\"seconds\":0.2,\"jobs\":[],\"counters\":{},\"sensor_ns_per_run\":null,\"reserved_cpus\":3,\"offline_paused\":false}\n",
         )
         .unwrap();
-        let observed = Observed::from_trace(&path);
+        let observed = Observed::from_trace(&path, 0..4);
         assert_eq!(observed.reserved_cores_p50, Some(3.0));
         assert_eq!(observed.offline_paused_pct, Some(25.0));
+        assert_eq!(
+            observed.running_cpus_mean,
+            Some(0.0),
+            "no training job ran in these intervals"
+        );
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn the_sensors_running_cpus_are_a_time_weighted_mean_over_the_timed_lines_only() {
+        let path = std::env::temp_dir().join(format!("reamer-timed-{}.jsonl", std::process::id()));
+        let line = |seconds: f64, running: &[f64]| {
+            let jobs: Vec<String> = running
+                .iter()
+                .map(|r| format!("{{\"name\":\"train\",\"running_cpus\":{r}}}"))
+                .collect();
+            format!(
+                "{{\"seconds\":{seconds},\"jobs\":[{}],\"counters\":{{}}}}\n",
+                jobs.join(",")
+            )
+        };
+        // Before the timed part (left out), then 0.1 s at 2+1 CPUs and 0.3 s at 1, then after.
+        let text = [
+            line(0.1, &[12.0]),
+            line(0.1, &[2.0, 1.0]),
+            line(0.3, &[1.0]),
+            line(0.1, &[14.0]),
+        ]
+        .concat();
+        std::fs::write(&path, text).unwrap();
+        let observed = Observed::from_trace(&path, 1..3);
+        let mean = observed.running_cpus_mean.unwrap();
+        assert!(
+            (mean - (0.1 * 3.0 + 0.3 * 1.0) / 0.4).abs() < 1e-9,
+            "{mean}"
+        );
+        assert_eq!(
+            observed.reserved_cores_p50, None,
+            "an observe-only daemon reserves nothing"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn each_observed_round_is_paired_with_its_own_alone_and_every_replay_must_meet_the_targets() {
+        let mut windows = Vec::new();
+        for (round, (alone, ratio)) in [(1000.0, 0.99), (1100.0, 1.0), (900.0, 0.98)]
+            .into_iter()
+            .enumerate()
+        {
+            windows.push(window(Scenario::Alone, round, alone, None));
+            let mut observed = window(Scenario::AloneObserved, round, alone * ratio, None);
+            observed.sensor_running_cpus = Some(2.6 * 1.01);
+            // The last round's replay reserves 6 cores where training ran on 2.8 at the median.
+            observed.replay = Some(match round {
+                2 => replay_summary(2.8, 6.0, 0),
+                _ => replay_summary(2.6, 4.0, 0),
+            });
+            windows.push(observed);
+        }
+        let figures = figures(&measured(windows));
+        let observed = figures
+            .iter()
+            .find(|f| f.scenario == Scenario::AloneObserved)
+            .unwrap();
+        let ratios: Vec<f64> = observed
+            .observed_rounds
+            .iter()
+            .map(|r| r.training_pct.unwrap())
+            .collect();
+        assert_eq!(ratios.len(), 3);
+        for (got, want) in ratios.iter().zip([99.0, 100.0, 98.0]) {
+            assert!((got - want).abs() < 1e-9, "{ratios:?}");
+        }
+        let targets = targets(&figures);
+        // No reamer window: only the observed scenario's three targets.
+        assert_eq!(targets.len(), 3, "{targets:?}");
+        assert!(
+            !targets[0].met,
+            "98% in one round reaches below 99%: {:?}",
+            targets[0]
+        );
+        assert!(
+            !targets[1].met,
+            "one round's replay misses: {:?}",
+            targets[1]
+        );
+        assert!(
+            targets[1].result.contains("round 3: 6 ≤ 4.80"),
+            "{:?}",
+            targets[1]
+        );
+        assert!(targets[2].met, "{:?}", targets[2]);
+        let text = markdown(&measured(Vec::new()), &figures, "cargo xtask bench", "test");
+        assert!(
+            text.contains("| 3 | 98.0% | 2.60 | 2.63 (1.010) | 2.80 / 8.40 | 6 / 7 |"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_round_without_its_replay_does_not_meet_the_replay_targets() {
+        let mut windows = vec![window(Scenario::Alone, 0, 1000.0, None)];
+        let mut observed = window(Scenario::AloneObserved, 0, 1000.0, None);
+        observed.replay = Some(replay_summary(2.6, 3.0, 0));
+        windows.push(observed);
+        windows.push(window(Scenario::Alone, 1, 1000.0, None));
+        windows.push(window(Scenario::AloneObserved, 1, 1000.0, None));
+        let targets = targets(&figures(&measured(windows)));
+        assert!(!targets[1].met && !targets[2].met, "{targets:?}");
     }
 }
