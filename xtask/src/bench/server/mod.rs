@@ -541,6 +541,12 @@ impl Bench {
             }
             _ => {}
         }
+        if scenario.daemon() && !inference {
+            // The run's idle online worker waits outside the daemon's pools, so that the sensor
+            // sees nothing of inference's when training is alone (its wake-ups reported
+            // training queued behind inference).
+            self.standby_group.add_process(self.online.child.id())?;
+        }
         let daemon = scenario.daemon().then(|| {
             Daemon::start_bin_with_fresh_log(
                 &release_bin("enforcer"),
