@@ -311,8 +311,8 @@ pub fn run(
     }
     writeln!(
         out,
-        "{} intervals: training ran on {:.2} CPUs at the median ({:.2} at p90) and had {} \
-         cores reserved at the median ({} at p90); offline paused {:.1}% of the time ({} \
+        "{} intervals: training ran on {:.2} CPUs at the median ({:.2} at p90); cores \
+         reserved for it: {} at the median ({} at p90); offline paused {:.1}% of the time ({} \
          intervals with training on half the CPUs or fewer); training ran on more CPUs than \
          it had reserved in {:.1}% of the intervals; {} decisions",
         summary.intervals,

@@ -158,17 +158,20 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
             .lock()
             .expect("enforcement poisoned")
             .pod_readbacks();
-        let readings = readbacks
-            .into_iter()
-            .map(|(pool, uid, readback)| (pool, uid, readback.read()))
-            .collect();
-        let notes = shared
-            .enforcement
-            .lock()
-            .expect("enforcement poisoned")
-            .check_pods(Instant::now(), readings);
-        for note in notes {
-            warn!("Kubernetes: {note}");
+        // Without pods (every node outside Kubernetes) the lock is not taken a second time.
+        if !readbacks.is_empty() {
+            let readings = readbacks
+                .into_iter()
+                .map(|(pool, uid, readback)| (pool, uid, readback.read()))
+                .collect();
+            let notes = shared
+                .enforcement
+                .lock()
+                .expect("enforcement poisoned")
+                .check_pods(Instant::now(), readings);
+            for note in notes {
+                warn!("Kubernetes: {note}");
+            }
         }
         shared
             .journal
