@@ -53,14 +53,14 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// From the intervals `lines` (0-based line numbers) of an `observe --json` trace;
-    /// intervals without a field are left out of its figure.
-    pub fn from_trace(path: &std::path::Path, lines: std::ops::Range<usize>) -> Self {
+    /// From the intervals of an `observe --json` trace on lines `timed` (0-based, the end
+    /// left out); intervals without a field are left out of its figure.
+    pub fn from_trace(path: &std::path::Path, timed: std::ops::Range<usize>) -> Self {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<serde_json::Value> = text
             .lines()
-            .skip(lines.start)
-            .take(lines.len())
+            .skip(timed.start)
+            .take(timed.len())
             .filter_map(|line| serde_json::from_str(line).ok())
             .collect();
         let (mut cpu_seconds, mut seconds) = (0.0, 0.0);
