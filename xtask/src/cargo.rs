@@ -113,6 +113,14 @@ pub fn build_release() -> anyhow::Result<()> {
     build_bins(true)
 }
 
+/// `build_release`, and this program in release mode too: `target/release/xtask` is what runs
+/// `bench --prebuilt` on a machine without the toolchain. `cargo xtask` itself runs a debug
+/// build, so nothing else keeps the release one current.
+pub fn build_release_with_xtask() -> anyhow::Result<()> {
+    build_release()?;
+    cargo(&["build", "--release", "-p", "xtask"], &[])
+}
+
 /// For `bench --prebuilt`: the binaries the sections run (the enforcer for every privileged
 /// one) must be built already.
 pub fn check_release_bins(names: &[&str]) -> anyhow::Result<()> {

@@ -29,7 +29,9 @@ struct Cli {
 enum Task {
     /// Install the eBPF toolchain parts that are missing; nothing else.
     Bootstrap,
-    /// Build the enforcer (with its eBPF object) and the workload binaries, release mode.
+    /// Build the enforcer (with its eBPF object), the workload binaries and xtask itself,
+    /// release mode: target/release is then what `bench --prebuilt` needs on a GPU machine
+    /// without the Rust toolchain.
     Build,
     /// Build everything and run the enforcer with ARGS, as root (through sudo when needed).
     ///
@@ -106,7 +108,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Task::Build => {
             bootstrap::ensure()?;
-            cargo::build_release()
+            cargo::build_release_with_xtask()
         }
         Task::Run { args } => {
             bootstrap::ensure()?;

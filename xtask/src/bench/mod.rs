@@ -90,6 +90,11 @@ pub struct Options {
     /// GPU server. Default: every scenario.
     #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
     pub server_scenarios: Vec<String>,
+    /// Report the server benchmark from the windows a run saved (each is written to
+    /// target/bench/server/windows.jsonl as it ends), for a run cut short; nothing is run.
+    /// With --only server; updates docs/benchmarks.md as the run would have.
+    #[arg(long, value_name = "FILE")]
+    pub server_from: Option<PathBuf>,
     /// Seconds of the server benchmark's training job timed per window (after its warm-up).
     #[arg(long, default_value_t = 25.0)]
     pub server_seconds: f64,
@@ -156,11 +161,15 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         prebuilt,
         server_rounds,
         server_scenarios,
+        server_from,
         server_seconds,
         server_online_rate,
         loader_workers,
         training_cmd,
     } = options;
+    if let Some(path) = server_from {
+        return report_saved_server_run(&path, &only, json, no_docs);
+    }
     if !prebuilt {
         bootstrap::ensure()?;
     }
@@ -418,6 +427,11 @@ pub fn run(options: Options) -> anyhow::Result<()> {
                         seconds: server_seconds,
                         training: server_training.clone(),
                         online_rate: server_online_rate,
+                        about: server::saved::About {
+                            command: command.clone(),
+                            machine: machine.clone(),
+                            quick,
+                        },
                     },
                     &progress,
                 )?;
@@ -457,6 +471,55 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             }
             docs::replace_section(name, section)?;
         }
+        eprintln!("[bench] docs/benchmarks.md updated");
+    }
+    Ok(())
+}
+
+/// `--server-from`: the server section from the windows a run saved; nothing is run.
+fn report_saved_server_run(
+    path: &std::path::Path,
+    only: &[Section],
+    json: Option<PathBuf>,
+    no_docs: bool,
+) -> anyhow::Result<()> {
+    if only != [Section::Server] {
+        anyhow::bail!("--server-from reports the server benchmark only: give --only server");
+    }
+    let saved = server::saved::Saved::load(path)?;
+    if saved.measured.windows.is_empty() {
+        anyhow::bail!(
+            "{}: the run saved no window, so there is nothing to report",
+            path.display()
+        );
+    }
+    let measured = &saved.measured;
+    let figures = server::report::figures(measured);
+    let section = server::report::markdown(
+        measured,
+        &figures,
+        &saved.report_command(path),
+        &saved.machine,
+    );
+    println!("{section}");
+    if let Some(json) = json {
+        let body = serde_json::json!({
+            "machine": saved.machine,
+            "server": {
+                "scenarios": figures,
+                "targets": server::report::targets(&figures),
+                "run": measured,
+            },
+        });
+        std::fs::write(&json, serde_json::to_string_pretty(&body)?)
+            .with_context(|| format!("writing {}", json.display()))?;
+    }
+    if no_docs || saved.quick || measured.stand_in {
+        eprintln!(
+            "[bench] docs/benchmarks.md keeps its server section: --no-docs, a --quick run or              a stand-in's figures"
+        );
+    } else {
+        docs::replace_section("server", &section)?;
         eprintln!("[bench] docs/benchmarks.md updated");
     }
     Ok(())

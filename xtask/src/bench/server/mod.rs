@@ -22,6 +22,7 @@
 //! alone in the same round.
 
 pub mod report;
+pub mod saved;
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -89,7 +90,7 @@ const JOB_ITEMS_PER_CPU_S: f64 = 2_000.0;
 /// command's start (Python's imports, CUDA) and its 8 s warm-up.
 const JOB_SLACK_S: f64 = 60.0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scenario {
     Alone,
@@ -169,6 +170,8 @@ pub struct Options {
     pub training: TrainingCommand,
     /// Online requests a second.
     pub online_rate: f64,
+    /// The command and machine of the run, saved with its windows (`saved`).
+    pub about: saved::About,
 }
 
 /// The training job, and whether it is the real one.
@@ -750,7 +753,7 @@ fn trace_lines(path: &Path) -> usize {
 }
 
 /// Everything one run measured.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct Measured {
     pub training: String,
     pub stand_in: bool,
@@ -777,7 +780,24 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
     if !scenarios.contains(&Scenario::Alone) {
         bail!("the server benchmark's scenarios must include training alone: every ratio is to it");
     }
+    let saved_path = bench_dir().join(saved::FILE);
+    let header = Measured {
+        training: training.clone(),
+        stand_in,
+        rounds,
+        seconds,
+        online_rate,
+        cpus: cpu_count(),
+        windows: Vec::new(),
+    };
+    let about = options.about.clone();
     let mut bench = Bench::start(options, progress)?;
+    let mut saver = saved::Saver::create(&saved_path, &about, &scenarios, header)?;
+    progress(&format!(
+        "each window is saved as it ends to {}; a run cut short is reported from it with \
+         --server-from",
+        saved_path.display()
+    ));
     let started = Instant::now();
     let total = rounds * scenarios.len();
     let mut windows = Vec::new();
@@ -792,7 +812,9 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
                     started.elapsed(),
                     &format!("round {}/{rounds}: {}", round + 1, scenario.name()),
                 );
-                windows.push(bench.window(scenario, round)?);
+                let window = bench.window(scenario, round)?;
+                saver.append(&window)?;
+                windows.push(window);
             }
         }
         crate::bench::progress_bar::finish(windows.len(), started.elapsed());

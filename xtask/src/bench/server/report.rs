@@ -6,7 +6,7 @@
 //! 95% bootstrap interval where a target depends on them.
 
 use enforcer_common::replay::ReplaySummary;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Measured, SLO_MS, Scenario};
 use crate::bench::{
@@ -16,7 +16,7 @@ use crate::bench::{
 };
 
 /// One scenario's window in one round.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Window {
     pub scenario: Scenario,
     pub round: usize,
