@@ -15,6 +15,7 @@ pub mod gpu;
 pub mod progress_bar;
 pub mod reaction;
 pub mod replay;
+pub mod saved;
 pub mod sensor;
 pub mod server;
 pub mod stats;
@@ -82,6 +83,11 @@ pub struct Options {
         default_value = "mlp,resnet50-loader"
     )]
     pub gpu_jobs: Vec<gpu::TrainingJob>,
+    /// Report the GPU benchmark from what a run saved (target/bench/gpu/run.json, written
+    /// after each window), for a run cut short; nothing is run. With --only gpu; updates
+    /// docs/benchmarks.md as the run would have.
+    #[arg(long, value_name = "FILE")]
+    pub gpu_from: Option<PathBuf>,
     /// Rounds of the server benchmark (each runs every server scenario once).
     #[arg(long, default_value_t = 3)]
     pub server_rounds: usize,
@@ -90,9 +96,9 @@ pub struct Options {
     /// GPU server. Default: every scenario.
     #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
     pub server_scenarios: Vec<String>,
-    /// Report the server benchmark from the windows a run saved (each is written to
-    /// target/bench/server/windows.jsonl as it ends), for a run cut short; nothing is run.
-    /// With --only server; updates docs/benchmarks.md as the run would have.
+    /// Report the server benchmark from what a run saved (target/bench/server/run.json,
+    /// written after each window), for a run cut short; nothing is run. With --only server;
+    /// updates docs/benchmarks.md as the run would have.
     #[arg(long, value_name = "FILE")]
     pub server_from: Option<PathBuf>,
     /// Seconds of the server benchmark's training job timed per window (after its warm-up).
@@ -162,6 +168,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         server_rounds,
         server_scenarios,
         server_from,
+        gpu_from,
         server_seconds,
         server_online_rate,
         loader_workers,
@@ -169,6 +176,9 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     } = options;
     if let Some(path) = server_from {
         return report_saved_server_run(&path, &only, json, no_docs);
+    }
+    if let Some(path) = gpu_from {
+        return report_saved_gpu_run(&path, &only, json, no_docs);
     }
     if !prebuilt {
         bootstrap::ensure()?;
@@ -389,18 +399,50 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             }
             None => {
                 // Each job through every scenario; one section, a part per job.
-                let mut text = String::new();
-                let mut runs = Vec::new();
-                for &job in &gpu_jobs {
-                    let run = gpu::run(gpu_rounds, gpu_train, job, loader_workers, &progress)?;
-                    let figures = gpu::report::figures(&run);
-                    text.push_str(&format!("#### {}\n\n", job.label()));
-                    text.push_str(&gpu::report::markdown(&run, &figures, &command, &machine));
-                    text.push('\n');
-                    runs.push(serde_json::json!({"scenarios": figures, "run": run}));
+                let about = saved::About {
+                    command: command.clone(),
+                    machine: machine.clone(),
+                    quick,
+                };
+                let path = gpu::saved_path();
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
                 }
+                progress(&format!(
+                    "the run is saved after each window to {}; one cut short is reported from \
+                     it with --gpu-from",
+                    path.display()
+                ));
+                let mut runs: Vec<gpu::GpuRun> = Vec::new();
+                for (k, &job) in gpu_jobs.iter().enumerate() {
+                    let done: usize = runs.iter().map(|r| r.windows.len()).sum();
+                    // Each job left is planned as this one: its rounds of its scenarios.
+                    let jobs_left = gpu_jobs.len() - k;
+                    let mut save = |run: &gpu::GpuRun, planned: usize| {
+                        let mut so_far = runs.clone();
+                        so_far.push(run.clone());
+                        saved::Saved {
+                            about: about.clone(),
+                            planned_windows: done + planned * jobs_left,
+                            windows_done: done + run.windows.len(),
+                            run: so_far,
+                        }
+                        .write(&path)
+                    };
+                    let run = gpu::run(
+                        gpu_rounds,
+                        gpu_train,
+                        job,
+                        loader_workers,
+                        &progress,
+                        &mut save,
+                    )?;
+                    runs.push(run);
+                }
+                let (text, json) = gpu_section(&runs, &command, &machine);
                 sections.push(("gpu", text));
-                body["gpu"] = serde_json::Value::Array(runs);
+                body["gpu"] = json;
             }
         }
     }
@@ -427,7 +469,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
                         seconds: server_seconds,
                         training: server_training.clone(),
                         online_rate: server_online_rate,
-                        about: server::saved::About {
+                        about: saved::About {
                             command: command.clone(),
                             machine: machine.clone(),
                             quick,
@@ -476,7 +518,52 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--server-from`: the server section from the windows a run saved; nothing is run.
+/// The GPU section: a part per training job.
+fn gpu_section(runs: &[gpu::GpuRun], command: &str, machine: &str) -> (String, serde_json::Value) {
+    let mut text = String::new();
+    let mut json = Vec::new();
+    for run in runs {
+        let figures = gpu::report::figures(run);
+        text.push_str(&format!("#### {}\n\n", run.job.label()));
+        text.push_str(&gpu::report::markdown(run, &figures, command, machine));
+        text.push('\n');
+        json.push(serde_json::json!({"scenarios": figures, "run": run}));
+    }
+    (text, serde_json::Value::Array(json))
+}
+
+/// `--gpu-from`: the GPU section from what a run saved; nothing is run.
+fn report_saved_gpu_run(
+    path: &std::path::Path,
+    only: &[Section],
+    json: Option<PathBuf>,
+    no_docs: bool,
+) -> anyhow::Result<()> {
+    if only != [Section::Gpu] {
+        anyhow::bail!("--gpu-from reports the GPU benchmark only: give --only gpu");
+    }
+    let saved = saved::Saved::<Vec<gpu::GpuRun>>::load(path, "gpu")?;
+    let (section, figures) = gpu_section(
+        &saved.run,
+        &saved.report_command(path, "gpu", "--gpu-from"),
+        &saved.about.machine,
+    );
+    println!("{section}");
+    if let Some(json) = json {
+        let body = serde_json::json!({"machine": saved.about.machine, "gpu": figures});
+        std::fs::write(&json, serde_json::to_string_pretty(&body)?)
+            .with_context(|| format!("writing {}", json.display()))?;
+    }
+    if no_docs || !saved.may_update_docs() {
+        eprintln!("[bench] docs/benchmarks.md keeps its GPU section: --no-docs or a --quick run");
+    } else {
+        docs::replace_section("gpu", &section)?;
+        eprintln!("[bench] docs/benchmarks.md updated");
+    }
+    Ok(())
+}
+
+/// `--server-from`: the server section from what a run saved; nothing is run.
 fn report_saved_server_run(
     path: &std::path::Path,
     only: &[Section],
@@ -486,25 +573,19 @@ fn report_saved_server_run(
     if only != [Section::Server] {
         anyhow::bail!("--server-from reports the server benchmark only: give --only server");
     }
-    let saved = server::saved::Saved::load(path)?;
-    if saved.measured.windows.is_empty() {
-        anyhow::bail!(
-            "{}: the run saved no window, so there is nothing to report",
-            path.display()
-        );
-    }
-    let measured = &saved.measured;
+    let saved = saved::Saved::<server::Measured>::load(path, "server")?;
+    let measured = &saved.run;
     let figures = server::report::figures(measured);
     let section = server::report::markdown(
         measured,
         &figures,
-        &saved.report_command(path),
-        &saved.machine,
+        &saved.report_command(path, "server", "--server-from"),
+        &saved.about.machine,
     );
     println!("{section}");
     if let Some(json) = json {
         let body = serde_json::json!({
-            "machine": saved.machine,
+            "machine": saved.about.machine,
             "server": {
                 "scenarios": figures,
                 "targets": server::report::targets(&figures),
@@ -514,7 +595,7 @@ fn report_saved_server_run(
         std::fs::write(&json, serde_json::to_string_pretty(&body)?)
             .with_context(|| format!("writing {}", json.display()))?;
     }
-    if no_docs || saved.quick || measured.stand_in {
+    if no_docs || !saved.may_update_docs() || measured.stand_in {
         eprintln!(
             "[bench] docs/benchmarks.md keeps its server section: --no-docs, a --quick run or              a stand-in's figures"
         );

@@ -46,7 +46,7 @@ pub const LEAD: Duration = Duration::from_secs(5);
 pub const STATIC_PERCENTAGE: u32 = 10;
 
 /// Training's job (`gpu_load.py --job`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum TrainingJob {
     /// A bf16 MLP whose steps are all GPU work: GPU-bound.
@@ -75,7 +75,7 @@ impl TrainingJob {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scenario {
     TrainingAlone,
@@ -114,14 +114,14 @@ pub struct Trace {
 }
 
 /// A gate decision from the enforcer's decision log.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GateChange {
     pub at_ns: u64,
     pub run_fraction: f64,
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Window {
     pub scenario: Scenario,
     pub round: usize,
@@ -145,7 +145,7 @@ pub struct Workload {
     pub loader_workers: Option<usize>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GpuRun {
     pub job: TrainingJob,
     /// The need signal's cost on this machine: one read of a thread's schedstat, µs
@@ -234,13 +234,15 @@ fn launcher_read_cost_us() -> f64 {
 }
 
 /// Runs every scenario `rounds` times with training's `job` (`loader_workers` for
-/// ResNet-50's DataLoader), training `train` long in each window.
+/// ResNet-50's DataLoader), training `train` long in each window. After each window,
+/// `after_window` gets the run so far and the windows the job is to run (`bench::saved`).
 pub fn run(
     rounds: usize,
     train: Duration,
     job: TrainingJob,
     loader_workers: usize,
     progress: &dyn Fn(&str),
+    after_window: &mut dyn FnMut(&GpuRun, usize) -> anyhow::Result<()>,
 ) -> anyhow::Result<GpuRun> {
     let gpu = gpu_description()?;
     check_torch()?;
@@ -273,12 +275,30 @@ pub fn run(
         training_workload: None,
         inference_workload: None,
     };
+    let scenarios: Vec<Scenario> = Scenario::ALL
+        .into_iter()
+        .filter(|&s| s != Scenario::StaticMpsLimit || mps.is_some())
+        .collect();
+    let planned_windows = rounds * scenarios.len();
+    let launcher_read_us = launcher_read_cost_us();
+    // The run as far as it went: none before a window has run training.
+    let so_far = |bench: &Bench, windows: &[Window]| {
+        Some(GpuRun {
+            job,
+            launcher_read_us,
+            gpu: gpu.clone(),
+            mps: mps_state.clone(),
+            lead_s: LEAD.as_secs_f64(),
+            train_s: train.as_secs_f64(),
+            windows: windows.to_vec(),
+            training_workload: bench.training_workload.clone()?,
+            inference_workload: bench.inference_workload.clone(),
+            status_sample: bench.status_sample.clone(),
+        })
+    };
     let mut windows = Vec::new();
     for round in 0..rounds {
-        for scenario in Scenario::ALL {
-            if scenario == Scenario::StaticMpsLimit && mps.is_none() {
-                continue;
-            }
+        for &scenario in &scenarios {
             progress(&format!(
                 "gpu {} round {}/{rounds}: {}",
                 job.arg(),
@@ -286,23 +306,14 @@ pub fn run(
                 scenario.label()
             ));
             windows.push(bench.window(scenario, round)?);
+            if let Some(run) = so_far(&bench, &windows) {
+                after_window(&run, planned_windows)?;
+            }
         }
     }
-    let (status_sample, inference_workload) = (bench.status_sample, bench.inference_workload);
-    let training_workload = bench.training_workload.context("no window ran training")?;
+    let run = so_far(&bench, &windows).context("no window ran training")?;
     drop(mps);
-    Ok(GpuRun {
-        job,
-        launcher_read_us: launcher_read_cost_us(),
-        gpu,
-        mps: mps_state,
-        lead_s: LEAD.as_secs_f64(),
-        train_s: train.as_secs_f64(),
-        windows,
-        training_workload,
-        inference_workload,
-        status_sample,
-    })
+    Ok(run)
 }
 
 struct Bench<'a> {
@@ -524,6 +535,11 @@ impl Bench<'_> {
             gate_changes,
         })
     }
+}
+
+/// Where the run is saved after each window (`bench::saved`), for `--gpu-from`.
+pub fn saved_path() -> PathBuf {
+    crate::cargo::workspace_root().join("target/bench/gpu/run.json")
 }
 
 fn report_path(role: &str) -> PathBuf {

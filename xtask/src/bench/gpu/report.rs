@@ -512,6 +512,41 @@ mod tests {
     }
 
     #[test]
+    fn a_run_saved_after_a_window_reads_back_to_the_same_report() {
+        use crate::bench::saved::{About, Saved};
+        let run = run_of(
+            TrainingJob::Resnet50Loader,
+            vec![
+                full_window(Scenario::TrainingAlone, 10.0, None),
+                full_window(Scenario::Reamer, 9.5, Some((100.0, 76.0))),
+            ],
+        );
+        let path =
+            std::env::temp_dir().join(format!("reamer-gpu-saved-{}.json", std::process::id()));
+        Saved {
+            about: About {
+                command: "xtask bench --only gpu".to_owned(),
+                machine: "H100".to_owned(),
+                quick: false,
+            },
+            planned_windows: 8,
+            windows_done: 2,
+            run: vec![run.clone()],
+        }
+        .write(&path)
+        .unwrap();
+        let back = Saved::<Vec<GpuRun>>::load(&path, "gpu").unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let report = |run: &GpuRun| markdown(run, &figures(run), "c", "m");
+        assert_eq!(back.run.len(), 1);
+        assert_eq!(report(&back.run[0]), report(&run));
+        assert!(
+            back.report_command(&path, "gpu", "--gpu-from")
+                .contains("cut short after 2 of its 8 windows")
+        );
+    }
+
+    #[test]
     fn each_job_is_held_to_its_own_targets() {
         // Loader-bound: shared costs training nothing; reamer keeps its pace and inference's.
         let windows = vec![

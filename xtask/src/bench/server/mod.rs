@@ -22,7 +22,6 @@
 //! alone in the same round.
 
 pub mod report;
-pub mod saved;
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -51,7 +50,10 @@ use crate::{
         run_ok, spawn_classifier_load, spawn_observer_into, spawn_offline_worker, upper_half_cpus,
         worker_bin, write_classifier_requests,
     },
-    bench::replay,
+    bench::{
+        replay,
+        saved::{About, Saved},
+    },
     cargo::{release_bin, workspace_root},
 };
 
@@ -170,8 +172,8 @@ pub struct Options {
     pub training: TrainingCommand,
     /// Online requests a second.
     pub online_rate: f64,
-    /// The command and machine of the run, saved with its windows (`saved`).
-    pub about: saved::About,
+    /// The command and machine of the run, saved with its windows (`bench::saved`).
+    pub about: About,
 }
 
 /// The training job, and whether it is the real one.
@@ -780,23 +782,23 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
     if !scenarios.contains(&Scenario::Alone) {
         bail!("the server benchmark's scenarios must include training alone: every ratio is to it");
     }
-    let saved_path = bench_dir().join(saved::FILE);
-    let header = Measured {
-        training: training.clone(),
-        stand_in,
-        rounds,
-        seconds,
-        online_rate,
-        cpus: cpu_count(),
-        windows: Vec::new(),
-    };
     let about = options.about.clone();
     let mut bench = Bench::start(options, progress)?;
-    let mut saver = saved::Saver::create(&saved_path, &about, &scenarios, header)?;
+    let cpus = bench.cpus;
+    let measured = |windows: &[Window]| Measured {
+        training: training.clone(),
+        stand_in,
+        // The rounds begun, where the run is cut short.
+        rounds: windows.last().map_or(0, |w| w.round + 1),
+        seconds,
+        online_rate,
+        cpus,
+        windows: windows.to_vec(),
+    };
     progress(&format!(
-        "each window is saved as it ends to {}; a run cut short is reported from it with \
+        "the run is saved after each window to {}; one cut short is reported from it with \
          --server-from",
-        saved_path.display()
+        saved_path().display()
     ));
     let started = Instant::now();
     let total = rounds * scenarios.len();
@@ -812,26 +814,27 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
                     started.elapsed(),
                     &format!("round {}/{rounds}: {}", round + 1, scenario.name()),
                 );
-                let window = bench.window(scenario, round)?;
-                saver.append(&window)?;
-                windows.push(window);
+                windows.push(bench.window(scenario, round)?);
+                Saved {
+                    about: about.clone(),
+                    planned_windows: total,
+                    windows_done: windows.len(),
+                    run: measured(&windows),
+                }
+                .write(&saved_path())?;
             }
         }
         crate::bench::progress_bar::finish(windows.len(), started.elapsed());
         Ok(())
     })();
-    let cpus = bench.cpus;
     bench.finish();
     result?;
-    Ok(Measured {
-        training,
-        stand_in,
-        rounds,
-        seconds,
-        online_rate,
-        cpus,
-        windows,
-    })
+    Ok(measured(&windows))
+}
+
+/// Where the run is saved after each window (`bench::saved`).
+pub fn saved_path() -> PathBuf {
+    bench_dir().join("run.json")
 }
 
 #[cfg(test)]

@@ -816,6 +816,38 @@ mod tests {
     }
 
     #[test]
+    fn a_run_saved_after_a_window_reads_back_to_the_same_report() {
+        use crate::bench::saved::{About, Saved};
+        let mut observed = window(Scenario::AloneObserved, 0, 990.0, None);
+        observed.sensor_running_cpus = Some(2.6);
+        observed.replay = Some(replay_summary(2.6, 4.0, 0));
+        let windows = vec![
+            window(Scenario::Alone, 0, 1000.0, None),
+            window(Scenario::PlainCfs, 0, 700.0, Some(2600.0)),
+            window(Scenario::Reamer, 0, 990.0, Some(2000.0)),
+            observed,
+        ];
+        let path =
+            std::env::temp_dir().join(format!("reamer-server-saved-{}.json", std::process::id()));
+        Saved {
+            about: About {
+                command: "xtask bench --only server".to_owned(),
+                machine: "16 CPUs".to_owned(),
+                quick: false,
+            },
+            planned_windows: 8,
+            windows_done: windows.len(),
+            run: measured(windows.clone()),
+        }
+        .write(&path)
+        .unwrap();
+        let back = Saved::<Measured>::load(&path, "server").unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let report = |run: &Measured| markdown(run, &figures(run), "c", "m");
+        assert_eq!(report(&back.run), report(&measured(windows)));
+    }
+
+    #[test]
     fn a_round_without_its_replay_does_not_meet_the_replay_targets() {
         let mut windows = vec![window(Scenario::Alone, 0, 1000.0, None)];
         let mut observed = window(Scenario::AloneObserved, 0, 1000.0, None);
