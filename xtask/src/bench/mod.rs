@@ -175,10 +175,10 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         training_cmd,
     } = options;
     if let Some(path) = server_from {
-        return report_saved_server_run(&path, &only, json, no_docs);
+        return report_saved_run(Section::Server, &path, &only, json, no_docs);
     }
     if let Some(path) = gpu_from {
-        return report_saved_gpu_run(&path, &only, json, no_docs);
+        return report_saved_run(Section::Gpu, &path, &only, json, no_docs);
     }
     if !prebuilt {
         bootstrap::ensure()?;
@@ -532,75 +532,65 @@ fn gpu_section(runs: &[gpu::GpuRun], command: &str, machine: &str) -> (String, s
     (text, serde_json::Value::Array(json))
 }
 
-/// `--gpu-from`: the GPU section from what a run saved; nothing is run.
-fn report_saved_gpu_run(
+/// `--server-from` and `--gpu-from`: `section` rendered from what a run saved at `path`;
+/// nothing is run.
+fn report_saved_run(
+    section: Section,
     path: &std::path::Path,
     only: &[Section],
     json: Option<PathBuf>,
     no_docs: bool,
 ) -> anyhow::Result<()> {
-    if only != [Section::Gpu] {
-        anyhow::bail!("--gpu-from reports the GPU benchmark only: give --only gpu");
+    let name = match section {
+        Section::Server => "server",
+        Section::Gpu => "gpu",
+        _ => unreachable!("only the server and GPU benchmarks save their runs"),
+    };
+    if only != [section] {
+        anyhow::bail!("--{name}-from reports the {name} benchmark only: give --only {name}");
     }
-    let saved = saved::Saved::<Vec<gpu::GpuRun>>::load(path, "gpu")?;
-    let (section, figures) = gpu_section(
-        &saved.run,
-        &saved.report_command(path, "gpu", "--gpu-from"),
-        &saved.about.machine,
-    );
-    println!("{section}");
-    if let Some(json) = json {
-        let body = serde_json::json!({"machine": saved.about.machine, "gpu": figures});
-        std::fs::write(&json, serde_json::to_string_pretty(&body)?)
-            .with_context(|| format!("writing {}", json.display()))?;
-    }
-    if no_docs || !saved.may_update_docs() {
-        eprintln!("[bench] docs/benchmarks.md keeps its GPU section: --no-docs or a --quick run");
-    } else {
-        docs::replace_section("gpu", &section)?;
-        eprintln!("[bench] docs/benchmarks.md updated");
-    }
-    Ok(())
-}
-
-/// `--server-from`: the server section from what a run saved; nothing is run.
-fn report_saved_server_run(
-    path: &std::path::Path,
-    only: &[Section],
-    json: Option<PathBuf>,
-    no_docs: bool,
-) -> anyhow::Result<()> {
-    if only != [Section::Server] {
-        anyhow::bail!("--server-from reports the server benchmark only: give --only server");
-    }
-    let saved = saved::Saved::<server::Measured>::load(path, "server")?;
-    let measured = &saved.run;
-    let figures = server::report::figures(measured);
-    let section = server::report::markdown(
-        measured,
-        &figures,
-        &saved.report_command(path, "server", "--server-from"),
-        &saved.about.machine,
-    );
-    println!("{section}");
-    if let Some(json) = json {
-        let body = serde_json::json!({
-            "machine": saved.about.machine,
-            "server": {
+    let flag = format!("--{name}-from");
+    // The section, its JSON, whether the run may replace the section of the docs.
+    let (text, figures, updates_docs, machine) = match section {
+        Section::Server => {
+            let saved = saved::Saved::<server::Measured>::load(path, name)?;
+            let measured = &saved.run;
+            let figures = server::report::figures(measured);
+            let text = server::report::markdown(
+                measured,
+                &figures,
+                &saved.report_command(path, name, &flag),
+                &saved.about.machine,
+            );
+            let json = serde_json::json!({
                 "scenarios": figures,
                 "targets": server::report::targets(&figures),
                 "run": measured,
-            },
-        });
+            });
+            // A stand-in's figures are not the server's.
+            let updates = saved.may_update_docs() && !measured.stand_in;
+            (text, json, updates, saved.about.machine)
+        }
+        _ => {
+            let saved = saved::Saved::<Vec<gpu::GpuRun>>::load(path, name)?;
+            let command = saved.report_command(path, name, &flag);
+            let (text, json) = gpu_section(&saved.run, &command, &saved.about.machine);
+            (text, json, saved.may_update_docs(), saved.about.machine)
+        }
+    };
+    println!("{text}");
+    if let Some(json) = json {
+        let body = serde_json::json!({"machine": machine, name: figures});
         std::fs::write(&json, serde_json::to_string_pretty(&body)?)
             .with_context(|| format!("writing {}", json.display()))?;
     }
-    if no_docs || !saved.may_update_docs() || measured.stand_in {
+    if no_docs || !updates_docs {
         eprintln!(
-            "[bench] docs/benchmarks.md keeps its server section: --no-docs, a --quick run or              a stand-in's figures"
+            "[bench] docs/benchmarks.md keeps its {name} section: --no-docs, a --quick run or \
+             a stand-in's figures"
         );
     } else {
-        docs::replace_section("server", &section)?;
+        docs::replace_section(name, &text)?;
         eprintln!("[bench] docs/benchmarks.md updated");
     }
     Ok(())
