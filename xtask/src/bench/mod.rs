@@ -404,43 +404,15 @@ pub fn run(options: Options) -> anyhow::Result<()> {
                     machine: machine.clone(),
                     quick,
                 };
-                let path = gpu::saved_path();
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)
-                        .with_context(|| format!("creating {}", dir.display()))?;
-                }
-                progress(&format!(
-                    "the run is saved after each window to {}; one cut short is reported from \
-                     it with --gpu-from",
-                    path.display()
-                ));
-                let mut runs: Vec<gpu::GpuRun> = Vec::new();
-                for (k, &job) in gpu_jobs.iter().enumerate() {
-                    let done: usize = runs.iter().map(|r| r.windows.len()).sum();
-                    // Each job left is planned as this one: its rounds of its scenarios.
-                    let jobs_left = gpu_jobs.len() - k;
-                    let mut save = |run: &gpu::GpuRun, planned: usize| {
-                        let mut so_far = runs.clone();
-                        so_far.push(run.clone());
-                        saved::Saved {
-                            about: about.clone(),
-                            planned_windows: done + planned * jobs_left,
-                            windows_done: done + run.windows.len(),
-                            run: so_far,
-                        }
-                        .write(&path)
-                    };
-                    let run = gpu::run(
-                        gpu_rounds,
-                        gpu_train,
-                        job,
-                        loader_workers,
-                        &progress,
-                        &mut save,
-                    )?;
-                    runs.push(run);
-                }
-                let (text, json) = gpu_section(&runs, &command, &machine);
+                let runs = gpu::run_jobs(
+                    &gpu_jobs,
+                    gpu_rounds,
+                    gpu_train,
+                    loader_workers,
+                    &about,
+                    &progress,
+                )?;
+                let (text, json) = gpu::report::section(&runs, &command, &machine);
                 sections.push(("gpu", text));
                 body["gpu"] = json;
             }
@@ -518,20 +490,6 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The GPU section: a part per training job.
-fn gpu_section(runs: &[gpu::GpuRun], command: &str, machine: &str) -> (String, serde_json::Value) {
-    let mut text = String::new();
-    let mut json = Vec::new();
-    for run in runs {
-        let figures = gpu::report::figures(run);
-        text.push_str(&format!("#### {}\n\n", run.job.label()));
-        text.push_str(&gpu::report::markdown(run, &figures, command, machine));
-        text.push('\n');
-        json.push(serde_json::json!({"scenarios": figures, "run": run}));
-    }
-    (text, serde_json::Value::Array(json))
-}
-
 /// `--server-from` and `--gpu-from`: `section` rendered from what a run saved at `path`;
 /// nothing is run.
 fn report_saved_run(
@@ -574,7 +532,7 @@ fn report_saved_run(
         _ => {
             let saved = saved::Saved::<Vec<gpu::GpuRun>>::load(path, name)?;
             let command = saved.report_command(path, name, &flag);
-            let (text, json) = gpu_section(&saved.run, &command, &saved.about.machine);
+            let (text, json) = gpu::report::section(&saved.run, &command, &saved.about.machine);
             (text, json, saved.may_update_docs(), saved.about.machine)
         }
     };

@@ -34,7 +34,10 @@ use anyhow::{Context as _, bail};
 use reamer_tests::harness::{Daemon, decision_log_of, gpu::Mps};
 use serde::{Deserialize, Serialize};
 
-use crate::cargo::{release_bin, workspace_root};
+use crate::{
+    bench::saved::{About, Saved},
+    cargo::{release_bin, workspace_root},
+};
 
 const INSTANCE: &str = "bench-gpu";
 const GPU_POOL: &str = "gpu-serve";
@@ -231,6 +234,47 @@ fn launcher_read_cost_us() -> f64 {
         let _ = std::hint::black_box(std::fs::read_to_string(file));
     }
     started.elapsed().as_secs_f64() * 1e6 / f64::from(COST_READS)
+}
+
+/// Runs each of `jobs` through every scenario `rounds` times, and saves the run after each
+/// window (`bench::saved`, `saved_path`), so that one cut short can still be reported.
+pub fn run_jobs(
+    jobs: &[TrainingJob],
+    rounds: usize,
+    train: Duration,
+    loader_workers: usize,
+    about: &About,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Vec<GpuRun>> {
+    let path = saved_path();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    progress(&format!(
+        "the run is saved after each window to {}; one cut short is reported from it with \
+         --gpu-from",
+        path.display()
+    ));
+    let mut runs: Vec<GpuRun> = Vec::new();
+    for (k, &job) in jobs.iter().enumerate() {
+        let done: usize = runs.iter().map(|r| r.windows.len()).sum();
+        // Each job left is planned as this one: its rounds of its scenarios.
+        let jobs_left = jobs.len() - k;
+        let mut save = |run: &GpuRun, planned: usize| {
+            let mut so_far = runs.clone();
+            so_far.push(run.clone());
+            Saved {
+                about: about.clone(),
+                planned_windows: done + planned * jobs_left,
+                windows_done: done + run.windows.len(),
+                run: so_far,
+            }
+            .write(&path)
+        };
+        let finished = run(rounds, train, job, loader_workers, progress, &mut save)?;
+        runs.push(finished);
+    }
+    Ok(runs)
 }
 
 /// Runs every scenario `rounds` times with training's `job` (`loader_workers` for
@@ -539,7 +583,7 @@ impl Bench<'_> {
 
 /// Where the run is saved after each window (`bench::saved`), for `--gpu-from`.
 pub fn saved_path() -> PathBuf {
-    crate::cargo::workspace_root().join("target/bench/gpu/run.json")
+    workspace_root().join("target/bench/gpu/run.json")
 }
 
 fn report_path(role: &str) -> PathBuf {

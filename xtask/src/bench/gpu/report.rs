@@ -300,6 +300,20 @@ fn targets(run: &GpuRun, figures: &[ScenarioFigures]) -> Vec<(String, String, bo
     }
 }
 
+/// The GPU section of docs/benchmarks.md, a part per training job, and its JSON.
+pub fn section(runs: &[GpuRun], command: &str, machine: &str) -> (String, serde_json::Value) {
+    let mut text = String::new();
+    let mut json = Vec::new();
+    for run in runs {
+        let figures = figures(run);
+        text.push_str(&format!("#### {}\n\n", run.job.label()));
+        text.push_str(&markdown(run, &figures, command, machine));
+        text.push('\n');
+        json.push(serde_json::json!({"scenarios": figures, "run": run}));
+    }
+    (text, serde_json::Value::Array(json))
+}
+
 pub fn markdown(run: &GpuRun, figures: &[ScenarioFigures], command: &str, machine: &str) -> String {
     let mut text = format!(
         "Command: `{command}`\n\nMachine: {machine}; GPU: {}; {}.\n\n\
