@@ -83,10 +83,10 @@ enum Task {
     /// benchmark: a PyTorch training loop beside a PyTorch inference loop under MPS, with and
     /// without the enforcer's clamp (skipped, saying why, without a GPU), and the server
     /// benchmark: a real PyTorch ResNet-50 training job beside online and offline inference
-    /// on its spare cores, under six scenarios, and alone again watched at 10 Hz by a daemon
-    /// that does not enforce, whose trace the CPU policy is replayed over (skipped, saying
-    /// why, without PyTorch and a GPU; `--training-cmd` runs it with a stand-in). All but the
-    /// worker's and the replay's need root.
+    /// on its spare cores, under six scenarios, and alone again under a daemon that does not
+    /// enforce, watched at 10 Hz (its trace replayed through the CPU policy) or not (skipped,
+    /// saying why, without PyTorch and a GPU; `--training-cmd` runs it with a stand-in). All
+    /// but the worker's and the replay's need root.
     Bench(Box<bench::Options>),
     /// Lint the Helm chart (deploy/helm/reamer), render it, validate every rendering against
     /// the Kubernetes API's schemas (no cluster needed), and write the plain manifests

@@ -15,7 +15,8 @@
 //! - Watched: one scenario runs training alone again under a daemon that observes without
 //!   enforcing, with `enforcer observe --json --interval 0.1` from before training starts (how
 //!   the shipped replay trace was recorded): what watching costs training, what the sensor
-//!   sees against the job's own CPU time, and the CPU policy replayed over the trace.
+//!   sees against the job's own CPU time, and the CPU policy replayed over the trace. Another
+//!   runs it under the same daemon, not observed: the sensor's part of that cost.
 //!
 //! Every round runs every scenario once (or those `--server-scenarios` names), in an order
 //! rotated by the round, training alone among them, so that a slowdown is a ratio to training
@@ -102,10 +103,11 @@ pub enum Scenario {
     Reamer,
     ReamerOfflineNotPaused,
     AloneObserved,
+    AloneSensed,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Alone,
         Scenario::PlainCfs,
         Scenario::OfflineCpuIdle,
@@ -113,6 +115,7 @@ impl Scenario {
         Scenario::Reamer,
         Scenario::ReamerOfflineNotPaused,
         Scenario::AloneObserved,
+        Scenario::AloneSensed,
     ];
 
     pub fn from_name(name: &str) -> Option<Self> {
@@ -128,6 +131,7 @@ impl Scenario {
             Scenario::Reamer => "reamer",
             Scenario::ReamerOfflineNotPaused => "reamer_offline_not_paused",
             Scenario::AloneObserved => "alone_observed_10hz",
+            Scenario::AloneSensed => "alone_sensed",
         }
     }
 
@@ -144,6 +148,9 @@ impl Scenario {
             Scenario::AloneObserved => {
                 "training alone, observed at 10 Hz by a daemon that does not enforce"
             }
+            Scenario::AloneSensed => {
+                "training alone under a daemon that does not enforce, not observed"
+            }
         }
     }
 
@@ -153,12 +160,15 @@ impl Scenario {
 
     /// Whether inference runs beside training.
     fn inference(self) -> bool {
-        !matches!(self, Scenario::Alone | Scenario::AloneObserved)
+        !matches!(
+            self,
+            Scenario::Alone | Scenario::AloneObserved | Scenario::AloneSensed
+        )
     }
 
     /// Whether an enforcer daemon runs, and training is launched through it.
     fn daemon(self) -> bool {
-        self.reamer() || self == Scenario::AloneObserved
+        self.reamer() || matches!(self, Scenario::AloneObserved | Scenario::AloneSensed)
     }
 }
 
@@ -450,7 +460,7 @@ impl Bench {
                 "[policy]\npause_offline_when_training_short = false\n\n"
             }
             // The shipped trace's recording: the sensor and the policy run, nothing is moved.
-            Scenario::AloneObserved => "[policy]\nenforce = false\n\n",
+            Scenario::AloneObserved | Scenario::AloneSensed => "[policy]\nenforce = false\n\n",
             _ => "",
         };
         format!(

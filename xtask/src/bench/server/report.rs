@@ -271,12 +271,18 @@ pub struct Target {
 }
 
 /// The targets of the scenarios the run measured: reamer's, and those of training alone
-/// observed.
+/// under a daemon, observed or not.
 pub fn targets(figures: &[ScenarioFigures]) -> Vec<Target> {
     let find = |scenario| figures.iter().find(|f| f.scenario == scenario);
     let mut rows = Vec::new();
     if let Some(reamer) = find(Scenario::Reamer) {
         rows.extend(reamer_targets(reamer, figures));
+    }
+    if let Some(sensed) = find(Scenario::AloneSensed) {
+        rows.push(training_target(
+            "under a daemon that does not enforce, not observed",
+            sensed.training_pct,
+        ));
     }
     if let Some(observed) = find(Scenario::AloneObserved) {
         rows.extend(observed_targets(observed));
@@ -513,7 +519,7 @@ pub fn markdown(
     let targets = targets(figures);
     if !targets.is_empty() {
         text.push_str(
-            "\nTargets, for reamer with its defaults and for training alone observed:\n\n\
+            "\nTargets, for reamer with its defaults and for training alone under a daemon:\n\n\
              | target | result | |\n|---|---|---|\n",
         );
         for t in &targets {
@@ -774,6 +780,7 @@ mod tests {
                 _ => replay_summary(2.6, 4.0, 0),
             });
             windows.push(observed);
+            windows.push(window(Scenario::AloneSensed, round, alone * 0.995, None));
         }
         let figures = figures(&measured(windows));
         let observed = figures
@@ -790,8 +797,19 @@ mod tests {
             assert!((got - want).abs() < 1e-9, "{ratios:?}");
         }
         let targets = targets(&figures);
-        // No reamer window: only the observed scenario's three targets.
-        assert_eq!(targets.len(), 3, "{targets:?}");
+        // No reamer window: the sensed scenario's target, then the observed scenario's three.
+        assert_eq!(targets.len(), 4, "{targets:?}");
+        assert!(
+            targets[0].met,
+            "99.5% of alone in every round: {:?}",
+            targets[0]
+        );
+        assert!(
+            targets[0].target.starts_with("under a daemon"),
+            "{:?}",
+            targets[0]
+        );
+        let targets = &targets[1..];
         assert!(
             !targets[0].met,
             "98% in one round reaches below 99%: {:?}",
