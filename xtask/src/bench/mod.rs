@@ -554,6 +554,26 @@ fn report_saved_run(
     Ok(())
 }
 
+/// The scenario `flag` names `name`, out of `all`, each known by `name_of`; the error lists
+/// the known names.
+fn scenario_named<S: Copy>(
+    flag: &str,
+    name: &str,
+    all: &[S],
+    name_of: fn(S) -> &'static str,
+) -> anyhow::Result<S> {
+    all.iter()
+        .copied()
+        .find(|&s| name_of(s) == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = all.iter().map(|&s| name_of(s)).collect();
+            anyhow::anyhow!(
+                "{flag}: no scenario {name:?}; the scenarios are {}",
+                known.join(", ")
+            )
+        })
+}
+
 /// The server scenarios `--server-scenarios` names, training alone first among them (every
 /// ratio is to it); every one where it names none.
 fn server_scenarios_named(names: &[String]) -> anyhow::Result<Vec<server::Scenario>> {
@@ -563,13 +583,7 @@ fn server_scenarios_named(names: &[String]) -> anyhow::Result<Vec<server::Scenar
     }
     let mut scenarios = vec![Scenario::Alone];
     for name in names {
-        let scenario = Scenario::from_name(name).ok_or_else(|| {
-            let known: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
-            anyhow::anyhow!(
-                "--server-scenarios: no scenario {name:?}; the scenarios are {}",
-                known.join(", ")
-            )
-        })?;
+        let scenario = scenario_named("--server-scenarios", name, &Scenario::ALL, Scenario::name)?;
         if !scenarios.contains(&scenario) {
             scenarios.push(scenario);
         }
@@ -585,15 +599,7 @@ fn colocation_scenarios(names: &[String]) -> anyhow::Result<Vec<colocation::repo
     }
     names
         .iter()
-        .map(|name| {
-            Scenario::from_name(name).ok_or_else(|| {
-                let known: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
-                anyhow::anyhow!(
-                    "--scenarios: no scenario {name:?}; the scenarios are {}",
-                    known.join(", ")
-                )
-            })
-        })
+        .map(|name| scenario_named("--scenarios", name, &Scenario::ALL, Scenario::name))
         .collect()
 }
 

@@ -73,11 +73,6 @@ impl Scenario {
         )
     }
 
-    /// The scenario whose key is `name` (`Scenario::name`).
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.name() == name)
-    }
-
     /// The key in the JSON report.
     pub fn name(self) -> &'static str {
         match self {

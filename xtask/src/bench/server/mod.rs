@@ -118,10 +118,6 @@ impl Scenario {
         Scenario::AloneSensed,
     ];
 
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.name() == name)
-    }
-
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Alone => "alone",
