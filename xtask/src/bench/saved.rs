@@ -23,10 +23,14 @@ pub struct About {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Saved<T> {
     pub about: About,
-    /// The windows the run was to measure, and those it had when saved.
+    /// The windows the run was to measure.
     pub planned_windows: usize,
-    pub windows_done: usize,
     pub run: T,
+}
+
+/// A run that counts the windows it measured.
+pub trait Windows {
+    fn windows_measured(&self) -> usize;
 }
 
 impl<T: Serialize> Saved<T> {
@@ -39,7 +43,7 @@ impl<T: Serialize> Saved<T> {
     }
 }
 
-impl<T: DeserializeOwned> Saved<T> {
+impl<T: DeserializeOwned + Windows> Saved<T> {
     /// Reads a saved run; `what` names the benchmark that writes such files.
     pub fn load(path: &Path, what: &str) -> anyhow::Result<Self> {
         let text =
@@ -51,7 +55,7 @@ impl<T: DeserializeOwned> Saved<T> {
                 path.display()
             )
         })?;
-        if saved.windows_done == 0 {
+        if saved.run.windows_measured() == 0 {
             bail!(
                 "{}: the run saved no window, so there is nothing to report",
                 path.display()
@@ -61,19 +65,20 @@ impl<T: DeserializeOwned> Saved<T> {
     }
 }
 
-impl<T> Saved<T> {
+impl<T: Windows> Saved<T> {
     /// The command for the report: the run's own, and, where it was cut short, how many of its
     /// windows it had and the command that reported them (`flag`: `--server-from`, ...). The
     /// report prints it between backticks, which the added words close and reopen.
     pub fn report_command(&self, path: &Path, what: &str, flag: &str) -> String {
-        if self.windows_done >= self.planned_windows {
+        let measured = self.run.windows_measured();
+        if measured >= self.planned_windows {
             return self.about.command.clone();
         }
         format!(
             "{}`, cut short after {} of its {} windows and reported from what it saved by \
              `cargo xtask bench --only {what} {flag} {}",
             self.about.command,
-            self.windows_done,
+            measured,
             self.planned_windows,
             path.display()
         )
@@ -89,6 +94,12 @@ impl<T> Saved<T> {
 mod tests {
     use super::*;
 
+    impl Windows for Vec<u32> {
+        fn windows_measured(&self) -> usize {
+            self.len()
+        }
+    }
+
     fn saved(windows_done: usize, quick: bool) -> Saved<Vec<u32>> {
         Saved {
             about: About {
@@ -97,7 +108,6 @@ mod tests {
                 quick,
             },
             planned_windows: 4,
-            windows_done,
             run: (0..windows_done as u32).collect(),
         }
     }

@@ -35,7 +35,7 @@ use reamer_tests::harness::{Daemon, decision_log_of, gpu::Mps};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    bench::saved::{About, Saved},
+    bench::saved::{About, Saved, Windows},
     cargo::{release_bin, workspace_root},
 };
 
@@ -257,7 +257,7 @@ pub fn run_jobs(
     ));
     let mut runs: Vec<GpuRun> = Vec::new();
     for (k, &job) in jobs.iter().enumerate() {
-        let done: usize = runs.iter().map(|r| r.windows.len()).sum();
+        let done = runs.windows_measured();
         // Each job left is planned as this one: its rounds of its scenarios.
         let jobs_left = jobs.len() - k;
         let mut save = |run: &GpuRun, planned: usize| {
@@ -266,7 +266,6 @@ pub fn run_jobs(
             Saved {
                 about: about.clone(),
                 planned_windows: done + planned * jobs_left,
-                windows_done: done + run.windows.len(),
                 run: so_far,
             }
             .write(&path)
@@ -578,6 +577,13 @@ impl Bench<'_> {
             inference,
             gate_changes,
         })
+    }
+}
+
+/// A run of several jobs counts the windows of each.
+impl Windows for Vec<GpuRun> {
+    fn windows_measured(&self) -> usize {
+        self.iter().map(|run| run.windows.len()).sum()
     }
 }
 

@@ -544,7 +544,6 @@ mod tests {
                 quick: false,
             },
             planned_windows: 8,
-            windows_done: 2,
             run: vec![run.clone()],
         }
         .write(&path)

@@ -53,7 +53,7 @@ use crate::{
     },
     bench::{
         replay,
-        saved::{About, Saved},
+        saved::{About, Saved, Windows},
     },
     cargo::{release_bin, workspace_root},
 };
@@ -824,7 +824,6 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
                 Saved {
                     about: about.clone(),
                     planned_windows: total,
-                    windows_done: windows.len(),
                     run: measured(&windows),
                 }
                 .write(&saved_path())?;
@@ -836,6 +835,12 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
     bench.finish();
     result?;
     Ok(measured(&windows))
+}
+
+impl Windows for Measured {
+    fn windows_measured(&self) -> usize {
+        self.windows.len()
+    }
 }
 
 /// Where the run is saved after each window (`bench::saved`).

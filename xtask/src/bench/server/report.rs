@@ -854,7 +854,6 @@ mod tests {
                 quick: false,
             },
             planned_windows: 8,
-            windows_done: windows.len(),
             run: measured(windows.clone()),
         }
         .write(&path)
