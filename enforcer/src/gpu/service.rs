@@ -517,7 +517,6 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
         let mut device_errors = Vec::new();
         let mut evictions = Vec::new();
         let mut training_sm: Option<f64> = None;
-        let mut training_on_gpu = false;
         let mut training_pids: Vec<u32> = Vec::new();
         for sample in telemetry.sample() {
             let sample = match sample {
@@ -536,7 +535,6 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
                     .filter(|(_, (_, owner))| matches!(owner, Some(Owner::Training(_))))
                     .map(|(process, _)| process.pid),
             );
-            training_on_gpu |= !training_pids.is_empty();
             if let Some(sm) = attributed.training_sm_pct {
                 *training_sm.get_or_insert(0.0) += sm;
             }
@@ -570,6 +568,7 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
         let launcher_busy = launchers.busy_share(now, &training_pids);
         let decisions = {
             let mut policy = lock(&inner.policy);
+            let training_on_gpu = !training_pids.is_empty();
             let mut decisions = policy.on_nvml(now, training_on_gpu, training_sm);
             if let Some(share) = launcher_busy {
                 decisions.extend(policy.on_launcher_busy(now, share));
