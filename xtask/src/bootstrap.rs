@@ -2,7 +2,8 @@
 //! the pinned nightly toolchain with rust-src (for `-Z build-std=core`; the pin and why it is
 //! one are in enforcer-ebpf/rust-toolchain.toml), LLVM 22 development files,
 //! bpf-linker built against them, bpftool (the integration tests inspect pins with it), perf
-//! (the benchmarks run hackbench through it), and cargo-fuzz with a C++ compiler for libFuzzer
+//! (the benchmarks run hackbench through it), librsvg's `rsvg-convert` with the DejaVu fonts
+//! (the tests render every committed plot), and cargo-fuzz with a C++ compiler for libFuzzer
 //! (`cargo xtask fuzz`, which `cargo xtask test` runs briefly).
 //!
 //! Where it cannot install (not root, or no apt-get), it prints exactly what is missing and
@@ -15,9 +16,10 @@ use anyhow::{Context as _, bail};
 use crate::cargo::workspace_root;
 
 /// Debian packages: LLVM 22 for bpf-linker, compression libraries it links, bpftool (the
-/// tests inspect pins with it), perf (the benchmarks run hackbench through it) and g++
-/// (libfuzzer-sys compiles libFuzzer).
-const PACKAGES: [&str; 7] = [
+/// tests inspect pins with it), perf (the benchmarks run hackbench through it), g++
+/// (libfuzzer-sys compiles libFuzzer), and librsvg with the font the plots are laid out in
+/// (the tests render every committed plot).
+const PACKAGES: [&str; 9] = [
     "llvm-22-dev",
     "libpolly-22-dev",
     "zlib1g-dev",
@@ -25,6 +27,8 @@ const PACKAGES: [&str; 7] = [
     "bpftool",
     "linux-perf",
     "g++",
+    "librsvg2-bin",
+    "fonts-dejavu-core",
 ];
 /// cargo-fuzz release verified here with the pinned nightly.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
@@ -130,13 +134,14 @@ fn ensure_packages() -> anyhow::Result<()> {
     if !crate::cargo::is_root() || !has_apt {
         bail!(
             "missing system packages: {}. Install them with:\n    sudo apt-get update && sudo apt-get install -y {}\n\
-             (on a distribution without apt-get: LLVM 22 development files, zlib, zstd and bpftool)",
+             (on a distribution without apt-get: LLVM 22 development files, zlib, zstd, bpftool, \
+             perf, a C++ compiler, librsvg's rsvg-convert and the DejaVu fonts)",
             missing.join(", "),
             missing.join(" ")
         );
     }
     say(&format!(
-        "installing {} (LLVM 22 for bpf-linker, bpftool for the tests)",
+        "installing {} (LLVM 22 for bpf-linker; bpftool and rsvg-convert for the tests)",
         missing.join(", ")
     ));
     run("apt-get", &["update", "-q"], &[])?;

@@ -75,11 +75,12 @@ enum Task {
     /// on context-switch-heavy workloads, the enforcer's reaction time from kernel event to
     /// cgroup write, the inference worker's latency against ONNX Runtime on the shipped PP-OCR
     /// models, and the co-location benchmark: training beside online and offline inference
-    /// under eleven scenarios (alone, plain CFS, static partition, low shares, a 1 s
+    /// under twelve scenarios (alone, plain CFS, static partition, low shares, a 1 s
     /// utilization poller, a PSI trigger, reamer, reamer with offline inference not paused
-    /// while training is short of cores, the same with it also on training's cores, and the
-    /// static partition and reamer again under a heavy online load),
-    /// and on a machine with an NVIDIA GPU the GPU
+    /// while training is short of cores, the same with it also on training's cores, reamer
+    /// watched at 10 Hz, and the static partition and reamer again under a heavy online load)
+    /// with a plot of training's pace against offline inference's harvest, and on a machine
+    /// with an NVIDIA GPU the GPU
     /// benchmark: a PyTorch training loop beside a PyTorch inference loop under MPS, with and
     /// without the enforcer's clamp (skipped, saying why, without a GPU), and the server
     /// benchmark: a real PyTorch ResNet-50 training job beside online and offline inference

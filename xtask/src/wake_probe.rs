@@ -5,12 +5,12 @@
 use std::process::Command;
 
 use anyhow::{Context as _, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cargo::release_bin;
 
 /// Round-trip percentiles of one `wake-probe` run, µs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WakeLatency {
     pub idle_p50_us: f64,
     pub idle_p99_us: f64,

@@ -12,6 +12,8 @@
 pub mod colocation;
 pub mod docs;
 pub mod gpu;
+pub(crate) mod plot;
+pub mod plots_written;
 pub mod progress_bar;
 pub mod reaction;
 pub mod replay;
@@ -54,6 +56,11 @@ pub struct Options {
     /// Seconds of training per co-location window.
     #[arg(long, default_value_t = 4.0)]
     pub window: f64,
+    /// Report the co-location benchmark from what a run saved (target/bench/colocation/run.json,
+    /// written at its end), with its plots; nothing is run. With --only colocation; updates
+    /// docs/benchmarks.md and its plots as the run would have.
+    #[arg(long, value_name = "FILE")]
+    pub colocation_from: Option<PathBuf>,
     /// Only these co-location scenarios (comma-separated keys of the JSON report, such as
     /// reamer,reamer_offline_not_paused), each beside training alone; for a quicker look.
     /// Such a run leaves docs/benchmarks.md alone. Default: every scenario.
@@ -169,6 +176,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         server_scenarios,
         server_from,
         gpu_from,
+        colocation_from,
         server_seconds,
         server_online_rate,
         loader_workers,
@@ -179,6 +187,9 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     }
     if let Some(path) = gpu_from {
         return report_saved_run(Section::Gpu, &path, &only, json, no_docs);
+    }
+    if let Some(path) = colocation_from {
+        return report_saved_run(Section::Colocation, &path, &only, json, no_docs);
     }
     if !prebuilt {
         bootstrap::ensure()?;
@@ -369,21 +380,23 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         let measured =
             colocation::run(colocation_rounds, window, max_steal, &scenarios, &progress)?;
         let figures = colocation::report::figures(&measured);
-        // The plot goes beside benchmarks.md when the run updates it.
-        let plot = if quick || no_docs || !every_scenario {
-            cargo::workspace_root().join("target/bench/colocation.svg")
-        } else {
-            cargo::workspace_root().join("docs/colocation.svg")
-        };
-        std::fs::write(
-            &plot,
-            colocation::plot::svg(&figures, &format!("reamer co-location: {machine}")),
-        )
-        .with_context(|| format!("writing {}", plot.display()))?;
-        eprintln!("[bench] plot written to {}", plot.display());
+        // Saved whole, so that its report and plots can be written again (--colocation-from).
+        let saved = cargo::workspace_root().join("target/bench/colocation/run.json");
+        saved::Saved {
+            about: saved::About {
+                command: command.clone(),
+                machine: machine.clone(),
+                quick,
+            },
+            planned_windows: measured.windows.len(),
+            run: &measured,
+        }
+        .write(&saved)?;
+        // The plots go beside benchmarks.md when the run updates it.
+        colocation_plots(&figures, &machine, !(quick || no_docs || !every_scenario))?;
         sections.push((
             "colocation",
-            colocation::report::markdown(&figures, &measured, &command, &machine, "colocation.svg"),
+            colocation::report::markdown(&figures, &measured, &command, &machine),
         ));
         body["scenarios"] = colocation::report::scenarios_json(&figures);
         // Every window, for a second look at the figures.
@@ -451,6 +464,11 @@ pub fn run(options: Options) -> anyhow::Result<()> {
                 )?;
                 let figures = server::report::figures(&measured);
                 let targets = server::report::targets(&figures);
+                plots_written::write(
+                    server::plot::tradeoff(&figures, &machine, measured.stand_in),
+                    server::plot::TRADEOFF_FILE,
+                    !quick && !no_docs && !server_training.stand_in,
+                )?;
                 sections.push((
                     "server",
                     server::report::markdown(&measured, &figures, &command, &machine),
@@ -502,7 +520,8 @@ fn report_saved_run(
     let name = match section {
         Section::Server => "server",
         Section::Gpu => "gpu",
-        _ => unreachable!("only the server and GPU benchmarks save their runs"),
+        Section::Colocation => "colocation",
+        _ => unreachable!("only the server, GPU and co-location benchmarks save their runs"),
     };
     if only != [section] {
         anyhow::bail!("--{name}-from reports the {name} benchmark only: give --only {name}");
@@ -526,7 +545,30 @@ fn report_saved_run(
                 "run": measured,
             });
             // A stand-in's figures are not the server's.
-            let updates = saved.may_update_docs() && !measured.stand_in;
+            let updates = saved.may_update_docs() && !measured.stand_in && !no_docs;
+            plots_written::write(
+                server::plot::tradeoff(&figures, &saved.about.machine, measured.stand_in),
+                server::plot::TRADEOFF_FILE,
+                updates,
+            )?;
+            (text, json, updates, saved.about.machine)
+        }
+        Section::Colocation => {
+            let saved = saved::Saved::<colocation::Measured>::load(path, name)?;
+            let measured = &saved.run;
+            let figures = colocation::report::figures(measured);
+            let text = colocation::report::markdown(
+                &figures,
+                measured,
+                &saved.report_command(path, name, &flag),
+                &saved.about.machine,
+            );
+            let json = colocation::report::scenarios_json(&figures);
+            // A run of some scenarios only leaves the section as it is.
+            let every_scenario =
+                measured.scenarios.len() == colocation::report::Scenario::ALL.len();
+            let updates = saved.may_update_docs() && every_scenario && !no_docs;
+            colocation_plots(&figures, &saved.about.machine, updates)?;
             (text, json, updates, saved.about.machine)
         }
         _ => {
@@ -542,15 +584,35 @@ fn report_saved_run(
         std::fs::write(&json, serde_json::to_string_pretty(&body)?)
             .with_context(|| format!("writing {}", json.display()))?;
     }
-    if no_docs || !updates_docs {
+    if !updates_docs {
         eprintln!(
-            "[bench] docs/benchmarks.md keeps its {name} section: --no-docs, a --quick run or \
-             a stand-in's figures"
+            "[bench] docs/benchmarks.md keeps its {name} section: --no-docs, a --quick run, a \
+             stand-in's figures or some scenarios only"
         );
     } else {
         docs::replace_section(name, &text)?;
         eprintln!("[bench] docs/benchmarks.md updated");
     }
+    Ok(())
+}
+
+/// The co-location run's plots: the trade-off and the bars, beside benchmarks.md where
+/// `into_docs`.
+fn colocation_plots(
+    figures: &[(colocation::report::Scenario, colocation::report::Figures)],
+    machine: &str,
+    into_docs: bool,
+) -> anyhow::Result<()> {
+    plots_written::write(
+        colocation::plot::tradeoff(figures, machine),
+        colocation::plot::TRADEOFF_FILE,
+        into_docs,
+    )?;
+    plots_written::write(
+        colocation::plot::bars(figures, machine),
+        colocation::plot::BARS_FILE,
+        into_docs,
+    )?;
     Ok(())
 }
 

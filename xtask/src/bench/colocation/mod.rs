@@ -900,7 +900,7 @@ pub(crate) fn read_load_report(mut load: Child) -> anyhow::Result<LoadReport> {
 }
 
 /// Everything one run measured.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct Measured {
     /// The windows of the kept rounds, numbered 0.. in the order they were kept.
     pub windows: Vec<Window>,
@@ -926,7 +926,7 @@ pub struct Measured {
     pub max_steal_pct: f64,
     /// The rounds run again, with the worst steal of a window of theirs.
     pub discarded: Vec<DiscardedRound>,
-    pub notes: Vec<&'static str>,
+    pub notes: Vec<String>,
     /// How slowly the host woke an idle vCPU just before the rounds and just after them: what
     /// training alone, which leaves a vCPU idle, paid in this run's regime. None where
     /// `wake-probe` could not run (one CPU).
@@ -934,8 +934,14 @@ pub struct Measured {
     pub wake_after: Option<WakeLatency>,
 }
 
+impl crate::bench::saved::Windows for Measured {
+    fn windows_measured(&self) -> usize {
+        self.windows.len()
+    }
+}
+
 /// A round set aside because the host stole too much CPU during one of its windows.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct DiscardedRound {
     /// The kept round it would have been (its seed and scenario order).
     pub round: usize,
@@ -1031,7 +1037,8 @@ pub fn run(
         }
         Ok(())
     })();
-    let (cpus, notes) = (bench.cpus, bench.notes.clone());
+    let cpus = bench.cpus;
+    let notes: Vec<String> = bench.notes.iter().map(|n| n.to_string()).collect();
     let (online_cpu_ms_per_request, online_cpu_ms_per_json_request, heavy_online_rate) = (
         bench.online_cpu_ms_per_request,
         bench.online_cpu_ms_per_json_request,

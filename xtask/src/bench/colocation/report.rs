@@ -1,7 +1,7 @@
 //! The co-location benchmark's figures: per scenario, from its windows, paired by round; and
 //! their JSON and Markdown forms.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{HEAVY_ONLINE_CPUS, LoadReport, Measured, ONLINE_RATE, SLO_MS};
 use crate::{
@@ -9,8 +9,8 @@ use crate::{
     wake_probe::WakeLatency,
 };
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
-#[serde(into = "&'static str")]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum Scenario {
     Alone,
     PlainCfs,
@@ -116,8 +116,20 @@ impl From<Scenario> for &'static str {
     }
 }
 
+/// A saved run's scenario, by its key.
+impl TryFrom<String> for Scenario {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| format!("no co-location scenario {name:?}"))
+    }
+}
+
 /// What one window of one scenario measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Window {
     pub scenario: Scenario,
     pub round: usize,
@@ -153,7 +165,7 @@ pub struct Window {
 
 /// The SLO needs an online worker sent the enforcer in one window, and the changes of the
 /// pool's CPU weight its latency reports made, as the daemon logged them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SloNeeds {
     /// Needs the daemon took (each a change: the worker sends only changes).
     pub told: usize,
@@ -457,7 +469,7 @@ fn wake_note(measured: &Measured) -> String {
     };
     format!(
         "\nHow slowly this host woke an idle vCPU, which training alone pays and the co-located \
-         scenarios, whose vCPUs stay busy, do not (docs/experiments/2026-11-22-idle-vcpu-wake.md         slowly\"): before the rounds, {}; after them, {}.\n",
+         scenarios, whose vCPUs stay busy, do not (docs/experiments/2026-11-22-idle-vcpu-wake.md): before the rounds, {}; after them, {}.\n",
         describe(&measured.wake_before),
         describe(&measured.wake_after)
     )
@@ -468,7 +480,6 @@ pub fn markdown(
     measured: &Measured,
     command: &str,
     machine: &str,
-    plot: &str,
 ) -> String {
     let mut out = format!(
         "Command: `{command}`\n\nMachine: {machine}\n\n\
@@ -479,7 +490,8 @@ pub fn markdown(
          heavy-online scenarios ({} CPUs of its work: the worker took {:.2} ms of CPU per request \
          alone, measured at the start, and {:.2} ms with the image as JSON numbers), SLO {} ms; \
          offline: a 1024×8 MLP job, batch 8.\n\n\
-         ![co-location scenarios side by side]({plot})\n\n\
+         ![training's pace against offline inference's share of the idle CPU, one point per \
+         scenario]({})\n\n\
          | scenario | training steps/s, median (range) | training slowdown, median [95% CI] (range) | \
          training step p50 / p99 | training run-queue wait | online within SLO | online p50 / p99 | offline inferences/s | offline, % of idle CPU | \
          offline CPUs used, work per CPU-s vs alone | CPUs left idle | reaction p50 / p99 | enforcer CPU / RSS | host steal |\n\
@@ -494,7 +506,8 @@ pub fn markdown(
         HEAVY_ONLINE_CPUS,
         measured.online_cpu_ms_per_request,
         measured.online_cpu_ms_per_json_request,
-        SLO_MS
+        SLO_MS,
+        super::plot::TRADEOFF_FILE,
     );
     for (scenario, f) in figures {
         let slowdown = if *scenario == Scenario::Alone {
@@ -539,6 +552,10 @@ pub fn markdown(
             f.host_steal_pct,
         ));
     }
+    out.push_str(&format!(
+        "\n![online requests within the SLO and the reaction's p99, scenario by scenario]({})\n",
+        super::plot::BARS_FILE
+    ));
     let faster_than_alone = figures
         .iter()
         .filter(|(s, f)| *s != Scenario::Alone && f.training_slowdown_pct < 0.0)
@@ -797,13 +814,7 @@ mod tests {
             _ => 100,
         });
         let figures = figures(&run);
-        let report = markdown(
-            &figures,
-            &run,
-            "cargo xtask bench",
-            "test machine",
-            "plot.svg",
-        );
+        let report = markdown(&figures, &run, "cargo xtask bench", "test machine");
         assert!(
             report.contains(
                 "| ≥ 46% more requests within the SLO than the static partition, heavy online \

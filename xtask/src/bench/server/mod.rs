@@ -22,6 +22,7 @@
 //! rotated by the round, training alone among them, so that a slowdown is a ratio to training
 //! alone in the same round.
 
+pub mod plot;
 pub mod report;
 
 use std::{

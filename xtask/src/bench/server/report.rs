@@ -480,6 +480,11 @@ pub fn markdown(
         super::online_min_cores(measured.cpus),
     ));
     text.push_str(&format!(
+        "![training's pace against offline inference's share of plain CFS's, one point per \
+         scenario]({})\n\n",
+        super::plot::TRADEOFF_FILE
+    ));
+    text.push_str(&format!(
         "| scenario | training {unit} | % of alone (95% interval) | step p50 / p99 ms | \
          online within SLO | online p50 / p99 ms | offline items/s | % of plain CFS | CPUs \
          idle | training CPUs | cores reserved | offline paused | enforcer CPU / RSS |\n\
@@ -682,6 +687,58 @@ mod tests {
             "test machine",
         );
         assert!(text.contains("**missed**"), "{text}");
+    }
+
+    #[test]
+    fn the_plot_has_a_point_for_each_scenario_with_inference_and_reads_cleanly() {
+        let mut windows = Vec::new();
+        for (round, alone) in [1000.0, 1100.0, 900.0].into_iter().enumerate() {
+            windows.push(window(Scenario::Alone, round, alone, None));
+            windows.push(window(
+                Scenario::PlainCfs,
+                round,
+                alone * 0.82,
+                Some(2600.0),
+            ));
+            windows.push(window(
+                Scenario::OfflineCpuIdle,
+                round,
+                alone * 0.85,
+                Some(2500.0),
+            ));
+            windows.push(window(
+                Scenario::StaticPartition,
+                round,
+                alone * 0.99,
+                Some(1200.0),
+            ));
+            windows.push(window(Scenario::Reamer, round, alone * 0.985, Some(1900.0)));
+            windows.push(window(
+                Scenario::ReamerOfflineNotPaused,
+                round,
+                alone * 0.95,
+                Some(2300.0),
+            ));
+            windows.push(window(Scenario::AloneObserved, round, alone, None));
+            windows.push(window(Scenario::AloneSensed, round, alone, None));
+        }
+        let figures = figures(&measured(windows));
+        let canvas = super::super::plot::tradeoff(&figures, "16 CPUs, one H100", false);
+        assert_eq!(canvas.problems(), Vec::<String>::new());
+        let labels: Vec<&str> = canvas.texts().iter().map(|t| t.text.as_str()).collect();
+        for scenario in [
+            Scenario::Alone,
+            Scenario::PlainCfs,
+            Scenario::OfflineCpuIdle,
+            Scenario::StaticPartition,
+            Scenario::Reamer,
+            Scenario::ReamerOfflineNotPaused,
+        ] {
+            let label = scenario.label().replace('`', "");
+            assert!(labels.contains(&label.as_str()), "{label} in {labels:?}");
+        }
+        // Training alone under a daemon runs no inference: not a trade.
+        assert!(!labels.iter().any(|l| l.contains("does not enforce")));
     }
 
     #[test]
