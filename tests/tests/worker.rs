@@ -929,6 +929,60 @@ fn offline_bad_lines_are_recorded_and_a_corrupt_checkpoint_stops_the_job_untouch
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A job directory is its user's: a worker, which runs as root on some nodes, never writes
+/// through a link planted in it, and refuses a directory that another user can change.
+#[test]
+fn an_offline_worker_never_writes_through_a_link_in_its_job_and_refuses_a_shared_directory() {
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+    let (dir, model) = scratch_with_tiny_model("offline-links");
+    let job = dir.join("job");
+    make_job(&model, &job, 50, 9);
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let missing = dir.join("created-through-a-link");
+    symlink(&missing, job.join("worker.lock")).unwrap();
+    symlink(&victim, job.join("results.jsonl")).unwrap();
+    let run = || {
+        Command::new(worker_bin())
+            .args(["offline", "--model", model.to_str().unwrap(), "--job"])
+            .arg(&job)
+            .output()
+            .unwrap()
+    };
+    for name in ["worker.lock", "results.jsonl"] {
+        let output = run();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("{name} is a symbolic link, not a regular file")),
+            "{stderr}"
+        );
+        std::fs::remove_file(job.join(name)).unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(
+        !missing.exists(),
+        "root created the file a dangling link named"
+    );
+
+    std::fs::set_permissions(&job, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let output = run();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("can be changed by its group"), "{stderr}");
+    assert!(!job.join("results.jsonl").exists(), "nothing written in it");
+
+    std::fs::set_permissions(&job, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let output = run();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    check_results(&job, 50);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_second_worker_on_a_running_job_is_refused() {
     let (dir, model) = scratch_with_tiny_model("offline-twice");

@@ -6,13 +6,14 @@
 //! after the last checkpoint are discarded and computed again: each input line ends up with
 //! exactly one result line, whether the worker was frozen, throttled or killed in between.
 
-use std::{
-    fs::File,
-    io::Write as _,
-    path::{Path, PathBuf},
-};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+use super::{
+    CHECKPOINT,
+    job_dir::{JobDir, JobDirError},
+};
 
 pub const FORMAT: u32 = 1;
 
@@ -38,11 +39,8 @@ pub enum CheckpointError {
          delete it together with the results file"
     )]
     Corrupt { path: PathBuf, reason: String },
-    #[error("cannot read checkpoint {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot read the checkpoint: {0}")]
+    Unreadable(#[from] JobDirError),
 }
 
 impl Checkpoint {
@@ -53,21 +51,14 @@ impl Checkpoint {
         }
     }
 
-    /// Reads the checkpoint at `path`; a fresh one when there is none. It is checked against
+    /// Reads the job's checkpoint; a fresh one when there is none. It is checked against
     /// the lengths of the inputs and results files it describes.
-    pub fn load(path: &Path, inputs_len: u64, results_len: u64) -> Result<Self, CheckpointError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::fresh()),
-            Err(source) => {
-                return Err(CheckpointError::Io {
-                    path: path.to_owned(),
-                    source,
-                });
-            }
+    pub fn load(dir: &JobDir, inputs_len: u64, results_len: u64) -> Result<Self, CheckpointError> {
+        let Some(text) = dir.read_optional(CHECKPOINT)? else {
+            return Ok(Self::fresh());
         };
         let corrupt = |reason: String| CheckpointError::Corrupt {
-            path: path.to_owned(),
+            path: dir.file_path(CHECKPOINT),
             reason,
         };
         let checkpoint: Self =
@@ -100,25 +91,12 @@ impl Checkpoint {
         Ok(checkpoint)
     }
 
-    /// Replaces the checkpoint at `path` atomically and durably. The new one is written to a
-    /// file of this process's own, created afresh (`create_new`: never through a symlink or
-    /// into a file someone left there), then renamed over the old.
-    pub fn store(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-        // A leftover of this pid's earlier run, or a planted link: the link itself goes.
-        let _ = std::fs::remove_file(&tmp);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        file.write_all(&serde_json::to_vec(self).expect("a checkpoint serializes"))?;
-        file.write_all(b"\n")?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+    /// Replaces the job's checkpoint atomically and durably (`JobDir::replace`: never
+    /// through a link).
+    pub fn store(&self, dir: &JobDir) -> std::io::Result<()> {
+        let mut bytes = serde_json::to_vec(self).expect("a checkpoint serializes");
+        bytes.push(b'\n');
+        dir.replace(CHECKPOINT, &bytes)
     }
 }
 
@@ -131,7 +109,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("reamer-ckpt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("checkpoint.json");
-        assert_eq!(Checkpoint::load(&path, 0, 0).unwrap(), Checkpoint::fresh());
+        let job = JobDir::open(&dir).unwrap();
+        assert_eq!(Checkpoint::load(&job, 0, 0).unwrap(), Checkpoint::fresh());
         let checkpoint = Checkpoint {
             format: FORMAT,
             lines_done: 3,
@@ -140,14 +119,14 @@ mod tests {
             rejected: 1,
             complete: false,
         };
-        checkpoint.store(&path).unwrap();
-        assert_eq!(Checkpoint::load(&path, 30, 100).unwrap(), checkpoint);
-        let err = Checkpoint::load(&path, 30, 80).unwrap_err().to_string();
+        checkpoint.store(&job).unwrap();
+        assert_eq!(Checkpoint::load(&job, 30, 100).unwrap(), checkpoint);
+        let err = Checkpoint::load(&job, 30, 80).unwrap_err().to_string();
         assert!(err.contains("results were lost"), "{err}");
-        let err = Checkpoint::load(&path, 20, 100).unwrap_err().to_string();
+        let err = Checkpoint::load(&job, 20, 100).unwrap_err().to_string();
         assert!(err.contains("only 20"), "{err}");
         std::fs::write(&path, b"{\"format\":1,\"lines_d").unwrap();
-        let err = Checkpoint::load(&path, 30, 100).unwrap_err().to_string();
+        let err = Checkpoint::load(&job, 30, 100).unwrap_err().to_string();
         assert!(
             err.contains("corrupt checkpoint") && err.contains("not a checkpoint"),
             "{err}"
@@ -168,9 +147,10 @@ mod tests {
             lines_done: 4,
             ..Checkpoint::fresh()
         };
-        checkpoint.store(&path).unwrap();
+        let job = JobDir::open(&dir).unwrap();
+        checkpoint.store(&job).unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
-        assert_eq!(Checkpoint::load(&path, 0, 0).unwrap().lines_done, 4);
+        assert_eq!(Checkpoint::load(&job, 0, 0).unwrap().lines_done, 4);
         assert!(
             !planted.exists(),
             "the temporary file was renamed into place"

@@ -1,7 +1,7 @@
 //! `inference-worker make-job`: writes a job directory of random inputs from a fixed seed, for
 //! the demo, the tests and the benchmark.
 
-use std::{io::Write as _, path::Path};
+use std::{io::Write as _, os::unix::fs::DirBuilderExt as _, path::Path};
 
 use super::INPUTS;
 
@@ -19,7 +19,12 @@ impl Random {
 
 /// Writes `lines` items of `item_len` values in [0, 1) to DIR/inputs.jsonl, ids "item-N".
 pub fn write_job(dir: &Path, lines: u64, item_len: usize, seed: u64) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    // Writable by its owner only, whatever the umask: a worker refuses a job directory that
+    // another user can change (`job_dir`).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
     let mut out = std::io::BufWriter::new(std::fs::File::create(dir.join(INPUTS))?);
     let mut random = Random(seed.max(1));
     for line in 1..=lines {

@@ -9,6 +9,10 @@
 //! - `checkpoint.json` (written by the worker): see `checkpoint`;
 //! - `worker.lock`: held by the worker running the job, so that a second one is refused.
 //!
+//! The directory must be one only the worker's user can change, and its files are opened
+//! relative to it, never through a link, and only if regular (`job_dir`): a worker runs as
+//! root on some nodes.
+//!
 //! Batches go to the inference threads in order, several in flight, and their results are
 //! written back in order; the results are made durable before each checkpoint that counts
 //! them.
@@ -16,14 +20,15 @@
 pub mod checkpoint;
 pub mod generate;
 pub mod job;
+pub mod job_dir;
 pub mod stop;
 
 use std::{
     collections::VecDeque,
-    fs::{File, OpenOptions},
+    fs::File,
     io::{BufRead as _, BufReader, Seek as _, SeekFrom, Write as _},
     os::fd::AsRawFd as _,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -38,6 +43,7 @@ use crate::{
 };
 use checkpoint::{Checkpoint, CheckpointError};
 use job::{BadLine, LineRead};
+use job_dir::{Access, JobDir, JobDirError};
 
 pub const INPUTS: &str = "inputs.jsonl";
 pub const RESULTS: &str = "results.jsonl";
@@ -71,20 +77,10 @@ pub struct Summary {
 /// Why an offline run stopped before the end of its job (a rejected line does not stop it).
 #[derive(Debug, thiserror::Error)]
 pub enum OfflineError {
-    #[error(
-        "cannot open the job's inputs {}: {error} (a job directory holds {INPUTS}, one JSON \
-         item per line)",
-        path.display()
-    )]
-    Inputs {
-        path: PathBuf,
-        error: std::io::Error,
-    },
-    #[error("cannot open {}: {error}", path.display())]
-    Results {
-        path: PathBuf,
-        error: std::io::Error,
-    },
+    #[error("{error} (a job directory holds {INPUTS}, one JSON item per line)")]
+    Inputs { error: JobDirError },
+    #[error(transparent)]
+    JobDir(#[from] JobDirError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(
@@ -112,26 +108,18 @@ struct InFlight {
 }
 
 pub fn run(executor: &Arc<Executor>, options: &Options) -> Result<Summary, OfflineError> {
-    let _lock = lock_job(&options.dir)?;
-    let inputs_path = options.dir.join(INPUTS);
-    let results_path = options.dir.join(RESULTS);
-    let checkpoint_path = options.dir.join(CHECKPOINT);
-    let inputs = File::open(&inputs_path).map_err(|error| OfflineError::Inputs {
-        path: inputs_path.clone(),
-        error,
+    let dir = JobDir::open(&options.dir).map_err(|error| match error {
+        JobDirError::Open { .. } => OfflineError::Inputs { error },
+        refused => OfflineError::JobDir(refused),
     })?;
+    // The inputs first: a directory without them gets nothing created in it.
+    let inputs = dir
+        .open_file(INPUTS, Access::Read)
+        .map_err(|error| OfflineError::Inputs { error })?;
+    let _lock = lock_job(&dir)?;
     let inputs_len = inputs.metadata()?.len();
-    let mut results = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&results_path)
-        .map_err(|error| OfflineError::Results {
-            path: results_path.clone(),
-            error,
-        })?;
-    let mut checkpoint = Checkpoint::load(&checkpoint_path, inputs_len, results.metadata()?.len())?;
+    let mut results = dir.open_file(RESULTS, Access::ReadWriteCreate)?;
+    let mut checkpoint = Checkpoint::load(&dir, inputs_len, results.metadata()?.len())?;
     let started = Instant::now();
     let mut summary = Summary {
         lines_this_run: 0,
@@ -277,7 +265,7 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> Result<Summary, Offli
         let finished = at_end && in_flight.is_empty() && options.max_lines.is_none();
         if finished || last_checkpoint.elapsed() >= options.checkpoint_every {
             checkpoint.complete = finished && reader_at_end(&mut reader)?;
-            commit(&results, &checkpoint, &checkpoint_path)?;
+            commit(&results, &checkpoint, &dir)?;
             last_checkpoint = Instant::now();
         }
         if last_report.elapsed() >= Duration::from_secs(5) {
@@ -290,7 +278,7 @@ pub fn run(executor: &Arc<Executor>, options: &Options) -> Result<Summary, Offli
             last_report = Instant::now();
         }
     }
-    commit(&results, &checkpoint, &checkpoint_path)?;
+    commit(&results, &checkpoint, &dir)?;
     if stop::requested() && !checkpoint.complete {
         tracing::info!(
             lines_done = checkpoint.lines_done,
@@ -314,31 +302,22 @@ fn reader_at_end(reader: &mut BufReader<File>) -> std::io::Result<bool> {
 }
 
 /// Results first, durably; then the checkpoint that counts them.
-fn commit(results: &File, checkpoint: &Checkpoint, path: &Path) -> std::io::Result<()> {
+fn commit(results: &File, checkpoint: &Checkpoint, dir: &JobDir) -> std::io::Result<()> {
     results.sync_data()?;
-    checkpoint.store(path)
+    checkpoint.store(dir)
 }
 
 /// Takes the job's lock, which the kernel drops with the returned file however the worker
 /// ends: a second worker on the same job is refused at once instead of interleaving its
 /// results and checkpoints with the first's.
-fn lock_job(dir: &Path) -> Result<File, OfflineError> {
-    let path = dir.join(LOCK);
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|error| OfflineError::Inputs {
-            path: path.clone(),
-            error,
-        })?;
+fn lock_job(dir: &JobDir) -> Result<File, OfflineError> {
+    let file = dir.open_file(LOCK, Access::ReadWriteCreate)?;
     // SAFETY: flock on a descriptor this function owns.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let error = std::io::Error::last_os_error();
         if error.kind() == std::io::ErrorKind::WouldBlock {
             return Err(OfflineError::Busy {
-                dir: dir.to_owned(),
+                dir: dir.path().to_owned(),
             });
         }
         return Err(OfflineError::Io(error));
