@@ -24,6 +24,7 @@ use anyhow::{Context as _, bail};
 use enforcer_common::{
     replay::ReplaySummary,
     stats::{median, quantile, sorted},
+    types::MAX_CPUS,
 };
 use serde::Serialize;
 
@@ -145,20 +146,60 @@ pub fn read_trace(path: &Path) -> anyhow::Result<Vec<ObservedInterval>> {
                 index + 1
             )
         })?;
-        if !(interval.seconds.is_finite() && interval.seconds > 0.0) {
-            bail!(
-                "{}:{}: interval of {} s: a trace's intervals last a positive time",
-                path.display(),
-                index + 1,
-                interval.seconds
-            );
-        }
+        check_interval(&interval).with_context(|| format!("{}:{}", path.display(), index + 1))?;
         intervals.push(interval);
     }
     if intervals.is_empty() {
         bail!("{}: no intervals in the trace", path.display());
     }
     Ok(intervals)
+}
+
+/// The longest interval a trace may hold: `observe` writes one every `--interval` seconds,
+/// and a day is far past any interval a user asks for.
+const MAX_INTERVAL_S: f64 = 86_400.0;
+
+/// Checks an interval's numbers against what `observe` can write: a CPU count the sensor
+/// supports (`MAX_CPUS`, the entries of its per-CPU map), and CPU figures that are finite,
+/// not negative and within it. Replaying a count nobody checked sized the policy's topology
+/// by it: a one-line trace with a huge count exhausted memory.
+fn check_interval(interval: &ObservedInterval) -> anyhow::Result<()> {
+    if !(interval.seconds.is_finite()
+        && interval.seconds > 0.0
+        && interval.seconds <= MAX_INTERVAL_S)
+    {
+        bail!(
+            "interval of {} s: a trace's intervals last a positive time of at most {MAX_INTERVAL_S} s",
+            interval.seconds
+        );
+    }
+    if let Some(cpus) = interval.online_cpus
+        && !(1..=MAX_CPUS as usize).contains(&cpus)
+    {
+        bail!("{cpus} online CPUs: the sensor supports 1 to {MAX_CPUS}");
+    }
+    if let Some(reserved) = interval.reserved_cpus
+        && reserved > MAX_CPUS as usize
+    {
+        bail!("{reserved} CPUs reserved: more than the {MAX_CPUS} the sensor supports");
+    }
+    if interval.contentions_by_cpu.len() > MAX_CPUS as usize {
+        bail!(
+            "contentions on {} CPUs: more than the {MAX_CPUS} the sensor supports",
+            interval.contentions_by_cpu.len()
+        );
+    }
+    for job in &interval.jobs {
+        for (what, cpus) in [("running", job.running_cpus), ("demand", job.demand_cpus)] {
+            if !(cpus.is_finite() && (0.0..=f64::from(MAX_CPUS)).contains(&cpus)) {
+                bail!(
+                    "job {:?}: {what} CPUs {cpus}: a number of CPUs from 0 to {MAX_CPUS}",
+                    job.name
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The traced machine's CPU count: `--cpus`, or what the trace records, which must agree.
@@ -172,6 +213,9 @@ pub fn traced_cpus(intervals: &[ObservedInterval], given: Option<usize>) -> anyh
             bail!("--cpus {given}, but the trace was recorded on {recorded} CPUs: leave --cpus out")
         }
         (_, Some(0)) => bail!("--cpus 0: the traced machine had at least one CPU"),
+        (_, Some(given)) if given > MAX_CPUS as usize => {
+            bail!("--cpus {given}: the sensor supports at most {MAX_CPUS} CPUs")
+        }
         (Some(cpus), _) | (None, Some(cpus)) => Ok(cpus),
         (None, None) => bail!(
             "the trace does not record its machine's CPU count (recorded before `observe --json` \
@@ -428,7 +472,50 @@ mod tests {
         let err = traced_cpus(&old, None).unwrap_err().to_string();
         assert!(err.contains("--cpus N"), "{err}");
         assert!(traced_cpus(&old, Some(0)).is_err());
+        let err = traced_cpus(&old, Some(1 << 40)).unwrap_err().to_string();
+        assert!(err.contains("at most 1024"), "{err}");
         let mixed = vec![interval(1.0, &[], Some(16)), interval(1.0, &[], Some(8))];
         assert!(traced_cpus(&mixed, None).is_err());
+    }
+
+    /// A trace's numbers are checked as it is read: a CPU count past what the sensor supports
+    /// sized the replay's topology (one such line exhausted memory), and CPU figures that are
+    /// negative or past it are no trace `observe` writes.
+    #[test]
+    fn a_trace_with_numbers_no_sensor_writes_is_refused_naming_its_line() {
+        let path =
+            std::env::temp_dir().join(format!("reamer-bad-trace-{}.jsonl", std::process::id()));
+        let good = serde_json::to_string(&interval(1.0, &[], Some(16))).unwrap();
+        let job = |running: f64| {
+            let mut i = interval(running, &[], Some(16));
+            i.jobs[0].running_cpus = running;
+            serde_json::to_string(&i).unwrap()
+        };
+        for (bad, want) in [
+            (
+                serde_json::to_string(&interval(1.0, &[], Some(1 << 40))).unwrap(),
+                "1099511627776 online CPUs: the sensor supports 1 to 1024",
+            ),
+            (job(-1.0), "running CPUs -1"),
+            (job(5000.0), "running CPUs 5000"),
+            (
+                {
+                    let mut long = interval(1.0, &[], Some(16));
+                    long.seconds = 1e9;
+                    serde_json::to_string(&long).unwrap()
+                },
+                "at most 86400 s",
+            ),
+        ] {
+            std::fs::write(&path, format!("{good}\n{bad}\n")).unwrap();
+            let err = format!("{:#}", read_trace(&path).unwrap_err());
+            assert!(
+                err.contains(&format!("{}:2", path.display())) && err.contains(want),
+                "{err}"
+            );
+        }
+        std::fs::write(&path, format!("{good}\n")).unwrap();
+        assert_eq!(read_trace(&path).unwrap().len(), 1);
+        std::fs::remove_file(&path).unwrap();
     }
 }
