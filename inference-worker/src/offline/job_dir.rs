@@ -70,8 +70,8 @@ fn last_error() -> std::io::Error {
 
 impl JobDir {
     /// Opens `path` (its last component not through a link) and checks that no other user
-    /// than the worker's can change it: its owner is the worker's effective user, and
-    /// neither its group nor others may write it.
+    /// than the worker's can change it: its owner is the worker's effective user (or root,
+    /// who can change anything anyway), and neither its group nor others may write it.
     pub fn open(path: &Path) -> Result<Self, JobDirError> {
         let open_error = |source| JobDirError::Open {
             path: path.to_owned(),
@@ -112,7 +112,7 @@ impl JobDir {
         // SAFETY: geteuid has no failure mode.
         let uid = unsafe { libc::geteuid() };
         let mut who = Vec::new();
-        if metadata.uid() != uid {
+        if metadata.uid() != uid && metadata.uid() != 0 {
             who.push(format!("its owner, uid {}", metadata.uid()));
         }
         if metadata.mode() & 0o020 != 0 {
@@ -339,6 +339,14 @@ mod tests {
         );
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         JobDir::open(&dir).expect("the worker's own directory");
+        // SAFETY: geteuid has no failure mode.
+        if unsafe { libc::geteuid() } == 0 {
+            // Another user's directory, which only root can give away.
+            std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+            let err = JobDir::open(&dir).err().expect("refused").to_string();
+            assert!(err.contains("its owner, uid 65534"), "{err}");
+            std::os::unix::fs::chown(&dir, Some(0), Some(0)).unwrap();
+        }
 
         let link = dir.with_extension("link");
         symlink(&dir, &link).unwrap();
