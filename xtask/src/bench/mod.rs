@@ -584,7 +584,7 @@ fn report_saved_run(
         std::fs::write(&json, serde_json::to_string_pretty(&body)?)
             .with_context(|| format!("writing {}", json.display()))?;
     }
-    if !updates_docs {
+    if no_docs || !updates_docs {
         eprintln!(
             "[bench] docs/benchmarks.md keeps its {name} section: --no-docs, a --quick run, a \
              stand-in's figures or some scenarios only"
