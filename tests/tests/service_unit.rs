@@ -95,6 +95,18 @@ fn thread_named(pid: u32, name: &str) -> Option<u32> {
         .and_then(|task| task.file_name().to_str()?.parse().ok())
 }
 
+/// The daemon's event thread, waited for: the daemon answers on its socket, which is what
+/// starting it waits for, just before it spawns that thread (a CI run read the task list in
+/// between and found none).
+fn event_thread(pid: u32) -> u32 {
+    let mut found = None;
+    eventually("the daemon's event thread", Duration::from_secs(5), || {
+        found = thread_named(pid, "reamer-events");
+        found.is_some()
+    });
+    found.expect("found above")
+}
+
 #[test]
 fn the_service_units_capabilities_are_all_the_daemon_needs() {
     if !privileged("the_service_units_capabilities_are_all_the_daemon_needs") {
@@ -126,7 +138,7 @@ fn the_service_units_capabilities_are_all_the_daemon_needs() {
         "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
          [[pool]]\nname = \"serve\"\nkind = \"online\"\nmin_cores = 1\n",
     );
-    let events = thread_named(daemon.pid(), "reamer-events").expect("an event thread");
+    let events = event_thread(daemon.pid());
     // SAFETY: no preconditions; a thread id of a live process.
     let policy = unsafe { libc::sched_getscheduler(events as i32) };
     let realtime = root_may_run_realtime();
@@ -270,7 +282,7 @@ fn an_event_thread_refused_real_time_runs_with_the_shortest_slice() {
     );
     let command = in_cpu_group(Command::new(enforcer_bin()), &group);
     let daemon = Daemon::start_command(command, instance, "");
-    let events = thread_named(daemon.pid(), "reamer-events").expect("an event thread");
+    let events = event_thread(daemon.pid());
     eventually(
         "the warning that the event thread is not real-time",
         Duration::from_secs(5),
