@@ -16,12 +16,20 @@ use crate::bench::plot::{
 pub const TRADEOFF_FILE: &str = "colocation-tradeoff.svg";
 pub const BARS_FILE: &str = "colocation-online-reaction.svg";
 
+/// Every scenario named, so that a new one gets its kind chosen, not defaulted.
 fn kind(scenario: Scenario) -> Kind {
-    match scenario.setup() {
+    match scenario {
         Scenario::Alone => Kind::Reference,
-        Scenario::PlainCfs | Scenario::StaticPartition | Scenario::LowShares => Kind::Fixed,
+        Scenario::PlainCfs
+        | Scenario::StaticPartition
+        | Scenario::LowShares
+        | Scenario::StaticPartitionHeavyOnline => Kind::Fixed,
         Scenario::UtilizationPoller | Scenario::PsiTrigger => Kind::Controller,
-        _ => Kind::Reamer,
+        Scenario::Reamer
+        | Scenario::ReamerOfflineNotPaused
+        | Scenario::ReamerOfflineOnTrainingCores
+        | Scenario::ReamerObserved
+        | Scenario::ReamerHeavyOnline => Kind::Reamer,
     }
 }
 

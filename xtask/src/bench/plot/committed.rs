@@ -58,22 +58,11 @@ fn texts_of(svg: &roxmltree::Document) -> Vec<Placed> {
         .collect()
 }
 
-/// The width and height a PNG's header gives.
-fn png_size(png: &[u8]) -> Option<(u32, u32)> {
-    let header = png.get(..24)?;
-    if &header[..8] != b"\x89PNG\r\n\x1a\n" || &header[12..16] != b"IHDR" {
-        return None;
-    }
-    let word = |at: usize| u32::from_be_bytes(header[at..at + 4].try_into().unwrap());
-    Some((word(16), word(20)))
-}
-
 #[test]
 fn every_committed_plot_renders_and_no_text_overlaps_another_or_leaves_the_canvas() {
     let mut svgs = Vec::new();
     svgs_under(&workspace_root().join("docs"), &mut svgs);
     assert!(!svgs.is_empty(), "docs/ has no plot");
-    let out = std::env::temp_dir().join(format!("reamer-plot-{}.png", std::process::id()));
     for path in &svgs {
         let source = std::fs::read_to_string(path).unwrap();
         let svg = roxmltree::Document::parse(&source)
@@ -90,34 +79,16 @@ fn every_committed_plot_renders_and_no_text_overlaps_another_or_leaves_the_canva
         assert!(problems.is_empty(), "{}: {problems:#?}", path.display());
 
         // 1400 px wide: a reader's screen, where the old plot's labels ran into its bars.
-        let rendered = std::process::Command::new("rsvg-convert")
-            .args(["-w", "1400", "-o"])
-            .arg(&out)
-            .arg(path)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "rsvg-convert: {e} (`cargo xtask bootstrap` installs it: Debian's librsvg2-bin)"
-                )
-            });
-        assert!(
-            rendered.status.success(),
-            "{}: rsvg-convert failed: {}",
-            path.display(),
-            String::from_utf8_lossy(&rendered.stderr)
-        );
-        let png = std::fs::read(&out).unwrap();
-        let (w, h) =
-            png_size(&png).unwrap_or_else(|| panic!("{}: no PNG came out", path.display()));
-        assert_eq!(w, 1400, "{}", path.display());
-        let expected = (1400.0 * size("height") / size("width")).round() as u32;
+        let image = rendered(path, &["-w", "1400"]);
+        assert_eq!(image.width, 1400, "{}", path.display());
+        let expected = (1400.0 * size("height") / size("width")).round() as usize;
+        let h = image.rows.len();
         assert!(
             h.abs_diff(expected) <= 1,
             "{}: {h} px high, not {expected}",
             path.display()
         );
     }
-    let _ = std::fs::remove_file(&out);
 }
 
 #[test]
@@ -136,25 +107,39 @@ fn a_text_box_read_back_from_an_svg_is_the_one_the_canvas_gave() {
     assert_eq!(texts[1].bounds.left, 10.0);
 }
 
-/// Renders `svg` with `rsvg-convert` at `zoom` pixels per pixel: the image's rows of RGBA.
-fn rendered(svg: &str, zoom: u32) -> (u32, Vec<Vec<[u8; 4]>>) {
-    let dir = std::env::temp_dir();
-    let (input, output) = (
-        dir.join(format!("reamer-width-{}.svg", std::process::id())),
-        dir.join(format!("reamer-width-{}.png", std::process::id())),
-    );
-    std::fs::write(&input, svg).unwrap();
-    let status = std::process::Command::new("rsvg-convert")
-        .args(["-z", &zoom.to_string(), "-o"])
+/// A rendered plot: its width in pixels, and its rows of RGBA.
+struct Image {
+    width: u32,
+    rows: Vec<Vec<[u8; 4]>>,
+}
+
+/// Renders the SVG at `path` with `rsvg-convert` and `size` (its `-w` or `-z` options), as a
+/// reader's viewer would.
+fn rendered(path: &Path, size: &[&str]) -> Image {
+    let output = std::env::temp_dir().join(format!(
+        "reamer-plot-{}-{}.png",
+        std::process::id(),
+        path.file_stem().and_then(|s| s.to_str()).unwrap_or("plot")
+    ));
+    let run = std::process::Command::new("rsvg-convert")
+        .args(size)
+        .arg("-o")
         .arg(&output)
-        .arg(&input)
-        .status()
+        .arg(path)
+        .output()
         .expect("rsvg-convert (`cargo xtask bootstrap` installs it: Debian's librsvg2-bin)");
-    assert!(status.success());
+    assert!(
+        run.status.success(),
+        "{}: rsvg-convert failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&run.stderr)
+    );
     let decoder = png::Decoder::new(std::io::BufReader::new(
         std::fs::File::open(&output).unwrap(),
     ));
-    let mut reader = decoder.read_info().unwrap();
+    let mut reader = decoder
+        .read_info()
+        .unwrap_or_else(|e| panic!("{}: no PNG came out: {e}", path.display()));
     let mut buffer = vec![0; reader.output_buffer_size()];
     let info = reader.next_frame(&mut buffer).unwrap();
     assert_eq!(
@@ -166,8 +151,11 @@ fn rendered(svg: &str, zoom: u32) -> (u32, Vec<Vec<[u8; 4]>>) {
         .chunks(info.line_size)
         .map(|row| row.chunks(4).map(|p| [p[0], p[1], p[2], p[3]]).collect())
         .collect();
-    let _ = (std::fs::remove_file(&input), std::fs::remove_file(&output));
-    (info.width, rows)
+    let _ = std::fs::remove_file(&output);
+    Image {
+        width: info.width,
+        rows,
+    }
 }
 
 /// The layout's boxes are only as good as its widths: each text, rendered alone, draws its
@@ -192,7 +180,10 @@ fn the_renderer_draws_each_text_within_the_box_the_layout_gives_it() {
     ] {
         let mut canvas = Canvas::new(20.0 + super::text::width(text, 13.0, true), 30.0);
         let bounds = canvas.text(10.0, 20.0, text, style);
-        let (_, rows) = rendered(&canvas.finish(), zoom);
+        let input = std::env::temp_dir().join(format!("reamer-width-{}.svg", std::process::id()));
+        std::fs::write(&input, canvas.finish()).unwrap();
+        let rows = rendered(&input, &["-z", &zoom.to_string()]).rows;
+        let _ = std::fs::remove_file(&input);
         let inked: Vec<usize> = rows
             .iter()
             .flat_map(|row| {

@@ -151,12 +151,12 @@ impl Scenario {
         }
     }
 
-    fn reamer(self) -> bool {
+    pub(crate) fn reamer(self) -> bool {
         matches!(self, Scenario::Reamer | Scenario::ReamerOfflineNotPaused)
     }
 
     /// Whether inference runs beside training.
-    fn inference(self) -> bool {
+    pub(crate) fn inference(self) -> bool {
         !matches!(
             self,
             Scenario::Alone | Scenario::AloneObserved | Scenario::AloneSensed

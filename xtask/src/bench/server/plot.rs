@@ -12,14 +12,18 @@ use crate::bench::plot::{
 /// The file name the plot is written to, beside benchmarks.md.
 pub const TRADEOFF_FILE: &str = "server-tradeoff.svg";
 
+/// A scenario's place on the plot, from what runs in it: training alone is the reference,
+/// reamer's scenarios are marked, every other one with inference is a fixed setting, and one
+/// without inference (training alone under a daemon) is no trade.
 fn kind(scenario: Scenario) -> Option<Kind> {
-    match scenario {
-        Scenario::Alone => Some(Kind::Reference),
-        Scenario::PlainCfs | Scenario::OfflineCpuIdle | Scenario::StaticPartition => {
-            Some(Kind::Fixed)
-        }
-        Scenario::Reamer | Scenario::ReamerOfflineNotPaused => Some(Kind::Reamer),
-        Scenario::AloneObserved | Scenario::AloneSensed => None,
+    if scenario == Scenario::Alone {
+        Some(Kind::Reference)
+    } else if !scenario.inference() {
+        None
+    } else if scenario.reamer() {
+        Some(Kind::Reamer)
+    } else {
+        Some(Kind::Fixed)
     }
 }
 

@@ -726,14 +726,10 @@ mod tests {
         let canvas = super::super::plot::tradeoff(&figures, "16 CPUs, one H100", false);
         assert_eq!(canvas.problems(), Vec::<String>::new());
         let labels: Vec<&str> = canvas.texts().iter().map(|t| t.text.as_str()).collect();
-        for scenario in [
-            Scenario::Alone,
-            Scenario::PlainCfs,
-            Scenario::OfflineCpuIdle,
-            Scenario::StaticPartition,
-            Scenario::Reamer,
-            Scenario::ReamerOfflineNotPaused,
-        ] {
+        let traded = Scenario::ALL
+            .into_iter()
+            .filter(|&s| s == Scenario::Alone || s.inference());
+        for scenario in traded {
             let label = scenario.label().replace('`', "");
             assert!(labels.contains(&label.as_str()), "{label} in {labels:?}");
         }
