@@ -10,7 +10,14 @@ pub enum CpuListError {
     NotANumber { text: String, part: String },
     #[error("range '{part}' in CPU list '{text}' runs backwards")]
     Backwards { text: String, part: String },
+    #[error("'{part}' in CPU list '{text}' names a CPU above {MAX_CPU}, more than Linux supports")]
+    TooLarge { text: String, part: String },
 }
+
+/// The highest CPU number any Linux machine can have: `CONFIG_NR_CPUS` is at most 8192 on
+/// every architecture. A list naming more comes from a damaged or hostile file, and a range up
+/// to `u32::MAX` would otherwise take gigabytes to hold.
+pub const MAX_CPU: u32 = 8191;
 
 /// Parses a CPU list: comma-separated numbers and inclusive ranges, blanks around them allowed.
 /// An empty list is an empty set (an empty `cpuset.cpus`).
@@ -23,12 +30,20 @@ pub fn parse(text: &str) -> Result<BTreeSet<u32>, CpuListError> {
         .filter(|p| !p.is_empty())
     {
         let number = |s: &str| {
-            s.trim()
+            let cpu = s
+                .trim()
                 .parse::<u32>()
                 .map_err(|_| CpuListError::NotANumber {
                     text: text.trim().to_owned(),
                     part: part.to_owned(),
-                })
+                })?;
+            if cpu > MAX_CPU {
+                return Err(CpuListError::TooLarge {
+                    text: text.trim().to_owned(),
+                    part: part.to_owned(),
+                });
+            }
+            Ok(cpu)
         };
         match part.split_once('-') {
             Some((lo, hi)) => {
@@ -94,5 +109,8 @@ mod tests {
         assert!(err.contains("'3-1'") && err.contains("backwards"), "{err}");
         let err = parse("0,a").unwrap_err().to_string();
         assert!(err.contains("'a'") && err.contains("'0,a'"), "{err}");
+        let err = parse("0-4294967295").unwrap_err().to_string();
+        assert!(err.contains("above 8191"), "{err}");
+        assert_eq!(parse("8191").unwrap().len(), 1);
     }
 }

@@ -251,10 +251,10 @@ async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
     // the file the first kept, not the pool's CPUs left in A's group, and takes A over.
     daemon.crash();
     let kept = read(PathBuf::from(format!(
-        "/run/reamer/{INSTANCE}.pod-cpus.json"
+        "/run/reamer/{INSTANCE}.pod-groups.json"
     )));
     let kept: Value = serde_json::from_str(&kept).unwrap();
-    assert_eq!(kept[&a_container], json!(all_cpus), "{kept}");
+    assert_eq!(kept["containers"][&a_container], json!(all_cpus), "{kept}");
     daemon = start_daemon();
     eventually(
         "batch A taken over by the next daemon",

@@ -82,6 +82,42 @@ fn thaw_file(cgroup: &Cgroup) -> Option<(PathBuf, &'static str)> {
     })
 }
 
+/// Thaws group `relative` (under the hierarchies' root) without a pool's handle: what a
+/// previous daemon froze and the ledger names (`pod_ledger`). A group already removed has
+/// nothing to thaw.
+pub fn thaw_group(relative: &Path) -> Result<(), String> {
+    let cgroup = Cgroup::load(hierarchies::auto(), relative.to_string_lossy().as_ref());
+    let Some((file, thawed)) = thaw_file(&cgroup) else {
+        return Ok(());
+    };
+    match std::fs::write(&file, thawed) {
+        Err(err) if file.exists() => Err(format!("thawing {}: {err}", file.display())),
+        _ => Ok(()),
+    }
+}
+
+/// The file that says whether group `relative` is frozen, for reading without any lock
+/// (`frozen_in`).
+pub fn state_file(relative: &Path) -> Option<PathBuf> {
+    let cgroup = Cgroup::load(hierarchies::auto(), relative.to_string_lossy().as_ref());
+    let dir = cgroup
+        .controller_of::<FreezerController>()?
+        .path()
+        .to_owned();
+    Some(if cgroup.v2() {
+        dir.join("cgroup.freeze")
+    } else {
+        dir.join("freezer.state")
+    })
+}
+
+/// Whether `state_file` says frozen: v1's FROZEN or FREEZING (a task enters the freezer
+/// only when it next runs), v2's 1. None where it cannot be read (the group is not there).
+pub fn frozen_in(state_file: &Path) -> Option<bool> {
+    let text = std::fs::read_to_string(state_file).ok()?;
+    Some(matches!(text.trim(), "FROZEN" | "FREEZING" | "1"))
+}
+
 /// Freezes or thaws member `cgroup`, and notes it for `thaw_members`.
 fn set_member(cgroup: &Cgroup, frozen: bool) -> Result<(), String> {
     let freezer = cgroup
@@ -215,6 +251,14 @@ impl Freezer {
                 .remove(&file);
         }
         if gone { Ok(()) } else { thawed }
+    }
+
+    /// Whether the pool is meant to be frozen now, by either owner.
+    pub fn wants_frozen(&self) -> bool {
+        self.wanted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .frozen()
     }
 
     /// The CPU policy pauses the pool, or resumes it.

@@ -15,8 +15,8 @@ use tracing::{debug, warn};
 use super::{
     cgroup::{self, CgroupError, CpuClass, PoolCgroup, PoolFiles},
     freezer::Freezer,
-    pod_bases::PodBases,
     pod_in_place::{PodInPlace, PodState, Readback, Readings},
+    pod_ledger::PodLedger,
 };
 use crate::{
     config::{PoolKind, PoolSettings},
@@ -51,7 +51,14 @@ impl Pool {
 
     /// Writes `cpus` and the pause where they differ from what the cgroup holds, noting what
     /// was written in `written` and what failed in `pending`.
-    fn write(&mut self, name: &str, cpus: &BTreeSet<u32>, paused: bool, written: &mut Written) {
+    fn write(
+        &mut self,
+        name: &str,
+        cpus: &BTreeSet<u32>,
+        paused: bool,
+        ledger: &mut PodLedger,
+        written: &mut Written,
+    ) {
         let mut failed = false;
         // A failure is said once; its retries on every tick only at debug level (a group
         // removed underneath logged twenty warnings a second).
@@ -105,7 +112,7 @@ impl Pool {
         // The pool's pods follow its CPUs, each in its own groups (its pause reached them
         // through its freezer above).
         for pod in self.pods.values_mut() {
-            pod.apply(cpus);
+            pod.apply(cpus, ledger);
         }
     }
 }
@@ -151,8 +158,8 @@ pub struct PoolView {
 pub struct Pools {
     all_cpus: BTreeSet<u32>,
     pools: BTreeMap<String, Pool>,
-    /// The kubelet's CPUs of the pods' containers, kept for a restarted daemon.
-    pod_bases: PodBases,
+    /// What reamer changed in pods' groups, written down first for a restarted daemon.
+    ledger: PodLedger,
 }
 
 impl Pools {
@@ -184,11 +191,21 @@ impl Pools {
         if !pools.is_empty() {
             cgroup::set_tree_idle(true)?;
         }
-        let pod_bases = PodBases::open(crate::host::paths::pod_bases(instance));
+        // Whatever a previous daemon of this instance left frozen, narrowed or idle in pods'
+        // groups is undone before any pod is taken: the pod may be gone, unmarked, or in a
+        // pool that left the config, and the API server may not answer (`pod_ledger`).
+        let mut ledger = PodLedger::open(crate::host::paths::pod_ledger(instance));
+        ledger.adopt_legacy(&crate::host::paths::legacy_pod_bases(instance));
+        let (_, errors) = ledger.release_left();
+        for err in errors {
+            warn!(
+                "a pod's group a previous daemon wrote could not be given back (retried at the next start): {err}"
+            );
+        }
         Ok(Self {
             all_cpus,
             pools,
-            pod_bases,
+            ledger,
         })
     }
 
@@ -241,7 +258,7 @@ impl Pools {
                 shrinking,
                 paused,
             });
-            pool.write(name, cpus, paused, &mut written);
+            pool.write(name, cpus, paused, &mut self.ledger, &mut written);
         }
         written
     }
@@ -252,7 +269,7 @@ impl Pools {
         let mut written = Written::default();
         for (name, pool) in &mut self.pools {
             if let Some((cpus, paused)) = pool.pending.clone() {
-                pool.write(name, &cpus, paused, &mut written);
+                pool.write(name, &cpus, paused, &mut self.ledger, &mut written);
             }
         }
         written
@@ -302,7 +319,17 @@ impl Pools {
             .ok_or_else(|| PoolsError::Unknown(pool.to_owned()))?;
         let offline = state.kind.online().is_none();
         let freezer = state.cgroup.freezer().cloned();
-        let pod = PodInPlace::attach(key, relative, offline, exclusive_cpus, write, freezer);
+        let cpus = state.current(&self.all_cpus);
+        let pod = PodInPlace::attach(
+            key,
+            relative,
+            offline,
+            exclusive_cpus,
+            write,
+            freezer,
+            &cpus,
+            &mut self.ledger,
+        );
         state.pods.insert(uid.to_owned(), pod);
         Ok(())
     }
@@ -313,7 +340,7 @@ impl Pools {
         for pool in self.pools.values_mut() {
             let cpus = pool.current(all_cpus);
             if let Some(pod) = pool.pods.get_mut(uid) {
-                pod.add_container(relative, &cpus, &mut self.pod_bases);
+                pod.add_container(relative, &cpus, &mut self.ledger);
             }
         }
     }
@@ -321,7 +348,7 @@ impl Pools {
     pub fn remove_pod_container(&mut self, uid: &str, relative: &Path) {
         for pool in self.pools.values_mut() {
             if let Some(pod) = pool.pods.get_mut(uid) {
-                pod.remove_container(relative, &mut self.pod_bases);
+                pod.remove_container(relative, &mut self.ledger);
             }
         }
     }
@@ -329,11 +356,11 @@ impl Pools {
     /// Pod `uid` leaves its pool: thawed, its CPUs the kubelet's, not idle. Returns what
     /// failed.
     pub fn detach_pod(&mut self, uid: &str) -> Vec<String> {
-        let bases = &mut self.pod_bases;
+        let ledger = &mut self.ledger;
         self.pools
             .values_mut()
             .filter_map(|pool| pool.pods.remove(uid))
-            .flat_map(|mut pod| pod.release(bases))
+            .flat_map(|mut pod| pod.release(ledger))
             .collect()
     }
 
@@ -362,7 +389,7 @@ impl Pools {
             };
             let cpus = pool.current(&self.all_cpus);
             if let Some(pod) = pool.pods.get_mut(&uid) {
-                notes.extend(pod.check(now, &cpus, reading, &mut self.pod_bases));
+                notes.extend(pod.check(now, &cpus, reading, &mut self.ledger));
             }
         }
         notes
@@ -430,7 +457,7 @@ impl Pools {
     pub fn release(&mut self, instance: &str) {
         for (name, pool) in &mut self.pools {
             for (_, mut pod) in std::mem::take(&mut pool.pods) {
-                for err in pod.release(&mut self.pod_bases) {
+                for err in pod.release(&mut self.ledger) {
                     warn!("pool {name}: releasing pod {} at shutdown: {err}", pod.key);
                 }
             }

@@ -48,9 +48,15 @@ pub fn launched_journal(instance: &str) -> PathBuf {
     PathBuf::from(RUN_DIR).join(format!("{instance}.launched.json"))
 }
 
-/// The kubelet's CPUs of the pods' containers this instance writes, for its successor:
-/// `/run/reamer/<instance>.pod-cpus.json` (`actuate::pod_bases`).
-pub fn pod_bases(instance: &str) -> PathBuf {
+/// What this instance changed in pods' groups, written before each change for its successor
+/// to undo: `/run/reamer/<instance>.pod-groups.json` (`actuate::pod_ledger`).
+pub fn pod_ledger(instance: &str) -> PathBuf {
+    PathBuf::from(RUN_DIR).join(format!("{instance}.pod-groups.json"))
+}
+
+/// Where earlier versions of reamer kept the kubelet's CPUs of the pods' containers: read once into the
+/// ledger by a daemon upgraded after one that died.
+pub fn legacy_pod_bases(instance: &str) -> PathBuf {
     PathBuf::from(RUN_DIR).join(format!("{instance}.pod-cpus.json"))
 }
 

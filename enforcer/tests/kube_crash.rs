@@ -1,0 +1,342 @@
+//! What a daemon that dies leaves in pods' groups, and groups the runtime makes late, end to
+//! end: `enforcer run` on the API server stand-in (`support`) and a kubelet-shaped tree under
+//! the tests' `reamer` subtree, with real processes in the pods' groups.
+//!
+//! - A daemon killed (SIGKILL) while its offline pool is paused leaves a pod's container
+//!   frozen. The pod is deleted before the next daemon starts, so no pod event will ever name
+//!   it again. The next daemon still thaws it, gives it the kubelet's CPUs, and gives its pod
+//!   group back the weight the kubelet wrote (the kernel resets it to 1024 shares when
+//!   `cpu.idle` goes back to 0).
+//! - A pod whose groups the runtime makes after the API reported it, and whose container's
+//!   freezer group comes after its cpu group (runc's order on cgroup v1), is `failing` until
+//!   every part is enforced, is then frozen with its paused pool, and none of reamer's own
+//!   late writes counts as someone else's rewrite.
+//!
+//! Privileged: skips with a reason elsewhere (fails with REAMER_REQUIRE_PRIVILEGED=1).
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use enforcer_common::protocol::{PodInfo, Snapshot};
+use reamer_tests::harness::{
+    Daemon, eventually, online_cpu_count, online_cpus, privileged, remove_test_cgroups, target_dir,
+};
+use serde_json::{Value, json};
+
+mod support;
+use support::{ApiServer, dir, hierarchies, kubelet_mkdir, kubelet_move, remove_tree, v2_host};
+
+const INSTANCE: &str = "it-kube-crash";
+const KUBELET_ROOT: &str = "reamer/it-kube-crash-node";
+const TRAINING_UID: &str = "10000000-0000-4000-8000-0000000000c1";
+const BATCH_UID: &str = "a0000000-0000-4000-8000-0000000000c2";
+const LATE_UID: &str = "b0000000-0000-4000-8000-0000000000c3";
+
+fn read(path: PathBuf) -> String {
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+/// The weight file the kubelet writes on a pod's group, and what it writes for a BestEffort
+/// pod: 2 shares (v1), which v2 writes as weight 1.
+fn besteffort_weight() -> (&'static str, &'static str) {
+    if v2_host() {
+        ("cpu.weight", "1")
+    } else {
+        ("cpu.shares", "2")
+    }
+}
+
+/// Whether group `relative`'s freezer holds it frozen (or on its way: a task enters the
+/// freezer only when it next runs).
+fn frozen(relative: &str) -> bool {
+    if v2_host() {
+        std::fs::read_to_string(dir("freezer", relative).join("cgroup.freeze"))
+            .is_ok_and(|v| v.trim() == "1")
+    } else {
+        std::fs::read_to_string(dir("freezer", relative).join("freezer.state"))
+            .is_ok_and(|v| matches!(v.trim(), "FROZEN" | "FREEZING"))
+    }
+}
+
+fn pod_of(snapshot: &Snapshot, key: &str) -> Option<PodInfo> {
+    snapshot.pods.iter().find(|pod| pod.pod == key).cloned()
+}
+
+/// A process the test started, killed when the test ends however it ends; reaped by the
+/// kubelet tree's guard where it was frozen.
+struct Started(Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        // A frozen process dies only once thawed: it is not waited for past a second.
+        for _ in 0..100 {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn hog(threads: usize) -> Started {
+    Started(
+        Command::new(target_dir().join("cpu-hog"))
+            .args(["--threads", &threads.to_string(), "--seconds", "120"])
+            .spawn()
+            .expect("starting cpu-hog"),
+    )
+}
+
+/// The test's kubelet tree, thawed and removed when the test ends however it ends: a process
+/// left frozen would not even die of SIGKILL on v1. Declared before the processes, so that it
+/// is dropped after them.
+struct KubeletTree;
+
+impl Drop for KubeletTree {
+    fn drop(&mut self) {
+        let (file, thawed) = if v2_host() {
+            ("cgroup.freeze", "0")
+        } else {
+            ("freezer.state", "THAWED")
+        };
+        for group in walk(&dir("freezer", KUBELET_ROOT)) {
+            let _ = std::fs::write(group.join(file), thawed);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        for controller in hierarchies() {
+            remove_tree(&dir(controller, KUBELET_ROOT));
+        }
+    }
+}
+
+fn walk(root: &std::path::Path) -> Vec<PathBuf> {
+    let mut groups = vec![root.to_owned()];
+    let mut i = 0;
+    while i < groups.len() {
+        if let Ok(entries) = std::fs::read_dir(&groups[i]) {
+            groups.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        i += 1;
+    }
+    groups
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_whole() {
+    if !privileged("a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_whole") {
+        return;
+    }
+    assert!(
+        online_cpu_count() >= 2,
+        "needs 2 CPUs: training wants both, the online pool keeps one"
+    );
+    let all_cpus = online_cpus();
+    let training_id = "c1".repeat(32);
+    let training_container =
+        format!("{KUBELET_ROOT}/kubepods/burstable/pod{TRAINING_UID}/{training_id}");
+    let batch_pod = format!("{KUBELET_ROOT}/kubepods/besteffort/pod{BATCH_UID}");
+    let batch_container = format!("{batch_pod}/{}", "c2".repeat(32));
+    let late_pod = format!("{KUBELET_ROOT}/kubepods/besteffort/pod{LATE_UID}");
+    let late_container = format!("{late_pod}/{}", "c3".repeat(32));
+    for controller in hierarchies() {
+        remove_tree(&dir(controller, KUBELET_ROOT));
+    }
+    let _tree = KubeletTree;
+    let ledger = PathBuf::from(format!("/run/reamer/{INSTANCE}.pod-groups.json"));
+    let _ = std::fs::remove_file(&ledger);
+
+    // The node as the kubelet left it: a training pod and an offline pod, each with its
+    // container running; the offline pod's group at the kubelet's BestEffort weight.
+    kubelet_mkdir(&training_container);
+    kubelet_mkdir(&batch_container);
+    let (weight_file, weight) = besteffort_weight();
+    std::fs::write(dir("cpu", &batch_pod).join(weight_file), weight).unwrap();
+    let batch = hog(1);
+    kubelet_move(batch.0.id(), &batch_container);
+
+    let offline = json!({"reamer.io/role": "offline"});
+    let training_pod = support::api_pod(
+        TRAINING_UID,
+        "resnet-0",
+        json!({"reamer.io/role": "training"}),
+        "Burstable",
+        Some(&format!("containerd://{training_id}")),
+    );
+    let server = Arc::new(Mutex::new(ApiServer {
+        pods: vec![
+            training_pod.clone(),
+            support::api_pod(BATCH_UID, "batch-a", offline.clone(), "BestEffort", None),
+        ],
+        resource_version: 5,
+        ..ApiServer::default()
+    }));
+    let url = support::start(server.clone()).await;
+    let scratch = std::env::temp_dir().join(format!("reamer-{INSTANCE}-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(scratch.join("kubeconfig"), support::kubeconfig(&url)).unwrap();
+    // Training on every CPU wants more than the online pool's guaranteed core leaves it: the
+    // offline pool is paused while it runs.
+    let config = format!(
+        "[kubernetes]\nenabled = true\nnode_name = \"node-1\"\ncgroup_root = \"/{KUBELET_ROOT}\"\n\n\
+         [policy]\npause_offline_when_training_short = true\ngive_back_after_ms = 200\n\
+         demand_window_ms = 200\ntick_ms = 50\n\n\
+         [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
+         [[pool]]\nname = \"serve\"\nkind = \"online\"\nmin_cores = 1\n"
+    );
+    let start_daemon = || {
+        let mut command = Command::new(reamer_tests::harness::enforcer_bin());
+        command
+            .env("KUBECONFIG", scratch.join("kubeconfig"))
+            .env_remove("KUBERNETES_SERVICE_HOST");
+        Daemon::start_command(command, INSTANCE, &config)
+    };
+    let daemon = start_daemon();
+    eventually("the offline pod enforced", Duration::from_secs(10), || {
+        pod_of(&daemon.snapshot(), "ml/batch-a")
+            .is_some_and(|pod| pod.state == "enforced" && pod.containers == 1)
+    });
+    assert_eq!(read(dir("cpu", &batch_pod).join("cpu.idle")), "1");
+
+    let training = hog(online_cpu_count());
+    kubelet_move(training.0.id(), &training_container);
+    eventually(
+        "the offline pod's container frozen with its paused pool",
+        Duration::from_secs(20),
+        || frozen(&batch_container),
+    );
+
+    // The daemon dies, and the offline pod is deleted before another starts: no event will
+    // name it again. Only the ledger does.
+    daemon.crash();
+    assert!(frozen(&batch_container), "nothing thaws after SIGKILL");
+    let kept: Value = serde_json::from_str(&read(ledger.clone())).unwrap();
+    assert_eq!(
+        kept["containers"][&batch_container],
+        json!(all_cpus),
+        "{kept}"
+    );
+    assert_eq!(
+        kept["pods"][&batch_pod],
+        json!({"file": weight_file, "value": weight.parse::<u64>().unwrap()}),
+        "{kept}"
+    );
+    server.lock().unwrap().pods = vec![training_pod];
+
+    // The pod whose groups come late is in the API from the next daemon's first list.
+    server.lock().unwrap().pods.push(support::api_pod(
+        LATE_UID,
+        "late-b",
+        offline,
+        "BestEffort",
+        None,
+    ));
+    let daemon = start_daemon();
+    eventually(
+        "the dead daemon's pod thawed, its CPUs and weight the kubelet's",
+        Duration::from_secs(10),
+        || {
+            !frozen(&batch_container)
+                && read(dir("cpuset", &batch_container).join("cpuset.cpus")) == all_cpus
+                && read(dir("cpu", &batch_pod).join("cpu.idle")) == "0"
+                && read(dir("cpu", &batch_pod).join(weight_file)) == weight
+        },
+    );
+    assert!(pod_of(&daemon.snapshot(), "ml/batch-a").is_none());
+    eventually("the pool paused again", Duration::from_secs(20), || {
+        daemon
+            .snapshot()
+            .pool_status("batch")
+            .is_some_and(|pool| pool.paused)
+    });
+    assert!(
+        pod_of(&daemon.snapshot(), "ml/late-b").is_some_and(|pod| pod.state == "failing"),
+        "a pod whose group is not there is not enforced: {:?}",
+        pod_of(&daemon.snapshot(), "ml/late-b")
+    );
+
+    // Its groups appear, in runc's order: cpuset and cpu with the process in them first, the
+    // freezer group after (one hierarchy on v2: there, all at once). Its weight is the
+    // kernel's default: the kubelet's write of the BestEffort weight right after its mkdir
+    // would race the daemon, which takes the pod the moment its group appears (issue of its
+    // own: the kubelet's writes beside reamer's).
+    let late = hog(1);
+    let early: &[&str] = if v2_host() {
+        &["unified"]
+    } else {
+        &["cpuset", "cpu"]
+    };
+    for group in [&late_pod, &late_container] {
+        for controller in early {
+            let here = dir(controller, group);
+            std::fs::create_dir_all(&here).unwrap();
+            if *controller == "cpuset" {
+                for file in ["cpuset.cpus", "cpuset.mems"] {
+                    let parent = read(here.parent().unwrap().join(file));
+                    std::fs::write(here.join(file), parent).unwrap();
+                }
+            }
+        }
+    }
+    if v2_host() {
+        kubelet_mkdir(&late_container);
+    }
+    // What the kernel gives a new group, which reamer must give back.
+    let late_weight = if v2_host() { "100" } else { "1024" };
+    for controller in early {
+        let procs = dir(controller, &late_container).join("cgroup.procs");
+        std::fs::write(procs, late.0.id().to_string()).unwrap();
+    }
+    if !v2_host() {
+        eventually(
+            "the late pod failing while its container's freezer group is missing",
+            Duration::from_secs(5),
+            || {
+                pod_of(&daemon.snapshot(), "ml/late-b").is_some_and(|pod| {
+                    pod.containers == 1 && pod.state == "failing" && pod.detail.contains("freez")
+                })
+            },
+        );
+        kubelet_mkdir(&late_container);
+        kubelet_move(late.0.id(), &late_container);
+    }
+    eventually(
+        "the late pod enforced whole: idle, narrowed, frozen with its pool",
+        Duration::from_secs(10),
+        || {
+            pod_of(&daemon.snapshot(), "ml/late-b").is_some_and(|pod| pod.state == "enforced")
+                && frozen(&late_container)
+                && read(dir("cpu", &late_pod).join("cpu.idle")) == "1"
+        },
+    );
+    let late_pod_info = pod_of(&daemon.snapshot(), "ml/late-b").unwrap();
+    assert_eq!(
+        late_pod_info.foreign_writes, 0,
+        "reamer's own late writes are not someone else's: {late_pod_info:?}"
+    );
+
+    // A clean stop gives it back whole, and leaves no ledger.
+    let log = daemon.stop();
+    assert!(!frozen(&late_container));
+    assert_eq!(read(dir("cpu", &late_pod).join("cpu.idle")), "0");
+    assert_eq!(read(dir("cpu", &late_pod).join(weight_file)), late_weight);
+    assert!(!ledger.exists(), "a clean stop leaves nothing to undo");
+
+    drop((training, batch, late));
+    remove_test_cgroups(INSTANCE, "batch");
+    remove_test_cgroups(INSTANCE, "serve");
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(log.contains("were given back"), "{log}");
+}
