@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::state::Shared;
 use crate::{
@@ -192,6 +192,13 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
 /// (`thread_policy` says why).
 pub fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
     let report = registry.reconcile(&mut sensor.maps.thread_state);
+    for job in &report.jobs_ended {
+        info!(
+            job,
+            "training job ended: its last launched process exited; its slot is free"
+        );
+    }
+    settle_freed_jobs(registry, sensor);
     if report.newly_classified > 0
         && let Err(err) = sensor.classes_changed()
     {
@@ -208,6 +215,32 @@ pub fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
         );
     }
     report
+}
+
+/// The ids of training jobs that ended, their totals zeroed in the sensor, given to the
+/// training pods that wait for one.
+fn settle_freed_jobs(registry: &mut Registry, sensor: &mut Sensor) {
+    let freed = registry.take_freed();
+    if freed.is_empty() {
+        return;
+    }
+    let mut not_zeroed = Vec::new();
+    for id in freed {
+        if let Err(err) = sensor.reset_job_stats(id) {
+            warn!(
+                id,
+                "a freed training job id stays unused until its totals are zeroed: {err}"
+            );
+            not_zeroed.push(id);
+        }
+    }
+    registry.freed_again(not_zeroed);
+    for pod in registry.retry_waiting() {
+        info!(
+            pod,
+            "Kubernetes: a training pod that waited for a job slot joined"
+        );
+    }
 }
 
 /// Whether a refused SCHED_IDLE was already logged: the reconcile would repeat it every second.

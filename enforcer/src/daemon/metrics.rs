@@ -268,7 +268,8 @@ fn encode_pods(encoder: &mut DescriptorEncoder, pods: &[PodInfo]) -> fmt::Result
     let mut family = encoder.encode_descriptor(
         "reamer_pod_info",
         "1 for each managed pod: its role, its job or pool, and how reamer holds it \
-         (measured, enforced, observe_only, exclusive, contested, failing).",
+         (measured, enforced, observe_only, exclusive, contested, failing; waiting: a training \
+         pod that found every job slot taken, taken when one frees).",
         None,
         MetricType::Gauge,
     )?;

@@ -93,7 +93,14 @@ fn apply(shared: &Shared, hierarchy: &std::path::Path, change: NodeChange) {
         NodeChange::Joined(pod) => {
             let mut registry = shared.registry.lock().expect("registry poisoned");
             if let Err(err) = registry.join_pod(&pod) {
-                warn!(pod = pod.key, "Kubernetes: pod not taken: {err}");
+                if registry.waiting.contains_key(&pod.uid) {
+                    warn!(
+                        pod = pod.key,
+                        "Kubernetes: training pod waits for a job slot, unmeasured until a job                          ends: {err}"
+                    );
+                } else {
+                    warn!(pod = pod.key, "Kubernetes: pod not taken: {err}");
+                }
                 return;
             }
             if let Role::Pool { pool, .. } = &pod.role {

@@ -92,6 +92,7 @@ pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
         .iter()
         .map(|(uid, pod)| (uid.clone(), pod.clone()))
         .collect();
+    let waiting: Vec<PodInfo> = registry.waiting.iter().map(waiting_pod).collect();
     drop((relaunch, registry));
     let cpu_class_ns = match full {
         true => readings::read_cpu_class_ns(&sensor.maps),
@@ -102,7 +103,10 @@ pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
     drop(sensor);
     let enforcement = enforcement_status(shared, &jobs, detail);
     let pods = match full {
-        true => pods(shared, pod_members),
+        true => pods(shared, pod_members)
+            .into_iter()
+            .chain(waiting)
+            .collect(),
         false => Vec::new(),
     };
     Snapshot {
@@ -165,6 +169,28 @@ fn pods(shared: &Shared, members: Vec<(String, crate::registry::pods::PodMember)
             }
         })
         .collect()
+}
+
+/// A training pod that waits for a job slot: seen, not measured.
+fn waiting_pod((uid, waiting): (&String, &crate::registry::pods::WaitingPod)) -> PodInfo {
+    let job = match &waiting.pod.role {
+        crate::kubernetes::classify::Role::Training { job } => job.clone(),
+        crate::kubernetes::classify::Role::Pool { pool, .. } => pool.clone(),
+    };
+    PodInfo {
+        pod: waiting.pod.key.clone(),
+        uid: uid.clone(),
+        role: "training".to_owned(),
+        group: job,
+        containers: waiting.containers.len(),
+        threads: 0,
+        state: "waiting".to_owned(),
+        detail: format!(
+            "not measured yet: {}; taken when a training job ends",
+            waiting.reason
+        ),
+        foreign_writes: 0,
+    }
 }
 
 /// The enforcement's status, with "event to training ran" summed from the sensor's per-job

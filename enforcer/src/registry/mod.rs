@@ -36,6 +36,9 @@ pub struct Group {
     pub sources: Vec<Source>,
     /// Threads found at the last reconcile.
     pub threads: usize,
+    /// Declared by the config: kept whether or not it has members. A job launched through
+    /// the control socket ends when its last process exits, a pod's with its last pod.
+    pub from_config: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +73,8 @@ pub struct Reconciled {
     pub failed: usize,
     /// The offline pools' threads this pass found: the daemon gives them SCHED_IDLE.
     pub offline_threads: Vec<u32>,
+    /// Launched training jobs whose last process exited this pass: their ids are freed.
+    pub jobs_ended: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -78,9 +83,14 @@ pub struct Registry {
     pub pools: Vec<Group>,
     /// The Kubernetes pods whose container groups are members, by UID (`pods`).
     pub pods: std::collections::BTreeMap<String, pods::PodMember>,
+    /// Training pods refused for want of a job id, by UID, oldest first: taken when one frees.
+    pub waiting: std::collections::BTreeMap<String, pods::WaitingPod>,
     /// When each process source started (/proc's start time), read when it was added: a pid
     /// reused by another process between two reconciles is that other process, not a member.
     started: HashMap<u32, u64>,
+    /// Ids of training jobs that ended, whose totals in the sensor's `job_stats` are not
+    /// zeroed yet (`take_freed`): no new job gets one before.
+    freed: Vec<u32>,
 }
 
 /// Whether `pid` still runs and is the process that was added (the start time noted then);
@@ -114,6 +124,7 @@ impl Registry {
             id: i as u32,
             sources: job.sources.clone(),
             threads: 0,
+            from_config: true,
         });
         let pools = settings.pools.iter().enumerate().map(|(i, pool)| Group {
             name: pool.name.clone(),
@@ -125,12 +136,15 @@ impl Registry {
             id: i as u32,
             sources: pool.sources.clone(),
             threads: 0,
+            from_config: true,
         });
         let mut registry = Self {
             training: training.collect(),
             pools: pools.collect(),
             pods: Default::default(),
+            waiting: Default::default(),
             started: HashMap::new(),
+            freed: Vec::new(),
         };
         let pids: Vec<u32> = registry
             .training
@@ -180,8 +194,11 @@ impl Registry {
         if let Some(index) = self.training.iter().position(|j| j.name == name) {
             return Ok(index);
         }
-        // The lowest id no job holds: jobs of pods that went away leave theirs free.
-        let Some(id) = (0..MAX_JOBS).find(|id| !self.training.iter().any(|j| j.id == *id)) else {
+        // The lowest id no job holds: jobs that ended leave theirs free, once their totals are
+        // zeroed.
+        let Some(id) = (0..MAX_JOBS)
+            .find(|id| !self.training.iter().any(|j| j.id == *id) && !self.freed.contains(id))
+        else {
             return Err(RegistryError::TooManyJobs {
                 name: name.to_owned(),
             });
@@ -192,8 +209,27 @@ impl Registry {
             id,
             sources: Vec::new(),
             threads: 0,
+            from_config: false,
         });
         Ok(self.training.len() - 1)
+    }
+
+    /// A training job ended: its id is free once its totals are zeroed (`take_freed`).
+    fn end_job(&mut self, index: usize) -> Group {
+        let job = self.training.remove(index);
+        self.freed.push(job.id);
+        job
+    }
+
+    /// The ids of jobs that ended since the last call. The caller zeroes their totals in the
+    /// sensor, and gives back with `freed_again` any it could not.
+    pub fn take_freed(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.freed)
+    }
+
+    /// Ids whose totals could not be zeroed: kept from new jobs, tried again.
+    pub fn freed_again(&mut self, ids: Vec<u32>) {
+        self.freed.extend(ids);
     }
 
     /// Adds process `pid` to the configured pool `name`.
@@ -277,6 +313,18 @@ impl Registry {
                     Err(_) => report.failed += 1,
                 }
             }
+        }
+        // A launched job whose processes have all exited ends, and frees its id. A pod's job
+        // ends with its last pod (`leave_pod`), even while its containers are not there yet.
+        while let Some(index) = self.training.iter().position(|job| {
+            !job.from_config
+                && job.sources.is_empty()
+                && !self
+                    .pods
+                    .values()
+                    .any(|pod| pod.class == CLASS_TRAINING && pod.group == job.name)
+        }) {
+            report.jobs_ended.push(self.end_job(index).name);
         }
         report
     }

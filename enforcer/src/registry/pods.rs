@@ -3,8 +3,16 @@
 //! container group is added as it appears, and a pod that leaves takes its groups out and
 //! hands back the threads still in them, for the daemon to unclassify (a relabelled pod runs
 //! on, and must not stay counted as training or inference).
+//!
+//! A training pod that finds every job id taken (`MAX_JOBS`) waits, its containers noted as
+//! they come, and is taken when a job ends and its id is freed: it is never left
+//! unprotected for its whole life because it arrived at a busy moment. Status and /metrics
+//! show it as waiting until then.
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::Instant,
+};
 
 use enforcer_common::{CLASS_ONLINE, CLASS_TRAINING};
 
@@ -28,6 +36,17 @@ pub struct PodMember {
     pub exclusive_cpus: Option<String>,
 }
 
+/// A training pod refused for want of a job id, waiting for one.
+#[derive(Debug, Clone)]
+pub struct WaitingPod {
+    pub pod: ManagedPod,
+    /// Its container groups seen meanwhile, in the hierarchy threads are listed from.
+    pub containers: Vec<PathBuf>,
+    /// Why it was not taken.
+    pub reason: String,
+    since: Instant,
+}
+
 impl PodMember {
     /// "training", "online" or "offline", by its group's class.
     pub fn role(&self) -> &'static str {
@@ -43,12 +62,25 @@ impl PodMember {
 const MAX_POD_JOB_NAME: usize = 63 + 1 + 253;
 
 impl Registry {
-    /// Pod `pod` joins its job (created where new) or its pool.
+    /// Pod `pod` joins its job (created where new) or its pool. A training pod that finds
+    /// every job id taken waits for one (`retry_waiting`), and the error says so.
     pub fn join_pod(&mut self, pod: &ManagedPod) -> Result<(), RegistryError> {
         let (group, class) = match &pod.role {
             Role::Training { job } => {
                 check_pod_job_name(job)?;
-                self.training_job(job)?;
+                if let Err(err) = self.training_job(job) {
+                    if matches!(err, RegistryError::TooManyJobs { .. }) {
+                        self.waiting
+                            .entry(pod.uid.clone())
+                            .or_insert_with(|| WaitingPod {
+                                pod: pod.clone(),
+                                containers: Vec::new(),
+                                reason: err.to_string(),
+                                since: Instant::now(),
+                            });
+                    }
+                    return Err(err);
+                }
                 (job.clone(), CLASS_TRAINING)
             }
             Role::Pool { pool, .. } => {
@@ -57,6 +89,7 @@ impl Registry {
                 (pool.clone(), class)
             }
         };
+        self.waiting.remove(&pod.uid);
         self.pods.insert(
             pod.uid.clone(),
             PodMember {
@@ -72,6 +105,12 @@ impl Registry {
 
     /// Container group `dir` of pod `uid` becomes a member of the pod's group.
     pub fn add_pod_container(&mut self, uid: &str, dir: PathBuf) {
+        if let Some(waiting) = self.waiting.get_mut(uid) {
+            if !waiting.containers.contains(&dir) {
+                waiting.containers.push(dir);
+            }
+            return;
+        }
         let Some(pod) = self.pods.get_mut(uid) else {
             return;
         };
@@ -87,6 +126,9 @@ impl Registry {
 
     /// Container group `dir` of pod `uid` is gone.
     pub fn remove_pod_container(&mut self, uid: &str, dir: &Path) {
+        if let Some(waiting) = self.waiting.get_mut(uid) {
+            waiting.containers.retain(|c| c != dir);
+        }
         let Some(pod) = self.pods.get_mut(uid) else {
             return;
         };
@@ -102,6 +144,8 @@ impl Registry {
     /// Pod `uid` leaves: its container groups are taken out of its group, a training job
     /// left with no member goes, and the threads its groups still hold are returned.
     pub fn leave_pod(&mut self, uid: &str) -> Vec<u32> {
+        // A waiting pod's threads were never classified.
+        self.waiting.remove(uid);
         let Some(pod) = self.pods.remove(uid) else {
             return Vec::new();
         };
@@ -115,11 +159,44 @@ impl Registry {
                 .pods
                 .values()
                 .any(|p| p.class == CLASS_TRAINING && p.group == pod.group);
-        if emptied {
-            self.training
-                .retain(|job| job.name != pod.group || !job.sources.is_empty());
+        if emptied
+            && let Some(index) = self
+                .training
+                .iter()
+                .position(|job| job.name == pod.group && !job.from_config && job.sources.is_empty())
+        {
+            self.end_job(index);
         }
         threads
+    }
+
+    /// Takes the waiting training pods, oldest first, while job ids are free. Returns the
+    /// pods taken.
+    pub fn retry_waiting(&mut self) -> Vec<String> {
+        let mut order: Vec<(Instant, String)> = self
+            .waiting
+            .iter()
+            .map(|(uid, waiting)| (waiting.since, uid.clone()))
+            .collect();
+        order.sort();
+        let mut taken = Vec::new();
+        for (_, uid) in order {
+            let waiting = self.waiting.remove(&uid).expect("listed above");
+            match self.join_pod(&waiting.pod) {
+                Ok(()) => {
+                    for dir in waiting.containers {
+                        self.add_pod_container(&uid, dir);
+                    }
+                    taken.push(waiting.pod.key);
+                }
+                Err(_) => {
+                    // Still no id: it keeps its place and what it saw.
+                    self.waiting.insert(uid, waiting);
+                    break;
+                }
+            }
+        }
+        taken
     }
 
     fn group_mut(&mut self, class: u32, name: &str) -> Option<&mut super::Group> {
@@ -148,6 +225,8 @@ fn check_pod_job_name(name: &str) -> Result<(), RegistryError> {
 
 #[cfg(test)]
 mod tests {
+    use enforcer_common::MAX_JOBS;
+
     use super::*;
     use crate::kubernetes::classify::RoleName;
 
@@ -186,6 +265,11 @@ mod tests {
             registry.training.is_empty(),
             "its last pod gone, the job goes"
         );
+        assert_eq!(
+            registry.take_freed(),
+            [0],
+            "its id is freed once the sensor's totals for it are zeroed"
+        );
         registry
             .join_pod(&pod(
                 "c",
@@ -214,5 +298,53 @@ mod tests {
             ))
             .unwrap_err();
         assert!(matches!(err, RegistryError::UnknownPool { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_training_pod_refused_for_want_of_an_id_waits_and_is_taken_when_one_frees() {
+        let mut registry = Registry::default();
+        let training = |n: usize| {
+            pod(
+                &format!("p{n}"),
+                Role::Training {
+                    job: format!("ml/job-{n}"),
+                },
+            )
+        };
+        for n in 0..MAX_JOBS as usize {
+            registry.join_pod(&training(n)).unwrap();
+        }
+        let late = training(64);
+        let err = registry.join_pod(&late).unwrap_err();
+        assert!(matches!(err, RegistryError::TooManyJobs { .. }), "{err}");
+        assert!(registry.waiting["p64"].reason.contains("at most 64"));
+        let dir = std::env::temp_dir().join("late-container");
+        registry.add_pod_container("p64", dir.clone());
+        assert!(registry.retry_waiting().is_empty(), "no id free yet");
+
+        registry.leave_pod("p3");
+        assert!(
+            registry.retry_waiting().is_empty(),
+            "the id is not given before its totals are zeroed"
+        );
+        assert_eq!(registry.take_freed(), [3]);
+        assert_eq!(registry.retry_waiting(), ["ml/p64"]);
+        assert!(registry.waiting.is_empty());
+        let job = registry
+            .training
+            .iter()
+            .find(|job| job.name == "ml/job-64")
+            .unwrap();
+        assert_eq!(job.id, 3);
+        assert_eq!(
+            job.sources,
+            [Source::Cgroup(dir)],
+            "the container it had meanwhile"
+        );
+
+        // A waiting pod that leaves waits no more.
+        registry.join_pod(&training(65)).unwrap_err();
+        registry.leave_pod("p65");
+        assert!(registry.waiting.is_empty());
     }
 }

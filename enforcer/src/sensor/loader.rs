@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, MapData, MapError, PerCpuArray, PerCpuValues, RingBuf},
     programs::{BtfTracePoint, ProgramError},
 };
 use enforcer_common::{CpuState, JobStats, ThreadState, maps as names, protocol::ProgramStats};
@@ -43,6 +43,11 @@ pub enum SensorError {
     Map {
         name: &'static str,
         source: MapError,
+    },
+    #[error("map {name}: one value per CPU: {source}")]
+    MapValues {
+        name: &'static str,
+        source: std::io::Error,
     },
     #[error("the eBPF object has no {what} named {name}")]
     Missing {
@@ -184,6 +189,23 @@ impl Sensor {
             .classify_gen
             .set(0, generation.wrapping_add(1).max(1), 0)
             .map_err(failed)
+    }
+
+    /// Zeroes training job `id`'s totals, on every CPU: a job id freed by a job that ended is
+    /// given to the next new job, which must not start with the ended job's hours of run time
+    /// (the slow path would read them as one tick's demand).
+    pub fn reset_job_stats(&mut self, id: u32) -> Result<(), SensorError> {
+        let failed = |source| SensorError::Map {
+            name: names::JOB_STATS,
+            source,
+        };
+        let values = |source| SensorError::MapValues {
+            name: names::JOB_STATS,
+            source,
+        };
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| values(e))?;
+        let zeros = PerCpuValues::try_from(vec![JobStats::default(); cpus]).map_err(values)?;
+        self.maps.job_stats.set(id, zeros, 0).map_err(failed)
     }
 
     /// The `reserved_cpus` map, once.
