@@ -11,11 +11,16 @@
 //! - **A cap on open connections.** One past the cap is answered `503 Service Unavailable`
 //!   with a line that names the cap, and closed; the refusal is logged at most once every
 //!   10 s, so a flood cannot fill the log.
+//! - **A cap per client address.** One client that holds its share is refused the same way,
+//!   so it cannot take every slot from the others (32 unfinished requests from one client
+//!   held every slot of the enforcer's `/metrics`).
 //! - **Graceful shutdown.** Once `shutdown` completes, nothing more is accepted, idle
 //!   connections close, and requests in flight are answered first.
 
 use std::{
+    collections::HashMap,
     future::Future,
+    net::{IpAddr, SocketAddr},
     pin::pin,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -40,6 +45,48 @@ pub struct HttpLimits {
     pub header_timeout: Duration,
     /// Connections open at once; the next is answered 503 and closed.
     pub max_connections: usize,
+    /// Connections one client address holds at once; its next is answered 503 and closed.
+    /// A server behind a proxy or a load generator sees one address for many clients: give
+    /// it `max_connections`.
+    pub max_per_client: usize,
+}
+
+/// The connections each client address holds now.
+#[derive(Default)]
+struct PerClient(Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection of a client, counted while it is open.
+struct ClientSlot {
+    clients: Arc<PerClient>,
+    ip: IpAddr,
+}
+
+impl PerClient {
+    /// A slot for `ip`, unless it holds `cap` already.
+    fn take(self: &Arc<Self>, ip: IpAddr, cap: usize) -> Option<ClientSlot> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = held.entry(ip).or_default();
+        if *count >= cap {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot {
+            clients: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut held = self.clients.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = held.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// Serves `router` on `listener` within `limits` until `shutdown` completes, then lets every
@@ -50,28 +97,39 @@ pub async fn serve<L>(
     limits: HttpLimits,
     shutdown: impl Future<Output = ()>,
 ) where
-    L: Listener,
+    L: Listener<Addr = SocketAddr>,
     L::Io: Unpin,
 {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let clients = Arc::new(PerClient::default());
     let refusals = Arc::new(RefusalLog::default());
     let (closing, closing_seen) = tokio::sync::watch::channel(false);
     let mut connections = JoinSet::new();
     let mut shutdown = pin!(shutdown);
     loop {
-        let (io, _addr) = tokio::select! {
+        let (io, addr) = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
         while connections.try_join_next().is_some() {}
+        let per_client = limits.max_per_client.max(1);
+        let Some(client_slot) = clients.take(addr.ip(), per_client) else {
+            let why = format!("this client holds {per_client} already");
+            connections.spawn(refuse(io, why, refusals.clone()));
+            continue;
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            connections.spawn(refuse(io, limits.max_connections, refusals.clone()));
+            let why = format!(
+                "this server holds at most {} at once",
+                limits.max_connections
+            );
+            connections.spawn(refuse(io, why, refusals.clone()));
             continue;
         };
         let service = TowerToHyperService::new(router.clone());
         let mut closing_seen = closing_seen.clone();
         connections.spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, client_slot);
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
@@ -91,13 +149,13 @@ pub async fn serve<L>(
     while connections.join_next().await.is_some() {}
 }
 
-/// Answers a connection over the cap, briefly, and closes it.
-async fn refuse<Io>(mut io: Io, cap: usize, log: Arc<RefusalLog>)
+/// Answers a connection over a cap, briefly, and closes it.
+async fn refuse<Io>(mut io: Io, why: String, log: Arc<RefusalLog>)
 where
     Io: tokio::io::AsyncWrite + Unpin,
 {
-    log.refused(cap);
-    let body = format!("too many connections: this server holds at most {cap} at once\n");
+    log.refused(&why);
+    let body = format!("too many connections: {why}\n");
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
          Retry-After: 1\r\nConnection: close\r\n\r\n{body}",
@@ -117,7 +175,7 @@ struct RefusalLog {
 }
 
 impl RefusalLog {
-    fn refused(&self, cap: usize) {
+    fn refused(&self, why: &str) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.1 += 1;
         let due = state
@@ -126,8 +184,7 @@ impl RefusalLog {
         if due {
             tracing::warn!(
                 refused = state.1,
-                cap,
-                "HTTP connections refused: {cap} already open"
+                "HTTP connections refused: {why} (the last refusal's reason)"
             );
             *state = (Some(Instant::now()), 0);
         }
@@ -180,6 +237,7 @@ mod tests {
         let (addr, _stop, _server) = server(HttpLimits {
             header_timeout: Duration::from_millis(300),
             max_connections: 8,
+            max_per_client: 8,
         })
         .await;
         // A head that never ends: closed at the deadline, not held.
@@ -207,6 +265,7 @@ mod tests {
         let (addr, _stop, _server) = server(HttpLimits {
             header_timeout: Duration::from_secs(5),
             max_connections: 2,
+            max_per_client: 8,
         })
         .await;
         let mut held = Vec::new();
@@ -235,10 +294,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn one_client_cannot_take_every_slot_from_the_others() {
+        let (addr, _stop, _server) = server(HttpLimits {
+            header_timeout: Duration::from_secs(5),
+            max_connections: 8,
+            max_per_client: 2,
+        })
+        .await;
+        // 127.0.0.1 holds its two: its third is refused, naming the per-client cap.
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(b"GET /slow HTTP/1.1\r\n").await.unwrap();
+            held.push(stream);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        let answer = read_all(&mut third).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("this client holds 2 already"), "{answer}");
+        // Another address on loopback is served meanwhile.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut other = socket.connect(addr).await.unwrap();
+        other
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_all(&mut other).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // The first client's slots come back when it closes.
+        drop(held);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut again = TcpStream::connect(addr).await.unwrap();
+        again
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(read_all(&mut again).await.starts_with("HTTP/1.1 200"));
+    }
+
+    #[tokio::test]
     async fn shutdown_answers_the_request_in_flight_then_ends() {
         let (addr, stop, server) = server(HttpLimits {
             header_timeout: Duration::from_secs(5),
             max_connections: 8,
+            max_per_client: 8,
         })
         .await;
         let mut stream = TcpStream::connect(addr).await.unwrap();

@@ -179,9 +179,13 @@ pub fn run(options: Options) -> Result<(), OnlineError> {
         ));
         // A launcher that relaunches this worker stops the old one only after this.
         socket_activation::notify_ready();
+        let max_connections = connections_within_open_files(options.max_connections);
         let limits = HttpLimits {
             header_timeout: options.header_timeout,
-            max_connections: connections_within_open_files(options.max_connections),
+            max_connections,
+            // Clients reach a model server through a proxy or a load balancer, one address for
+            // many of them: the cap is the server's only.
+            max_per_client: max_connections,
         };
         http_serve::serve(listener, router, limits, drained(drain, drain_timeout)).await;
         Ok::<(), OnlineError>(())

@@ -74,6 +74,10 @@ pub enum Request {
     /// Makes every launcher of `pool` started with `--relaunch` relaunch its command: the new
     /// one is started, and the old one is stopped once the new one is ready (root only).
     Relaunch { pool: String },
+    /// Whether the daemon's event path is alive, as its service watchdog judges it: what
+    /// `enforcer health` and the Kubernetes probes ask, over the control socket, where no
+    /// HTTP client can take their place.
+    Health,
 }
 
 /// One online worker's latency over its last report period.
@@ -117,6 +121,10 @@ pub enum Response {
         generation: u64,
         /// The pids of the launchers that will relaunch their command.
         launchers: Vec<u32>,
+    },
+    /// The answer to `Health`: None where the event path is alive, else what is wrong.
+    Health {
+        problem: Option<String>,
     },
     Error {
         message: String,

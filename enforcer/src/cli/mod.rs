@@ -5,6 +5,7 @@
 pub mod calibrate;
 pub mod check;
 pub mod client;
+pub mod health;
 pub mod launch;
 pub mod observe;
 pub mod pods;
@@ -222,6 +223,21 @@ enum Command {
     /// mode, GPU; each missing piece with how to fix it. Exits 1 when something required is
     /// missing.
     Check,
+    /// Exit 0 while the daemon's event path is alive, 1 (saying why) when it is not or no
+    /// daemon answers in time: for liveness and readiness probes.
+    ///
+    /// It asks over the control socket, as the service watchdog judges: the event thread came
+    /// back from poll(2) recently, and the lock each event takes is free within a second. Run
+    /// as root, it uses root's own connection budget, which no other user can exhaust.
+    ///
+    /// Example (a Kubernetes exec probe): enforcer health --instance default --timeout-s 5
+    Health {
+        /// Seconds to wait for the answer before calling the daemon unhealthy.
+        #[arg(long, default_value_t = 5.0, value_parser = parse_interval)]
+        timeout_s: f64,
+        #[command(flatten)]
+        instance: InstanceArg,
+    },
     /// Show training jobs, pools, the CPUs each holds now, and recent decisions.
     Status {
         /// The whole snapshot as JSON.
@@ -382,6 +398,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { json, instance } => {
             let runtime = current_thread_runtime()?;
             runtime.block_on(status::run(&paths::socket_path(&instance.instance), json))
+        }
+        Command::Health {
+            timeout_s,
+            instance,
+        } => {
+            let runtime = current_thread_runtime()?;
+            return runtime.block_on(health::run(
+                &paths::socket_path(&instance.instance),
+                Duration::from_secs_f64(timeout_s),
+            ));
         }
         Command::Calibrate { seconds, floor } => {
             calibrate::run(Duration::from_secs_f64(seconds), floor)

@@ -419,12 +419,15 @@ pub async fn bind(addr: SocketAddr) -> Option<TcpListener> {
     }
 }
 
-/// What one scraper may hold: a Prometheus server keeps one connection per target, and asks
+/// What scrapers may hold: a Prometheus server keeps one connection per target, and asks
 /// every 15 s or so, so a head not complete within 10 s, or a connection idle as long, is
-/// closed, and a few dozen connections are plenty.
+/// closed, and a few dozen connections are plenty. One address holds at most 4 of them (a
+/// few replicas of a scraper on one node), so that one client cannot take them all. Nothing
+/// vital depends on this server: the probes ask over the control socket (`enforcer health`).
 const METRICS_LIMITS: HttpLimits = HttpLimits {
     header_timeout: std::time::Duration::from_secs(10),
     max_connections: 32,
+    max_per_client: 4,
 };
 
 /// Serves `router` on `listener` until the task is dropped.

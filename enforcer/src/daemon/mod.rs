@@ -201,6 +201,7 @@ pub async fn run(
         enforcement: Arc::new(Mutex::new(enforcement)),
         sensor: Mutex::new(sensor),
         tally: Arc::new(Mutex::new(EventTally::default())),
+        heartbeat: Arc::new(Heartbeat::default()),
         relaunch: Mutex::new(RelaunchBoard::new(
             settings.pools.iter().map(|p| p.name.clone()),
         )),
@@ -235,7 +236,7 @@ pub async fn run(
     })?;
     let stop = Arc::new(AtomicBool::new(false));
     let thread_error = |what| move |error| DaemonError::Thread { what, error };
-    let heartbeat = Arc::new(Heartbeat::default());
+    let heartbeat = shared.heartbeat.clone();
     let consumer = {
         let (tally, enforcement, heartbeat, stop) = (
             shared.tally.clone(),

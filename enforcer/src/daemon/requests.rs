@@ -10,6 +10,7 @@ use super::{
     loops::classify,
     snapshot::{Detail, take_snapshot},
     state::Shared,
+    watchdog,
 };
 use crate::{
     actuate::pools::PoolsError,
@@ -88,6 +89,13 @@ pub fn handle(shared: &Shared, request: Request, peer: Option<UCred>) -> Respons
                 Err(err) => error(err.to_string()),
             }
         }
+        Request::Health => Response::Health {
+            problem: watchdog::event_path_problem(
+                &shared.heartbeat,
+                &shared.enforcement,
+                HEALTH_LOCK_WAIT,
+            ),
+        },
         Request::Register { kind, name, pid } => {
             if let Err(refused) = only_root(peer_uid, "register threads") {
                 return refused;
@@ -96,6 +104,10 @@ pub fn handle(shared: &Shared, request: Request, peer: Option<UCred>) -> Respons
         }
     }
 }
+
+/// How long `Health` waits for the enforcement lock: the event path holds it for microseconds
+/// per event, the slow path for a tick's writes.
+const HEALTH_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn error(message: impl Into<String>) -> Response {
     Response::Error {

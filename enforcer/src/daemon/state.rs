@@ -12,7 +12,7 @@ use std::{
 
 use super::{
     enforcement::Enforcement, event_thread::EventTally, journal::Journal,
-    relaunch_board::RelaunchBoard,
+    relaunch_board::RelaunchBoard, watchdog::Heartbeat,
 };
 use crate::{gpu::service::GpuService, registry::Registry, sensor::Sensor};
 
@@ -26,6 +26,8 @@ pub struct Shared {
     pub enforcement: Arc<Mutex<Enforcement>>,
     pub sensor: Mutex<Sensor>,
     pub tally: Arc<Mutex<EventTally>>,
+    /// When the event thread last came back from poll(2): the watchdog and `Health` read it.
+    pub heartbeat: Arc<Heartbeat>,
     /// The launchers that relaunch their command on request, and each pool's generation.
     pub relaunch: Mutex<RelaunchBoard>,
     /// Where /metrics is served, if anywhere.

@@ -41,20 +41,40 @@ fn event_path_alive(
     enforcement: &Mutex<Enforcement>,
     wait: Duration,
 ) -> bool {
+    event_path_problem(heartbeat, enforcement, wait).is_none()
+}
+
+/// What is wrong with the event path, if anything (`event_path_alive`): for the watchdog, and
+/// for `enforcer health` and the Kubernetes probes (`Request::Health`).
+pub fn event_path_problem<T>(
+    heartbeat: &Heartbeat,
+    enforcement: &Mutex<T>,
+    wait: Duration,
+) -> Option<String> {
     let poll = Duration::from_millis(event_thread::POLL_TIMEOUT_MS as u64);
-    if heartbeat.age() > poll * 5 {
-        return false;
+    let age = heartbeat.age();
+    if age > poll * 5 {
+        return Some(format!(
+            "the event thread has not come back from poll(2) for {:.1} s (it does every {} ms)",
+            age.as_secs_f64(),
+            poll.as_millis()
+        ));
     }
     let deadline = std::time::Instant::now() + wait;
     loop {
         match enforcement.try_lock() {
-            Ok(_) => return true,
+            Ok(_) => return None,
             // A poisoned lock is one a panic left: the panic hook ends the daemon anyway.
-            Err(std::sync::TryLockError::Poisoned(_)) => return false,
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                return Some("the enforcement lock was poisoned by a panic".to_owned());
+            }
             Err(std::sync::TryLockError::WouldBlock) => {}
         }
         if std::time::Instant::now() >= deadline {
-            return false;
+            return Some(format!(
+                "the enforcement lock, which every event takes, was held for over {} ms",
+                wait.as_millis()
+            ));
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -103,4 +123,24 @@ pub fn start(
             }
         })
         .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_problem_names_what_is_stuck() {
+        let heartbeat = Heartbeat::default();
+        let lock = Mutex::new(());
+        let wait = Duration::from_millis(20);
+        let never_beat = event_path_problem(&heartbeat, &lock, wait).unwrap();
+        assert!(never_beat.contains("has not come back from poll(2)"), "{never_beat}");
+        heartbeat.beat_at(monotonic_ns());
+        assert_eq!(event_path_problem(&heartbeat, &lock, wait), None);
+        let held = lock.lock().unwrap();
+        let stuck = event_path_problem(&heartbeat, &lock, wait).unwrap();
+        assert!(stuck.contains("was held for over 20 ms"), "{stuck}");
+        drop(held);
+    }
 }
