@@ -12,7 +12,8 @@
 //! grants, and anyone may read a snapshot. Every request that changes something is checked
 //! against the peer's credentials; these caps keep what merely connects from holding the
 //! daemon's file descriptors. Root's budget is separate, so other users cannot lock out
-//! `enforcer launch` or `status`. A grant subscription is not idle while it is open (a worker
+//! `enforcer launch` or `status`. A user's processes in user namespaces of its own count as
+//! that user (`host::user_namespace`). A grant subscription is not idle while it is open (a worker
 //! speaks only when its need changes): it is bounded by the caps and by pool membership.
 
 use std::time::Duration;

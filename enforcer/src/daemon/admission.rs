@@ -1,5 +1,7 @@
 //! Who may hold a control-socket connection: every user other than root within a cap of its
-//! own and a cap of them all together, root within a budget of its own. A connection holds one
+//! own and a cap of them all together, root within a budget of its own. A user is who is
+//! behind the peer, through user namespaces (`host::user_namespace`): the uids of a user's
+//! subordinate range count as that user. A connection holds one
 //! of the daemon's file descriptors for as long as it stays open, so without caps a local user
 //! holding idle connections ran the daemon out of them (about 1,100 at the usual limit).
 //!
@@ -11,14 +13,16 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use crate::host::user_namespace::Budget;
+
 /// Why a connection was refused: the answer it gets before the daemon closes it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     #[error(
-        "too many connections from uid {uid}: {limit} at most per user ([control] \
+        "too many connections from {who}: {limit} at most per user ([control] \
          max_connections_per_user); close some and retry"
     )]
-    User { uid: u32, limit: usize },
+    User { who: Budget, limit: usize },
     #[error(
         "too many connections from users other than root: {limit} at most ([control] \
          max_connections); retry later"
@@ -32,7 +36,7 @@ pub enum Refused {
 struct Counts {
     root: usize,
     others: usize,
-    by_uid: HashMap<u32, usize>,
+    by_user: HashMap<Budget, usize>,
 }
 
 #[derive(Debug)]
@@ -46,7 +50,7 @@ pub struct Admission {
 #[derive(Debug)]
 pub struct Admitted {
     admission: Arc<Admission>,
-    uid: u32,
+    who: Budget,
 }
 
 impl Admission {
@@ -60,12 +64,10 @@ impl Admission {
         })
     }
 
-    /// Admits a connection of `uid` (None: the kernel gave no credentials, counted as a user
-    /// other than root that is nobody else).
-    pub fn admit(self: &Arc<Self>, uid: Option<u32>) -> Result<Admitted, Refused> {
-        let uid = uid.unwrap_or(u32::MAX);
+    /// Admits a connection that spends `who`'s budget (`user_namespace::budget_of`).
+    pub fn admit(self: &Arc<Self>, who: Budget) -> Result<Admitted, Refused> {
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        if uid == 0 {
+        if who == Budget::Root {
             if counts.root >= self.per_class {
                 return Err(Refused::Root {
                     limit: self.per_class,
@@ -73,10 +75,10 @@ impl Admission {
             }
             counts.root += 1;
         } else {
-            let held = counts.by_uid.get(&uid).copied().unwrap_or(0);
+            let held = counts.by_user.get(&who).copied().unwrap_or(0);
             if held >= self.per_user {
                 return Err(Refused::User {
-                    uid,
+                    who,
                     limit: self.per_user,
                 });
             }
@@ -86,11 +88,11 @@ impl Admission {
                 });
             }
             counts.others += 1;
-            counts.by_uid.insert(uid, held + 1);
+            counts.by_user.insert(who, held + 1);
         }
         Ok(Admitted {
             admission: self.clone(),
-            uid,
+            who,
         })
     }
 
@@ -108,15 +110,15 @@ impl Drop for Admitted {
             .counts
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if self.uid == 0 {
+        if self.who == Budget::Root {
             counts.root = counts.root.saturating_sub(1);
             return;
         }
         counts.others = counts.others.saturating_sub(1);
-        if let Some(held) = counts.by_uid.get_mut(&self.uid) {
+        if let Some(held) = counts.by_user.get_mut(&self.who) {
             *held -= 1;
             if *held == 0 {
-                counts.by_uid.remove(&self.uid);
+                counts.by_user.remove(&self.who);
             }
         }
     }
@@ -129,24 +131,26 @@ mod tests {
     #[test]
     fn a_user_is_capped_alone_and_others_together_while_root_keeps_its_own_budget() {
         let admission = Admission::new(2, 3);
-        let first = admission.admit(Some(1000)).unwrap();
-        let _second = admission.admit(Some(1000)).unwrap();
+        let first = admission.admit(Budget::User(1000)).unwrap();
+        let _second = admission.admit(Budget::User(1000)).unwrap();
         assert_eq!(
-            admission.admit(Some(1000)).unwrap_err(),
+            admission.admit(Budget::User(1000)).unwrap_err(),
             Refused::User {
-                uid: 1000,
+                who: Budget::User(1000),
                 limit: 2
             }
         );
-        let _third = admission.admit(Some(1001)).unwrap();
+        let _third = admission.admit(Budget::RootsNamespace(7)).unwrap();
         assert_eq!(
-            admission.admit(Some(1002)).unwrap_err(),
+            admission.admit(Budget::User(1002)).unwrap_err(),
             Refused::Others { limit: 3 },
-            "every user but root shares one cap"
+            "every user but root shares one cap, root's namespaces included"
         );
-        let roots: Vec<_> = (0..3).map(|_| admission.admit(Some(0)).unwrap()).collect();
+        let roots: Vec<_> = (0..3)
+            .map(|_| admission.admit(Budget::Root).unwrap())
+            .collect();
         assert_eq!(
-            admission.admit(Some(0)).unwrap_err(),
+            admission.admit(Budget::Root).unwrap_err(),
             Refused::Root { limit: 3 }
         );
         assert_eq!(admission.open(), (3, 3));
@@ -154,16 +158,19 @@ mod tests {
         drop(roots);
         assert_eq!(admission.open(), (0, 2));
         assert!(
-            admission.admit(Some(1000)).is_ok(),
+            admission.admit(Budget::User(1000)).is_ok(),
             "a closed connection gives its place back"
         );
     }
 
     #[test]
-    fn a_peer_without_credentials_counts_as_one_more_user() {
+    fn a_refusal_names_whose_budget_it_is() {
         let admission = Admission::new(1, 4);
-        let _unknown = admission.admit(None).unwrap();
-        assert!(admission.admit(None).is_err());
-        assert!(admission.admit(Some(1000)).is_ok());
+        let _held = admission.admit(Budget::User(1000)).unwrap();
+        let refused = admission.admit(Budget::User(1000)).unwrap_err().to_string();
+        assert!(
+            refused.contains("from uid 1000 (its user namespaces included)"),
+            "{refused}"
+        );
     }
 }

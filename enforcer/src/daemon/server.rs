@@ -30,7 +30,7 @@ use super::{
     state::Shared,
     subscription,
 };
-use crate::config::control::ControlSettings;
+use crate::{config::control::ControlSettings, host::user_namespace};
 
 /// How long a peer may take to read one answer (a full snapshot is tens of kilobytes, which
 /// the socket's buffer takes at once) before its connection is closed.
@@ -62,7 +62,9 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>, control: Control
             Ok((stream, _)) => {
                 backoff = ACCEPT_BACKOFF_MIN;
                 let peer = stream.peer_cred().ok();
-                match admission.admit(peer.map(|c| c.uid())) {
+                let who =
+                    user_namespace::budget_of(peer.map(|c| c.uid()), peer.and_then(|c| c.pid()));
+                match admission.admit(who) {
                     Ok(admitted) => {
                         let connection = Connection {
                             peer,

@@ -135,7 +135,10 @@ mod tests {
         let lock = Mutex::new(());
         let wait = Duration::from_millis(20);
         let never_beat = event_path_problem(&heartbeat, &lock, wait).unwrap();
-        assert!(never_beat.contains("has not come back from poll(2)"), "{never_beat}");
+        assert!(
+            never_beat.contains("has not come back from poll(2)"),
+            "{never_beat}"
+        );
         heartbeat.beat_at(monotonic_ns());
         assert_eq!(event_path_problem(&heartbeat, &lock, wait), None);
         let held = lock.lock().unwrap();

@@ -9,3 +9,4 @@ pub mod preflight;
 pub mod procfs;
 pub mod systemd;
 pub mod topology;
+pub mod user_namespace;
