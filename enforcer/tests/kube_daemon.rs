@@ -133,6 +133,15 @@ async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
     std::fs::write(dir("cpuset", &pinned_container).join("cpuset.cpus"), "1").unwrap();
 
     let offline = json!({"reamer.io/role": "offline"});
+    // A pod of a namespace the config does not trust with training, that says it is.
+    let mut untrusted = api_pod(
+        "d0000000-0000-4000-8000-00000000000d",
+        "fake-train",
+        json!({"reamer.io/role": "training"}),
+        "BestEffort",
+        None,
+    );
+    untrusted["metadata"]["namespace"] = json!("tenant");
     let server = Arc::new(Mutex::new(ApiServer {
         pods: vec![
             api_pod(
@@ -151,6 +160,7 @@ async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
                 "Guaranteed",
                 Some(&pinned_id),
             ),
+            untrusted,
         ],
         resource_version: 5,
         ..ApiServer::default()
@@ -167,6 +177,7 @@ async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
     let config = format!(
         "[kubernetes]\nenabled = true\nnode_name = \"node-1\"\ncgroup_root = \"/{KUBELET_ROOT}\"\n\
          cpu_manager_state = \"{}\"\n\n\
+         [kubernetes.claims]\ntraining = [\"ml\"]\n\n\
          [policy]\n# Training keeps the core it reserves for the whole test.\ngive_back_after_ms = 600000\n\
          # A slow tick: the fast path reacts to training's first contention, not the demand\n\
          # estimate (as in the enforcement tests).\ntick_ms = 1000\n\n\
@@ -186,11 +197,22 @@ async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
     let mut daemon = start_daemon();
 
     // Every pod found and classified.
-    eventually("the four pods in status", Duration::from_secs(10), || {
-        daemon.snapshot().pods.len() == 4
-    });
+    eventually(
+        "the four pods and the refused one in status",
+        Duration::from_secs(10),
+        || daemon.snapshot().pods.len() == 5,
+    );
     let snapshot = daemon.snapshot();
     println!("{:#?}", snapshot.pods);
+    let refused = pod_of(&snapshot, "tenant/fake-train").unwrap();
+    assert_eq!(refused.state, "refused", "{refused:?}");
+    assert!(
+        refused
+            .detail
+            .contains("namespace \"tenant\" may not claim training"),
+        "{refused:?}"
+    );
+    assert!(snapshot.job("tenant/fake-train-job").is_none());
     let resnet = pod_of(&snapshot, "ml/resnet-0").unwrap();
     assert_eq!(
         (resnet.role.as_str(), resnet.group.as_str()),

@@ -30,6 +30,20 @@ fn api_pod(uid: &str, name: &str, labels: Value, qos: &str, container: u8) -> Va
     support::api_pod(uid, name, labels, qos, Some(&container_id(container)))
 }
 
+/// A pod of namespace `tenant`, which the test's config does not trust with training, that
+/// says it is training.
+fn untrusted_training_pod() -> Value {
+    let mut pod = api_pod(
+        "99",
+        "fake-train",
+        json!({"reamer.io/role": "training"}),
+        "BestEffort",
+        5,
+    );
+    pod["metadata"]["namespace"] = json!("tenant");
+    pod
+}
+
 #[tokio::test]
 async fn enforcer_pods_classifies_the_nodes_pods_and_finds_their_containers() {
     if !privileged("enforcer_pods_classifies_the_nodes_pods_and_finds_their_containers") {
@@ -61,6 +75,7 @@ async fn enforcer_pods_classifies_the_nodes_pods_and_finds_their_containers() {
                 3,
             ),
             api_pod("88", "web-0", json!({"app": "web"}), "Guaranteed", 4),
+            untrusted_training_pod(),
         ],
         resource_version: 7,
         ..ApiServer::default()
@@ -92,6 +107,7 @@ async fn enforcer_pods_classifies_the_nodes_pods_and_finds_their_containers() {
         dir.join("enforcer.toml"),
         format!(
             "[kubernetes]\nnode_name = \"node-1\"\ncgroup_root = \"/reamer/{INSTANCE}\"\n\n\
+             [kubernetes.claims]\ntraining = [\"ml\"]\n\n\
              [[kubernetes.selector]]\nlabel = \"koordinator.sh/qosClass\"\nvalue = \"BE\"\n\
              role = \"offline\"\n\n\
              [[pool]]\nname = \"serve\"\nkind = \"online\"\n\n\
@@ -119,7 +135,7 @@ async fn enforcer_pods_classifies_the_nodes_pods_and_finds_their_containers() {
     remove_kubelet_tree(&kubelet_root);
     let _ = std::fs::remove_dir_all(&dir);
 
-    assert_eq!(lines.len(), 4, "{stdout}\n{stderr}");
+    assert_eq!(lines.len(), 5, "{stdout}\n{stderr}");
     let resnet = &lines["ml/resnet-0"];
     assert_eq!(resnet["role"], "training");
     assert_eq!(
@@ -147,10 +163,19 @@ async fn enforcer_pods_classifies_the_nodes_pods_and_finds_their_containers() {
         "{serve}"
     );
     assert_eq!(lines["ml/web-0"]["role"], "-");
+    let untrusted = &lines["tenant/fake-train"];
+    assert_eq!(untrusted["role"], "error");
+    assert!(
+        untrusted["group"]
+            .as_str()
+            .unwrap()
+            .contains("namespace \"tenant\" may not claim training"),
+        "{untrusted}"
+    );
     // A pod marked for reamer that cannot be taken fails the command, saying how many.
     assert!(!output.status.success());
     assert!(
-        stderr.contains("1 pod(s) marked for reamer cannot be taken"),
+        stderr.contains("2 pod(s) marked for reamer cannot be taken"),
         "{stderr}"
     );
     let list = server.lock().unwrap().lists[0].clone();

@@ -16,6 +16,8 @@ use crate::{
     kubernetes::{
         api_watch::from_api,
         classify::{Classifier, Role, RoleName},
+        cpu_manager::ExclusivePods,
+        node_groups::managed_pod,
         pod::Pod,
         pod_cgroup::{container_group, kubelet_hierarchy},
     },
@@ -43,21 +45,32 @@ pub struct ContainerLine {
     pub problem: Option<String>,
 }
 
-/// What `config` makes of `pod`.
+/// What `config` makes of `pod`: decided as the daemon decides (`managed_pod`), so that a pod
+/// shown as an error here is one the daemon refuses, and the other way round.
 pub fn pod_line(pod: &Pod, config: &Config, classifier: &Classifier, hierarchy: &Path) -> PodLine {
-    let (role, group) = match classifier.classify(pod) {
+    let decided = managed_pod(
+        pod,
+        classifier,
+        &config.kubernetes,
+        hierarchy,
+        &ExclusivePods::default(),
+    );
+    let (role, group) = match decided {
+        Ok(None) if pod.is_finished() => ("-".to_owned(), "finished: let go".to_owned()),
         Ok(None) => ("-".to_owned(), "-".to_owned()),
-        Ok(Some(Role::Training { job })) => ("training".to_owned(), job),
-        Ok(Some(Role::Pool { pool, kind })) => (
-            if kind == RoleName::Online {
-                "online"
-            } else {
-                "offline"
-            }
-            .to_owned(),
-            pool,
-        ),
-        Err(err) => ("error".to_owned(), err.to_string()),
+        Ok(Some(managed)) => match managed.role {
+            Role::Training { job } => ("training".to_owned(), job),
+            Role::Pool { pool, kind } => (
+                if kind == RoleName::Online {
+                    "online"
+                } else {
+                    "offline"
+                }
+                .to_owned(),
+                pool,
+            ),
+        },
+        Err(reason) => ("error".to_owned(), reason),
     };
     let layout = config.kubernetes.kubelet_layout(hierarchy);
     let qos = pod.status.qos_class;
@@ -107,6 +120,7 @@ pub fn classifier(config: &Config) -> Classifier {
         (p.name.get_ref().clone(), online)
     });
     Classifier::of_pools(pools, config.kubernetes.selector.clone())
+        .with_claims(config.kubernetes.claims.clone())
 }
 
 pub fn render(line: &PodLine) -> String {

@@ -8,6 +8,11 @@
 //! cgroup_driver = "auto"         # "systemd", "cgroupfs", or "auto": whichever kubepods exists
 //! cpu_manager_state = "/var/lib/kubelet/cpu_manager_state"
 //!
+//! [kubernetes.claims]            # the namespaces whose pods may claim each role
+//! training = ["*"]               # "*": any (the default); on a shared cluster, list yours
+//! online = ["*"]
+//! offline = ["*"]
+//!
 //! [[kubernetes.selector]]        # pods other agents marked, taken without relabelling
 //! label = "koordinator.sh/qosClass"
 //! value = "BE"
@@ -21,7 +26,7 @@ use serde::Deserialize;
 
 use super::InvalidField;
 use crate::kubernetes::{
-    classify::{RoleName, Selector},
+    classify::{Claims, RoleName, Selector},
     pod_cgroup::CgroupDriver,
 };
 
@@ -62,6 +67,8 @@ pub struct KubernetesSection {
     /// The CPU manager's state file: pods it gave exclusive CPUs are left alone.
     pub cpu_manager_state: PathBuf,
     pub selector: Vec<Selector>,
+    /// Which namespaces' pods may claim each role.
+    pub claims: Claims,
 }
 
 impl Default for KubernetesSection {
@@ -73,6 +80,7 @@ impl Default for KubernetesSection {
             cgroup_driver: DriverChoice::Auto,
             cpu_manager_state: PathBuf::from(DEFAULT_CPU_MANAGER_STATE),
             selector: Vec::new(),
+            claims: Claims::default(),
         }
     }
 }
@@ -101,6 +109,9 @@ impl KubernetesSection {
                 "node_name",
                 format!("{node:?} is not a node name (no '/', ',' or '='; not empty)"),
             );
+        }
+        if let Err(message) = self.claims.validate() {
+            return invalid("claims", message);
         }
         for selector in &self.selector {
             if selector.label.is_empty() {

@@ -269,7 +269,8 @@ fn encode_pods(encoder: &mut DescriptorEncoder, pods: &[PodInfo]) -> fmt::Result
         "reamer_pod_info",
         "1 for each managed pod: its role, its job or pool, and how reamer holds it \
          (measured, enforced, observe_only, exclusive, contested, failing; waiting: a training \
-         pod that found every job slot taken, taken when one frees).",
+         pod that found every job slot taken, taken when one frees; refused: a pod whose \
+         claim reamer does not take, such as a role its namespace may not claim).",
         None,
         MetricType::Gauge,
     )?;

@@ -32,7 +32,8 @@ pub fn start(
     let classifier = Classifier::of_pools(
         pools.iter().map(|p| (p.name.clone(), p.is_online())),
         settings.selector.clone(),
-    );
+    )
+    .with_claims(settings.claims.clone());
     tokio::spawn(async move {
         let Some(node) = settings.node_name() else {
             warn!(
@@ -165,11 +166,17 @@ fn apply(shared: &Shared, hierarchy: &std::path::Path, change: NodeChange) {
                 "Kubernetes: pod left"
             );
         }
-        NodeChange::Refused { key, reason } => {
+        NodeChange::Refused { uid, key, reason } => {
             warn!(
                 pod = key,
                 "Kubernetes: pod marked for reamer not taken: {reason}"
             );
+            let mut registry = shared.registry.lock().expect("registry poisoned");
+            registry.refused.insert(uid, (key, reason));
+        }
+        NodeChange::RefusalEnded { uid } => {
+            let mut registry = shared.registry.lock().expect("registry poisoned");
+            registry.refused.remove(&uid);
         }
         NodeChange::WatchFailed(message) => {
             warn!("Kubernetes: {message} (retrying; what is known stays enforced)");

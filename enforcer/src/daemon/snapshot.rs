@@ -92,7 +92,12 @@ pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
         .iter()
         .map(|(uid, pod)| (uid.clone(), pod.clone()))
         .collect();
-    let waiting: Vec<PodInfo> = registry.waiting.iter().map(waiting_pod).collect();
+    let waiting: Vec<PodInfo> = registry
+        .waiting
+        .iter()
+        .map(waiting_pod)
+        .chain(registry.refused.iter().map(refused_pod))
+        .collect();
     drop((relaunch, registry));
     let cpu_class_ns = match full {
         true => readings::read_cpu_class_ns(&sensor.maps),
@@ -189,6 +194,21 @@ fn waiting_pod((uid, waiting): (&String, &crate::registry::pods::WaitingPod)) ->
             "not measured yet: {}; taken when a training job ends",
             waiting.reason
         ),
+        foreign_writes: 0,
+    }
+}
+
+/// A pod marked for reamer that it does not take: its claim, refused, and why.
+fn refused_pod((uid, (key, reason)): (&String, &(String, String))) -> PodInfo {
+    PodInfo {
+        pod: key.clone(),
+        uid: uid.clone(),
+        role: "-".to_owned(),
+        group: "-".to_owned(),
+        containers: 0,
+        threads: 0,
+        state: "refused".to_owned(),
+        detail: reason.clone(),
         foreign_writes: 0,
     }
 }

@@ -12,6 +12,11 @@
 //! for Koordinator (`koordinator.sh/qosClass: BE`) or Katalyst
 //! (`katalyst.kubewharf.io/qos_level: reclaimed_cores`) need no relabelling. `reamer.io/role`
 //! wins over every selector; among selectors, the first that matches.
+//!
+//! A role is believed only from the namespaces the config trusts with it
+//! (`[kubernetes.claims]`, `Claims`): any pod that may say `training` can keep every tenant's
+//! offline pods paused for as long as it keeps busy, and one that may say `online` holds its
+//! pool's guaranteed cores.
 
 use std::collections::BTreeMap;
 
@@ -53,6 +58,66 @@ pub struct Selector {
     pub pool: Option<String>,
 }
 
+/// `[kubernetes.claims]`: the namespaces whose pods may claim each role. `"*"` is any
+/// namespace; an empty list, none. By default any namespace may claim any role, as before
+/// this existed; a cluster shared with tenants should list its training namespaces.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Claims {
+    pub training: Vec<String>,
+    pub online: Vec<String>,
+    pub offline: Vec<String>,
+}
+
+impl Default for Claims {
+    fn default() -> Self {
+        let any = || vec!["*".to_owned()];
+        Self {
+            training: any(),
+            online: any(),
+            offline: any(),
+        }
+    }
+}
+
+impl Claims {
+    /// The namespaces that may claim `role`.
+    pub fn of(&self, role: RoleName) -> &[String] {
+        match role {
+            RoleName::Training => &self.training,
+            RoleName::Online => &self.online,
+            RoleName::Offline => &self.offline,
+        }
+    }
+
+    fn allows(&self, role: RoleName, namespace: &str) -> bool {
+        self.of(role).iter().any(|n| n == "*" || n == namespace)
+    }
+
+    /// Checks each entry: `*`, or a namespace name (a DNS label: 1-63 lowercase letters,
+    /// digits or '-', starting and ending with a letter or digit).
+    pub fn validate(&self) -> Result<(), String> {
+        for role in [RoleName::Training, RoleName::Online, RoleName::Offline] {
+            for entry in self.of(role) {
+                let label = !entry.is_empty()
+                    && entry.len() <= 63
+                    && entry
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !entry.starts_with('-')
+                    && !entry.ends_with('-');
+                if entry != "*" && !label {
+                    return Err(format!(
+                        "{} entry {entry:?} is neither \"*\" nor a namespace name",
+                        kind_name(role)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What a managed pod is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
@@ -83,6 +148,16 @@ pub enum ClassifyError {
         kind: &'static str,
         count: usize,
     },
+    #[error(
+        "pod {pod}: namespace {namespace:?} may not claim {role} ([kubernetes.claims] {role} = \
+         {allowed:?})"
+    )]
+    NotTrusted {
+        pod: String,
+        namespace: String,
+        role: &'static str,
+        allowed: Vec<String>,
+    },
 }
 
 fn kind_name(kind: RoleName) -> &'static str {
@@ -93,15 +168,26 @@ fn kind_name(kind: RoleName) -> &'static str {
     }
 }
 
-/// The config's pools (name → kind) and selectors.
+/// The config's pools (name → kind), selectors and claims.
 pub struct Classifier {
     pools: BTreeMap<String, RoleName>,
     selectors: Vec<Selector>,
+    claims: Claims,
 }
 
 impl Classifier {
+    /// Any namespace may claim any role until `with_claims`.
     pub fn new(pools: BTreeMap<String, RoleName>, selectors: Vec<Selector>) -> Self {
-        Self { pools, selectors }
+        Self {
+            pools,
+            selectors,
+            claims: Claims::default(),
+        }
+    }
+
+    /// Believes each role only from the namespaces `claims` gives it.
+    pub fn with_claims(self, claims: Claims) -> Self {
+        Self { claims, ..self }
     }
 
     /// The classifier of a config's pools, each named with whether it is online.
@@ -142,6 +228,15 @@ impl Classifier {
                 None => return Ok(None),
             },
         };
+        let namespace = &pod.metadata.namespace;
+        if !self.claims.allows(role, namespace) {
+            return Err(ClassifyError::NotTrusted {
+                pod: pod.key(),
+                namespace: namespace.clone(),
+                role: kind_name(role),
+                allowed: self.claims.of(role).to_vec(),
+            });
+        }
         if role == RoleName::Training {
             let job = pod
                 .marked(JOB_KEY)
@@ -228,6 +323,40 @@ mod tests {
             .collect(),
             selectors,
         )
+    }
+
+    #[test]
+    fn a_role_is_believed_only_from_the_namespaces_trusted_with_it() {
+        let claims: Claims = toml::from_str("training = [\"research\"]\noffline = []").unwrap();
+        assert_eq!(claims.online, ["*"], "what is not said stays open");
+        let c = classifier(vec![Selector {
+            label: "qos".to_owned(),
+            value: "BE".to_owned(),
+            role: RoleName::Offline,
+            pool: None,
+        }])
+        .with_claims(claims);
+        let err = c
+            .classify(&pod(&[(ROLE_KEY, "training")], &[], None))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "pod ml/p-0: namespace \"ml\" may not claim training ([kubernetes.claims] \
+             training = [\"research\"])"
+        );
+        assert!(
+            matches!(
+                c.classify(&pod(&[("qos", "BE")], &[], None)),
+                Err(ClassifyError::NotTrusted { .. })
+            ),
+            "a selector's role is checked too"
+        );
+        assert!(c.classify(&pod(&[(ROLE_KEY, "online")], &[], None)).is_ok());
+        assert_eq!(c.classify(&pod(&[("app", "web")], &[], None)), Ok(None));
+
+        assert!(Claims::default().validate().is_ok());
+        let bad: Claims = toml::from_str("training = [\"ML\"]").unwrap();
+        assert!(bad.validate().unwrap_err().contains("\"ML\""));
     }
 
     #[test]

@@ -58,10 +58,16 @@ pub enum NodeChange {
         uid: String,
         key: String,
     },
-    /// A pod marked for reamer that cannot be taken, and why (said once per reason).
+    /// A pod marked for reamer that cannot be taken, and why (said once per reason). Status
+    /// shows it until `RefusalEnded`.
     Refused {
+        uid: String,
         key: String,
         reason: String,
+    },
+    /// A refused pod is taken now, or no longer marked, or gone.
+    RefusalEnded {
+        uid: String,
     },
     /// The API server's watch failed; it is retried with backoff, and what is known stays.
     WatchFailed(String),
@@ -108,13 +114,17 @@ impl NodeGroups {
         let mut step = Step::default();
         let wanted = match self.managed(pod, exclusive) {
             Ok(wanted) => {
-                self.refused.remove(&uid);
+                if self.refused.remove(&uid).is_some() {
+                    step.changes
+                        .push(NodeChange::RefusalEnded { uid: uid.clone() });
+                }
                 wanted
             }
             Err(reason) => {
                 if self.refused.get(&uid) != Some(&reason) {
                     self.refused.insert(uid.clone(), reason.clone());
                     step.changes.push(NodeChange::Refused {
+                        uid: uid.clone(),
                         key: pod.key(),
                         reason,
                     });
@@ -155,7 +165,11 @@ impl NodeGroups {
     /// A pod gone from the API (deleted, or missing from a relist).
     pub fn on_removed(&mut self, uid: &str) -> Step {
         let mut step = Step::default();
-        self.refused.remove(uid);
+        if self.refused.remove(uid).is_some() {
+            step.changes.push(NodeChange::RefusalEnded {
+                uid: uid.to_owned(),
+            });
+        }
         self.leave(uid, &mut step);
         step
     }
@@ -202,35 +216,50 @@ impl NodeGroups {
         Some(tracked.containers)
     }
 
-    /// The pod as reamer manages it; Ok(None) where it is not managed (unmarked, or done).
+    /// The pod as reamer manages it (`managed_pod`).
     fn managed(&self, pod: &Pod, exclusive: &ExclusivePods) -> Result<Option<ManagedPod>, String> {
-        // A pod being deleted or finished is let go at once: the kubelet must be able to stop
-        // it, which a frozen container would not let it.
-        if pod.is_finished() {
-            return Ok(None);
-        }
-        let Some(role) = self
-            .classifier
-            .classify(pod)
-            .map_err(|err| err.to_string())?
-        else {
-            return Ok(None);
-        };
-        let Some(qos) = pod.status.qos_class else {
-            // The kubelet has not admitted it yet: its next status change brings the class.
-            return Ok(None);
-        };
-        let (_, driver) = self.settings.kubelet_layout(&self.hierarchy)?;
-        let relative = pod_group(driver, qos, &pod.metadata.uid).map_err(|err| err.to_string())?;
-        let root = &self.settings.cgroup_root;
-        Ok(Some(ManagedPod {
-            uid: pod.metadata.uid.clone(),
-            key: pod.key(),
-            role,
-            group: root.strip_prefix("/").unwrap_or(root).join(relative),
-            exclusive_cpus: exclusive.of(&pod.metadata.uid).map(str::to_owned),
-        }))
+        managed_pod(
+            pod,
+            &self.classifier,
+            &self.settings,
+            &self.hierarchy,
+            exclusive,
+        )
     }
+}
+
+/// The pod as reamer manages it; Ok(None) where it is not managed (unmarked, done, or not
+/// admitted by the kubelet yet); the reason where it is marked but cannot be taken. The daemon
+/// and `enforcer pods` both decide by it, so they agree.
+pub fn managed_pod(
+    pod: &Pod,
+    classifier: &Classifier,
+    settings: &KubernetesSection,
+    hierarchy: &Path,
+    exclusive: &ExclusivePods,
+) -> Result<Option<ManagedPod>, String> {
+    // A pod being deleted or finished is let go at once: the kubelet must be able to stop
+    // it, which a frozen container would not let it.
+    if pod.is_finished() {
+        return Ok(None);
+    }
+    let Some(role) = classifier.classify(pod).map_err(|err| err.to_string())? else {
+        return Ok(None);
+    };
+    let Some(qos) = pod.status.qos_class else {
+        // The kubelet has not admitted it yet: its next status change brings the class.
+        return Ok(None);
+    };
+    let (_, driver) = settings.kubelet_layout(hierarchy)?;
+    let relative = pod_group(driver, qos, &pod.metadata.uid).map_err(|err| err.to_string())?;
+    let root = &settings.cgroup_root;
+    Ok(Some(ManagedPod {
+        uid: pod.metadata.uid.clone(),
+        key: pod.key(),
+        role,
+        group: root.strip_prefix("/").unwrap_or(root).join(relative),
+        exclusive_cpus: exclusive.of(&pod.metadata.uid).map(str::to_owned),
+    }))
 }
 
 /// What one event makes: the changes, and the pod groups to start and stop watching.

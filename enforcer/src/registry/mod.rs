@@ -85,6 +85,9 @@ pub struct Registry {
     pub pods: std::collections::BTreeMap<String, pods::PodMember>,
     /// Training pods refused for want of a job id, by UID, oldest first: taken when one frees.
     pub waiting: std::collections::BTreeMap<String, pods::WaitingPod>,
+    /// Pods marked for reamer that it does not take, by UID: (`namespace/name`, why), for
+    /// status.
+    pub refused: std::collections::BTreeMap<String, (String, String)>,
     /// When each process source started (/proc's start time), read when it was added: a pid
     /// reused by another process between two reconciles is that other process, not a member.
     started: HashMap<u32, u64>,
@@ -143,6 +146,7 @@ impl Registry {
             pools: pools.collect(),
             pods: Default::default(),
             waiting: Default::default(),
+            refused: Default::default(),
             started: HashMap::new(),
             freed: Vec::new(),
         };
