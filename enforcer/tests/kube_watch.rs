@@ -52,7 +52,7 @@ async fn the_watch_lists_follows_events_and_bookmarks_and_relists_after_410_gone
     // The watch runs as the daemon would run it: polled all along, not only when a change
     // is awaited (the watcher opens its watch only while polled).
     let (send, mut changes) = mpsc::unbounded_channel();
-    let watch = pod_changes(client, "node-1");
+    let watch = pod_changes(client, "node-1", Default::default());
     tokio::spawn(async move {
         let mut watch = Box::pin(watch);
         while let Some(change) = watch.next().await {
@@ -141,5 +141,62 @@ async fn the_watch_lists_follows_events_and_bookmarks_and_relists_after_410_gone
             .iter()
             .any(|e| e.contains("410") || e.contains("too old")),
         "the 410 is said: {errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_lines_on_the_watch_cost_no_backoff() {
+    let server: Shared = Arc::new(Mutex::new(ApiServer {
+        pods: vec![pod("a", "a-0", "offline", 1)],
+        resource_version: 1,
+        ..ApiServer::default()
+    }));
+    let url = support::start(server.clone()).await;
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let (send, mut changes) = mpsc::unbounded_channel();
+    let watch = pod_changes(client, "node-1", Default::default());
+    tokio::spawn(async move {
+        let mut watch = Box::pin(watch);
+        while let Some(change) = watch.next().await {
+            if send.send(change).is_err() {
+                return;
+            }
+        }
+    });
+    let mut errors = Vec::new();
+    assert_eq!(
+        next_change(&mut changes, &mut errors).await,
+        "+ml/a-0 offline"
+    );
+    // Five lines the API server should never send, then a pod: it arrives at once, not after
+    // the seconds of backoff each bad line cost before.
+    send_event(
+        &server,
+        json!({"type": "BOOKMARK", "object": {"apiVersion": "v1",
+        "kind": "Pod", "metadata": {"resourceVersion": "1"}}}),
+    )
+    .await;
+    let watch = server.lock().unwrap().watch.clone().unwrap();
+    for _ in 0..5 {
+        watch.send("{not json".to_owned()).unwrap();
+    }
+    let sent = std::time::Instant::now();
+    send_event(
+        &server,
+        json!({"type": "ADDED", "object": pod("b", "b-0", "offline", 2)}),
+    )
+    .await;
+    assert_eq!(
+        next_change(&mut changes, &mut errors).await,
+        "+ml/b-0 offline"
+    );
+    let took = sent.elapsed();
+    println!("a pod after five malformed lines arrived {took:?} after it was sent");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert_eq!(errors.len(), 5, "each bad line is said: {errors:?}");
+    assert_eq!(
+        server.lock().unwrap().watches.len(),
+        1,
+        "the same watch read on"
     );
 }

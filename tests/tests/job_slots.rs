@@ -1,7 +1,7 @@
 //! Training job slots on a long-lived node: the sensor tracks at most `MAX_JOBS` (64) training
-//! jobs at once. A job launched through the control socket ends when its last process exits,
-//! and frees its slot; the next new job takes it with its totals starting from zero, not from
-//! the ended job's. Privileged: skips with a reason elsewhere (fails with
+//! jobs at once. A job launched through the control socket ends when its last process exits:
+//! it keeps its figures for status until a new job needs its slot, and that job takes it with
+//! its totals starting from zero, not from the ended job's. Privileged: skips with a reason elsewhere (fails with
 //! REAMER_REQUIRE_PRIVILEGED=1).
 
 use std::{
@@ -90,14 +90,19 @@ fn a_launched_job_whose_processes_exited_frees_its_slot_with_its_totals() {
         "{answer:?}"
     );
 
-    // The busy job's process exits: the job ends at the next reconcile, and its slot is the
-    // late job's, from zero.
+    // The busy job's process exits: the job ends at the next reconcile, and keeps its figures
+    // for status until its slot is needed. The late job takes it, from zero.
     let mut hog = started.0.remove(0);
     hog.kill().unwrap();
     hog.wait().unwrap();
-    eventually("the busy job ended", Duration::from_secs(10), || {
-        daemon.snapshot().job("busy").is_none()
+    eventually("the busy job's end said", Duration::from_secs(10), || {
+        daemon.log().contains("training job ended")
     });
+    let ended = daemon.snapshot();
+    let busy = ended
+        .job("busy")
+        .expect("an ended job keeps its figures for status");
+    assert!(busy.run_ns > 1_000_000_000 && busy.threads == 0, "{busy:?}");
     let answer = register(&daemon, "late", late_pid);
     let Response::Registered { id, .. } = answer else {
         panic!("late not registered once a slot freed: {answer:?}");
@@ -109,7 +114,7 @@ fn a_launched_job_whose_processes_exited_frees_its_slot_with_its_totals() {
         late_job.run_ns < 100_000_000,
         "a sleeping job's run time, not the busy job's: {late_job:?}"
     );
-    let log = daemon.stop();
+    assert!(snapshot.job("busy").is_none(), "its slot taken, it is gone");
+    daemon.stop();
     drop(started);
-    assert!(log.contains("training job ended"), "{log}");
 }

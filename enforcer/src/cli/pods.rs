@@ -195,7 +195,7 @@ pub async fn run(
         println!("{:<40} {:<8} {:<24} QOS", "POD", "ROLE", "JOB OR POOL");
     }
     for api_pod in &listed.items {
-        let line = match from_api(api_pod) {
+        let line = match from_api(api_pod, &classifier.labels_read()) {
             Ok(pod) => pod_line(&pod, &config, &classifier, &hierarchy),
             Err(err) => PodLine {
                 pod: format!(

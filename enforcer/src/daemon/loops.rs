@@ -191,14 +191,25 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
 /// tells the programs to copy them again; gives offline pools' threads the SCHED_IDLE policy
 /// (`thread_policy` says why).
 pub fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
+    // Before any of a new job's threads is classified into its id.
+    zero_new_jobs(registry, sensor);
     let report = registry.reconcile(&mut sensor.maps.thread_state);
     for job in &report.jobs_ended {
         info!(
             job,
-            "training job ended: its last launched process exited; its slot is free"
+            "training job ended: its last launched process exited; it keeps its figures until \
+             a new job needs its slot"
         );
     }
-    settle_freed_jobs(registry, sensor);
+    if !registry.waiting.is_empty() && registry.slot_available() {
+        for pod in registry.retry_waiting() {
+            info!(
+                pod,
+                "Kubernetes: a training pod that waited for a job slot joined"
+            );
+        }
+        zero_new_jobs(registry, sensor);
+    }
     if report.newly_classified > 0
         && let Err(err) = sensor.classes_changed()
     {
@@ -217,30 +228,22 @@ pub fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
     report
 }
 
-/// The ids of training jobs that ended, their totals zeroed in the sensor, given to the
-/// training pods that wait for one.
-fn settle_freed_jobs(registry: &mut Registry, sensor: &mut Sensor) {
-    let freed = registry.take_freed();
-    if freed.is_empty() {
-        return;
-    }
-    let mut not_zeroed = Vec::new();
-    for id in freed {
+/// Zeroes the sensor's totals for the ids new jobs were given where an ended job had them
+/// (`Registry::take_to_zero`). Called with the registry held since the job was made, so that
+/// nothing reads the ended job's totals as the new one's.
+pub fn zero_new_jobs(registry: &mut Registry, sensor: &mut Sensor) {
+    let mut failed = Vec::new();
+    for id in registry.take_to_zero() {
         if let Err(err) = sensor.reset_job_stats(id) {
             warn!(
                 id,
-                "a freed training job id stays unused until its totals are zeroed: {err}"
+                "a new training job starts with the totals of the ended job that had its id \
+                 (retried): {err}"
             );
-            not_zeroed.push(id);
+            failed.push(id);
         }
     }
-    registry.freed_again(not_zeroed);
-    for pod in registry.retry_waiting() {
-        info!(
-            pod,
-            "Kubernetes: a training pod that waited for a job slot joined"
-        );
-    }
+    registry.zero_again(failed);
 }
 
 /// Whether a refused SCHED_IDLE was already logged: the reconcile would repeat it every second.

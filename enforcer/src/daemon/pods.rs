@@ -104,6 +104,11 @@ fn apply(shared: &Shared, hierarchy: &std::path::Path, change: NodeChange) {
                 }
                 return;
             }
+            // A training pod's new job may have an ended job's id: its totals go first.
+            loops::zero_new_jobs(
+                &mut registry,
+                &mut shared.sensor.lock().expect("sensor poisoned"),
+            );
             if let Role::Pool { pool, .. } = &pod.role {
                 let attached = shared
                     .enforcement

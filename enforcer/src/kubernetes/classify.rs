@@ -185,6 +185,12 @@ impl Classifier {
         }
     }
 
+    /// The labels its selectors match: with reamer's own marks, all that is kept of a pod
+    /// (`Pod::trimmed`).
+    pub fn labels_read(&self) -> std::collections::BTreeSet<String> {
+        self.selectors.iter().map(|s| s.label.clone()).collect()
+    }
+
     /// Believes each role only from the namespaces `claims` gives it.
     pub fn with_claims(self, claims: Claims) -> Self {
         Self { claims, ..self }

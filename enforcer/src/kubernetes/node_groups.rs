@@ -281,7 +281,8 @@ pub fn follow(
     let (commands, mut group_events) = container_watch::spawn(true)?;
     let (out, changes) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let mut pods = Box::pin(pod_changes(client, &node));
+        let labels_read = groups.classifier.labels_read();
+        let mut pods = Box::pin(pod_changes(client, &node, labels_read));
         let mut exclusive_error: Option<String> = None;
         loop {
             let step = tokio::select! {
@@ -490,7 +491,9 @@ mod tests {
             &exclusive,
         );
         assert!(
-            matches!(&step.changes[..], [NodeChange::Joined(p)] if p.exclusive_cpus.as_deref() == Some("main: 2-3"))
+            matches!(&step.changes[..], [NodeChange::RefusalEnded { .. }, NodeChange::Joined(p)] if p.exclusive_cpus.as_deref() == Some("main: 2-3")),
+            "the refusal ends as the pod is taken: {:?}",
+            step.changes
         );
         std::fs::remove_dir_all(&root).unwrap();
     }

@@ -39,6 +39,9 @@ pub struct Group {
     /// Declared by the config: kept whether or not it has members. A job launched through
     /// the control socket ends when its last process exits, a pod's with its last pod.
     pub from_config: bool,
+    /// When a launched job's last process exited. It keeps its figures for status until a
+    /// new job needs its slot (`training_job`).
+    pub ended: Option<std::time::Instant>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +76,8 @@ pub struct Reconciled {
     pub failed: usize,
     /// The offline pools' threads this pass found: the daemon gives them SCHED_IDLE.
     pub offline_threads: Vec<u32>,
-    /// Launched training jobs whose last process exited this pass: their ids are freed.
+    /// Launched training jobs whose last process exited this pass: their slots are free for
+    /// the next new job.
     pub jobs_ended: Vec<String>,
 }
 
@@ -91,9 +95,14 @@ pub struct Registry {
     /// When each process source started (/proc's start time), read when it was added: a pid
     /// reused by another process between two reconciles is that other process, not a member.
     started: HashMap<u32, u64>,
-    /// Ids of training jobs that ended, whose totals in the sensor's `job_stats` are not
-    /// zeroed yet (`take_freed`): no new job gets one before.
-    freed: Vec<u32>,
+    /// Ids of training jobs removed in this daemon's life: the sensor's totals for them are
+    /// the removed job's. Ids never freed keep what a previous daemon's pinned totals hold,
+    /// for the job re-adopted there.
+    freed: std::collections::BTreeSet<u32>,
+    /// Ids given to new jobs whose totals must be zeroed before they are read
+    /// (`take_to_zero`): the slow path would read an ended job's hours of run time as one
+    /// tick's demand of the new one.
+    to_zero: Vec<u32>,
 }
 
 /// Whether `pid` still runs and is the process that was added (the start time noted then);
@@ -128,6 +137,7 @@ impl Registry {
             sources: job.sources.clone(),
             threads: 0,
             from_config: true,
+            ended: None,
         });
         let pools = settings.pools.iter().enumerate().map(|(i, pool)| Group {
             name: pool.name.clone(),
@@ -140,6 +150,7 @@ impl Registry {
             sources: pool.sources.clone(),
             threads: 0,
             from_config: true,
+            ended: None,
         });
         let mut registry = Self {
             training: training.collect(),
@@ -148,7 +159,8 @@ impl Registry {
             waiting: Default::default(),
             refused: Default::default(),
             started: HashMap::new(),
-            freed: Vec::new(),
+            freed: Default::default(),
+            to_zero: Vec::new(),
         };
         let pids: Vec<u32> = registry
             .training
@@ -198,15 +210,16 @@ impl Registry {
         if let Some(index) = self.training.iter().position(|j| j.name == name) {
             return Ok(index);
         }
-        // The lowest id no job holds: jobs that ended leave theirs free, once their totals are
-        // zeroed.
-        let Some(id) = (0..MAX_JOBS)
-            .find(|id| !self.training.iter().any(|j| j.id == *id) && !self.freed.contains(id))
-        else {
+        // The lowest id no job holds, else the slot of the launched job that ended first.
+        let free = (0..MAX_JOBS).find(|id| !self.training.iter().any(|j| j.id == *id));
+        let Some(id) = free.or_else(|| self.evict_ended()) else {
             return Err(RegistryError::TooManyJobs {
                 name: name.to_owned(),
             });
         };
+        if self.freed.remove(&id) {
+            self.to_zero.push(id);
+        }
         self.training.push(Group {
             name: name.to_owned(),
             class: CLASS_TRAINING,
@@ -214,26 +227,43 @@ impl Registry {
             sources: Vec::new(),
             threads: 0,
             from_config: false,
+            ended: None,
         });
         Ok(self.training.len() - 1)
     }
 
-    /// A training job ended: its id is free once its totals are zeroed (`take_freed`).
-    fn end_job(&mut self, index: usize) -> Group {
+    /// A training job goes: its id is free, its totals to be zeroed for the next job.
+    fn remove_job(&mut self, index: usize) -> Group {
         let job = self.training.remove(index);
-        self.freed.push(job.id);
+        self.freed.insert(job.id);
         job
     }
 
-    /// The ids of jobs that ended since the last call. The caller zeroes their totals in the
-    /// sensor, and gives back with `freed_again` any it could not.
-    pub fn take_freed(&mut self) -> Vec<u32> {
-        std::mem::take(&mut self.freed)
+    /// Removes the launched job that ended first, for its slot; its id, where there is one.
+    fn evict_ended(&mut self) -> Option<u32> {
+        let (index, _) = self
+            .training
+            .iter()
+            .enumerate()
+            .filter_map(|(index, job)| Some((index, job.ended?)))
+            .min_by_key(|(_, ended)| *ended)?;
+        Some(self.remove_job(index).id)
     }
 
-    /// Ids whose totals could not be zeroed: kept from new jobs, tried again.
-    pub fn freed_again(&mut self, ids: Vec<u32>) {
-        self.freed.extend(ids);
+    /// The ids given to new jobs whose totals the caller must zero in the sensor before it
+    /// lets go of the registry; it gives back with `zero_again` any it could not.
+    pub fn take_to_zero(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.to_zero)
+    }
+
+    pub fn zero_again(&mut self, ids: Vec<u32>) {
+        self.to_zero.extend(ids);
+    }
+
+    /// Whether a training pod waiting for a slot could have one now: an id no job holds, or
+    /// a launched job that ended.
+    pub fn slot_available(&self) -> bool {
+        self.training.len() < MAX_JOBS as usize || self.training.iter().any(|j| j.ended.is_some())
     }
 
     /// Adds process `pid` to the configured pool `name`.
@@ -318,17 +348,24 @@ impl Registry {
                 }
             }
         }
-        // A launched job whose processes have all exited ends, and frees its id. A pod's job
-        // ends with its last pod (`leave_pod`), even while its containers are not there yet.
-        while let Some(index) = self.training.iter().position(|job| {
-            !job.from_config
+        // A launched job whose processes have all exited ends: its figures stay for status
+        // until a new job needs its slot. A pod's job goes with its last pod (`leave_pod`),
+        // even while its containers are not there yet. One given a process again goes on.
+        let pods = &self.pods;
+        for job in &mut self.training {
+            let empty = !job.from_config
                 && job.sources.is_empty()
-                && !self
-                    .pods
+                && !pods
                     .values()
-                    .any(|pod| pod.class == CLASS_TRAINING && pod.group == job.name)
-        }) {
-            report.jobs_ended.push(self.end_job(index).name);
+                    .any(|pod| pod.class == CLASS_TRAINING && pod.group == job.name);
+            match (empty, job.ended) {
+                (true, None) => {
+                    job.ended = Some(std::time::Instant::now());
+                    report.jobs_ended.push(job.name.clone());
+                }
+                (false, Some(_)) => job.ended = None,
+                _ => {}
+            }
         }
         report
     }

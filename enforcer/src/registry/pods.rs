@@ -165,7 +165,7 @@ impl Registry {
                 .iter()
                 .position(|job| job.name == pod.group && !job.from_config && job.sources.is_empty())
         {
-            self.end_job(index);
+            self.remove_job(index);
         }
         threads
     }
@@ -265,11 +265,7 @@ mod tests {
             registry.training.is_empty(),
             "its last pod gone, the job goes"
         );
-        assert_eq!(
-            registry.take_freed(),
-            [0],
-            "its id is freed once the sensor's totals for it are zeroed"
-        );
+
         registry
             .join_pod(&pod(
                 "c",
@@ -279,6 +275,11 @@ mod tests {
             ))
             .unwrap();
         assert_eq!(registry.training[0].id, 0, "the freed id is taken again");
+        assert_eq!(
+            registry.take_to_zero(),
+            [0],
+            "with the ended job's totals to zero first"
+        );
         let err = registry
             .join_pod(&pod(
                 "d",
@@ -323,12 +324,9 @@ mod tests {
         assert!(registry.retry_waiting().is_empty(), "no id free yet");
 
         registry.leave_pod("p3");
-        assert!(
-            registry.retry_waiting().is_empty(),
-            "the id is not given before its totals are zeroed"
-        );
-        assert_eq!(registry.take_freed(), [3]);
+        assert!(registry.slot_available());
         assert_eq!(registry.retry_waiting(), ["ml/p64"]);
+        assert_eq!(registry.take_to_zero(), [3]);
         assert!(registry.waiting.is_empty());
         let job = registry
             .training

@@ -95,11 +95,27 @@ pub async fn pods(
             .body(Body::from_stream(lines))
             .unwrap();
     }
+    // A list in pages, as the API server serves `limit`: the next page's `continue` token is
+    // where it starts (the real one is opaque; a client only hands it back).
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse::<usize>().ok())
+    };
+    let start = param("continue").unwrap_or(0).min(server.pods.len());
+    let end = param("limit").map_or(server.pods.len(), |limit| {
+        (start + limit.max(1)).min(server.pods.len())
+    });
+    let mut metadata = json!({"resourceVersion": server.resource_version.to_string()});
+    if end < server.pods.len() {
+        metadata["continue"] = json!(end.to_string());
+    }
     server.lists.push(query);
     let list = json!({
         "apiVersion": "v1", "kind": "PodList",
-        "metadata": {"resourceVersion": server.resource_version.to_string()},
-        "items": server.pods,
+        "metadata": metadata,
+        "items": server.pods[start..end],
     });
     axum::response::Response::builder()
         .header("content-type", "application/json")

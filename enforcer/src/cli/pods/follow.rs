@@ -67,7 +67,7 @@ pub async fn follow(
 ) -> anyhow::Result<()> {
     // Its pod's line already says which containers it has: only new ones are reported.
     let (commands, mut groups) = container_watch::spawn(false)?;
-    let mut changes = Box::pin(pod_changes(client, node));
+    let mut changes = Box::pin(pod_changes(client, node, classifier.labels_read()));
     // The pods shown, by UID: their key and, where managed, their group being watched.
     let mut shown: HashMap<String, (String, Option<PathBuf>)> = HashMap::new();
     let mut by_dir: HashMap<PathBuf, String> = HashMap::new();
