@@ -3,9 +3,12 @@
 //! The kernel keeps at most 15 characters of a map or program name (BPF_OBJ_NAME_LEN is 16
 //! with the terminating NUL) and truncates longer ones silently; the contract test checks it.
 
-/// Per-thread classification: `u32` tid → [`crate::ThreadState`], written by userspace and
-/// the fork hook.
+/// Training threads' classification: `u32` tid → [`crate::ThreadState`], written by userspace
+/// and the fork hook.
 pub const THREAD_STATE: &str = "thread_state";
+/// Inference threads' classification, in a map of its own so that no number of inference
+/// threads can leave training's unclassified: `u32` tid → [`crate::ThreadState`].
+pub const POOL_THREADS: &str = "pool_threads";
 /// Task-local storage ([`crate::TaskCache`]): each thread's class, copied from
 /// `thread_state`, and its wait in progress. Not pinned: a cache, rebuilt by every daemon
 /// (bpftool cannot dump task storage anyway).
@@ -28,10 +31,11 @@ pub const SETTINGS: &str = "settings";
 pub const RESERVED_CPUS: &str = "reserved_cpus";
 
 /// Every map the sensor pins, in a stable order.
-pub const ALL_MAPS: [&str; 8] = [
+pub const ALL_MAPS: [&str; 9] = [
     RESERVED_CPUS,
     CLASSIFY_GEN,
     THREAD_STATE,
+    POOL_THREADS,
     JOB_STATS,
     CPU_STATE,
     COUNTERS,

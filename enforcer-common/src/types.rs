@@ -6,8 +6,12 @@ use crate::histogram::NR_BUCKETS;
 pub const MAX_JOBS: u32 = 64;
 /// Most CPUs the sensor supports (entries of the `cpu_state` array).
 pub const MAX_CPUS: u32 = 1024;
-/// Most threads classified at once (entries of the `thread_state` hash).
+/// Most training threads classified at once (entries of the `thread_state` hash).
 pub const MAX_THREADS: u32 = 65536;
+/// Most inference threads classified at once (entries of the `pool_threads` hash) by
+/// default; `[sensor] max_inference_threads` sets it at load. A map of their own: however many
+/// threads inference starts, training's room is untouched.
+pub const MAX_POOL_THREADS: u32 = 65536;
 /// Ring buffer size in bytes: a power of two and a multiple of the page size.
 pub const EVENTS_RING_BYTES: u32 = 256 * 1024;
 
@@ -216,7 +220,7 @@ pub const COUNTER_EVENTS_RINGBUF_FULL: u32 = 2;
 /// Waits discarded because the dequeue timestamp was older than the enqueue one (clocks read
 /// on two CPUs).
 pub const COUNTER_WAIT_CLOCK_SKEW: u32 = 3;
-/// Children not classified at fork because `thread_state` was full.
+/// Training threads' children not classified at fork because `thread_state` was full.
 pub const COUNTER_THREAD_MAP_FULL: u32 = 4;
 /// Training threads whose job id was out of range.
 pub const COUNTER_BAD_JOB_ID: u32 = 5;
@@ -225,7 +229,9 @@ pub const COUNTER_FORKS_INHERITED: u32 = 6;
 /// Events where a thread's `task_cache` entry could not be had (the kernel could not allocate
 /// it, or the storage was busy on this CPU): the thread counted as unclassified for that event.
 pub const COUNTER_TASK_CACHE_MISSING: u32 = 7;
-pub const NR_COUNTERS: u32 = 8;
+/// Inference threads' children not classified at fork because `pool_threads` was full.
+pub const COUNTER_POOL_THREAD_MAP_FULL: u32 = 8;
+pub const NR_COUNTERS: u32 = 9;
 
 /// Human names of the counters, indexed like them.
 pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
@@ -237,6 +243,7 @@ pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
     "bad_job_id",
     "forks_inherited",
     "task_cache_missing",
+    "pool_thread_map_full",
 ];
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 8);

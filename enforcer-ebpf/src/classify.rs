@@ -1,15 +1,16 @@
-//! Thread classification: what userspace registered in `thread_state`, inherited at fork,
-//! reached through each task's `task_cache` entry.
+//! Thread classification: what userspace registered in `thread_state` (training) and
+//! `pool_threads` (inference), inherited at fork, reached through each task's `task_cache`
+//! entry. Two maps, so that inference filling its own leaves training's room untouched.
 //!
 //! In `sched_wakeup` the current task is the waker, not the wakee, so the current cgroup does
 //! not classify the wakee; the wakee's own task does. `thread_state` (tid → class) stays the
 //! registry, the map userspace writes, iterates and re-adopts after a restart; the programs
 //! read it once per thread and per `classify_gen`, and otherwise only the task's storage.
 
-use enforcer_common::{CLASS_OTHER, COUNTER_TASK_CACHE_MISSING, TaskCache, ThreadState};
+use enforcer_common::{CLASS_OTHER, COUNTER_TASK_CACHE_MISSING, TaskCache};
 
 use crate::{
-    maps::{CLASSIFY_GEN, TASK_CACHE, THREAD_STATE, count},
+    maps::{CLASSIFY_GEN, POOL_THREADS, TASK_CACHE, THREAD_STATE, count},
     task::Task,
 };
 
@@ -38,7 +39,8 @@ pub fn thread(task: Task) -> Option<&'static mut TaskCache> {
 fn refresh(entry: &mut TaskCache, tid: u32, generation: u64) {
     // SAFETY: the value is copied out at once; hash values stay readable for the program's
     // run even if the tid's exit on another CPU deletes them.
-    let (class, group) = match unsafe { THREAD_STATE.get(tid) } {
+    let state = unsafe { THREAD_STATE.get(tid) }.or_else(|| unsafe { POOL_THREADS.get(tid) });
+    let (class, group) = match state {
         Some(state) => (state.class, state.group),
         None => (CLASS_OTHER, 0),
     };
@@ -53,20 +55,37 @@ fn refresh(entry: &mut TaskCache, tid: u32, generation: u64) {
     entry.generation = generation;
 }
 
-/// Copies the parent's class to the child; Err when the map is full.
-#[inline(always)]
-pub fn inherit(parent: u32, child: u32) -> Option<Result<(), i64>> {
-    // SAFETY: as in `refresh`.
-    let state = *unsafe { THREAD_STATE.get(parent) }?;
-    let inherited = ThreadState {
-        class: state.class,
-        group: state.group,
-    };
-    Some(THREAD_STATE.insert(child, inherited, 0).map_err(i64::from))
+/// What a fork inherited.
+pub enum Inherited {
+    /// The parent is neither training's nor inference's.
+    Nothing,
+    Training(Result<(), i64>),
+    Pool(Result<(), i64>),
 }
 
-/// Forgets an exited thread. Its `task_cache` entry goes with the task.
+/// Copies the parent's class to the child, in the parent's map; the insert's result says
+/// whether that map was full.
+#[inline(always)]
+pub fn inherit(parent: u32, child: u32) -> Inherited {
+    // SAFETY: as in `refresh`.
+    if let Some(state) = unsafe { THREAD_STATE.get(parent) } {
+        let inherited = *state;
+        return Inherited::Training(THREAD_STATE.insert(child, inherited, 0).map_err(i64::from));
+    }
+    // SAFETY: as in `refresh`.
+    match unsafe { POOL_THREADS.get(parent) } {
+        Some(state) => {
+            let inherited = *state;
+            Inherited::Pool(POOL_THREADS.insert(child, inherited, 0).map_err(i64::from))
+        }
+        None => Inherited::Nothing,
+    }
+}
+
+/// Forgets an exited thread, in whichever map holds it. Its `task_cache` entry goes with the
+/// task.
 #[inline(always)]
 pub fn forget(tid: u32) {
     let _ = THREAD_STATE.remove(tid);
+    let _ = POOL_THREADS.remove(tid);
 }

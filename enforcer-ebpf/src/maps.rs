@@ -6,16 +6,22 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use enforcer_common::{
-    CpuState, EVENTS_RING_BYTES, JobStats, MAX_CPUS, MAX_JOBS, MAX_THREADS, NR_COUNTERS,
-    SensorEvent, Settings, TaskCache, ThreadState,
+    CpuState, EVENTS_RING_BYTES, JobStats, MAX_CPUS, MAX_JOBS, MAX_POOL_THREADS, MAX_THREADS,
+    NR_COUNTERS, SensorEvent, Settings, TaskCache, ThreadState,
 };
 
 use crate::task_storage::TaskStorage;
 
-/// tid → class and group. Filled by userspace for registered threads, extended at fork,
-/// pruned at exit. The programs read it only when a thread's `task_cache` entry is stale.
+/// Training threads: tid → class and group. Filled by userspace for registered threads,
+/// extended at fork, pruned at exit. The programs read it only when a thread's `task_cache`
+/// entry is stale.
 #[btf_map(name = "thread_state")]
 pub static THREAD_STATE: HashMap<u32, ThreadState, { MAX_THREADS as usize }> = HashMap::new();
+
+/// Inference threads, the same way, in a map of their own: a pool that starts tens of
+/// thousands of threads fills this one, never training's. Its size is set at load.
+#[btf_map(name = "pool_threads")]
+pub static POOL_THREADS: HashMap<u32, ThreadState, { MAX_POOL_THREADS as usize }> = HashMap::new();
 
 /// Per task: its class copied from `thread_state`, and its wait in progress.
 #[btf_map(name = "task_cache")]

@@ -9,14 +9,16 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use enforcer_common::{
     CLASS_IDLE, CLASS_OFFLINE, CLASS_ONLINE, CLASS_OTHER, CLASS_TRAINING, COUNTER_BAD_JOB_ID,
-    COUNTER_FORKS_INHERITED, COUNTER_THREAD_MAP_FULL, COUNTER_WAIT_CLOCK_SKEW, CpuState,
-    EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, JobStats,
-    MAX_JOBS, NR_CLASSES, RUN_DELAY_SEEN, SensorEvent, TaskCache, WAIT_THRESHOLD_UNIT_NS,
+    COUNTER_FORKS_INHERITED, COUNTER_POOL_THREAD_MAP_FULL, COUNTER_THREAD_MAP_FULL,
+    COUNTER_WAIT_CLOCK_SKEW, CpuState, EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT,
+    EVENT_PREEMPTED_BY_INFERENCE, JobStats, MAX_JOBS, NR_CLASSES, RUN_DELAY_SEEN, SensorEvent,
+    TaskCache, WAIT_THRESHOLD_UNIT_NS,
     histogram::{NR_BUCKETS, bucket_of},
 };
 
 use crate::{
-    classify, events,
+    classify::{self, Inherited},
+    events,
     maps::{CPU_STATE, JOB_STATS, SETTINGS, count, report_changes_nothing},
     task::{self, Task},
 };
@@ -474,15 +476,17 @@ pub fn reamer_fork(ctx: BtfTracePointContext) -> i32 {
     let parent = Task::new(ctx.arg(0)).tid();
     let child = Task::new(ctx.arg(1)).tid();
     match classify::inherit(parent, child) {
-        None => {}
-        Some(Ok(())) => count(COUNTER_FORKS_INHERITED),
-        Some(Err(err)) => {
+        Inherited::Nothing => {}
+        Inherited::Training(Ok(())) | Inherited::Pool(Ok(())) => count(COUNTER_FORKS_INHERITED),
+        Inherited::Training(Err(err)) => {
             count(COUNTER_THREAD_MAP_FULL);
             warn!(
                 &ctx,
                 "thread_state full: child {} of {} unclassified ({})", child, parent, err
             );
         }
+        // Said by the counter alone: a pool that keeps its map full would flood the log.
+        Inherited::Pool(Err(_)) => count(COUNTER_POOL_THREAD_MAP_FULL),
     }
     0
 }

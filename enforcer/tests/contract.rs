@@ -6,8 +6,8 @@ use std::mem::size_of;
 
 use enforcer::sensor::object::object;
 use enforcer_common::{
-    CpuState, EVENTS_RING_BYTES, JobStats, MAX_CPUS, MAX_JOBS, MAX_THREADS, NR_COUNTERS, Settings,
-    TaskCache, ThreadState, maps,
+    CpuState, EVENTS_RING_BYTES, JobStats, MAX_CPUS, MAX_JOBS, MAX_POOL_THREADS, MAX_THREADS,
+    NR_COUNTERS, Settings, TaskCache, ThreadState, maps,
 };
 
 /// BPF_MAP_TYPE_TASK_STORAGE and BPF_F_NO_PREALLOC, which the kernel requires of it.
@@ -72,12 +72,18 @@ fn the_floor_has_a_no_op_on_every_tracepoint_the_sensor_uses_and_only_there() {
 #[test]
 fn maps_have_kernel_sized_names_and_shared_type_sizes() {
     let object = parsed();
-    let expected: [(&str, usize, usize, u32); 8] = [
+    let expected: [(&str, usize, usize, u32); 9] = [
         (
             maps::THREAD_STATE,
             size_of::<u32>(),
             size_of::<ThreadState>(),
             MAX_THREADS,
+        ),
+        (
+            maps::POOL_THREADS,
+            size_of::<u32>(),
+            size_of::<ThreadState>(),
+            MAX_POOL_THREADS,
         ),
         (
             maps::JOB_STATS,

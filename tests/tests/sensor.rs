@@ -12,8 +12,8 @@ use std::{
 use enforcer_common::protocol::Snapshot;
 use reamer_tests::{
     harness::{
-        Daemon, bpftool, enforcer_bin, eventually, job, online_cpu_count, privileged, u64_of,
-        wait_ok,
+        Daemon, bpftool, enforcer_bin, eventually, job, online_cpu_count, privileged,
+        remove_test_cgroups, u64_of, wait_ok,
     },
     measure::{proc_stats, schedstat},
 };
@@ -411,6 +411,88 @@ fn classification_follows_new_threads_and_children() {
     daemon.stop();
 }
 
+/// The tids a fork-tree reports on its first line, its child's included.
+fn fork_tree_tids(tree: &mut std::process::Child) -> HashSet<u64> {
+    let mut line = String::new();
+    BufReader::new(tree.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("report");
+    let report: Value = serde_json::from_str(&line).expect("fork-tree report");
+    let mut created: HashSet<u64> = HashSet::new();
+    for tids in [&report["tids"], &report["child"]["tids"]] {
+        created.extend(
+            tids.as_array()
+                .expect("tids")
+                .iter()
+                .filter_map(Value::as_u64),
+        );
+    }
+    created.insert(report["child"]["pid"].as_u64().expect("child pid"));
+    created
+}
+
+/// An inference pool that starts more threads than the sensor classifies for inference fills
+/// only its own map: training's threads, started after, are all classified by the kernel at
+/// fork, and the full map is counted and said. Before, one map held both, and a pool with
+/// tens of thousands of threads left training unclassified: unprotected.
+#[test]
+fn inference_filling_its_map_leaves_training_classified() {
+    if !privileged("inference_filling_its_map_leaves_training_classified") {
+        return;
+    }
+    let daemon = Daemon::start(
+        "it-pool-map",
+        "[sensor]\nmax_inference_threads = 16\n\n[[pool]]\nname = \"batch\"\nkind = \"offline\"\n",
+    );
+    let mut pool = daemon.launch(
+        "--pool",
+        "batch",
+        FORK_TREE,
+        &["--threads", "40", "--child-threads", "4", "--seconds", "6"],
+    );
+    let pool_tids = fork_tree_tids(&mut pool);
+    assert_eq!(pool_tids.len(), 45, "40 threads, a child and its 4");
+    let mut tree = daemon.launch(
+        "--training",
+        "tree",
+        FORK_TREE,
+        &["--threads", "3", "--child-threads", "2", "--seconds", "3"],
+    );
+    let training_tids = fork_tree_tids(&mut tree);
+
+    let pool_map = classified_in(&daemon, "pool_threads");
+    assert_eq!(
+        pool_map.len(),
+        16,
+        "the pool's map holds its bound: {pool_map:?}"
+    );
+    let training_map = classified_threads(&daemon);
+    let tree_job_id = u64::from(job(&daemon.snapshot(), "tree").id);
+    for tid in &training_tids {
+        assert_eq!(
+            training_map.get(tid),
+            Some(&(1, tree_job_id)),
+            "training's tid {tid} is classified, whatever the pool holds"
+        );
+    }
+    assert!(
+        pool_tids.iter().all(|tid| !training_map.contains_key(tid)),
+        "no inference thread in training's map"
+    );
+    let counters = daemon.snapshot().counters;
+    assert!(counters["pool_thread_map_full"] > 0, "{counters:?}");
+    assert_eq!(counters["thread_map_full"], 0, "{counters:?}");
+    eventually("the full map said", Duration::from_secs(5), || {
+        daemon
+            .log()
+            .contains("inference threads beyond [sensor] max_inference_threads")
+    });
+    wait_ok(tree, "fork-tree (training)");
+    wait_ok(pool, "fork-tree (pool)");
+    daemon.stop();
+    remove_test_cgroups("it-pool-map", "batch");
+}
+
 /// `enforcer launch` registers its own pid, then execs the command: its main thread ran
 /// unclassified before, so the programs hold an "other" copy of its class in `task_cache`
 /// until the registration bumps `classify_gen`. A job whose only thread is that one (a shell
@@ -451,11 +533,17 @@ fn a_thread_classified_after_it_ran_is_sensed() {
 
 /// `bpftool -j map dump pinned` of the thread_state map: tid → (class, group).
 fn classified_threads(daemon: &Daemon) -> std::collections::HashMap<u64, (u64, u64)> {
+    classified_in(daemon, "thread_state")
+}
+
+/// The entries of the sensor's map `map` (`thread_state` or `pool_threads`): tid → (class,
+/// group).
+fn classified_in(daemon: &Daemon, map: &str) -> std::collections::HashMap<u64, (u64, u64)> {
     let dump = bpftool(&[
         "map",
         "dump",
         "pinned",
-        daemon.pin_dir().join("thread_state").to_str().unwrap(),
+        daemon.pin_dir().join(map).to_str().unwrap(),
     ]);
     dump.as_array()
         .expect("dump is an array")

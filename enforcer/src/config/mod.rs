@@ -8,6 +8,7 @@
 //! wait_threshold_us = 2000       # a training thread waiting longer raises an event
 //! event_min_interval_us = 100    # at most one event per CPU per interval
 //! clock = "run-queue"            # or "monotonic": see SensorClock
+//! max_inference_threads = 65536  # inference threads classified at once (training has its own)
 //!
 //! [[training]]
 //! name = "resnet"
@@ -207,6 +208,10 @@ pub struct SensorConfig {
     pub event_min_interval_us: u64,
     /// The clock of the sensor's per-switch timestamps.
     pub clock: SensorClock,
+    /// Inference threads classified at once: the entries of the sensor's `pool_threads` map
+    /// (about 100 bytes each). Training's threads have a map of their own (65,536 entries),
+    /// which no number of inference threads can fill.
+    pub max_inference_threads: u32,
 }
 
 impl Default for SensorConfig {
@@ -215,9 +220,29 @@ impl Default for SensorConfig {
             wait_threshold_us: 2000,
             event_min_interval_us: 100,
             clock: SensorClock::RunQueue,
+            max_inference_threads: enforcer_common::MAX_POOL_THREADS,
         }
     }
 }
+
+impl SensorConfig {
+    /// Checks values serde cannot.
+    pub fn validate(&self) -> Result<(), InvalidField> {
+        if !(1..=MAX_INFERENCE_THREADS_LIMIT).contains(&self.max_inference_threads) {
+            return Err(InvalidField {
+                field: "max_inference_threads",
+                message: format!(
+                    "{} is outside 1..={MAX_INFERENCE_THREADS_LIMIT}",
+                    self.max_inference_threads
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The largest `pool_threads` map: 4 Mi entries, the kernel's default `pid_max` on 64-bit.
+const MAX_INFERENCE_THREADS_LIMIT: u32 = 4 * 1024 * 1024;
 
 /// Where the sensor's wait and run-time timestamps come from (docs/sensor.md, "Clock").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -416,6 +441,7 @@ impl Config {
             return Err(invalid(self.metrics.listen.span(), "listen", message));
         }
         let sections = [
+            ("sensor", self.sensor.validate()),
             ("policy", self.policy.validate()),
             ("gpu", self.gpu.validate()),
             ("control", self.control.validate()),
@@ -762,6 +788,16 @@ mod tests {
         assert!(err.starts_with("test.toml:2: field `clock`"), "{err}");
         assert!(
             err.contains("run-queue") && err.contains("monotonic"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_inference_thread_bound_is_checked() {
+        assert_eq!(parse("").unwrap().sensor.max_inference_threads, 65536);
+        let err = error_of("[sensor]\nclock = \"monotonic\"\nmax_inference_threads = 0\n");
+        assert!(
+            err.starts_with("test.toml:3: field `max_inference_threads`") && err.contains("1..="),
             "{err}"
         );
     }

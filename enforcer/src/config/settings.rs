@@ -39,6 +39,8 @@ pub struct SensorSettings {
     pub wait_threshold_ns: u64,
     pub event_min_interval_ns: u64,
     pub clock: SensorClock,
+    /// Entries of the inference threads' map (`pool_threads`), set at load.
+    pub max_inference_threads: u32,
 }
 
 impl SensorSettings {
@@ -154,6 +156,7 @@ impl Config {
                     .saturating_mul(WAIT_THRESHOLD_UNIT_NS),
                 event_min_interval_ns: self.sensor.event_min_interval_us.saturating_mul(1000),
                 clock: self.sensor.clock,
+                max_inference_threads: self.sensor.max_inference_threads,
             },
             policy: PolicySettings {
                 demand_window_ns: ms_to_ns(policy.demand_window_ms),

@@ -146,6 +146,7 @@ pub fn gpu_rise(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
 /// journal's exited processes dropped.
 pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
     let shared = shared.clone();
+    let mut inference_unclassified = 0;
     move || {
         let mut registry = shared.registry.lock().expect("registry poisoned");
         let mut sensor = shared.sensor.lock().expect("sensor poisoned");
@@ -181,8 +182,20 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
         if report.failed > 0 {
             warn!(
                 failed = report.failed,
-                "could not classify some threads (thread_state full?)"
+                "could not classify some training threads (thread_state full: 65,536 training \
+                 threads at once)"
             );
+        }
+        // Said when the number changes, not every second while a pool keeps its map full.
+        if report.failed_inference != inference_unclassified {
+            inference_unclassified = report.failed_inference;
+            if inference_unclassified > 0 {
+                warn!(
+                    unclassified = inference_unclassified,
+                    "inference threads beyond [sensor] max_inference_threads are not classified \
+                     (training's are, in a map of their own)"
+                );
+            }
         }
     }
 }
@@ -193,7 +206,8 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
 pub fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
     // Before any of a new job's threads is classified into its id.
     zero_new_jobs(registry, sensor);
-    let report = registry.reconcile(&mut sensor.maps.thread_state);
+    let maps = &mut sensor.maps;
+    let report = registry.reconcile(&mut maps.thread_state, &mut maps.pool_threads);
     for job in &report.jobs_ended {
         info!(
             job,

@@ -198,6 +198,7 @@ fn unclassify(shared: &Shared, threads: &[u32]) {
     let mut sensor = shared.sensor.lock().expect("sensor poisoned");
     for tid in threads {
         let _ = sensor.maps.thread_state.remove(tid);
+        let _ = sensor.maps.pool_threads.remove(tid);
     }
     if let Err(err) = sensor.classes_changed() {
         warn!("a left pod's threads stay classified to the sensor until the next change: {err}");

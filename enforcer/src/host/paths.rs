@@ -14,7 +14,9 @@ pub const PIN_ROOT: &str = "/sys/fs/bpf/reamer";
 /// moved to the unpinned `task_cache`), and `counters` gained `task_cache_missing`. v4:
 /// `CpuState` padded to 128 bytes, a cache line pair of its own per CPU. v5: `CpuState` gained
 /// the training slice in progress and grew to 192 bytes; `run_ns` counts `sum_exec_runtime`.
-pub const PIN_LAYOUT: &str = "v5";
+/// v6: inference threads moved from `thread_state` to `pool_threads`, and `counters` gained
+/// `pool_thread_map_full`.
+pub const PIN_LAYOUT: &str = "v6";
 /// Runtime directory for control sockets.
 pub const RUN_DIR: &str = "/run/reamer";
 /// The pipe directory of an MPS control daemon the enforcer starts (`[gpu] mps = "start"`)
@@ -27,7 +29,7 @@ pub const DEFAULT_CONFIG: &str = "/etc/reamer/enforcer.toml";
 /// of their own beside the node's.
 pub const DEFAULT_INSTANCE: &str = "default";
 
-/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v5/<instance>`.
+/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v6/<instance>`.
 pub fn pin_dir(instance: &str) -> PathBuf {
     PathBuf::from(PIN_ROOT).join(PIN_LAYOUT).join(instance)
 }

@@ -16,10 +16,7 @@ use std::{
 
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::core::v1::Pod as ApiPod;
-use kube::{
-    Api, Client,
-    runtime::watcher,
-};
+use kube::{Api, Client, runtime::watcher};
 
 use super::pod::Pod;
 

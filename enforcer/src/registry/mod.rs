@@ -73,7 +73,10 @@ pub enum RegistryError {
 pub struct Reconciled {
     pub classified: usize,
     pub newly_classified: usize,
+    /// Training threads `thread_state` had no room for.
     pub failed: usize,
+    /// Inference threads `pool_threads` had no room for (`[sensor] max_inference_threads`).
+    pub failed_inference: usize,
     /// The offline pools' threads this pass found: the daemon gives them SCHED_IDLE.
     pub offline_threads: Vec<u32>,
     /// Launched training jobs whose last process exited this pass: their slots are free for
@@ -307,12 +310,15 @@ impl Registry {
         }
     }
 
-    /// Writes every member thread's class into `thread_state`. Threads already classified the
-    /// same way are left alone: `newly_classified` counts the writes, and only writes make the
+    /// Writes every member thread's class into the sensor's map of its kind: training's into
+    /// `training_map` (`thread_state`), inference's into `pool_map` (`pool_threads`), out of
+    /// the other where it was there (a relabelled pod's). Threads already classified the same
+    /// way are left alone: `newly_classified` counts the writes, and only writes make the
     /// sensor copy classes again (`Sensor::classes_changed`).
     pub fn reconcile(
         &mut self,
-        map: &mut aya::maps::HashMap<MapData, u32, ThreadState>,
+        training_map: &mut aya::maps::HashMap<MapData, u32, ThreadState>,
+        pool_map: &mut aya::maps::HashMap<MapData, u32, ThreadState>,
     ) -> Reconciled {
         let mut report = Reconciled::default();
         let started = &mut self.started;
@@ -330,6 +336,11 @@ impl Registry {
             if group.class == CLASS_OFFLINE {
                 report.offline_threads.extend(&tids);
             }
+            let (map, other) = if group.class == CLASS_TRAINING {
+                (&mut *training_map, &mut *pool_map)
+            } else {
+                (&mut *pool_map, &mut *training_map)
+            };
             for tid in tids {
                 report.classified += 1;
                 if let Ok(existing) = map.get(&tid, 0)
@@ -342,9 +353,11 @@ impl Registry {
                     class: group.class,
                     group: group.id,
                 };
+                let _ = other.remove(&tid);
                 match map.insert(tid, state, 0) {
                     Ok(()) => report.newly_classified += 1,
-                    Err(_) => report.failed += 1,
+                    Err(_) if group.class == CLASS_TRAINING => report.failed += 1,
+                    Err(_) => report.failed_inference += 1,
                 }
             }
         }

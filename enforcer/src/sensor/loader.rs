@@ -71,7 +71,10 @@ pub enum SensorError {
 
 /// The maps userspace reads and writes, taken out of the loaded object.
 pub struct SensorMaps {
+    /// Training threads' classes.
     pub thread_state: HashMap<MapData, u32, ThreadState>,
+    /// Inference threads' classes, in a map of their own (`[sensor] max_inference_threads`).
+    pub pool_threads: HashMap<MapData, u32, ThreadState>,
     pub job_stats: PerCpuArray<MapData, JobStats>,
     pub cpu_state: Array<MapData, CpuState>,
     pub counters: PerCpuArray<MapData, u64>,
@@ -106,12 +109,13 @@ impl Sensor {
             clock = offsets::clock_in_use(&offsets, settings.clock),
             "sensor's wait and run-time clock"
         );
-        let readopted = readopt::prepare(pin_dir);
+        let readopted = readopt::prepare(pin_dir, settings.max_inference_threads);
         std::fs::create_dir_all(pin_dir).map_err(|error| SensorError::PinDir {
             path: pin_dir.to_owned(),
             error,
         })?;
         let mut loader = offsets::loader_with(&offsets);
+        loader.map_max_entries(names::POOL_THREADS, settings.max_inference_threads);
         // Opened from their pin when it is there, created and pinned there otherwise.
         for name in readopt::state_map_names() {
             loader.map_pin_path(name, pin_dir.join(name));
@@ -311,6 +315,7 @@ where
 fn take_maps(ebpf: &mut Ebpf) -> Result<SensorMaps, SensorError> {
     Ok(SensorMaps {
         thread_state: take(ebpf, names::THREAD_STATE)?,
+        pool_threads: take(ebpf, names::POOL_THREADS)?,
         job_stats: take(ebpf, names::JOB_STATS)?,
         cpu_state: take(ebpf, names::CPU_STATE)?,
         counters: take(ebpf, names::COUNTERS)?,

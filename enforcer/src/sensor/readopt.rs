@@ -38,37 +38,46 @@ struct StateMap {
     max_entries: u32,
 }
 
-/// The maps a successor takes over. Every key is a `u32` (tid, job id, CPU, counter index).
-const STATE_MAPS: [StateMap; 4] = [
-    StateMap {
-        name: names::THREAD_STATE,
-        map_type: MapType::Hash,
-        value_size: size_of::<ThreadState>(),
-        max_entries: MAX_THREADS,
-    },
-    StateMap {
-        name: names::JOB_STATS,
-        map_type: MapType::PerCpuArray,
-        value_size: size_of::<JobStats>(),
-        max_entries: MAX_JOBS,
-    },
-    StateMap {
-        name: names::CPU_STATE,
-        map_type: MapType::Array,
-        value_size: size_of::<CpuState>(),
-        max_entries: MAX_CPUS,
-    },
-    StateMap {
-        name: names::COUNTERS,
-        map_type: MapType::PerCpuArray,
-        value_size: size_of::<u64>(),
-        max_entries: NR_COUNTERS,
-    },
-];
+/// The maps a successor takes over, `pool_threads` of `max_inference_threads` entries. Every
+/// key is a `u32` (tid, job id, CPU, counter index).
+fn state_maps(max_inference_threads: u32) -> [StateMap; 5] {
+    [
+        StateMap {
+            name: names::THREAD_STATE,
+            map_type: MapType::Hash,
+            value_size: size_of::<ThreadState>(),
+            max_entries: MAX_THREADS,
+        },
+        StateMap {
+            name: names::POOL_THREADS,
+            map_type: MapType::Hash,
+            value_size: size_of::<ThreadState>(),
+            max_entries: max_inference_threads,
+        },
+        StateMap {
+            name: names::JOB_STATS,
+            map_type: MapType::PerCpuArray,
+            value_size: size_of::<JobStats>(),
+            max_entries: MAX_JOBS,
+        },
+        StateMap {
+            name: names::CPU_STATE,
+            map_type: MapType::Array,
+            value_size: size_of::<CpuState>(),
+            max_entries: MAX_CPUS,
+        },
+        StateMap {
+            name: names::COUNTERS,
+            map_type: MapType::PerCpuArray,
+            value_size: size_of::<u64>(),
+            max_entries: NR_COUNTERS,
+        },
+    ]
+}
 
 /// Names of the maps the loader opens from (or creates at) their pin.
 pub fn state_map_names() -> impl Iterator<Item = &'static str> {
-    STATE_MAPS.iter().map(|m| m.name)
+    state_maps(0).into_iter().map(|m| m.name)
 }
 
 /// What was taken over from a previous daemon.
@@ -84,12 +93,12 @@ pub struct Readopted {
 
 /// Prepares `pin_dir` for loading: usable state pins are corrected for the gap and kept, the
 /// rest of a previous run's pins removed. Returns what will be taken over.
-pub fn prepare(pin_dir: &Path) -> Readopted {
+pub fn prepare(pin_dir: &Path, max_inference_threads: u32) -> Readopted {
     let mut readopted = Readopted::default();
     if !pin_dir.exists() {
         return readopted;
     }
-    for map in &STATE_MAPS {
+    for map in &state_maps(max_inference_threads) {
         let path = pin_dir.join(map.name);
         if !path.exists() {
             continue;
@@ -97,8 +106,8 @@ pub fn prepare(pin_dir: &Path) -> Readopted {
         let usable = check_shape(&path, map).and_then(|()| correct_for_gap(&path, map.name));
         match usable {
             Ok(Some((kept, pruned))) => {
-                readopted.threads_kept = kept;
-                readopted.threads_pruned = pruned;
+                readopted.threads_kept += kept;
+                readopted.threads_pruned += pruned;
                 readopted.maps.push(map.name);
             }
             Ok(None) => readopted.maps.push(map.name),
@@ -173,7 +182,7 @@ fn check_shape(path: &Path, expected: &StateMap) -> Result<(), Unusable> {
 fn correct_for_gap(path: &Path, name: &str) -> Result<Option<(usize, usize)>, Unusable> {
     let data = MapData::from_pin(path).map_err(Unusable::Open)?;
     let failed = Unusable::Correct;
-    if name == names::THREAD_STATE {
+    if name == names::THREAD_STATE || name == names::POOL_THREADS {
         let mut threads =
             HashMap::<_, u32, ThreadState>::try_from(Map::HashMap(data)).map_err(failed)?;
         return prune_exited_threads(&mut threads).map(Some).map_err(failed);
