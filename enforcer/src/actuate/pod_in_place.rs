@@ -237,6 +237,7 @@ impl Readback {
         }
     }
 }
+
 /// How a pod stands, for `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodState {
