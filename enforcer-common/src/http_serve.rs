@@ -112,17 +112,19 @@ pub async fn serve<L>(
             () = &mut shutdown => break,
         };
         while connections.try_join_next().is_some() {}
-        let per_client = limits.max_per_client.max(1);
-        let Some(client_slot) = clients.take(addr.ip(), per_client) else {
-            let why = format!("this client holds {per_client} already");
-            connections.spawn(refuse(io, why, refusals.clone()));
-            continue;
-        };
+        // The server's cap first: where the two are the same (the worker's), it is the one
+        // to name.
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             let why = format!(
                 "this server holds at most {} at once",
                 limits.max_connections
             );
+            connections.spawn(refuse(io, why, refusals.clone()));
+            continue;
+        };
+        let per_client = limits.max_per_client.max(1);
+        let Some(client_slot) = clients.take(addr.ip(), per_client) else {
+            let why = format!("this client holds {per_client} already");
             connections.spawn(refuse(io, why, refusals.clone()));
             continue;
         };
