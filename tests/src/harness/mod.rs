@@ -4,6 +4,8 @@
 
 pub mod cgroups;
 pub mod gpu;
+pub mod kube_api;
+pub mod kubelet;
 pub mod worker;
 
 use std::{

@@ -5,14 +5,19 @@
 //! - a pool's cgroup removed from under it (a spare pool's, made again at the window's end);
 //! - a training job that forks and exits in a loop;
 //! - slow clients: idle control connections held by another user, and an HTTP body that never
-//!   ends.
+//!   ends;
+//! - on its Kubernetes node (`node`: an API server stand-in, a kubelet-shaped tree, offline
+//!   pods with a process each): a frozen pod deleted while the daemon is dead, the daemon
+//!   killed while its pool is paused, the API server gone, a pod relabelled, a flood of pods.
 //!
 //! After each fault the soak does what a service manager would (restarts what died) and
 //! measures a window of online load. It checks that the online SLO recovered in every window,
-//! that no offline line was lost or done twice (every job's results, line by line), and that
-//! the daemon's file descriptors, memory and threads stayed flat over each of its lives.
+//! that no offline line was lost or done twice (every job's results, line by line), that every
+//! offline pod is enforced and frozen exactly while its pool is paused, and that the daemon's
+//! file descriptors, memory and threads stayed flat over each of its lives.
 
 mod faults;
+mod node;
 mod offline;
 mod report;
 
@@ -28,13 +33,17 @@ use reamer_tests::harness::{
     worker::{OnlineWorker, scratch, tiny_request, write_tiny_model},
 };
 
-use self::{faults::Fault, offline::OfflineJobs};
+use self::{faults::Fault, node::Node, offline::OfflineJobs};
 use crate::{bench::docs, cargo::release_bin};
 
 pub const INSTANCE: &str = "soak";
-/// An online pool with one guaranteed core, the offline pool, and a spare pool whose group
-/// the soak removes.
-const CONFIG: &str = "[[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = 50\n\n\
+/// An online pool with one guaranteed core, the offline pool (paused while training is short
+/// of cores), and a spare pool whose group the soak removes; the node's pods, from the API
+/// server stand-in.
+const CONFIG: &str = "[kubernetes]\nenabled = true\nnode_name = \"node-1\"\n\
+                      cgroup_root = \"/reamer/soak-node\"\n\n\
+                      [policy]\npause_offline_when_training_short = true\n\n\
+                      [[pool]]\nname = \"web\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = 50\n\n\
                       [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
                       [[pool]]\nname = \"spare\"\nkind = \"offline\"\n";
 /// The online load: requests per second, and the SLO they are held to.
@@ -78,6 +87,9 @@ pub struct Cycle {
     pub attainment_pct: f64,
     pub p99_ms: f64,
     pub daemon: Resources,
+    /// What was wrong with the node's pods after the fault (its own check, or every pod
+    /// enforced and in step with its pool's pause), if anything.
+    pub pods: Option<String>,
 }
 
 pub fn run(options: &Options) -> anyhow::Result<()> {
@@ -90,9 +102,10 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let body = dir.join("body.json");
     std::fs::write(&body, tiny_request("soak", &[[0.5, 1.0, 1.5, 2.0]; 4]))?;
 
+    let mut node = Node::start(&dir)?;
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(options.minutes * 60.0);
-    let mut daemon = Some(start_daemon());
+    let mut daemon = Some(start_daemon(&node.kubeconfig));
     let mut online = start_online(&model, &dir)?;
     let mut jobs = OfflineJobs::start(&dir, &model, INSTANCE)?;
     // Warm-up: the baseline the daemon's resources are held to.
@@ -109,9 +122,20 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             started.elapsed().as_secs_f64()
         );
         let faulted = Instant::now();
-        let undo = faults::inject(fault, &mut daemon, &mut online, &mut jobs, &model, &dir)?;
-        let daemon_restarted = fault == Fault::DaemonRestarted;
-        if daemon_restarted {
+        let injected = faults::inject(
+            fault,
+            &mut daemon,
+            &mut online,
+            &mut jobs,
+            &mut node,
+            &model,
+            &dir,
+        );
+        let (undo, mut pods) = match injected {
+            Ok(undo) => (undo, None),
+            Err(err) => (faults::Undo::Nothing, Some(format!("{err:#}"))),
+        };
+        if fault.restarts_daemon() {
             baseline = resources(daemon_pid(&daemon)?)?;
             lives.push((baseline, baseline));
         }
@@ -119,7 +143,20 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         let seconds_to_serve_again = faulted.elapsed().as_secs_f64();
         jobs.keep_running()?;
         let measured = measure_window(&online, &body, options.window_s)?;
-        undo.finish();
+        let finished = undo.finish().and_then(|()| {
+            node.check(
+                daemon.as_ref().context("no daemon runs")?,
+                Duration::from_secs(30),
+            )
+        });
+        if let Err(err) = finished
+            && pods.is_none()
+        {
+            pods = Some(format!("{err:#}"));
+        }
+        if let Some(problem) = &pods {
+            eprintln!("soak: the node's pods after {fault:?}: {problem}");
+        }
         jobs.keep_running()?;
         let now = resources(daemon_pid(&daemon)?)?;
         if let Some(life) = lives.last_mut() {
@@ -131,6 +168,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             attainment_pct: measured["attainment_pct"].as_f64().unwrap_or(0.0),
             p99_ms: measured["p99_ms"].as_f64().unwrap_or(f64::NAN),
             daemon: now,
+            pods,
         });
     }
     jobs.finish()?;
@@ -138,6 +176,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     if let Some(daemon) = daemon.take() {
         daemon.stop();
     }
+    node.stop();
     for pool in ["web", "batch", "spare"] {
         remove_test_cgroups(INSTANCE, pool);
     }
@@ -163,8 +202,13 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     soak.verdict()
 }
 
-pub(super) fn start_daemon() -> Daemon {
-    Daemon::start_bin(&release_bin("enforcer"), INSTANCE, CONFIG)
+/// The daemon, following the node's pods through `kubeconfig`.
+pub(super) fn start_daemon(kubeconfig: &Path) -> Daemon {
+    let mut command = Command::new(release_bin("enforcer"));
+    command
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST");
+    Daemon::start_command(command, INSTANCE, CONFIG)
 }
 
 fn daemon_pid(daemon: &Option<Daemon>) -> anyhow::Result<u32> {

@@ -40,6 +40,13 @@ impl Soak {
     /// Fails, naming the check, where one did not hold. (Lost or repeated offline lines fail
     /// the soak where they are found.)
     pub fn verdict(&self) -> anyhow::Result<()> {
+        if let Some(cycle) = self.cycles.iter().find(|c| c.pods.is_some()) {
+            bail!(
+                "the node's pods after {:?}: {}",
+                cycle.fault,
+                cycle.pods.as_deref().unwrap_or_default()
+            );
+        }
         if let Some(worst) = self.worst_window()
             && worst.attainment_pct < RECOVERED_PCT
         {
@@ -66,8 +73,11 @@ pub fn markdown(soak: &Soak, command: &str, machine: &str) -> String {
          {:.1} minutes, {} faults. Each row: the fault, the time until the online worker served \
          again, then a window of online load ({} requests/s, SLO {} ms) and the daemon's open \
          files, threads and resident memory at its end.\n\n\
-         | # | fault | served again after | within SLO | p99 | daemon files / threads / RSS |\n\
-         |---|---|---|---|---|---|\n",
+         The pods column: every offline pod of the node enforced, and frozen exactly while its \
+         pool is paused, after the fault (and the fault's own check: a deleted pod given back, \
+         a relabelled one let go of).\n\n\
+         | # | fault | served again after | within SLO | p99 | daemon files / threads / RSS | pods |\n\
+         |---|---|---|---|---|---|---|\n",
         soak.minutes,
         soak.cycles.len(),
         super::RATE,
@@ -75,7 +85,7 @@ pub fn markdown(soak: &Soak, command: &str, machine: &str) -> String {
     );
     for (i, cycle) in soak.cycles.iter().enumerate() {
         out.push_str(&format!(
-            "| {} | {} | {:.1} s | {:.1}% | {:.1} ms | {} / {} / {} MiB |\n",
+            "| {} | {} | {:.1} s | {:.1}% | {:.1} ms | {} / {} / {} MiB | {} |\n",
             i + 1,
             cycle.fault.describe(),
             cycle.seconds_to_serve_again,
@@ -83,7 +93,8 @@ pub fn markdown(soak: &Soak, command: &str, machine: &str) -> String {
             cycle.p99_ms,
             cycle.daemon.files,
             cycle.daemon.threads,
-            cycle.daemon.rss_kib / 1024
+            cycle.daemon.rss_kib / 1024,
+            cycle.pods.as_deref().unwrap_or("ok")
         ));
     }
     let (files, threads, rss) = soak.growth();
