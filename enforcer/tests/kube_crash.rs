@@ -23,25 +23,20 @@ use std::{
 
 use enforcer_common::protocol::{PodInfo, Snapshot};
 use reamer_tests::harness::{
-    Daemon, eventually, online_cpu_count, online_cpus, privileged, remove_test_cgroups, target_dir,
+    eventually, online_cpu_count, online_cpus, privileged, remove_test_cgroups, target_dir,
 };
 use serde_json::{Value, json};
 
 mod support;
-use support::{ApiServer, dir, hierarchies, kubelet_mkdir, kubelet_move, remove_tree, v2_host};
+use support::{
+    ApiServer, dir, hierarchies, kubelet_mkdir, kubelet_move, read, remove_tree, v2_host,
+};
 
 const INSTANCE: &str = "it-kube-crash";
 const KUBELET_ROOT: &str = "reamer/it-kube-crash-node";
 const TRAINING_UID: &str = "10000000-0000-4000-8000-0000000000c1";
 const BATCH_UID: &str = "a0000000-0000-4000-8000-0000000000c2";
 const LATE_UID: &str = "b0000000-0000-4000-8000-0000000000c3";
-
-fn read(path: PathBuf) -> String {
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-        .trim()
-        .to_owned()
-}
 
 /// The weight file the kubelet writes on a pod's group, and what it writes for a BestEffort
 /// pod: 2 shares (v1), which v2 writes as weight 1.
@@ -184,9 +179,7 @@ async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_wh
         ..ApiServer::default()
     }));
     let url = support::start(server.clone()).await;
-    let scratch = std::env::temp_dir().join(format!("reamer-{INSTANCE}-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap();
-    std::fs::write(scratch.join("kubeconfig"), support::kubeconfig(&url)).unwrap();
+    let scratch = support::scratch_with_kubeconfig(INSTANCE, &url);
     // Training on every CPU wants more than the online pool's guaranteed core leaves it: the
     // offline pool is paused while it runs.
     let config = format!(
@@ -196,13 +189,7 @@ async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_wh
          [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
          [[pool]]\nname = \"serve\"\nkind = \"online\"\nmin_cores = 1\n"
     );
-    let start_daemon = || {
-        let mut command = Command::new(reamer_tests::harness::enforcer_bin());
-        command
-            .env("KUBECONFIG", scratch.join("kubeconfig"))
-            .env_remove("KUBERNETES_SERVICE_HOST");
-        Daemon::start_command(command, INSTANCE, &config)
-    };
+    let start_daemon = || support::start_daemon(&scratch, INSTANCE, &config);
     let daemon = start_daemon();
     eventually("the offline pod enforced", Duration::from_secs(10), || {
         pod_of(&daemon.snapshot(), "ml/batch-a")

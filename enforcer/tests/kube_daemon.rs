@@ -23,12 +23,12 @@ use std::{
 
 use enforcer_common::protocol::{PodInfo, Snapshot};
 use reamer_tests::harness::{
-    Daemon, eventually, online_cpu_count, online_cpus, privileged, remove_test_cgroups, target_dir,
+    eventually, online_cpu_count, online_cpus, privileged, remove_test_cgroups, target_dir,
 };
 use serde_json::{Value, json};
 
 mod support;
-use support::{ApiServer, dir, hierarchies, kubelet_mkdir, kubelet_move, remove_tree};
+use support::{ApiServer, dir, hierarchies, kubelet_mkdir, kubelet_move, read, remove_tree};
 
 const INSTANCE: &str = "it-kube";
 /// The kubelet's `--cgroup-root` of the test: its tree under the tests' `reamer` subtree.
@@ -37,13 +37,6 @@ const TRAINING_UID: &str = "10000000-0000-4000-8000-000000000001";
 const BATCH_A_UID: &str = "a0000000-0000-4000-8000-00000000000a";
 const BATCH_B_UID: &str = "b0000000-0000-4000-8000-00000000000b";
 const PINNED_UID: &str = "c0000000-0000-4000-8000-00000000000c";
-
-fn read(path: PathBuf) -> String {
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-        .trim()
-        .to_owned()
-}
 
 fn container_cpus(relative: &str) -> String {
     read(dir("cpuset", relative).join("cpuset.cpus"))
@@ -166,9 +159,7 @@ async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
         ..ApiServer::default()
     }));
     let url = support::start(server.clone()).await;
-    let scratch = std::env::temp_dir().join(format!("reamer-{INSTANCE}-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap();
-    std::fs::write(scratch.join("kubeconfig"), support::kubeconfig(&url)).unwrap();
+    let scratch = support::scratch_with_kubeconfig(INSTANCE, &url);
     std::fs::write(
         scratch.join("cpu_manager_state"),
         format!(r#"{{"policyName":"static","defaultCpuSet":"0","entries":{{"{PINNED_UID}":{{"main":"1"}}}},"checksum":1}}"#),
@@ -187,13 +178,7 @@ async fn the_daemon_enforces_on_pods_found_by_label_and_lets_them_go() {
          [[pool]]\nname = \"serve\"\nkind = \"online\"\nmin_cores = 1\n",
         scratch.join("cpu_manager_state").display()
     );
-    let start_daemon = || {
-        let mut command = Command::new(reamer_tests::harness::enforcer_bin());
-        command
-            .env("KUBECONFIG", scratch.join("kubeconfig"))
-            .env_remove("KUBERNETES_SERVICE_HOST");
-        Daemon::start_command(command, INSTANCE, &config)
-    };
+    let start_daemon = || support::start_daemon(&scratch, INSTANCE, &config);
     let mut daemon = start_daemon();
 
     // Every pod found and classified.
@@ -439,19 +424,9 @@ fn the_daemon_runs_on_without_the_api_server_and_says_so() {
         .local_addr()
         .unwrap()
         .port();
-    let scratch = std::env::temp_dir().join(format!("reamer-{instance}-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap();
-    std::fs::write(
-        scratch.join("kubeconfig"),
-        support::kubeconfig(&format!("http://127.0.0.1:{port}")),
-    )
-    .unwrap();
-    let mut command = Command::new(reamer_tests::harness::enforcer_bin());
-    command
-        .env("KUBECONFIG", scratch.join("kubeconfig"))
-        .env_remove("KUBERNETES_SERVICE_HOST");
-    let daemon = Daemon::start_command(
-        command,
+    let scratch = support::scratch_with_kubeconfig(instance, &format!("http://127.0.0.1:{port}"));
+    let daemon = support::start_daemon(
+        &scratch,
         instance,
         "[kubernetes]\nenabled = true\nnode_name = \"node-1\"\n\n\
          [[pool]]\nname = \"batch\"\nkind = \"offline\"\n",

@@ -6,12 +6,11 @@
 //! (fails with REAMER_REQUIRE_PRIVILEGED=1).
 
 use std::{
-    process::Command,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use reamer_tests::harness::{Daemon, eventually, privileged};
+use reamer_tests::harness::{eventually, privileged};
 use serde_json::json;
 
 mod support;
@@ -67,15 +66,9 @@ async fn pods_the_daemon_does_not_manage_cost_it_only_what_it_reads() {
         ..ApiServer::default()
     }));
     let url = support::start(server.clone()).await;
-    let scratch = std::env::temp_dir().join(format!("reamer-{INSTANCE}-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap();
-    std::fs::write(scratch.join("kubeconfig"), support::kubeconfig(&url)).unwrap();
-    let mut command = Command::new(reamer_tests::harness::enforcer_bin());
-    command
-        .env("KUBECONFIG", scratch.join("kubeconfig"))
-        .env_remove("KUBERNETES_SERVICE_HOST");
-    let daemon = Daemon::start_command(
-        command,
+    let scratch = support::scratch_with_kubeconfig(INSTANCE, &url);
+    let daemon = support::start_daemon(
+        &scratch,
         INSTANCE,
         "[kubernetes]\nenabled = true\nnode_name = \"node-1\"\n\n\
          [[pool]]\nname = \"batch\"\nkind = \"offline\"\n",

@@ -38,20 +38,13 @@ async fn next_change(
     }
 }
 
-#[tokio::test]
-async fn the_watch_lists_follows_events_and_bookmarks_and_relists_after_410_gone() {
-    let server: Shared = Arc::new(Mutex::new(ApiServer {
-        pods: vec![pod("a", "a-0", "offline", 1)],
-        resource_version: 1,
-        ..ApiServer::default()
-    }));
+/// The changes the watch of node-1's pods yields from `server`, served on loopback. The watch
+/// runs as the daemon runs it: polled all along, not only when a change is awaited (the
+/// watcher opens its watch only while polled).
+async fn follow(server: &Shared) -> mpsc::UnboundedReceiver<Result<PodChange, WatchError>> {
     let url = support::start(server.clone()).await;
-
-    let config = kube::Config::new(url.parse().unwrap());
-    let client = kube::Client::try_from(config).unwrap();
-    // The watch runs as the daemon would run it: polled all along, not only when a change
-    // is awaited (the watcher opens its watch only while polled).
-    let (send, mut changes) = mpsc::unbounded_channel();
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let (send, changes) = mpsc::unbounded_channel();
     let watch = pod_changes(client, "node-1", Default::default());
     tokio::spawn(async move {
         let mut watch = Box::pin(watch);
@@ -61,6 +54,17 @@ async fn the_watch_lists_follows_events_and_bookmarks_and_relists_after_410_gone
             }
         }
     });
+    changes
+}
+
+#[tokio::test]
+async fn the_watch_lists_follows_events_and_bookmarks_and_relists_after_410_gone() {
+    let server: Shared = Arc::new(Mutex::new(ApiServer {
+        pods: vec![pod("a", "a-0", "offline", 1)],
+        resource_version: 1,
+        ..ApiServer::default()
+    }));
+    let mut changes = follow(&server).await;
     let mut errors = Vec::new();
 
     // The list.
@@ -151,18 +155,7 @@ async fn malformed_lines_on_the_watch_cost_no_backoff() {
         resource_version: 1,
         ..ApiServer::default()
     }));
-    let url = support::start(server.clone()).await;
-    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
-    let (send, mut changes) = mpsc::unbounded_channel();
-    let watch = pod_changes(client, "node-1", Default::default());
-    tokio::spawn(async move {
-        let mut watch = Box::pin(watch);
-        while let Some(change) = watch.next().await {
-            if send.send(change).is_err() {
-                return;
-            }
-        }
-    });
+    let mut changes = follow(&server).await;
     let mut errors = Vec::new();
     assert_eq!(
         next_change(&mut changes, &mut errors).await,

@@ -372,22 +372,12 @@ fn classification_follows_new_threads_and_children() {
         FORK_TREE,
         &["--threads", "3", "--child-threads", "2", "--seconds", "3"],
     );
-    let mut line = String::new();
-    BufReader::new(tree.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("report");
-    let report: Value = serde_json::from_str(&line).expect("fork-tree report");
-    let mut created: HashSet<u64> = HashSet::new();
-    for tids in [&report["tids"], &report["child"]["tids"]] {
-        created.extend(
-            tids.as_array()
-                .expect("tids")
-                .iter()
-                .filter_map(Value::as_u64),
-        );
-    }
-    created.insert(report["child"]["pid"].as_u64().expect("child pid"));
-    assert_eq!(created.len(), 6, "{report}");
+    let created = fork_tree_tids(&mut tree);
+    assert_eq!(
+        created.len(),
+        6,
+        "3 threads, a child and its 2: {created:?}"
+    );
 
     let classified = classified_threads(&daemon);
     let tree_job_id = u64::from(job(&daemon.snapshot(), "tree").id);

@@ -44,3 +44,33 @@ pub async fn send_event(server: &Shared, event: Value) {
     }
     panic!("the watcher never opened a watch");
 }
+
+/// A scratch directory for test `instance`, holding a kubeconfig that points at `url`.
+pub fn scratch_with_kubeconfig(instance: &str, url: &str) -> std::path::PathBuf {
+    let scratch = std::env::temp_dir().join(format!("reamer-{instance}-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(scratch.join("kubeconfig"), kubeconfig(url)).unwrap();
+    scratch
+}
+
+/// `enforcer run` of `instance` with `config`, following the pods through the kubeconfig in
+/// `scratch` (`scratch_with_kubeconfig`), not through a service account.
+pub fn start_daemon(
+    scratch: &std::path::Path,
+    instance: &str,
+    config: &str,
+) -> reamer_tests::harness::Daemon {
+    let mut command = std::process::Command::new(reamer_tests::harness::enforcer_bin());
+    command
+        .env("KUBECONFIG", scratch.join("kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST");
+    reamer_tests::harness::Daemon::start_command(command, instance, config)
+}
+
+/// A cgroup file's (or any file's) content, trimmed; the test fails where it cannot be read.
+pub fn read(path: std::path::PathBuf) -> String {
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
