@@ -335,7 +335,10 @@ fn pause_offline(daemon: &Daemon, node: &Node) -> anyhow::Result<Child> {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    node.check(daemon, POD_DEADLINE)
-        .context("the pods of the paused pool")?;
+    if let Err(err) = node.check(daemon, POD_DEADLINE) {
+        let _ = training.kill();
+        let _ = training.wait();
+        return Err(err.context("the pods of the paused pool"));
+    }
     Ok(training)
 }
