@@ -29,7 +29,8 @@ use serde_json::{Value, json};
 
 mod support;
 use support::{
-    ApiServer, dir, hierarchies, kubelet_mkdir, kubelet_move, read, remove_tree, v2_host,
+    ApiServer, besteffort_weight, dir, frozen, hierarchies, kubelet_mkdir, kubelet_move, read,
+    remove_tree, thaw, v2_host,
 };
 
 const INSTANCE: &str = "it-kube-crash";
@@ -37,28 +38,6 @@ const KUBELET_ROOT: &str = "reamer/it-kube-crash-node";
 const TRAINING_UID: &str = "10000000-0000-4000-8000-0000000000c1";
 const BATCH_UID: &str = "a0000000-0000-4000-8000-0000000000c2";
 const LATE_UID: &str = "b0000000-0000-4000-8000-0000000000c3";
-
-/// The weight file the kubelet writes on a pod's group, and what it writes for a BestEffort
-/// pod: 2 shares (v1), which v2 writes as weight 1.
-fn besteffort_weight() -> (&'static str, &'static str) {
-    if v2_host() {
-        ("cpu.weight", "1")
-    } else {
-        ("cpu.shares", "2")
-    }
-}
-
-/// Whether group `relative`'s freezer holds it frozen (or on its way: a task enters the
-/// freezer only when it next runs).
-fn frozen(relative: &str) -> bool {
-    if v2_host() {
-        std::fs::read_to_string(dir("freezer", relative).join("cgroup.freeze"))
-            .is_ok_and(|v| v.trim() == "1")
-    } else {
-        std::fs::read_to_string(dir("freezer", relative).join("freezer.state"))
-            .is_ok_and(|v| matches!(v.trim(), "FROZEN" | "FREEZING"))
-    }
-}
 
 fn pod_of(snapshot: &Snapshot, key: &str) -> Option<PodInfo> {
     snapshot.pods.iter().find(|pod| pod.pod == key).cloned()
@@ -97,13 +76,8 @@ struct KubeletTree;
 
 impl Drop for KubeletTree {
     fn drop(&mut self) {
-        let (file, thawed) = if v2_host() {
-            ("cgroup.freeze", "0")
-        } else {
-            ("freezer.state", "THAWED")
-        };
         for group in walk(&dir("freezer", KUBELET_ROOT)) {
-            let _ = std::fs::write(group.join(file), thawed);
+            thaw(&group);
         }
         std::thread::sleep(Duration::from_millis(200));
         for controller in hierarchies() {

@@ -7,7 +7,8 @@
 pub use reamer_tests::harness::{
     kube_api::{ApiServer, Shared, api_pod, kubeconfig},
     kubelet::{
-        dir, hierarchies, kubelet_mkdir, kubelet_move, remove_kubelet_tree, remove_tree, v2_host,
+        besteffort_weight, dir, frozen, hierarchies, kubelet_mkdir, kubelet_move,
+        remove_kubelet_tree, remove_tree, thaw, v2_host,
     },
 };
 use serde_json::{Value, json};

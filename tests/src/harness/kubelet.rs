@@ -90,3 +90,37 @@ pub fn remove_tree(dir: &Path) {
     }
     let _ = std::fs::remove_dir(dir);
 }
+
+/// The weight file the kubelet writes on a pod's group, and what it writes for a BestEffort
+/// pod: 2 shares (v1), which v2 writes as weight 1.
+pub fn besteffort_weight() -> (&'static str, &'static str) {
+    if v2_host() {
+        ("cpu.weight", "1")
+    } else {
+        ("cpu.shares", "2")
+    }
+}
+
+/// Whether group `relative`'s freezer holds it frozen, or on its way (a task enters the
+/// freezer only when it next runs): v1's FROZEN or FREEZING, v2's `cgroup.freeze` 1.
+pub fn frozen(relative: &str) -> bool {
+    let read = |file: &str| {
+        std::fs::read_to_string(dir("freezer", relative).join(file)).unwrap_or_default()
+    };
+    if v2_host() {
+        read("cgroup.freeze").trim() == "1"
+    } else {
+        matches!(read("freezer.state").trim(), "FROZEN" | "FREEZING")
+    }
+}
+
+/// Thaws group `dir` (a freezer directory), whatever froze it: a test's cleanup, so that its
+/// processes can die (on v1 a frozen task ignores SIGKILL).
+pub fn thaw(dir: &Path) {
+    let (file, thawed) = if v2_host() {
+        ("cgroup.freeze", "0")
+    } else {
+        ("freezer.state", "THAWED")
+    };
+    let _ = std::fs::write(dir.join(file), thawed);
+}

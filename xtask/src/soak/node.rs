@@ -13,7 +13,9 @@ use anyhow::{Context as _, bail};
 use reamer_tests::harness::{
     Daemon,
     kube_api::{self, Shared, api_pod},
-    kubelet::{dir, hierarchies, kubelet_mkdir, kubelet_move, remove_tree, v2_host},
+    kubelet::{
+        besteffort_weight, dir, frozen, hierarchies, kubelet_mkdir, kubelet_move, remove_tree, thaw,
+    },
 };
 use serde_json::{Value, json};
 
@@ -23,15 +25,6 @@ use crate::cargo::release_bin;
 pub const KUBELET_ROOT: &str = "reamer/soak-node";
 /// Offline pods kept on the node.
 const PODS: usize = 2;
-/// The weight the kubelet gives a BestEffort pod's group, as its file says it.
-fn besteffort_weight() -> (&'static str, &'static str) {
-    if v2_host() {
-        ("cpu.weight", "1")
-    } else {
-        ("cpu.shares", "2")
-    }
-}
-
 /// One offline pod, with its process.
 pub struct SoakPod {
     uid: String,
@@ -255,27 +248,11 @@ pub fn wait_left_alone(pod: &SoakPod, within: Duration) -> anyhow::Result<()> {
 /// first: on cgroup v1 a frozen process does not die of SIGKILL, and the soak's own cleanup
 /// must never hang (what reamer left frozen is checked before this).
 pub fn gone(mut pod: SoakPod) {
-    let (file, thawed) = if v2_host() {
-        ("cgroup.freeze", "0")
-    } else {
-        ("freezer.state", "THAWED")
-    };
-    let _ = std::fs::write(dir("freezer", &pod.container).join(file), thawed);
+    thaw(&dir("freezer", &pod.container));
     let _ = pod.process.kill();
     let _ = pod.process.wait();
     for controller in hierarchies() {
         remove_tree(&dir(controller, &pod.group));
-    }
-}
-
-fn frozen(relative: &str) -> bool {
-    if v2_host() {
-        read(&dir("freezer", relative).join("cgroup.freeze")) == "1"
-    } else {
-        matches!(
-            read(&dir("freezer", relative).join("freezer.state")).as_str(),
-            "FROZEN" | "FREEZING"
-        )
     }
 }
 
