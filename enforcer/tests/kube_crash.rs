@@ -4,9 +4,10 @@
 //!
 //! - A daemon killed (SIGKILL) while its offline pool is paused leaves a pod's container
 //!   frozen. The pod is deleted before the next daemon starts, so no pod event will ever name
-//!   it again. The next daemon still thaws it, gives it the kubelet's CPUs, and gives its pod
-//!   group back the weight the kubelet wrote (the kernel resets it to 1024 shares when
-//!   `cpu.idle` goes back to 0).
+//!   it again. The next daemon still thaws it and gives it the kubelet's CPUs. Its pod group,
+//!   which an earlier version of reamer made idle and named in the same ledger (an upgrade
+//!   after a crash), gets back the weight the kubelet wrote (the kernel resets it to 1024
+//!   shares when `cpu.idle` goes back to 0).
 //! - A pod whose groups the runtime makes after the API reported it, and whose container's
 //!   freezer group comes after its cpu group (runc's order on cgroup v1), is `failing` until
 //!   every part is enforced, is then frozen with its paused pool, and none of reamer's own
@@ -16,21 +17,20 @@
 
 use std::{
     path::PathBuf,
-    process::{Child, Command},
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use enforcer_common::protocol::{PodInfo, Snapshot};
 use reamer_tests::harness::{
-    eventually, online_cpu_count, online_cpus, privileged, remove_test_cgroups, target_dir,
+    eventually, online_cpu_count, online_cpus, privileged, remove_test_cgroups, threads_idle_class,
 };
 use serde_json::{Value, json};
 
 mod support;
 use support::{
-    ApiServer, besteffort_weight, dir, frozen, hierarchies, kubelet_mkdir, kubelet_move, read,
-    remove_tree, thaw, v2_host,
+    ApiServer, KubeletTree, besteffort_weight, dir, frozen, hierarchies, hog, kubelet_mkdir,
+    kubelet_move, read, remove_tree, v2_host,
 };
 
 const INSTANCE: &str = "it-kube-crash";
@@ -41,66 +41,6 @@ const LATE_UID: &str = "b0000000-0000-4000-8000-0000000000c3";
 
 fn pod_of(snapshot: &Snapshot, key: &str) -> Option<PodInfo> {
     snapshot.pods.iter().find(|pod| pod.pod == key).cloned()
-}
-
-/// A process the test started, killed when the test ends however it ends; reaped by the
-/// kubelet tree's guard where it was frozen.
-struct Started(Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        // A frozen process dies only once thawed: it is not waited for past a second.
-        for _ in 0..100 {
-            if !matches!(self.0.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-fn hog(threads: usize) -> Started {
-    Started(
-        Command::new(target_dir().join("cpu-hog"))
-            .args(["--threads", &threads.to_string(), "--seconds", "120"])
-            .spawn()
-            .expect("starting cpu-hog"),
-    )
-}
-
-/// The test's kubelet tree, thawed and removed when the test ends however it ends: a process
-/// left frozen would not even die of SIGKILL on v1. Declared before the processes, so that it
-/// is dropped after them.
-struct KubeletTree;
-
-impl Drop for KubeletTree {
-    fn drop(&mut self) {
-        for group in walk(&dir("freezer", KUBELET_ROOT)) {
-            thaw(&group);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        for controller in hierarchies() {
-            remove_tree(&dir(controller, KUBELET_ROOT));
-        }
-    }
-}
-
-fn walk(root: &std::path::Path) -> Vec<PathBuf> {
-    let mut groups = vec![root.to_owned()];
-    let mut i = 0;
-    while i < groups.len() {
-        if let Ok(entries) = std::fs::read_dir(&groups[i]) {
-            groups.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-        i += 1;
-    }
-    groups
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,7 +63,7 @@ async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_wh
     for controller in hierarchies() {
         remove_tree(&dir(controller, KUBELET_ROOT));
     }
-    let _tree = KubeletTree;
+    let _tree = KubeletTree(KUBELET_ROOT);
     let ledger = PathBuf::from(format!("/run/reamer/{INSTANCE}.pod-groups.json"));
     let _ = std::fs::remove_file(&ledger);
 
@@ -156,20 +96,21 @@ async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_wh
     let scratch = support::scratch_with_kubeconfig(INSTANCE, &url);
     // Training on every CPU wants more than the online pool's guaranteed core leaves it: the
     // offline pool is paused while it runs.
-    let config = format!(
-        "[kubernetes]\nenabled = true\nnode_name = \"node-1\"\ncgroup_root = \"/{KUBELET_ROOT}\"\n\n\
-         [policy]\npause_offline_when_training_short = true\ngive_back_after_ms = 200\n\
-         demand_window_ms = 200\ntick_ms = 50\n\n\
-         [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
-         [[pool]]\nname = \"serve\"\nkind = \"online\"\nmin_cores = 1\n"
-    );
+    let config = support::pausing_node_config(KUBELET_ROOT);
     let start_daemon = || support::start_daemon(&scratch, INSTANCE, &config);
     let daemon = start_daemon();
     eventually("the offline pod enforced", Duration::from_secs(10), || {
         pod_of(&daemon.snapshot(), "ml/batch-a")
             .is_some_and(|pod| pod.state == "enforced" && pod.containers == 1)
     });
-    assert_eq!(read(dir("cpu", &batch_pod).join("cpu.idle")), "1");
+    // Idle-class by its threads' policy; its group's cpu files stay the kubelet's.
+    eventually(
+        "the offline pod's threads SCHED_IDLE",
+        Duration::from_secs(3),
+        || threads_idle_class(batch.0.id()),
+    );
+    assert_eq!(read(dir("cpu", &batch_pod).join("cpu.idle")), "0");
+    assert_eq!(read(dir("cpu", &batch_pod).join(weight_file)), weight);
 
     let training = hog(online_cpu_count());
     kubelet_move(training.0.id(), &training_container);
@@ -190,10 +131,16 @@ async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_wh
         "{kept}"
     );
     assert_eq!(
-        kept["pods"][&batch_pod],
-        json!({"file": weight_file, "value": weight.parse::<u64>().unwrap()}),
-        "{kept}"
+        kept["pods"],
+        json!({}),
+        "a BestEffort pod's group has the least weight from the kubelet: not written: {kept}"
     );
+    // The earlier version that made offline pods' groups idle left its ledger so.
+    let mut earlier = kept.clone();
+    earlier["pods"] =
+        json!({&batch_pod: {"file": weight_file, "value": weight.parse::<u64>().unwrap()}});
+    std::fs::write(&ledger, earlier.to_string()).unwrap();
+    std::fs::write(dir("cpu", &batch_pod).join("cpu.idle"), "1").unwrap();
     server.lock().unwrap().pods = vec![training_pod];
 
     // The pod whose groups come late is in the API from the next daemon's first list.
@@ -229,10 +176,9 @@ async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_wh
     );
 
     // Its groups appear, in runc's order: cpuset and cpu with the process in them first, the
-    // freezer group after (one hierarchy on v2: there, all at once). Its weight is the
-    // kernel's default: the kubelet's write of the BestEffort weight right after its mkdir
-    // would race the daemon, which takes the pod the moment its group appears (issue of its
-    // own: the kubelet's writes beside reamer's).
+    // freezer group after (one hierarchy on v2: there, all at once). The kubelet writes the
+    // pod group's BestEffort weight right after its mkdir, while the daemon may already be
+    // taking the pod: reamer writes no cpu file of a pod's groups, so the write cannot fail.
     let late = hog(1);
     let early: &[&str] = if v2_host() {
         &["unified"]
@@ -254,8 +200,11 @@ async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_wh
     if v2_host() {
         kubelet_mkdir(&late_container);
     }
-    // What the kernel gives a new group, which reamer must give back.
-    let late_weight = if v2_host() { "100" } else { "1024" };
+    std::fs::write(dir("cpu", &late_pod).join(weight_file), weight)
+        .expect("the kubelet's weight for a new BestEffort pod group");
+    // An earlier version made it idle, and its ledger entry is lost: the group is made not
+    // idle (the kubelet's weight writes would fail), and held at the least weight.
+    std::fs::write(dir("cpu", &late_pod).join("cpu.idle"), "1").unwrap();
     for controller in early {
         let procs = dir(controller, &late_container).join("cgroup.procs");
         std::fs::write(procs, late.0.id().to_string()).unwrap();
@@ -274,14 +223,15 @@ async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_wh
         kubelet_move(late.0.id(), &late_container);
     }
     eventually(
-        "the late pod enforced whole: idle, narrowed, frozen with its pool",
+        "the late pod enforced whole: narrowed, frozen with its pool",
         Duration::from_secs(10),
         || {
             pod_of(&daemon.snapshot(), "ml/late-b").is_some_and(|pod| pod.state == "enforced")
                 && frozen(&late_container)
-                && read(dir("cpu", &late_pod).join("cpu.idle")) == "1"
         },
     );
+    assert_eq!(read(dir("cpu", &late_pod).join("cpu.idle")), "0");
+    assert_eq!(read(dir("cpu", &late_pod).join(weight_file)), weight);
     let late_pod_info = pod_of(&daemon.snapshot(), "ml/late-b").unwrap();
     assert_eq!(
         late_pod_info.foreign_writes, 0,
@@ -292,7 +242,7 @@ async fn a_dead_daemons_frozen_pod_is_given_back_and_late_groups_are_enforced_wh
     let log = daemon.stop();
     assert!(!frozen(&late_container));
     assert_eq!(read(dir("cpu", &late_pod).join("cpu.idle")), "0");
-    assert_eq!(read(dir("cpu", &late_pod).join(weight_file)), late_weight);
+    assert_eq!(read(dir("cpu", &late_pod).join(weight_file)), weight);
     assert!(!ledger.exists(), "a clean stop leaves nothing to undo");
 
     drop((training, batch, late));

@@ -7,7 +7,7 @@ use std::{process::Command, time::Duration};
 use enforcer_common::protocol::{self, Grant, Response};
 use reamer_tests::harness::{
     Daemon, cgroup_dir, cgroup_of, cgroup_value, eventually, online_cpu_count, online_cpus,
-    pool_in, privileged, remove_test_cgroups, u64_of, wait_ok,
+    pool_in, privileged, remove_test_cgroups, thread_policies, u64_of, wait_ok,
 };
 
 const SIM: &str = env!("CARGO_BIN_EXE_training-sim");
@@ -141,20 +141,6 @@ fn offline_pool_is_placed_moved_for_training_and_released_at_shutdown() {
     let _ = hog.wait();
     let _ = std::fs::remove_dir(&stale_group);
     remove_test_cgroups(instance, "batch");
-}
-
-/// The scheduling policy of each thread of `pid`.
-fn thread_policies(pid: u32) -> Vec<i32> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap_or_else(|e| {
-        panic!("listing the threads of {pid}: {e}");
-    });
-    tasks
-        .flatten()
-        .filter_map(|task| task.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        // SAFETY: sched_getscheduler only reads; a thread gone meanwhile gives -1, left out.
-        .map(|tid| unsafe { libc::sched_getscheduler(tid) })
-        .filter(|&policy| policy >= 0)
-        .collect()
 }
 
 /// What one training-sim run reports: its step rate, and its threads' run-queue wait per

@@ -9,28 +9,33 @@
 //!   does not hold its children's;
 //! - each container's freezer, while the CPU policy pauses the pool or the GPU duty cycle
 //!   gates it: the containers are members of the pool's freezer (`freezer`), its one owner;
-//! - an offline pod's own group's `cpu.idle`: the kernel ranks an idle group against its
-//!   siblings, which for a pod's group are the other pods of its QoS class. The kubelet never
-//!   writes `cpu.idle`; the kernel refuses a `cpu.weight` for an idle group (EINVAL), so a
-//!   resize of the pod in place fails while reamer holds it. Its weight is given back when
-//!   reamer lets go (`pod_idle` says why the kernel does not).
+//! - an offline pod's own group's weight, held at the least the kernel takes (`pod_weight`
+//!   says why not `cpu.idle`): the kernel ranks a pod's group against its siblings, the other
+//!   pods of its QoS tier. Its threads get SCHED_IDLE each, like every offline thread. A
+//!   BestEffort pod's group has the least weight from the kubelet already, and is not
+//!   written.
 //!
 //! Every change is written down in the ledger (`pod_ledger`) before it is made, so that the
 //! next daemon undoes it whatever ends this one. A pod is enforced only when every part of it
 //! is: each container recorded, narrowed and in step with its pool's freezer, and the pod's
-//! group idle. What failed (a group the runtime makes later, as runc on v1 makes the freezer
-//! group after the cpu group) is retried when a container appears and at every check, and
+//! group at the least weight. What failed (a group the runtime makes later, as runc on v1 makes the
+//! freezer group after the cpu group) is retried when a container appears and at every check, and
 //! status says `failing` until then.
 //!
-//! An online pod's weight stays the kubelet's (from its requests): that file is the kubelet's
-//! to write, and writing it would fight every resize.
+//! An online pod's weight stays the kubelet's (from its requests): it is not reamer's to
+//! lower.
 //!
-//! Someone else may write the same `cpuset.cpus`: the kubelet when the CPU manager's shared
-//! pool changes, or another agent (koordlet). `check` reads it back; a value reamer did not
-//! write is taken as the container's new base and the pool's CPUs are applied within it.
-//! More than `CONTESTED_REWRITES` such rewrites within `CONTESTED_WINDOW` is another agent
-//! steering the same file: reamer stops writing the pod, thaws it, and reports it, rather
-//! than flap against it.
+//! Someone else may write the same files. The kubelet writes a container's `cpuset.cpus`
+//! through the runtime when the CPU manager's shared pool changes, and restates it at every
+//! update of the container (runc writes all of a container's resources), and it writes an
+//! offline pod group's weight at an in-place resize; another agent (koordlet) may steer
+//! either. Every write succeeds: reamer holds nothing the kernel would refuse them for.
+//! `check` reads each file back within a reconcile. A value reamer did not write is taken as
+//! the kubelet's (the container's new base CPUs, the pod's new weight) and reamer's is applied
+//! again. More than `CONTESTED_REWRITES` rewrites to something new within `CONTESTED_WINDOW`
+//! is another agent steering the same file: reamer stops writing the pod, thaws it, and
+//! reports it, rather than flap against it. A container's CPUs restated as they were (the
+//! base) are the runtime's update, not a contest.
 
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
@@ -44,14 +49,20 @@ use enforcer_common::cpu_list;
 
 use super::{
     freezer::{self, Freezer},
-    pod_idle::PodIdle,
     pod_ledger::PodLedger,
+    pod_weight::{self, PodWeight},
 };
 
-/// Rewrites by someone else, within `CONTESTED_WINDOW`, past which the file is contested. The
-/// kubelet rewrites a container's cpuset when the CPU manager's shared pool changes, which is
-/// when a Guaranteed pod with exclusive CPUs comes or goes: a few times a minute at most.
+/// Rewrites to something new by someone else, within `CONTESTED_WINDOW`, past which the pod's
+/// files are contested. The kubelet gives a container new CPUs when the CPU manager's shared
+/// pool changes, which is when a Guaranteed pod with exclusive CPUs comes or goes, and a pod
+/// a new weight at an in-place resize: a few times a minute at most.
 pub const CONTESTED_REWRITES: usize = 3;
+/// Rewrites of any kind within `CONTESTED_WINDOW`, past which the pod's files are contested:
+/// restatements of a container's CPUs as the kubelet gave them included. The runtime restates
+/// them at each update of the container (a resize, a kubelet restart), a few times an hour;
+/// an agent that restores them every second would otherwise be fought for ever.
+pub const CONTESTED_RESTATEMENTS: usize = 10;
 pub const CONTESTED_WINDOW: Duration = Duration::from_secs(60);
 
 /// One container's group.
@@ -199,8 +210,8 @@ pub struct Readback {
     cpusets: Vec<(PathBuf, PathBuf, BTreeSet<u32>)>,
     /// (container group, its freezer's state file).
     freezers: Vec<(PathBuf, PathBuf)>,
-    /// The pod's `cpu.idle`, where reamer wrote it.
-    idle_file: Option<PathBuf>,
+    /// The pod group's weight file, where reamer holds it at the least.
+    weight_file: Option<PathBuf>,
 }
 
 /// What those files held.
@@ -210,8 +221,8 @@ pub struct Readings {
     cpusets: Vec<(PathBuf, BTreeSet<u32>, BTreeSet<u32>)>,
     /// (container group, whether its freezer is frozen; None where it cannot be read).
     freezers: Vec<(PathBuf, Option<bool>)>,
-    /// The pod's `cpu.idle`, where it reads 0.
-    idle_cleared: Option<PathBuf>,
+    /// The pod group's weight, where it is no longer the least: (its file, what it holds).
+    weight_rewritten: Option<(PathBuf, u64)>,
 }
 
 impl Readback {
@@ -227,13 +238,14 @@ impl Readback {
             .into_iter()
             .map(|(relative, file)| (relative, freezer::frozen_in(&file)))
             .collect();
-        let idle_cleared = self
-            .idle_file
-            .filter(|file| std::fs::read_to_string(file).is_ok_and(|v| v.trim() == "0"));
+        let weight_rewritten = self.weight_file.and_then(|file| {
+            let value = pod_weight::not_least(&file)?;
+            Some((file, value))
+        });
         Readings {
             cpusets,
             freezers,
-            idle_cleared,
+            weight_rewritten,
         }
     }
 }
@@ -286,23 +298,32 @@ pub struct PodInPlace {
     pub key: String,
     /// The pod's own group, under the hierarchies' root.
     group: PathBuf,
-    /// The pod's own group's `cpu` files (offline pods: made idle).
-    idle: Option<PodIdle>,
-    /// Whether reamer made it idle (a write the kernel took).
-    idle_written: bool,
+    /// The pod's own group's weight (offline pods: held at the least).
+    weight: Option<PodWeight>,
+    /// Whether it holds the least weight (written by reamer, or the kubelet's already).
+    weight_held: bool,
+    /// Whether its weight was read as a new group's once: the kubelet may not have written
+    /// its own yet, so it is taken as the kubelet's only when read so again.
+    new_groups_weight_seen: bool,
+    /// Whether the last check found a weight someone else wrote: acted on when the next check
+    /// finds it still there. On v1 the kubelet reads `cpu.shares` back right after writing
+    /// it and fails the resize where it differs (runc's fs/cpu.go); reamer's least weight,
+    /// written at once, could land in between.
+    weight_rewrite_seen: bool,
     /// Its pool's freezer, whose members its containers are while reamer writes them.
     freezer: Option<Arc<Freezer>>,
     containers: BTreeMap<PathBuf, ContainerInPlace>,
     state: PodState,
-    /// When someone else rewrote one of its files, within the last `CONTESTED_WINDOW`.
-    rewrites: VecDeque<Instant>,
+    /// When someone else rewrote one of its files, within the last `CONTESTED_WINDOW`, and
+    /// whether to something new (not a restatement).
+    rewrites: VecDeque<(Instant, bool)>,
     /// Every rewrite seen, for /metrics.
     pub foreign_writes: u64,
 }
 
 impl PodInPlace {
     /// Takes pod `key`, whose group is `relative` in each hierarchy. `write` false: observed
-    /// only. An offline pod's group is made idle at once where it is there.
+    /// only. An offline pod's group is held at the least weight at once where it is there.
     #[allow(clippy::too_many_arguments)]
     pub fn attach(
         key: &str,
@@ -322,8 +343,10 @@ impl PodInPlace {
         let mut pod = Self {
             key: key.to_owned(),
             group: relative.to_owned(),
-            idle: offline.then(|| PodIdle::of(relative)).flatten(),
-            idle_written: false,
+            weight: offline.then(|| PodWeight::of(relative)).flatten(),
+            weight_held: false,
+            new_groups_weight_seen: false,
+            weight_rewrite_seen: false,
             freezer,
             containers: BTreeMap::new(),
             state,
@@ -355,11 +378,22 @@ impl PodInPlace {
             return;
         }
         let mut failed = None;
-        if let Some(idle) = &self.idle
-            && !self.idle_written
+        if let Some(weight) = &self.weight
+            && !self.weight_held
         {
-            match make_idle(idle, &self.group, ledger) {
-                Ok(()) => self.idle_written = true,
+            match hold_least_weight(
+                weight,
+                &self.group,
+                &mut self.new_groups_weight_seen,
+                ledger,
+            ) {
+                Ok(true) => self.weight_held = true,
+                Ok(false) => {
+                    failed = Some(format!(
+                        "{} reads as a new group's: taken as the kubelet's at the next check",
+                        weight.file().display()
+                    ));
+                }
                 Err(err) => failed = Some(err),
             }
         }
@@ -404,7 +438,7 @@ impl PodInPlace {
     }
 
     /// The files to read back for `check`: each container's `cpuset.cpus` with what reamer
-    /// wrote there and its freezer's state, and the pod's `cpu.idle`. None where reamer does
+    /// wrote there and its freezer's state, and the pod group's weight. None where reamer does
     /// not write the pod. Read without the daemon's lock (`Readback::read`), which the fast
     /// path needs.
     pub fn readback(&self) -> Option<Readback> {
@@ -434,19 +468,20 @@ impl PodInPlace {
         Some(Readback {
             cpusets,
             freezers,
-            idle_file: self
-                .idle
+            weight_file: self
+                .weight
                 .as_ref()
-                .filter(|_| self.idle_written)
-                .map(PodIdle::idle_file),
+                .filter(|_| self.weight_held)
+                .map(PodWeight::file),
         })
     }
 
     /// What was read back, at `now`. A value someone else wrote becomes the container's
-    /// base (the kubelet's new CPUs), or cpu.idle is written again, until the rewrites make the
-    /// pod contested. A container reamer itself wrote since the reading is left to the next.
-    /// A container whose freezer is out of step with its pool's (its group made after the
-    /// pool froze) is brought in step. Returns what to log: each rewrite, and a contest.
+    /// base (the kubelet's new CPUs) or the pod's kubelet weight, and reamer's is written again,
+    /// until rewrites to something new make the pod contested. A container reamer itself wrote
+    /// since the reading is left to the next. A container whose freezer is out of step with its
+    /// pool's (its group made after the pool froze) is brought in step. Returns what to log: each
+    /// rewrite, and a contest.
     pub fn check(
         &mut self,
         now: Instant,
@@ -469,7 +504,8 @@ impl PodInPlace {
                 }
             }
         }
-        let mut seen = Vec::new();
+        // (what was seen, whether it is something new: a restatement is no contest).
+        let mut seen: Vec<(String, bool)> = Vec::new();
         for (relative, written_then, now_there) in readings.cpusets {
             let Some(container) = self.containers.get_mut(&relative) else {
                 continue;
@@ -477,57 +513,73 @@ impl PodInPlace {
             if container.written.as_ref() != Some(&written_then) || now_there == written_then {
                 continue;
             }
-            seen.push(format!(
-                "{} was rewritten to [{}] (reamer wrote [{}])",
-                container
-                    .cpuset_file
-                    .as_deref()
-                    .unwrap_or(Path::new("cpuset.cpus"))
-                    .display(),
-                cpu_list::format(&now_there),
-                cpu_list::format(&written_then)
-            ));
+            let file = container
+                .cpuset_file
+                .as_deref()
+                .unwrap_or(Path::new("cpuset.cpus"))
+                .display();
+            let restated = now_there == container.base;
+            seen.push(if restated {
+                (
+                    format!(
+                        "{file} was restated as the kubelet gave it, [{}] (reamer wrote [{}])",
+                        cpu_list::format(&now_there),
+                        cpu_list::format(&written_then)
+                    ),
+                    false,
+                )
+            } else {
+                (
+                    format!(
+                        "{file} was rewritten to [{}] (reamer wrote [{}])",
+                        cpu_list::format(&now_there),
+                        cpu_list::format(&written_then)
+                    ),
+                    true,
+                )
+            });
             container.base = now_there;
-            container.recorded = false;
+            container.recorded = restated && container.recorded;
             container.written = None;
         }
-        if let Some(file) = readings.idle_cleared {
-            seen.push(format!("{} was set back to 0", file.display()));
-            self.idle_written = false;
-            // Whoever cleared it may have written the weight they want since: that is the
-            // one to give back. The kernel's own reset value says nothing.
-            if let Some(weight) = self.idle.as_ref().and_then(|idle| idle.weight().ok())
-                && !weight.is_reset_value()
-                && let Err(err) = ledger.record_weight(&self.group, weight)
-            {
-                tracing::warn!("pod {}: {err}", self.key);
+        let weight_rewritten = match readings.weight_rewritten {
+            None => {
+                self.weight_rewrite_seen = false;
+                None
             }
+            Some(found) => std::mem::replace(&mut self.weight_rewrite_seen, true).then_some(found),
+        };
+        if let Some((file, value)) = weight_rewritten {
+            self.weight_rewrite_seen = false;
+            seen.push((
+                format!(
+                    "{} was rewritten to {value} (the kubelet's weight from now on; reamer \
+                     holds the least)",
+                    file.display()
+                ),
+                true,
+            ));
+            // The kubelet's new weight is the one to give back: written down before reamer
+            // holds the least again (`enforce`).
+            self.weight_held = false;
+            self.new_groups_weight_seen = true;
         }
         if seen.is_empty() {
             let behind = matches!(self.state, PodState::Failing(_))
-                || self.containers.values().any(|c| !c.joined);
+                || self.containers.values().any(|c| !c.joined)
+                || (self.weight.is_some() && !self.weight_held);
             if behind {
                 self.enforce(cpus, ledger);
             }
             return Vec::new();
         }
         self.foreign_writes += seen.len() as u64;
-        for _ in &seen {
-            self.rewrites.push_back(now);
-        }
-        while self
-            .rewrites
-            .front()
-            .is_some_and(|at| now.duration_since(*at) > CONTESTED_WINDOW)
-        {
-            self.rewrites.pop_front();
-        }
-        if self.rewrites.len() > CONTESTED_REWRITES {
+        self.rewrites
+            .extend(seen.iter().map(|(_, new)| (now, *new)));
+        if let Some(rewrites) = contested(&mut self.rewrites, now) {
             let why = format!(
-                "another agent keeps writing its groups ({} rewrites within {} s; the last: {})",
-                self.rewrites.len(),
-                CONTESTED_WINDOW.as_secs(),
-                seen.last().map_or("", String::as_str)
+                "another agent keeps writing its groups ({rewrites}; the last: {})",
+                seen.last().map_or("", |(what, _)| what.as_str())
             );
             self.release(ledger);
             self.state = PodState::Contested(why.clone());
@@ -538,12 +590,12 @@ impl PodInPlace {
         }
         self.enforce(cpus, ledger);
         seen.into_iter()
-            .map(|what| format!("pod {}: {what}: applied again", self.key))
+            .map(|(what, _)| format!("pod {}: {what}: applied again", self.key))
             .collect()
     }
 
-    /// Lets go of the pod: out of its pool's freezer (thawed), its containers' CPUs the
-    /// kubelet's again, not idle, with the weight it had. What was undone leaves the ledger.
+    /// Lets go of the pod: out of its pool's freezer (thawed), its containers' CPUs and its
+    /// group's weight the kubelet's again. What was undone leaves the ledger.
     /// Returns what failed (a group already gone is not a failure).
     pub fn release(&mut self, ledger: &mut PodLedger) -> Vec<String> {
         if !self.writes() {
@@ -562,27 +614,77 @@ impl PodInPlace {
             }
             container.joined = false;
         }
-        if let Some(idle) = &self.idle
-            && let Some(before) = ledger.weight_before(&self.group)
+        if let Some(weight) = &self.weight
+            && let Some(kubelet) = ledger.kubelet_weight(&self.group)
         {
-            match idle.give_back(before) {
+            match weight.give_back(kubelet) {
                 Ok(()) => ledger.forget_pod(&self.group),
                 Err(err) => errors.push(err),
             }
         }
-        self.idle_written = false;
+        self.weight_held = false;
         errors
     }
 }
 
-/// Makes pod group `group` idle, its weight written down first. A group already idle that the
-/// ledger says nothing of was made so by someone else (or by a daemon whose ledger was lost):
-/// there is no weight of the kubelet's to keep, and it is left idle when reamer lets go.
-fn make_idle(idle: &PodIdle, group: &Path, ledger: &mut PodLedger) -> Result<(), String> {
-    if ledger.weight_before(group).is_none() && !idle.is_idle()? {
-        ledger.record_weight(group, idle.weight()?)?;
+/// Whether the rewrites of the last `CONTESTED_WINDOW` (older ones dropped) make a pod
+/// contested: what they were, where they do.
+fn contested(rewrites: &mut VecDeque<(Instant, bool)>, now: Instant) -> Option<String> {
+    while rewrites
+        .front()
+        .is_some_and(|(at, _)| now.duration_since(*at) > CONTESTED_WINDOW)
+    {
+        rewrites.pop_front();
     }
-    idle.make_idle()
+    let new = rewrites.iter().filter(|(_, new)| *new).count();
+    let window = CONTESTED_WINDOW.as_secs();
+    if new > CONTESTED_REWRITES {
+        Some(format!("{new} rewrites within {window} s"))
+    } else if rewrites.len() > CONTESTED_RESTATEMENTS {
+        Some(format!(
+            "{} rewrites within {window} s, {} of them restating the kubelet's CPUs",
+            rewrites.len(),
+            rewrites.len() - new
+        ))
+    } else {
+        None
+    }
+}
+
+/// Holds pod group `group` at the least weight, the kubelet's written down first. Returns
+/// whether it holds it now. A group at the least weight already (BestEffort: the kubelet's
+/// own) is not written. A new group's weight (`is_new_groups`) is taken as the kubelet's only
+/// when read so a second time (`new_groups_weight_seen`), a check later: the kubelet writes
+/// its own right after making the group, and one read between the two would otherwise give a
+/// BestEffort pod 1024 shares back when reamer lets go. A group left idle by an earlier
+/// version whose ledger was lost is made not idle first (the kubelet's writes fail on it); its
+/// kubelet weight is unknown then, and nothing is given back for it.
+fn hold_least_weight(
+    weight: &PodWeight,
+    group: &Path,
+    new_groups_weight_seen: &mut bool,
+    ledger: &mut PodLedger,
+) -> Result<bool, String> {
+    if weight.clear_idle()? {
+        tracing::warn!(
+            group = %group.display(),
+            "a pod group left idle (cpu.idle = 1) by an earlier version, with no ledger entry: \
+             made not idle, held at the least weight; its kubelet weight is unknown and is not \
+             given back"
+        );
+        weight.hold_least()?;
+        return Ok(true);
+    }
+    let now = weight.read()?;
+    if now.is_least() {
+        return Ok(true);
+    }
+    if now.is_new_groups() && !std::mem::replace(new_groups_weight_seen, true) {
+        return Ok(false);
+    }
+    ledger.record_weight(group, now)?;
+    weight.hold_least()?;
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -621,6 +723,41 @@ mod tests {
     fn an_empty_base_is_given_back_as_a_newline_not_as_nothing() {
         assert_eq!(restore_value(&BTreeSet::new()), "\n");
         assert_eq!(restore_value(&set(&[0, 1, 2, 5])), "0-2,5");
+    }
+
+    #[test]
+    fn new_values_contest_a_pod_sooner_than_restatements_and_a_minute_forgets() {
+        let start = Instant::now();
+        let mut rewrites = VecDeque::new();
+        let at = |s: u64| start + Duration::from_secs(s);
+        // The runtime restating a container's CPUs at each update, and two resizes: no contest.
+        rewrites.extend([
+            (at(0), false),
+            (at(1), false),
+            (at(2), true),
+            (at(3), false),
+        ]);
+        rewrites.push_back((at(4), true));
+        assert_eq!(contested(&mut rewrites, at(4)), None);
+        // A fourth and fifth new value within the minute: another agent.
+        rewrites.extend([(at(5), true), (at(6), true)]);
+        assert_eq!(
+            contested(&mut rewrites, at(6)).as_deref(),
+            Some("4 rewrites within 60 s")
+        );
+        // A minute later the old ones are forgotten.
+        assert_eq!(contested(&mut rewrites, at(64)), None);
+        // Restating every second: contested at the eleventh.
+        let mut restated = VecDeque::new();
+        for s in 0..10 {
+            restated.push_back((at(100 + s), false));
+            assert_eq!(contested(&mut restated, at(100 + s)), None);
+        }
+        restated.push_back((at(110), false));
+        assert_eq!(
+            contested(&mut restated, at(110)).as_deref(),
+            Some("11 rewrites within 60 s, 11 of them restating the kubelet's CPUs")
+        );
     }
 
     #[test]

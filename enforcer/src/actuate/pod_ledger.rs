@@ -2,21 +2,23 @@
 //! a daemon (a crash, an OOM kill, the watchdog's SIGKILL) the next one can undo it.
 //!
 //! A daemon that dies leaves its pods as they were at that instant: containers frozen,
-//! cpusets narrowed to a pool's CPUs, pod groups idle. On cgroup v1 a frozen task ignores even
-//! SIGKILL, so a pod deleted meanwhile would hang in Terminating with its memory and GPU
-//! memory. The pod may be gone from the API, unlabelled, or in a pool that left the config by
-//! the time the next daemon starts, and the API server may be unreachable then: the pods the
-//! next daemon lists cannot tell it what to undo. This file can. It holds:
+//! cpusets narrowed to a pool's CPUs, offline pods' groups at the least weight. On cgroup v1 a
+//! frozen task ignores even SIGKILL, so a pod deleted meanwhile would hang in Terminating with its
+//! memory and GPU memory. The pod may be gone from the API, unlabelled, or in a pool that left the
+//! config by the time the next daemon starts, and the API server may be unreachable then: the pods
+//! the next daemon lists cannot tell it what to undo. This file can. It holds:
 //!
 //! - each container group reamer writes (narrows, and freezes with its pool), with the CPUs
 //!   the kubelet gave it;
-//! - each pod group reamer made idle, with the weight it had (`pod_idle` says why).
+//! - each pod group reamer holds at the least weight, with the kubelet's weight
+//!   (`pod_weight`). An earlier version made such groups idle instead, under the same entry;
+//!   it is given back the same way.
 //!
 //! An entry is written before the change it covers (a container is neither narrowed nor
-//! frozen, a pod group not made idle, until the file holding it is saved), and dropped once
-//! the change is undone. At start (`release_left`) the next daemon undoes every entry it finds,
-//! whether or not the pod is still there: thawed, its CPUs the kubelet's, its weight back. The
-//! pods still marked are taken again as their events arrive.
+//! frozen, a pod group's weight not lowered, until the file holding it is saved), and dropped
+//! once the change is undone. At start (`release_left`) the next daemon undoes every entry it
+//! finds, whether or not the pod is still there: thawed, its CPUs and weight the kubelet's.
+//! The pods still marked are taken again as their events arrive.
 //!
 //! The file is `/run/reamer/<instance>.pod-groups.json` (tmpfs: nothing in it outlives a
 //! reboot, which leaves no group behind either). It is rewritten whole, through a temporary
@@ -35,9 +37,8 @@ use serde::{Deserialize, Serialize};
 use tracing::{error, info};
 
 use super::{
-    freezer,
-    pod_idle::{PodIdle, WeightBefore},
-    pod_in_place,
+    freezer, pod_in_place,
+    pod_weight::{KubeletWeight, PodWeight},
 };
 
 /// The file's layout; bumped when an entry changes meaning.
@@ -50,8 +51,9 @@ struct Entries {
     /// Container group (relative to the hierarchies' root) → the kubelet's CPUs ("" where
     /// its file was empty: v2, inheriting its pod's).
     containers: BTreeMap<String, String>,
-    /// Pod group → its weight before reamer made it idle.
-    pods: BTreeMap<String, WeightBefore>,
+    /// Pod group → the kubelet's weight, while reamer holds the least there (an earlier
+    /// version: while it made the group idle).
+    pods: BTreeMap<String, KubeletWeight>,
 }
 
 pub struct PodLedger {
@@ -156,13 +158,13 @@ impl PodLedger {
         }
     }
 
-    /// Pod group `group`'s weight before reamer made it idle.
-    pub fn weight_before(&self, group: &Path) -> Option<&WeightBefore> {
+    /// The kubelet's weight noted for pod group `group`.
+    pub fn kubelet_weight(&self, group: &Path) -> Option<&KubeletWeight> {
         self.entries.pods.get(&key(group))
     }
 
-    /// Notes pod group `group`'s weight, before reamer makes it idle.
-    pub fn record_weight(&mut self, group: &Path, weight: WeightBefore) -> Result<(), String> {
+    /// Notes `weight` as pod group `group`'s from the kubelet, before reamer lowers it.
+    pub fn record_weight(&mut self, group: &Path, weight: KubeletWeight) -> Result<(), String> {
         if self.entries.pods.get(&key(group)) == Some(&weight) {
             return Ok(());
         }
@@ -177,8 +179,8 @@ impl PodLedger {
     }
 
     /// Undoes what a previous daemon of this instance left: every container it names thawed
-    /// and given the kubelet's CPUs, every pod group given its weight back. An entry whose
-    /// group is gone is dropped; one that could not be undone stays for the next try (its
+    /// and given the kubelet's CPUs, every pod group given the kubelet's weight back. An entry
+    /// whose group is gone is dropped; one that could not be undone stays for the next try (its
     /// pod, taken again, keeps the kubelet's CPUs from it). Returns what was undone and what
     /// failed.
     pub fn release_left(&mut self) -> (usize, Vec<String>) {
@@ -201,7 +203,7 @@ impl PodLedger {
         let pods = std::mem::take(&mut self.entries.pods);
         for (group, weight) in pods {
             let given_back =
-                PodIdle::of(Path::new(&group)).map_or(Ok(()), |idle| idle.give_back(&weight));
+                PodWeight::of(Path::new(&group)).map_or(Ok(()), |pod| pod.give_back(&weight));
             match given_back {
                 Ok(()) => undone += 1,
                 Err(err) => {
@@ -339,11 +341,11 @@ mod tests {
     #[test]
     fn entries_outlive_the_daemon_that_wrote_them_and_an_empty_ledger_leaves_no_file() {
         let file = scratch("outlive");
-        let container = Path::new("kubepods/besteffort/pod1/c1");
-        let pod = Path::new("kubepods/besteffort/pod1");
-        let shares = WeightBefore {
+        let container = Path::new("kubepods/burstable/pod1/c1");
+        let pod = Path::new("kubepods/burstable/pod1");
+        let shares = KubeletWeight {
             file: "cpu.shares".to_owned(),
-            value: 2,
+            value: 512,
         };
         let mut ledger = PodLedger::open(file.clone());
         assert_eq!(ledger.base(container), None);
@@ -352,7 +354,7 @@ mod tests {
         let again = PodLedger::open(file.clone());
         assert!(!again.parent_fallback());
         assert_eq!(again.base(container), Some(set(&[0, 1, 2, 3])));
-        assert_eq!(again.weight_before(pod), Some(&shares));
+        assert_eq!(again.kubelet_weight(pod), Some(&shares));
         ledger.forget_container(container);
         ledger.forget_pod(pod);
         assert!(!file.exists(), "nothing left to undo: no file");
@@ -386,8 +388,8 @@ mod tests {
         );
         assert_eq!(ledger.base(Path::new("../../etc")), None);
         assert_eq!(ledger.base(Path::new("kubepods/pod2/c2")), None);
-        assert!(ledger.weight_before(Path::new("kubepods/pod1")).is_some());
-        assert!(ledger.weight_before(Path::new("kubepods/pod3")).is_none());
+        assert!(ledger.kubelet_weight(Path::new("kubepods/pod1")).is_some());
+        assert!(ledger.kubelet_weight(Path::new("kubepods/pod3")).is_none());
         assert_eq!(
             std::fs::read_to_string(file.with_extension("json.unreadable")).unwrap(),
             text

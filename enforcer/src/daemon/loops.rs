@@ -235,8 +235,8 @@ pub fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
     {
         warn!(
             failed = idled.failed,
-            "offline threads keep their normal policy (their pool is still cpu.idle; said once): \
-             {err}"
+            "offline threads keep their normal policy (a launched worker's pool is still \
+             cpu.idle, an offline pod's group at the least weight; said once): {err}"
         );
     }
     report

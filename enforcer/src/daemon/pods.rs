@@ -97,7 +97,8 @@ fn apply(shared: &Shared, hierarchy: &std::path::Path, change: NodeChange) {
                 if registry.waiting.contains_key(&pod.uid) {
                     warn!(
                         pod = pod.key,
-                        "Kubernetes: training pod waits for a job slot, unmeasured until a job                          ends: {err}"
+                        "Kubernetes: training pod waits for a job slot, unmeasured until a job \
+                         ends: {err}"
                     );
                 } else {
                     warn!(pod = pod.key, "Kubernetes: pod not taken: {err}");

@@ -75,3 +75,78 @@ pub fn read(path: std::path::PathBuf) -> String {
         .trim()
         .to_owned()
 }
+
+/// A process the test started, killed when the test ends however it ends; reaped by the
+/// kubelet tree's guard where it was frozen.
+pub struct Started(pub std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        // A frozen process dies only once thawed: it is not waited for past a second.
+        for _ in 0..100 {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+/// `cpu-hog` with `threads` spinning threads, for two minutes at most.
+pub fn hog(threads: usize) -> Started {
+    Started(
+        std::process::Command::new(reamer_tests::harness::target_dir().join("cpu-hog"))
+            .args(["--threads", &threads.to_string(), "--seconds", "120"])
+            .spawn()
+            .expect("starting cpu-hog"),
+    )
+}
+
+/// A test's kubelet tree (its `--cgroup-root`, under the tests' `reamer` subtree), thawed and
+/// removed when the test ends however it ends: a process left frozen would not even die of
+/// SIGKILL on v1. Declared before the processes, so that it is dropped after them.
+pub struct KubeletTree(pub &'static str);
+
+impl Drop for KubeletTree {
+    fn drop(&mut self) {
+        for group in walk(&dir("freezer", self.0)) {
+            thaw(&group);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        for controller in hierarchies() {
+            remove_tree(&dir(controller, self.0));
+        }
+    }
+}
+
+/// `root` and every group under it.
+fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut groups = vec![root.to_owned()];
+    let mut i = 0;
+    while i < groups.len() {
+        if let Ok(entries) = std::fs::read_dir(&groups[i]) {
+            groups.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        i += 1;
+    }
+    groups
+}
+
+/// The config of a node whose kubelet tree is `kubelet_root`: offline pool `batch`, paused
+/// while training is short of cores, beside online pool `serve` with one guaranteed core (so
+/// that training on every CPU is short), and a policy that moves within a few ticks of 50 ms.
+pub fn pausing_node_config(kubelet_root: &str) -> String {
+    format!(
+        "[kubernetes]\nenabled = true\nnode_name = \"node-1\"\ncgroup_root = \"/{kubelet_root}\"\n\n\
+         [policy]\npause_offline_when_training_short = true\ngive_back_after_ms = 200\n\
+         demand_window_ms = 200\ntick_ms = 50\n\n\
+         [[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
+         [[pool]]\nname = \"serve\"\nkind = \"online\"\nmin_cores = 1\n"
+    )
+}

@@ -6,6 +6,7 @@ pub mod cgroups;
 pub mod gpu;
 pub mod kube_api;
 pub mod kubelet;
+pub mod kubelet_writer;
 pub mod worker;
 
 use std::{
@@ -422,6 +423,27 @@ pub fn cgroup_of(pid: u32, controller: &str) -> String {
         .or_else(|| entries.iter().find(|(names, _)| names.is_empty()))
         .map(|(_, path)| (*path).to_owned())
         .unwrap_or_default()
+}
+
+/// The scheduling policy of each thread of `pid` (`SCHED_OTHER`, `SCHED_IDLE`, ...); a thread
+/// gone meanwhile is left out. Panics naming `pid` where its threads cannot be listed.
+pub fn thread_policies(pid: u32) -> Vec<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap_or_else(|e| {
+        panic!("listing the threads of {pid}: {e}");
+    });
+    tasks
+        .flatten()
+        .filter_map(|task| task.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        // SAFETY: sched_getscheduler only reads; a thread gone meanwhile gives -1, left out.
+        .map(|tid| unsafe { libc::sched_getscheduler(tid) })
+        .filter(|&policy| policy >= 0)
+        .collect()
+}
+
+/// Whether every thread of `pid` has the SCHED_IDLE policy (and it has threads left).
+pub fn threads_idle_class(pid: u32) -> bool {
+    let policies = thread_policies(pid);
+    !policies.is_empty() && policies.iter().all(|&policy| policy == libc::SCHED_IDLE)
 }
 
 /// The directory of cgroup `group` (a path as `cgroup_of` gives it: "/reamer/x/pool") that

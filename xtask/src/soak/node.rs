@@ -1,7 +1,7 @@
 //! The soak's Kubernetes node: the API server stand-in (`kube_api`), a kubelet-shaped tree
 //! under `reamer/soak-node`, and offline pods of pool `batch`, each a BestEffort pod whose
 //! container runs a real process. The pod faults act on them, and `check` says whether
-//! anything was left frozen, narrowed or idle that should not be, or taken over wrongly.
+//! anything was left frozen, narrowed or written that should not be, or taken over wrongly.
 
 use std::{
     path::{Path, PathBuf},
@@ -16,6 +16,7 @@ use reamer_tests::harness::{
     kubelet::{
         besteffort_weight, dir, frozen, hierarchies, kubelet_mkdir, kubelet_move, remove_tree, thaw,
     },
+    threads_idle_class,
 };
 use serde_json::{Value, json};
 
@@ -185,8 +186,15 @@ impl Node {
                     if paused { "paused" } else { "running" }
                 ));
             }
-            if read(&dir("cpu", &pod.group).join("cpu.idle")) != "1" {
-                return Some(format!("pod {key}'s group is not idle"));
+            // Idle-class by its threads' policy; its group's cpu files stay the kubelet's.
+            if !threads_idle_class(pod.process.id()) {
+                return Some(format!("pod {key}'s threads are not all SCHED_IDLE"));
+            }
+            let (weight_file, weight) = besteffort_weight();
+            if read(&dir("cpu", &pod.group).join(weight_file)) != weight
+                || read(&dir("cpu", &pod.group).join("cpu.idle")) != "0"
+            {
+                return Some(format!("pod {key}'s group's cpu files were written"));
             }
         }
         None
