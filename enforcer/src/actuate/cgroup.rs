@@ -37,40 +37,8 @@ use cgroups_rs::{
 };
 use enforcer_common::cpu_list;
 
-use super::freezer::Freezer;
+use super::{cgroup_error::CgroupError, freezer::Freezer};
 use crate::{config::PoolKind, host::paths};
-
-/// A cgroup operation that failed, with the group and what was being done.
-#[derive(Debug, thiserror::Error)]
-pub enum CgroupError {
-    #[error("cgroup {path}: {what}: {error}")]
-    Op {
-        path: String,
-        what: String,
-        error: Box<dyn std::error::Error + Send + Sync>,
-    },
-    #[error("cgroup {path}: {what}: no {controller} controller")]
-    NoController {
-        path: String,
-        what: &'static str,
-        controller: &'static str,
-    },
-}
-
-impl CgroupError {
-    /// `what` on the group at `path` failed with `error` (cgroups-rs's, or the kernel's).
-    pub fn op(
-        path: &str,
-        what: impl Into<String>,
-        error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Self {
-        Self::Op {
-            path: path.to_owned(),
-            what: what.into(),
-            error: error.into(),
-        }
-    }
-}
 
 /// Controllers an offline pool needs; an online pool on v1 joins all but `cpu` (above).
 const CONTROLLERS: [&str; 3] = ["cpu", "cpuset", "freezer"];

@@ -22,7 +22,7 @@ use cgroups_rs::{
     fs::{Cgroup, Controller as _, freezer::FreezerController, hierarchies},
 };
 
-use super::cgroup::CgroupError;
+use super::cgroup_error::CgroupError;
 
 /// Who wants the pool stopped.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

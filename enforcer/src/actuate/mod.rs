@@ -4,6 +4,8 @@
 //! report would change nothing.
 
 pub mod cgroup;
+pub mod cgroup_error;
+pub mod container_cpuset;
 pub mod decision_log;
 pub mod freezer;
 pub mod grants;

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{error, info};
 
 use super::{
-    freezer, pod_in_place,
+    container_cpuset, freezer,
     pod_weight::{KubeletWeight, PodWeight},
 };
 
@@ -191,7 +191,7 @@ impl PodLedger {
             let relative = PathBuf::from(&group);
             let base = cpu_list::parse(&text).unwrap_or_default();
             let thawed = freezer::thaw_group(&relative);
-            let restored = pod_in_place::restore_cpus(&relative, &base);
+            let restored = container_cpuset::restore_cpus(&relative, &base);
             match thawed.and(restored) {
                 Ok(()) => undone += 1,
                 Err(err) => {

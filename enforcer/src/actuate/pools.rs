@@ -13,7 +13,8 @@ use enforcer_common::protocol::Grant;
 use tracing::{debug, warn};
 
 use super::{
-    cgroup::{self, CgroupError, CpuClass, PoolCgroup, PoolFiles},
+    cgroup::{self, CpuClass, PoolCgroup, PoolFiles},
+    cgroup_error::CgroupError,
     freezer::Freezer,
     pod_in_place::{PodInPlace, PodState, Readback, Readings},
     pod_ledger::PodLedger,

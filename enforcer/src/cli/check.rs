@@ -259,7 +259,8 @@ fn kubernetes() -> Finding {
         "on, but no node name: set NODE_NAME (the downward API) or [kubernetes] node_name",
     )?;
     let (root, driver) = section
-        .kubelet_layout(&kubelet_hierarchy())
+        .layout()
+        .resolve(&kubelet_hierarchy())
         .map_err(|err| format!("on for node {node}, but {err}"))?;
     let exclusive = match ExclusivePods::read(&section.cpu_manager_state) {
         Ok(pods) if pods == ExclusivePods::default() => "no pod has exclusive CPUs".to_owned(),

@@ -51,7 +51,7 @@ pub fn pod_line(pod: &Pod, config: &Config, classifier: &Classifier, hierarchy: 
     let decided = managed_pod(
         pod,
         classifier,
-        &config.kubernetes,
+        &config.kubernetes.layout(),
         hierarchy,
         &ExclusivePods::default(),
     );
@@ -72,7 +72,7 @@ pub fn pod_line(pod: &Pod, config: &Config, classifier: &Classifier, hierarchy: 
         },
         Err(reason) => ("error".to_owned(), reason),
     };
-    let layout = config.kubernetes.kubelet_layout(hierarchy);
+    let layout = config.kubernetes.layout().resolve(hierarchy);
     let qos = pod.status.qos_class;
     let containers = pod
         .containers()

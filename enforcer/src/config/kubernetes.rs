@@ -20,14 +20,14 @@
 //! # pool = "batch"               # default: the one pool of that kind
 //! ```
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, PathBuf};
 
 use serde::Deserialize;
 
 use super::InvalidField;
 use crate::kubernetes::{
     classify::{Claims, RoleName, Selector},
-    pod_cgroup::CgroupDriver,
+    pod_cgroup::{CgroupDriver, KubeletLayout},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -152,36 +152,15 @@ impl KubernetesSection {
             })
     }
 
-    /// The kubelet's root inside the cgroup hierarchy `hierarchy`.
-    pub fn kubelet_root(&self, hierarchy: &Path) -> PathBuf {
-        hierarchy.join(
-            self.cgroup_root
-                .strip_prefix("/")
-                .unwrap_or(&self.cgroup_root),
-        )
-    }
-
-    /// The kubelet's root in `hierarchy` and the driver its groups are laid out by; the error
-    /// says where the kubelet's groups were looked for.
-    pub fn kubelet_layout(&self, hierarchy: &Path) -> Result<(PathBuf, CgroupDriver), String> {
-        let root = self.kubelet_root(hierarchy);
-        match self.driver(&root) {
-            Some(driver) => Ok((root, driver)),
-            None => Err(format!(
-                "no kubepods.slice or kubepods under {}: is [kubernetes] cgroup_root the \
-                 kubelet's --cgroup-root?",
-                root.display()
-            )),
-        }
-    }
-
-    /// The driver to resolve groups with under `kubelet_root`: the configured one, or the one
-    /// whose top group exists there.
-    pub fn driver(&self, kubelet_root: &Path) -> Option<CgroupDriver> {
-        match self.cgroup_driver {
-            DriverChoice::Systemd => Some(CgroupDriver::Systemd),
-            DriverChoice::Cgroupfs => Some(CgroupDriver::Cgroupfs),
-            DriverChoice::Auto => CgroupDriver::detect(kubelet_root),
+    /// Where the kubelet lays out pods' groups, as this section says.
+    pub fn layout(&self) -> KubeletLayout {
+        KubeletLayout {
+            cgroup_root: self.cgroup_root.clone(),
+            driver: match self.cgroup_driver {
+                DriverChoice::Systemd => Some(CgroupDriver::Systemd),
+                DriverChoice::Cgroupfs => Some(CgroupDriver::Cgroupfs),
+                DriverChoice::Auto => None,
+            },
         }
     }
 }
@@ -189,6 +168,7 @@ impl KubernetesSection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn bad_roots_names_and_selectors_are_refused_by_field() {
@@ -220,7 +200,7 @@ mod tests {
         );
         let s = section("cgroup_root = \"/reamer/it\"");
         assert_eq!(
-            s.kubelet_root(Path::new("/sys/fs/cgroup/cpu")),
+            s.layout().kubelet_root(Path::new("/sys/fs/cgroup/cpu")),
             PathBuf::from("/sys/fs/cgroup/cpu/reamer/it")
         );
         assert_eq!(

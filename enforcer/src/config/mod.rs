@@ -382,6 +382,28 @@ pub enum Machine {
     Elsewhere { cpus: usize },
 }
 
+impl Machine {
+    /// Its physical cores (SMT siblings together, as the CPU policy grants them), and how an
+    /// error says so. This machine's are read from its topology.
+    fn cores(self) -> (usize, String) {
+        match self {
+            Machine::This => {
+                let topology = Topology::detect().ok();
+                let cores = topology.as_ref().map_or_else(
+                    || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    |t| t.cores.len(),
+                );
+                let cpus = topology.map_or(cores, |t| t.cpus.len());
+                (
+                    cores,
+                    format!("this machine has {cores} physical cores ({cpus} CPUs)"),
+                )
+            }
+            Machine::Elsewhere { cpus } => (cpus, format!("the traced machine has {cpus} CPUs")),
+        }
+    }
+}
+
 impl Config {
     /// Reads and validates `path`.
     pub fn load(path: &Path, machine: Machine) -> Result<Self, ConfigError> {
@@ -418,15 +440,17 @@ impl Config {
             }
         })?;
         config.validate(path, text, machine)?;
+        if machine == Machine::This {
+            config.check_members(path, text)?;
+        }
         Ok(config)
     }
 
+    /// The checks of the text alone, and of `machine`'s core count: pure where `machine` is
+    /// `Elsewhere` (the fuzz target's way), so that any text can be checked anywhere.
     fn validate(&self, path: &Path, text: &str, machine: Machine) -> Result<(), ConfigError> {
-        let invalid = |span: Range<usize>, field: &str, message: String| ConfigError::Invalid {
-            path: path.to_owned(),
-            line: line_of(text, span.start),
-            field: field.to_owned(),
-            message,
+        let invalid = |span: Range<usize>, field: &str, message: String| {
+            invalid_field(path, text, span, field, message)
         };
         if let Some(old) = &self.policy.demand_half_life_ms {
             let message = "was replaced by `demand_window_ms`: training's demand estimate is now \
@@ -533,9 +557,77 @@ impl Config {
                     format!("{section} name {name:?} is used twice; names must be unique"),
                 ));
             }
-            if machine != Machine::This {
-                continue;
+        }
+        // A selector's pool must be a pool of the config, of the selector's kind.
+        for selector in &self.kubernetes.selector {
+            let Some(pool) = &selector.pool else { continue };
+            let offset = section_key_offset(text, "kubernetes.selector", "pool");
+            let found = self.pool.iter().find(|p| p.name.get_ref() == pool);
+            let wanted = match selector.role {
+                crate::kubernetes::classify::RoleName::Online => PoolKindField::Online,
+                _ => PoolKindField::Offline,
+            };
+            match found {
+                None => {
+                    let message = format!(
+                        "the selector on {}={} names pool {pool:?}, which no [[pool]] defines",
+                        selector.label, selector.value
+                    );
+                    return Err(invalid(offset..offset, "pool", message));
+                }
+                Some(found) if found.pool_kind() != wanted => {
+                    let message = format!(
+                        "the selector on {}={} takes pods as {:?} but pool {pool:?} is not",
+                        selector.label, selector.value, selector.role
+                    );
+                    return Err(invalid(offset..offset, "pool", message));
+                }
+                Some(_) => {}
             }
+        }
+        let online_min: usize = self
+            .pool
+            .iter()
+            .filter(|p| p.pool_kind() == PoolKindField::Online)
+            .map(GroupConfig::min_cores)
+            .sum();
+        // `min_cores` are physical cores (SMT siblings together), as the CPU policy grants
+        // them: counted against CPUs, 8 cores passed on a machine of 8 cores and 16 CPUs and
+        // left training an empty cpuset.
+        let (cores, machine_named) = machine.cores();
+        if online_min >= cores && online_min > 0 {
+            return Err(ConfigError::Syntax {
+                path: path.to_owned(),
+                line: 1,
+                message: format!(
+                    "online pools are guaranteed {online_min} cores in all, but {machine_named}: \
+                     training would have none"
+                ),
+            });
+        }
+        if self.training.len() > enforcer_common::MAX_JOBS as usize {
+            return Err(ConfigError::Syntax {
+                path: path.to_owned(),
+                line: 1,
+                message: format!(
+                    "{} training jobs configured; the sensor tracks at most {}",
+                    self.training.len(),
+                    enforcer_common::MAX_JOBS
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// This machine's side of the groups: each cgroup a cgroup directory and each pid a
+    /// process, and none of them the enforcer itself where a pool would take it in.
+    fn check_members(&self, path: &Path, text: &str) -> Result<(), ConfigError> {
+        let invalid = |span: Range<usize>, field: &str, message: String| {
+            invalid_field(path, text, span, field, message)
+        };
+        let groups = self.training.iter().map(|g| ("training", g));
+        let pools = self.pool.iter().map(|p| ("pool", p));
+        for (section, group) in groups.chain(pools) {
             if let Some(cgroup) = &group.cgroup
                 && let Err(err) = check_cgroup(cgroup.get_ref())
             {
@@ -576,79 +668,23 @@ impl Config {
                 }
             }
         }
-        // A selector's pool must be a pool of the config, of the selector's kind.
-        for selector in &self.kubernetes.selector {
-            let Some(pool) = &selector.pool else { continue };
-            let offset = section_key_offset(text, "kubernetes.selector", "pool");
-            let found = self.pool.iter().find(|p| p.name.get_ref() == pool);
-            let wanted = match selector.role {
-                crate::kubernetes::classify::RoleName::Online => PoolKindField::Online,
-                _ => PoolKindField::Offline,
-            };
-            match found {
-                None => {
-                    let message = format!(
-                        "the selector on {}={} names pool {pool:?}, which no [[pool]] defines",
-                        selector.label, selector.value
-                    );
-                    return Err(invalid(offset..offset, "pool", message));
-                }
-                Some(found) if found.pool_kind() != wanted => {
-                    let message = format!(
-                        "the selector on {}={} takes pods as {:?} but pool {pool:?} is not",
-                        selector.label, selector.value, selector.role
-                    );
-                    return Err(invalid(offset..offset, "pool", message));
-                }
-                Some(_) => {}
-            }
-        }
-        let online_min: usize = self
-            .pool
-            .iter()
-            .filter(|p| p.pool_kind() == PoolKindField::Online)
-            .map(GroupConfig::min_cores)
-            .sum();
-        // `min_cores` are physical cores (SMT siblings together), as the CPU policy grants
-        // them: counted against CPUs, 8 cores passed on a machine of 8 cores and 16 CPUs and
-        // left training an empty cpuset.
-        let (cores, machine_named) = match machine {
-            Machine::This => {
-                let topology = Topology::detect().ok();
-                let cores = topology.as_ref().map_or_else(
-                    || std::thread::available_parallelism().map_or(1, |n| n.get()),
-                    |t| t.cores.len(),
-                );
-                let cpus = topology.map_or(cores, |t| t.cpus.len());
-                (
-                    cores,
-                    format!("this machine has {cores} physical cores ({cpus} CPUs)"),
-                )
-            }
-            Machine::Elsewhere { cpus } => (cpus, format!("the traced machine has {cpus} CPUs")),
-        };
-        if online_min >= cores && online_min > 0 {
-            return Err(ConfigError::Syntax {
-                path: path.to_owned(),
-                line: 1,
-                message: format!(
-                    "online pools are guaranteed {online_min} cores in all, but {machine_named}: \
-                     training would have none"
-                ),
-            });
-        }
-        if self.training.len() > enforcer_common::MAX_JOBS as usize {
-            return Err(ConfigError::Syntax {
-                path: path.to_owned(),
-                line: 1,
-                message: format!(
-                    "{} training jobs configured; the sensor tracks at most {}",
-                    self.training.len(),
-                    enforcer_common::MAX_JOBS
-                ),
-            });
-        }
         Ok(())
+    }
+}
+
+/// Field `field` of the config at `path`, whose text is `text`, is invalid at `span`.
+fn invalid_field(
+    path: &Path,
+    text: &str,
+    span: Range<usize>,
+    field: &str,
+    message: String,
+) -> ConfigError {
+    ConfigError::Invalid {
+        path: path.to_owned(),
+        line: line_of(text, span.start),
+        field: field.to_owned(),
+        message,
     }
 }
 

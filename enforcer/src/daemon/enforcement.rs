@@ -27,7 +27,8 @@ use tracing::{info, warn};
 use super::reactions::Reactions;
 use crate::{
     actuate::{
-        cgroup::{CgroupError, PoolFiles},
+        cgroup::PoolFiles,
+        cgroup_error::CgroupError,
         decision_log::{DecisionLog, RecentDecisions},
         freezer::Freezer,
         grants::{GrantBoard, WorkerGone},

@@ -11,7 +11,10 @@ use enforcer_common::{
 };
 use tracing::debug;
 
-use super::{enforcement::Enforcement, watchdog::Heartbeat};
+use super::{
+    enforcement::Enforcement,
+    heartbeat::{Heartbeat, POLL_TIMEOUT_MS},
+};
 use crate::{actuate::thread_policy, host::clock::monotonic_ns};
 
 /// Events received per training job, for `observe`'s events per second, and contention
@@ -73,10 +76,6 @@ fn kind_name(kind: u32) -> &'static str {
         _ => "unknown",
     }
 }
-
-/// How long the event thread sleeps in poll(2) before it looks at the stop flag (and beats its
-/// heartbeat, which the watchdog reads).
-pub const POLL_TIMEOUT_MS: i32 = 200;
 
 /// The event thread's name (its `comm`), by which `enforcer status` finds it.
 pub const THREAD_NAME: &str = "reamer-events";

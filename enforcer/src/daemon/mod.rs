@@ -13,9 +13,11 @@
 //!   hears that it is ready, and that its event path is alive.
 
 pub mod admission;
+pub mod answer;
 pub mod enforcement;
 pub mod event_thread;
 pub mod fatal;
+pub mod heartbeat;
 pub mod journal;
 pub mod loops;
 pub mod metrics;
@@ -47,10 +49,10 @@ use tracing::{info, warn};
 use self::{
     enforcement::{Enforcement, EnforcementError},
     event_thread::EventTally,
+    heartbeat::Heartbeat,
     journal::Journal,
     relaunch_board::RelaunchBoard,
     state::Shared,
-    watchdog::Heartbeat,
 };
 use crate::{
     actuate::{

@@ -45,7 +45,7 @@ pub fn start(
         let client = connect(&node).await;
         let hierarchy = kubelet_hierarchy();
         let state_file = settings.cpu_manager_state.clone();
-        let groups = NodeGroups::new(classifier, settings, hierarchy.clone());
+        let groups = NodeGroups::new(classifier, settings.layout(), hierarchy.clone());
         let mut changes = match node_groups::follow(client, node.clone(), groups, state_file) {
             Ok(changes) => changes,
             Err(err) => {

@@ -4,8 +4,8 @@
 //! pool, never on the runtime's thread.
 //!
 //! Every local user may connect, so each connection is admitted against caps (`admission`),
-//! waits at most `[control] idle_timeout_ms` for its next request, and has `WRITE_TIMEOUT` to
-//! take each answer: a slow or silent peer loses its slot, it does not hold one forever.
+//! waits at most `[control] idle_timeout_ms` for its next request, and has `answer::WRITE_TIMEOUT`
+//! to take each answer: a slow or silent peer loses its slot, it does not hold one forever.
 
 use std::{
     os::unix::fs::PermissionsExt as _,
@@ -16,25 +16,20 @@ use std::{
 
 use enforcer_common::protocol::{self, MAX_REQUEST_BYTES, Request, Response};
 use tokio::{
-    io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWriteExt as _, BufReader},
-    net::{
-        UnixListener, UnixStream,
-        unix::{OwnedWriteHalf, UCred},
-    },
+    io::{AsyncBufRead, AsyncBufReadExt as _, BufReader},
+    net::{UnixListener, UnixStream, unix::UCred},
 };
 use tracing::{debug, warn};
 
 use super::{
     admission::{Admission, Admitted, Refused},
+    answer::send_line,
     requests,
     state::Shared,
     subscription,
 };
 use crate::{config::control::ControlSettings, host::user_namespace};
 
-/// How long a peer may take to read one answer (a full snapshot is tens of kilobytes, which
-/// the socket's buffer takes at once) before its connection is closed.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The first pause after a failed accept (out of file descriptors, say), doubled while accept
 /// keeps failing up to `ACCEPT_BACKOFF_MAX`: a loop that retries at once only burns the CPU
 /// the failure leaves the daemon.
@@ -152,15 +147,6 @@ impl Connection {
             }
         }
     }
-}
-
-/// Writes one message as a line, within `WRITE_TIMEOUT`: a peer that does not read loses its
-/// connection rather than holding a task and its buffers.
-pub async fn send_line(write: &mut OwnedWriteHalf, response: &Response) -> std::io::Result<()> {
-    let line = protocol::to_line(response);
-    tokio::time::timeout(WRITE_TIMEOUT, write.write_all(&line))
-        .await
-        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
 /// A request line the daemon answers with an error.

@@ -1,17 +1,17 @@
 //! `Request::Snapshot`: the sensor's totals per job, the pools, the enforcement state and the
-//! GPU side, read at one instant; `Request::Observe`: the part `observe` uses. Each lock is held only for its in-memory state: the pools'
-//! cgroup files are read after letting go of the enforcement's lock, which the event thread
-//! needs.
+//! GPU side, read at one instant; `Request::Observe`: the part `observe` uses. Each lock is
+//! held only for its in-memory state: the pools' cgroup files are read after letting go of the
+//! enforcement's lock, which the event thread needs.
 
 use enforcer_common::{
-    CLASS_ONLINE,
     histogram::{NR_BUCKETS, percentile},
     protocol::{EnforcementStatus, JobTotals, PodInfo, PoolInfo, Snapshot},
 };
 
 use super::{event_thread, state::Shared};
 use crate::{
-    actuate::thread_policy, gpu::service::GpuService, host::clock::monotonic_ns, sensor::readings,
+    actuate::thread_policy, gpu::service::GpuService, host::clock::monotonic_ns,
+    registry::GroupClass, sensor::readings,
 };
 
 /// How much a snapshot reads.
@@ -75,7 +75,7 @@ pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
             PoolInfo {
                 id: pool.id,
                 name: pool.name.clone(),
-                kind: if pool.class == CLASS_ONLINE {
+                kind: if pool.class == GroupClass::Online {
                     "online"
                 } else {
                     "offline"

@@ -11,8 +11,8 @@ use std::{
 };
 
 use super::{
-    enforcement::Enforcement, event_thread::EventTally, journal::Journal,
-    relaunch_board::RelaunchBoard, watchdog::Heartbeat,
+    enforcement::Enforcement, event_thread::EventTally, heartbeat::Heartbeat, journal::Journal,
+    relaunch_board::RelaunchBoard,
 };
 use crate::{gpu::service::GpuService, registry::Registry, sensor::Sensor};
 

@@ -10,7 +10,7 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use super::{enforcement::SubscribeError, server::send_line, state::Shared};
+use super::{answer::send_line, enforcement::SubscribeError, state::Shared};
 use crate::{actuate::grants::GRANT_BACKLOG, host::clock::monotonic_ns};
 
 /// Sends a subscribed worker its grants until it goes away, and takes the SLO needs it sends

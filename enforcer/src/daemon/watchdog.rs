@@ -7,32 +7,18 @@
 use std::{
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     time::Duration,
 };
 
 use tracing::{info, warn};
 
-use super::{enforcement::Enforcement, event_thread};
-use crate::host::{clock::monotonic_ns, systemd::Notifier};
-
-/// When the event thread last came back from poll(2) (CLOCK_MONOTONIC ns). It does at least
-/// every `event_thread::POLL_TIMEOUT_MS`, events or not.
-#[derive(Debug, Default)]
-pub struct Heartbeat(AtomicU64);
-
-impl Heartbeat {
-    /// The event thread is back from poll(2) at `now_ns`: the clock read it takes for its
-    /// events anyway, so a wake-up costs no second one.
-    pub fn beat_at(&self, now_ns: u64) {
-        self.0.store(now_ns, Ordering::Relaxed);
-    }
-
-    fn age(&self) -> Duration {
-        Duration::from_nanos(monotonic_ns().saturating_sub(self.0.load(Ordering::Relaxed)))
-    }
-}
+use super::{
+    enforcement::Enforcement,
+    heartbeat::{Heartbeat, POLL_TIMEOUT_MS},
+};
+use crate::host::systemd::Notifier;
 
 /// The event path is alive: its thread beat within a few of its poll timeouts, and the
 /// enforcement lock was free within `wait`.
@@ -51,7 +37,7 @@ pub fn event_path_problem<T>(
     enforcement: &Mutex<T>,
     wait: Duration,
 ) -> Option<String> {
-    let poll = Duration::from_millis(event_thread::POLL_TIMEOUT_MS as u64);
+    let poll = Duration::from_millis(POLL_TIMEOUT_MS as u64);
     let age = heartbeat.age();
     if age > poll * 5 {
         return Some(format!(
@@ -128,6 +114,7 @@ pub fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::clock::monotonic_ns;
 
     #[test]
     fn a_problem_names_what_is_stuck() {

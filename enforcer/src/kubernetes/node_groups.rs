@@ -20,9 +20,8 @@ use super::{
     container_watch::{self, GroupEvent, WatchCommand},
     cpu_manager::ExclusivePods,
     pod::Pod,
-    pod_cgroup::pod_group,
+    pod_cgroup::{KubeletLayout, pod_group},
 };
-use crate::config::kubernetes::KubernetesSection;
 
 /// A pod reamer manages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +81,7 @@ struct Tracked {
 /// The managed pods, and what each event changes of them.
 pub struct NodeGroups {
     classifier: Classifier,
-    settings: KubernetesSection,
+    layout: KubeletLayout,
     /// The hierarchy whose pod groups are watched: cgroup v2's tree, or v1's `cpu`.
     hierarchy: PathBuf,
     pods: BTreeMap<String, Tracked>,
@@ -92,10 +91,10 @@ pub struct NodeGroups {
 }
 
 impl NodeGroups {
-    pub fn new(classifier: Classifier, settings: KubernetesSection, hierarchy: PathBuf) -> Self {
+    pub fn new(classifier: Classifier, layout: KubeletLayout, hierarchy: PathBuf) -> Self {
         Self {
             classifier,
-            settings,
+            layout,
             hierarchy,
             pods: BTreeMap::new(),
             refused: BTreeMap::new(),
@@ -221,7 +220,7 @@ impl NodeGroups {
         managed_pod(
             pod,
             &self.classifier,
-            &self.settings,
+            &self.layout,
             &self.hierarchy,
             exclusive,
         )
@@ -234,7 +233,7 @@ impl NodeGroups {
 pub fn managed_pod(
     pod: &Pod,
     classifier: &Classifier,
-    settings: &KubernetesSection,
+    layout: &KubeletLayout,
     hierarchy: &Path,
     exclusive: &ExclusivePods,
 ) -> Result<Option<ManagedPod>, String> {
@@ -250,14 +249,13 @@ pub fn managed_pod(
         // The kubelet has not admitted it yet: its next status change brings the class.
         return Ok(None);
     };
-    let (_, driver) = settings.kubelet_layout(hierarchy)?;
+    let (_, driver) = layout.resolve(hierarchy)?;
     let relative = pod_group(driver, qos, &pod.metadata.uid).map_err(|err| err.to_string())?;
-    let root = &settings.cgroup_root;
     Ok(Some(ManagedPod {
         uid: pod.metadata.uid.clone(),
         key: pod.key(),
         role,
-        group: root.strip_prefix("/").unwrap_or(root).join(relative),
+        group: layout.under_root(&relative),
         exclusive_cpus: exclusive.of(&pod.metadata.uid).map(str::to_owned),
     }))
 }
@@ -370,11 +368,11 @@ mod tests {
             .into(),
             Vec::new(),
         );
-        let settings = KubernetesSection {
+        let layout = KubeletLayout {
             cgroup_root: PathBuf::from("/k"),
-            ..KubernetesSection::default()
+            driver: None,
         };
-        NodeGroups::new(classifier, settings, root.to_owned())
+        NodeGroups::new(classifier, layout, root.to_owned())
     }
 
     #[test]

@@ -41,6 +41,56 @@ impl CgroupDriver {
     }
 }
 
+/// Where the kubelet lays out pods' groups: its `--cgroup-root`, and its cgroup driver (None:
+/// the one whose top group is there, `CgroupDriver::detect`). `[kubernetes]` in the config
+/// gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletLayout {
+    /// Absolute, without `..` (the config checks it).
+    pub cgroup_root: PathBuf,
+    pub driver: Option<CgroupDriver>,
+}
+
+impl Default for KubeletLayout {
+    fn default() -> Self {
+        Self {
+            cgroup_root: PathBuf::from("/"),
+            driver: None,
+        }
+    }
+}
+
+impl KubeletLayout {
+    /// The kubelet's root inside the cgroup hierarchy `hierarchy`.
+    pub fn kubelet_root(&self, hierarchy: &Path) -> PathBuf {
+        hierarchy.join(
+            self.cgroup_root
+                .strip_prefix("/")
+                .unwrap_or(&self.cgroup_root),
+        )
+    }
+
+    /// The kubelet's root in `hierarchy` and the driver its groups are laid out by; the error
+    /// says where the kubelet's groups were looked for.
+    pub fn resolve(&self, hierarchy: &Path) -> Result<(PathBuf, CgroupDriver), String> {
+        let root = self.kubelet_root(hierarchy);
+        match self.driver.or_else(|| CgroupDriver::detect(&root)) {
+            Some(driver) => Ok((root, driver)),
+            None => Err(format!(
+                "no kubepods.slice or kubepods under {}: is [kubernetes] cgroup_root the \
+                 kubelet's --cgroup-root?",
+                root.display()
+            )),
+        }
+    }
+
+    /// A pod's group `relative` to the kubelet's root, made relative to the hierarchies' root.
+    pub fn under_root(&self, relative: &Path) -> PathBuf {
+        let root = &self.cgroup_root;
+        root.strip_prefix("/").unwrap_or(root).join(relative)
+    }
+}
+
 /// A pod's QoS class (`status.qosClass`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 pub enum QosClass {

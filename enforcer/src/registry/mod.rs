@@ -29,8 +29,7 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct Group {
     pub name: String,
-    /// `CLASS_TRAINING`, `CLASS_ONLINE` or `CLASS_OFFLINE`.
-    pub class: u32,
+    pub class: GroupClass,
     /// Index of the job in `job_stats`, or the pool's number.
     pub id: u32,
     pub sources: Vec<Source>,
@@ -42,6 +41,33 @@ pub struct Group {
     /// When a launched job's last process exited. It keeps its figures for status until a
     /// new job needs its slot (`training_job`).
     pub ended: Option<std::time::Instant>,
+}
+
+/// What a group is: a training job, or an online or offline pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupClass {
+    Training,
+    Online,
+    Offline,
+}
+
+impl GroupClass {
+    /// The class the sensor's maps hold for the group's threads (`enforcer_common::CLASS_*`).
+    pub fn kernel(self) -> u32 {
+        match self {
+            Self::Training => CLASS_TRAINING,
+            Self::Online => CLASS_ONLINE,
+            Self::Offline => CLASS_OFFLINE,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Training => "training job",
+            Self::Online => "online pool",
+            Self::Offline => "offline pool",
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,21 +147,12 @@ fn still_the_process_added(started: &mut HashMap<u32, u64>, pid: u32) -> bool {
     same
 }
 
-fn class_name(class: u32) -> &'static str {
-    match class {
-        CLASS_TRAINING => "training job",
-        CLASS_ONLINE => "online pool",
-        CLASS_OFFLINE => "offline pool",
-        _ => "group",
-    }
-}
-
 impl Registry {
     /// The groups the config declares.
     pub fn from_settings(settings: &Settings) -> Self {
         let training = settings.training.iter().enumerate().map(|(i, job)| Group {
             name: job.name.clone(),
-            class: CLASS_TRAINING,
+            class: GroupClass::Training,
             id: i as u32,
             sources: job.sources.clone(),
             threads: 0,
@@ -145,9 +162,9 @@ impl Registry {
         let pools = settings.pools.iter().enumerate().map(|(i, pool)| Group {
             name: pool.name.clone(),
             class: if pool.is_online() {
-                CLASS_ONLINE
+                GroupClass::Online
             } else {
-                CLASS_OFFLINE
+                GroupClass::Offline
             },
             id: i as u32,
             sources: pool.sources.clone(),
@@ -207,7 +224,7 @@ impl Registry {
         if let Some(pool) = self.pools.iter().find(|p| p.name == name) {
             return Err(RegistryError::NameTaken {
                 name: name.to_owned(),
-                existing: class_name(pool.class),
+                existing: pool.class.label(),
             });
         }
         if let Some(index) = self.training.iter().position(|j| j.name == name) {
@@ -225,7 +242,7 @@ impl Registry {
         }
         self.training.push(Group {
             name: name.to_owned(),
-            class: CLASS_TRAINING,
+            class: GroupClass::Training,
             id,
             sources: Vec::new(),
             threads: 0,
@@ -333,10 +350,10 @@ impl Registry {
             });
             let tids = group_threads(&group.sources);
             group.threads = tids.len();
-            if group.class == CLASS_OFFLINE {
+            if group.class == GroupClass::Offline {
                 report.offline_threads.extend(&tids);
             }
-            let (map, other) = if group.class == CLASS_TRAINING {
+            let (map, other) = if group.class == GroupClass::Training {
                 (&mut *training_map, &mut *pool_map)
             } else {
                 (&mut *pool_map, &mut *training_map)
@@ -344,19 +361,19 @@ impl Registry {
             for tid in tids {
                 report.classified += 1;
                 if let Ok(existing) = map.get(&tid, 0)
-                    && existing.class == group.class
+                    && existing.class == group.class.kernel()
                     && existing.group == group.id
                 {
                     continue;
                 }
                 let state = ThreadState {
-                    class: group.class,
+                    class: group.class.kernel(),
                     group: group.id,
                 };
                 let _ = other.remove(&tid);
                 match map.insert(tid, state, 0) {
                     Ok(()) => report.newly_classified += 1,
-                    Err(_) if group.class == CLASS_TRAINING => report.failed += 1,
+                    Err(_) if group.class == GroupClass::Training => report.failed += 1,
                     Err(_) => report.failed_inference += 1,
                 }
             }
@@ -370,7 +387,7 @@ impl Registry {
                 && job.sources.is_empty()
                 && !pods
                     .values()
-                    .any(|pod| pod.class == CLASS_TRAINING && pod.group == job.name);
+                    .any(|pod| pod.class == GroupClass::Training && pod.group == job.name);
             match (empty, job.ended) {
                 (true, None) => {
                     job.ended = Some(std::time::Instant::now());
@@ -404,7 +421,7 @@ impl Registry {
     pub fn offline_threads(&self) -> HashSet<u32> {
         self.pools
             .iter()
-            .filter(|pool| pool.class == CLASS_OFFLINE)
+            .filter(|pool| pool.class == GroupClass::Offline)
             .flat_map(|pool| group_threads(&pool.sources))
             .collect()
     }

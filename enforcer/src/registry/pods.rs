@@ -14,9 +14,7 @@ use std::{
     time::Instant,
 };
 
-use enforcer_common::{CLASS_ONLINE, CLASS_TRAINING};
-
-use super::{Registry, RegistryError, group_threads};
+use super::{GroupClass, Registry, RegistryError, group_threads};
 use crate::{
     config::Source,
     kubernetes::{classify::Role, node_groups::ManagedPod},
@@ -29,7 +27,7 @@ pub struct PodMember {
     pub key: String,
     /// Its job or pool.
     pub group: String,
-    pub class: u32,
+    pub class: GroupClass,
     /// Its container groups, in the hierarchy threads are listed from.
     pub containers: Vec<PathBuf>,
     /// The CPU manager's exclusive CPUs, where it has any.
@@ -51,9 +49,9 @@ impl PodMember {
     /// "training", "online" or "offline", by its group's class.
     pub fn role(&self) -> &'static str {
         match self.class {
-            CLASS_TRAINING => "training",
-            CLASS_ONLINE => "online",
-            _ => "offline",
+            GroupClass::Training => "training",
+            GroupClass::Online => "online",
+            GroupClass::Offline => "offline",
         }
     }
 }
@@ -81,7 +79,7 @@ impl Registry {
                     }
                     return Err(err);
                 }
-                (job.clone(), CLASS_TRAINING)
+                (job.clone(), GroupClass::Training)
             }
             Role::Pool { pool, .. } => {
                 let found = self.pools.iter().find(|p| &p.name == pool);
@@ -154,11 +152,11 @@ impl Registry {
         if let Some(group) = self.group_mut(pod.class, &pod.group) {
             group.sources.retain(|s| !sources.contains(s));
         }
-        let emptied = pod.class == CLASS_TRAINING
+        let emptied = pod.class == GroupClass::Training
             && !self
                 .pods
                 .values()
-                .any(|p| p.class == CLASS_TRAINING && p.group == pod.group);
+                .any(|p| p.class == GroupClass::Training && p.group == pod.group);
         if emptied
             && let Some(index) = self
                 .training
@@ -199,8 +197,8 @@ impl Registry {
         taken
     }
 
-    fn group_mut(&mut self, class: u32, name: &str) -> Option<&mut super::Group> {
-        let groups = if class == CLASS_TRAINING {
+    fn group_mut(&mut self, class: GroupClass, name: &str) -> Option<&mut super::Group> {
+        let groups = if class == GroupClass::Training {
             &mut self.training
         } else {
             &mut self.pools

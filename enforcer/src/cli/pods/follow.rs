@@ -51,7 +51,7 @@ fn print(change: &Change, json: bool) {
 
 /// The group of `pod` under the kubelet's root, where it can be resolved.
 fn pod_dir(pod: &Pod, config: &Config, hierarchy: &std::path::Path) -> Option<PathBuf> {
-    let (kubelet_root, driver) = config.kubernetes.kubelet_layout(hierarchy).ok()?;
+    let (kubelet_root, driver) = config.kubernetes.layout().resolve(hierarchy).ok()?;
     let qos = pod.status.qos_class?;
     let relative = pod_group(driver, qos, &pod.metadata.uid).ok()?;
     Some(kubelet_root.join(relative))
