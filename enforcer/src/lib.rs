@@ -3,13 +3,15 @@
 //!
 //! - `cli`: the commands (the binary's edge);
 //! - `daemon`: `enforcer run`, its threads, the control socket, snapshots and metrics;
-//! - `actuate` and `gpu`: what changes the machine for a decision;
+//! - `gpu` and `actuate`: what changes the machine for a decision (the GPU side gates through
+//!   the freezer `actuate` owns);
 //! - `policy`: the decisions, pure;
-//! - `sensor` and `registry`: what the kernel measures, and whose each thread is;
+//! - `registry` and `sensor`: whose each thread is, and what the kernel measures;
+//! - `config`: the settings;
 //! - `kubernetes`: the node's pods, classified by label, and their containers' cgroups;
-//! - `config` and `host`: the settings, and the machine they run on.
+//! - `host`: the machine they run on.
 //!
-//! docs/architecture.md draws it.
+//! docs/architecture.md draws it, and `tests/layering.rs` holds the imports to it.
 
 pub mod actuate;
 pub mod cli;

@@ -11,9 +11,8 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::{Path, PathBuf},
+    path::Path,
     sync::Arc,
-    time::Instant,
 };
 
 use enforcer_common::{
@@ -30,10 +29,8 @@ use crate::{
         cgroup::PoolFiles,
         cgroup_error::CgroupError,
         decision_log::{DecisionLog, RecentDecisions},
-        freezer::Freezer,
         grants::{GrantBoard, WorkerGone},
-        pod_in_place::{Readback, Readings},
-        pools::{PodView, Pools, PoolsError},
+        pools::{Pools, PoolsError},
         quiet_cpus::QuietCpus,
     },
     config::{PoolKind, Settings},
@@ -239,14 +236,15 @@ impl Enforcement {
         self.policy.cpus()
     }
 
-    /// Moves process `pid` into pool `pool`'s cgroup.
-    pub fn add_process(&self, pool: &str, pid: u32) -> Result<(), PoolsError> {
-        self.pools.add_process(pool, pid)
+    /// The pools' cgroups, pods and freezers: read for status and start-up, and changed
+    /// outside a decision (pods coming and going, the reconcile's read-back), under this lock
+    /// like every decision.
+    pub fn pools(&self) -> &Pools {
+        &self.pools
     }
 
-    /// Each pool's name and the directory listing its threads.
-    pub fn pool_member_dirs(&self) -> Vec<(String, PathBuf)> {
-        self.pools.member_dirs()
+    pub fn pools_mut(&mut self) -> &mut Pools {
+        &mut self.pools
     }
 
     /// Pod `uid` (`key`) joins `pool`, its groups written in place where the daemon enforces
@@ -261,50 +259,6 @@ impl Enforcement {
     ) -> Result<(), PoolsError> {
         self.pools
             .attach_pod(pool, uid, key, relative, exclusive_cpus, self.enforcing)
-    }
-
-    /// A container group of pod `uid` appeared: the pool's CPUs and pause, written at once.
-    pub fn add_pod_container(&mut self, uid: &str, relative: &Path) {
-        self.pools.add_pod_container(uid, relative);
-    }
-
-    pub fn remove_pod_container(&mut self, uid: &str, relative: &Path) {
-        self.pools.remove_pod_container(uid, relative);
-    }
-
-    /// Pod `uid` left its pool: its groups are the kubelet's again. Returns what failed.
-    pub fn detach_pod(&mut self, uid: &str) -> Vec<String> {
-        self.pools.detach_pod(uid)
-    }
-
-    /// The pods' files to read back for someone else's rewrites, read by the caller without
-    /// this lock.
-    pub fn pod_readbacks(&self) -> Vec<(String, String, Readback)> {
-        self.pools.pod_readbacks()
-    }
-
-    /// What the pods' files held (`pod_readbacks`), at `now`: what to log.
-    pub fn check_pods(
-        &mut self,
-        now: Instant,
-        readings: Vec<(String, String, Readings)>,
-    ) -> Vec<String> {
-        self.pools.check_pods(now, readings)
-    }
-
-    /// The pools' pods, for `status` and /metrics.
-    pub fn pod_views(&self) -> Vec<PodView> {
-        self.pools.pod_views()
-    }
-
-    /// The freezers of the GPU pools, for the GPU duty cycle.
-    pub fn gpu_freezers(&self) -> Vec<Arc<Freezer>> {
-        self.pools.gpu_freezers()
-    }
-
-    /// Where `pool` lists its processes, to check a subscriber without holding this.
-    pub fn pool_files(&self, pool: &str) -> Result<PoolFiles, PoolsError> {
-        self.pools.files(pool)
     }
 
     /// Subscribes a worker of `pool` (already checked to be in its cgroup) to its grants; the

@@ -158,6 +158,7 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
             .enforcement
             .lock()
             .expect("enforcement poisoned")
+            .pools()
             .pod_readbacks();
         // Without pods (every node outside Kubernetes) the lock is not taken a second time.
         if !readbacks.is_empty() {
@@ -169,6 +170,7 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
                 .enforcement
                 .lock()
                 .expect("enforcement poisoned")
+                .pools_mut()
                 .check_pods(Instant::now(), readings);
             for note in notes {
                 warn!("Kubernetes: {note}");

@@ -165,7 +165,7 @@ pub async fn run(
         enforcement.set_quiet_map(QuietCpus::new(reserved));
     }
     let mut registry = Registry::from_settings(&settings);
-    for (pool, dir) in enforcement.pool_member_dirs() {
+    for (pool, dir) in enforcement.pools().member_dirs() {
         registry.add_pool_cgroup(&pool, dir);
     }
     let mut journal = Journal::open(&paths::launched_journal(instance));
@@ -173,7 +173,7 @@ pub async fn run(
     // Configured pool members move into their pool's cgroup.
     for pool in &registry.pools {
         for pid in group_processes(&pool.sources) {
-            if let Err(err) = enforcement.add_process(&pool.name, pid) {
+            if let Err(err) = enforcement.pools().add_process(&pool.name, pid) {
                 warn!(pool = pool.name, pid, "cannot adopt: {err}");
             }
         }
@@ -194,7 +194,7 @@ pub async fn run(
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .map(|a| a.to_string());
-    let gpu_freezers = enforcement.gpu_freezers();
+    let gpu_freezers = enforcement.pools().gpu_freezers();
     let shared = Arc::new(Shared {
         instance: instance.to_owned(),
         cpus: enforcement.cpus().clone(),

@@ -138,6 +138,7 @@ fn apply(shared: &Shared, hierarchy: &std::path::Path, change: NodeChange) {
                 .enforcement
                 .lock()
                 .expect("enforcement poisoned")
+                .pools_mut()
                 .add_pod_container(&uid, &group);
             // The runtime puts the container's processes in after making its group: those
             // there already are classified now, the rest by the reconcile within a second.
@@ -151,6 +152,7 @@ fn apply(shared: &Shared, hierarchy: &std::path::Path, change: NodeChange) {
                 .enforcement
                 .lock()
                 .expect("enforcement poisoned")
+                .pools_mut()
                 .remove_pod_container(&uid, &group);
         }
         NodeChange::Left { uid, key } => {
@@ -160,6 +162,7 @@ fn apply(shared: &Shared, hierarchy: &std::path::Path, change: NodeChange) {
                 .enforcement
                 .lock()
                 .expect("enforcement poisoned")
+                .pools_mut()
                 .detach_pod(&uid);
             for err in failed {
                 warn!(pod = key, "Kubernetes: releasing the pod's groups: {err}");

@@ -151,7 +151,7 @@ fn register(
     // also makes offline threads SCHED_IDLE).
     if kind == GroupKind::Pool {
         let enforcement = shared.enforcement.lock().expect("enforcement poisoned");
-        enforcement.add_process(&name, pid)?;
+        enforcement.pools().add_process(&name, pid)?;
     }
     let mut sensor = shared.sensor.lock().expect("sensor poisoned");
     classify(&mut registry, &mut sensor);

@@ -141,6 +141,7 @@ fn pods(shared: &Shared, members: Vec<(String, crate::registry::pods::PodMember)
         .enforcement
         .lock()
         .expect("enforcement poisoned")
+        .pools()
         .pod_views();
     members
         .into_iter()

@@ -104,7 +104,8 @@ fn subscribe(
         .enforcement
         .lock()
         .expect("enforcement poisoned")
-        .pool_files(pool)?;
+        .pools()
+        .files(pool)?;
     if !files.processes().contains(&pid) {
         return Err(SubscribeError::NotAMember {
             pid,
