@@ -12,6 +12,10 @@
 //! - `host`: the machine they run on.
 //!
 //! docs/architecture.md draws it, and `tests/layering.rs` holds the imports to it.
+//!
+//! Public are the modules something outside the library uses: the binary (`cli`), the
+//! integration tests (`actuate`, `daemon`, `gpu`, `host`, `kubernetes`, `sensor`) and the
+//! config's fuzz target (`config`). `policy` and `registry` are the crate's own.
 
 pub mod actuate;
 pub mod cli;
@@ -20,6 +24,6 @@ pub mod daemon;
 pub mod gpu;
 pub mod host;
 pub mod kubernetes;
-pub mod policy;
-pub mod registry;
+pub(crate) mod policy;
+pub(crate) mod registry;
 pub mod sensor;

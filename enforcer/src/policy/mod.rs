@@ -12,4 +12,4 @@ pub mod demand;
 pub mod online_need;
 pub mod online_weight;
 
-pub use cores::{Allocation, Decision, Policy, PoolSpec, Trigger};
+pub use cores::{Allocation, Decision, Policy, PoolSpec};
