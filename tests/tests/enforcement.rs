@@ -4,7 +4,10 @@
 
 use std::{process::Command, time::Duration};
 
-use enforcer_common::protocol::{self, Grant, Response};
+use enforcer_common::{
+    protocol::{self, Grant, Response},
+    stats::median,
+};
 use reamer_tests::harness::{
     Daemon, cgroup_dir, cgroup_of, cgroup_value, eventually, online_cpu_count, online_cpus,
     pool_in, privileged, remove_test_cgroups, thread_policies, u64_of, wait_ok,
@@ -160,10 +163,6 @@ fn training_run(output: std::process::Output) -> TrainingRun {
     }
 }
 
-fn median(values: Vec<f64>) -> f64 {
-    enforcer_common::stats::median(&values)
-}
-
 /// The same CPU-hungry work beside the training simulator: unmanaged (plain CFS) it keeps
 /// training's threads waiting in the run queue; in an offline pool under the enforcer it must
 /// not. The assertion is on run-queue wait, not on step rate. The step rate here moves with
@@ -224,8 +223,8 @@ fn the_enforcer_prevents_the_slowdown_an_unmanaged_hog_causes() {
     remove_test_cgroups(instance, "batch");
     let summary = |arm: &[TrainingRun]| {
         (
-            median(arm.iter().map(|run| run.steps_per_s).collect()),
-            median(arm.iter().map(|run| run.wait_per_cpu_s).collect()),
+            median(&arm.iter().map(|run| run.steps_per_s).collect::<Vec<_>>()),
+            median(&arm.iter().map(|run| run.wait_per_cpu_s).collect::<Vec<_>>()),
         )
     };
     let (alone, unmanaged, enforced) = (summary(&alone), summary(&unmanaged), summary(&enforced));

@@ -1,8 +1,21 @@
 //! Small statistics for benchmark reports: medians, spreads and bootstrap confidence
-//! intervals of paired ratios (fixed seed, so a report is reproducible from its samples).
+//! intervals of paired ratios (fixed seed, so a report is reproducible from its samples), and
+//! the table cell they are written in.
 
 use enforcer_common::rng::SplitMix64;
 pub use enforcer_common::stats::{median, quantile, sorted};
+
+/// The median of `values`; None where there are none.
+pub fn median_of(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let values: Vec<f64> = values.into_iter().collect();
+    (!values.is_empty()).then(|| median(&values))
+}
+
+/// A report's table cell: `value` with `digits` decimals and `unit`, or a dash where there is
+/// none.
+pub fn cell(value: Option<f64>, digits: usize, unit: &str) -> String {
+    value.map_or("–".to_owned(), |v| format!("{v:.digits$}{unit}"))
+}
 
 pub fn min_max(values: &[f64]) -> (f64, f64) {
     values

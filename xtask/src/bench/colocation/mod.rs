@@ -31,7 +31,7 @@ use enforcer_common::cpu_list;
 use reamer_tests::{
     baselines::{self, Controller},
     harness::{
-        Daemon,
+        Daemon, Reaped,
         cgroups::{self, Group},
         worker::OnlineWorker,
     },
@@ -423,23 +423,6 @@ pub(crate) fn spawn_observer_into(
         .stderr(Stdio::null())
         .spawn()
         .context("spawning enforcer observe")
-}
-
-/// A child process that is killed and reaped when dropped, so that a failed window leaves no
-/// offline worker running behind it.
-pub(crate) struct Reaped(pub(crate) Child);
-
-impl Reaped {
-    pub(crate) fn id(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The stderr of the offline worker started without the enforcer, the last one.

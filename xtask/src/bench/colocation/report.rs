@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{HEAVY_ONLINE_CPUS, LoadReport, Measured, ONLINE_RATE, SLO_MS};
 use crate::{
-    bench::stats::{bootstrap_median_ci, median, min_max, quantile},
+    bench::stats::{bootstrap_median_ci, cell, median, min_max, quantile},
     wake_probe::WakeLatency,
 };
 
@@ -368,10 +368,6 @@ pub fn scenarios_json(figures: &[(Scenario, Figures)]) -> serde_json::Value {
             })
             .collect(),
     )
-}
-
-fn cell(value: Option<f64>, digits: usize, unit: &str) -> String {
-    value.map_or("–".to_owned(), |v| format!("{v:.digits$}{unit}"))
 }
 
 fn find(figures: &[(Scenario, Figures)], scenario: Scenario) -> Option<&Figures> {

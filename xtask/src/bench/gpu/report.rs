@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::{GpuRun, LEAD, Scenario, Trace, TrainingJob, Window, Workload};
-use crate::bench::stats::{median, min_max};
+use crate::bench::stats::{median, median_of, min_max};
 
 /// "Restored": a run of this many consecutive training steps at 90% of alone's pace or better.
 const RESTORED_STEPS: usize = 10;
@@ -128,10 +128,6 @@ fn mean_run_fraction(window: &Window) -> f64 {
     weighted / (end - start).max(1) as f64
 }
 
-fn median_of(values: Vec<f64>) -> Option<f64> {
-    (!values.is_empty()).then(|| median(&values))
-}
-
 pub fn figures(run: &GpuRun) -> Vec<ScenarioFigures> {
     let of = |scenario: Scenario| -> Vec<&Window> {
         run.windows
@@ -151,8 +147,7 @@ pub fn figures(run: &GpuRun) -> Vec<ScenarioFigures> {
     let shared_busy = median_of(
         of(Scenario::Shared)
             .iter()
-            .filter_map(|w| inference_rates(w).map(|(_, busy)| busy))
-            .collect(),
+            .filter_map(|w| inference_rates(w).map(|(_, busy)| busy)),
     );
     Scenario::ALL
         .iter()
@@ -191,25 +186,18 @@ pub fn figures(run: &GpuRun) -> Vec<ScenarioFigures> {
                 inference_idle_pct: median_of(
                     inference
                         .iter()
-                        .map(|(idle, _)| 100.0 * idle / inference_reference)
-                        .collect(),
+                        .map(|(idle, _)| 100.0 * idle / inference_reference),
                 ),
                 inference_busy_pct: median_of(
                     inference
                         .iter()
-                        .map(|(_, busy)| 100.0 * busy / inference_reference)
-                        .collect(),
+                        .map(|(_, busy)| 100.0 * busy / inference_reference),
                 ),
                 inference_busy_of_shared_pct: shared_busy.and_then(|shared| {
-                    median_of(
-                        inference
-                            .iter()
-                            .map(|(_, busy)| 100.0 * busy / shared)
-                            .collect(),
-                    )
+                    median_of(inference.iter().map(|(_, busy)| 100.0 * busy / shared))
                 }),
                 clamp_after_ms: reamer
-                    .then(|| median_of(windows.iter().filter_map(|w| clamp_after_ms(w)).collect()))
+                    .then(|| median_of(windows.iter().filter_map(|w| clamp_after_ms(w))))
                     .flatten(),
                 mean_run_fraction: reamer.then(|| {
                     median(

@@ -36,7 +36,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use reamer_tests::{
     harness::{
-        Daemon,
+        Daemon, Reaped,
         cgroups::{self, Group},
         worker::OnlineWorker,
     },
@@ -47,9 +47,9 @@ use serde::{Deserialize, Serialize};
 use self::report::Window;
 use crate::{
     bench::colocation::{
-        LoadReport, Reaped, classifier_serve_args, cpu_count, ensure_offline_job,
-        launch_online_worker, read_load_report, reset_inference_groups, reset_job, results_lines,
-        run_ok, spawn_classifier_load, spawn_observer_into, spawn_offline_worker, upper_half_cpus,
+        LoadReport, classifier_serve_args, cpu_count, ensure_offline_job, launch_online_worker,
+        read_load_report, reset_inference_groups, reset_job, results_lines, run_ok,
+        spawn_classifier_load, spawn_observer_into, spawn_offline_worker, upper_half_cpus,
         worker_bin, write_classifier_requests,
     },
     bench::{

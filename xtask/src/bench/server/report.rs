@@ -12,7 +12,7 @@ use super::{Measured, SLO_MS, Scenario};
 use crate::bench::{
     colocation::LoadReport,
     replay,
-    stats::{bootstrap_median_ci, median},
+    stats::{bootstrap_median_ci, cell, median, median_of},
 };
 
 /// One scenario's window in one round.
@@ -153,11 +153,6 @@ pub struct ObservedRound {
     /// The CPUs the sensor saw it run on over the same part.
     pub sensor_running_cpus: Option<f64>,
     pub replay: Option<ReplaySummary>,
-}
-
-fn median_of(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let values: Vec<f64> = values.collect();
-    (!values.is_empty()).then(|| median(&values))
 }
 
 /// `window`'s `figure` over `reference`'s in the same round, %.
@@ -435,10 +430,6 @@ fn reamer_targets(reamer: &ScenarioFigures, figures: &[ScenarioFigures]) -> Vec<
     rows
 }
 
-fn opt(value: Option<f64>, digits: usize, unit: &str) -> String {
-    value.map_or("–".to_owned(), |v| format!("{v:.digits$}{unit}"))
-}
-
 fn interval(value: Option<WithInterval>) -> String {
     value.map_or("–".to_owned(), |v| {
         format!("{:.1}% ({:.1}–{:.1})", v.median, v.low, v.high)
@@ -498,17 +489,17 @@ pub fn markdown(
             interval(f.training_pct),
             f.step_ms_p50,
             f.step_ms_p99,
-            opt(f.online_within_slo_pct, 1, "%"),
-            opt(f.online_p50_ms, 1, ""),
-            opt(f.online_p99_ms, 1, ""),
-            opt(f.offline_items_per_s, 0, ""),
+            cell(f.online_within_slo_pct, 1, "%"),
+            cell(f.online_p50_ms, 1, ""),
+            cell(f.online_p99_ms, 1, ""),
+            cell(f.offline_items_per_s, 0, ""),
             f.offline_pct_of_cfs
                 .map_or("–".to_owned(), |o| format!("{:.0}%", o.median)),
             f.cpus_left_idle,
             measured.cpus,
             f.training_cpus,
-            opt(f.reserved_cores_p50, 1, ""),
-            opt(f.offline_paused_pct, 0, "%"),
+            cell(f.reserved_cores_p50, 1, ""),
+            cell(f.offline_paused_pct, 0, "%"),
             match (f.enforcer_cpu_pct, f.enforcer_rss_mib) {
                 (Some(cpu), Some(rss)) => format!("{cpu:.1}% / {rss:.0} MiB"),
                 _ => "–".to_owned(),
@@ -557,7 +548,7 @@ fn observed_markdown(rounds: &[ObservedRound]) -> String {
     for r in rounds {
         let sensor = match r.sensor_running_cpus {
             Some(cpus) if r.job_cpus > 0.0 => format!("{cpus:.2} ({:.3})", cpus / r.job_cpus),
-            other => opt(other, 2, ""),
+            other => cell(other, 2, ""),
         };
         let replay = match &r.replay {
             Some(p) => format!(
@@ -574,7 +565,7 @@ fn observed_markdown(rounds: &[ObservedRound]) -> String {
         text.push_str(&format!(
             "| {} | {} | {:.2} | {sensor} | {replay} |\n",
             r.round + 1,
-            opt(r.training_pct, 1, "%"),
+            cell(r.training_pct, 1, "%"),
             r.job_cpus,
         ));
     }
