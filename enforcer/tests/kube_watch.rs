@@ -57,8 +57,12 @@ async fn follow(server: &Shared) -> mpsc::UnboundedReceiver<Result<PodChange, Wa
     changes
 }
 
-#[tokio::test]
-async fn the_watch_lists_follows_events_and_bookmarks_and_relists_after_410_gone() {
+/// A server with one offline pod, followed: its list's change already taken.
+async fn watching_one_pod() -> (
+    Shared,
+    mpsc::UnboundedReceiver<Result<PodChange, WatchError>>,
+    Vec<String>,
+) {
     let server: Shared = Arc::new(Mutex::new(ApiServer {
         pods: vec![pod("a", "a-0", "offline", 1)],
         resource_version: 1,
@@ -66,12 +70,17 @@ async fn the_watch_lists_follows_events_and_bookmarks_and_relists_after_410_gone
     }));
     let mut changes = follow(&server).await;
     let mut errors = Vec::new();
-
-    // The list.
     assert_eq!(
         next_change(&mut changes, &mut errors).await,
         "+ml/a-0 offline"
     );
+    (server, changes, errors)
+}
+
+#[tokio::test]
+async fn the_watch_lists_follows_events_and_bookmarks_and_relists_after_410_gone() {
+    // The list.
+    let (server, mut changes, mut errors) = watching_one_pod().await;
     let list = server.lock().unwrap().lists[0].clone();
     assert!(
         list.contains("fieldSelector=spec.nodeName%3Dnode-1"),
@@ -150,17 +159,7 @@ async fn the_watch_lists_follows_events_and_bookmarks_and_relists_after_410_gone
 
 #[tokio::test]
 async fn malformed_lines_on_the_watch_cost_no_backoff() {
-    let server: Shared = Arc::new(Mutex::new(ApiServer {
-        pods: vec![pod("a", "a-0", "offline", 1)],
-        resource_version: 1,
-        ..ApiServer::default()
-    }));
-    let mut changes = follow(&server).await;
-    let mut errors = Vec::new();
-    assert_eq!(
-        next_change(&mut changes, &mut errors).await,
-        "+ml/a-0 offline"
-    );
+    let (server, mut changes, mut errors) = watching_one_pod().await;
     // Five lines the API server should never send, then a pod: it arrives at once, not after
     // the seconds of backoff each bad line cost before.
     send_event(

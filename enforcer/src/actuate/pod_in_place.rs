@@ -342,11 +342,24 @@ impl PodInPlace {
     /// not written again. Enforced only where every part is; else failing, with the last
     /// error, and retried by the next call.
     fn enforce(&mut self, cpus: &BTreeSet<u32>, ledger: &mut PodLedger) {
+        self.enforce_parts(cpus, ledger, true);
+    }
+
+    /// `enforce`, the group's weight left out where `with_weight` is false: the fast path
+    /// (`apply`) moves CPUs and pauses, and a weight not held yet (a read, a ledger save and a
+    /// write) waits for the reconcile, which holds no fast-path deadline. Left out, a weight
+    /// not held keeps the pod failing with what its last try said.
+    fn enforce_parts(&mut self, cpus: &BTreeSet<u32>, ledger: &mut PodLedger, with_weight: bool) {
         if !self.writes() {
             return;
         }
         let mut failed = None;
-        if let Some(weight) = &self.weight
+        if !with_weight && self.weight.is_some() && !self.weight_held {
+            failed = Some(match &self.state {
+                PodState::Failing(why) => why.clone(),
+                _ => "its group's weight is not held yet".to_owned(),
+            });
+        } else if let Some(weight) = &self.weight
             && !self.weight_held
         {
             match hold_least_weight(
@@ -400,9 +413,9 @@ impl PodInPlace {
     }
 
     /// The pool's new CPUs, written into every container (its pause reaches them through
-    /// the pool's freezer).
+    /// the pool's freezer). On the fast path: the group's weight is left to `check`.
     pub fn apply(&mut self, cpus: &BTreeSet<u32>, ledger: &mut PodLedger) {
-        self.enforce(cpus, ledger);
+        self.enforce_parts(cpus, ledger, false);
     }
 
     /// The files to read back for `check`: each container's `cpuset.cpus` with what reamer
