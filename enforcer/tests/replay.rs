@@ -1,5 +1,10 @@
 //! `enforcer replay` on the trace recorded on the 16-CPU GPU server (ResNet-50 alone, the
 //! daemon observing only): the binary as a user runs it, no privilege needed.
+//!
+//! The trace: `cargo xtask bench --only server`'s scenario `alone_observed_10hz`, its second
+//! round, on the H200 server (16 vCPUs, no SMT), ResNet-50 with 6 loader workers, recorded at
+//! 10 Hz by `enforcer observe --json` with the sensor that counts slices in progress. It
+//! records its machine's CPU count.
 
 use std::{path::PathBuf, process::Command};
 
@@ -13,7 +18,7 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-const TRACE: &str = "resnet50-h100-16cpu-alone.observe.jsonl";
+const TRACE: &str = "resnet50-h200-16cpu-alone.observe.jsonl";
 
 fn replay(args: &[&str]) -> std::process::Output {
     Command::new(ENFORCER)
@@ -32,7 +37,8 @@ fn summary_of(output: &std::process::Output) -> Value {
 #[test]
 fn the_server_trace_replays_with_a_reservation_sized_by_use() {
     let trace = fixture(TRACE);
-    let output = replay(&[trace.to_str().unwrap(), "--cpus", "16", "--json"]);
+    // The trace records its 16 CPUs: no --cpus needed.
+    let output = replay(&[trace.to_str().unwrap(), "--json"]);
     let summary = summary_of(&output);
     println!("{summary}");
     let f = |key: &str| {
@@ -40,12 +46,16 @@ fn the_server_trace_replays_with_a_reservation_sized_by_use() {
             .as_f64()
             .unwrap_or_else(|| panic!("{key} in {summary}"))
     };
-    assert_eq!(summary["intervals"], 400);
-    // As recorded: the job ran on 2.8 CPUs at the median of its 100 ms intervals.
-    assert!((f("running_cpus_p50") - 2.785).abs() < 0.01, "{summary}");
-    // The daemon that recorded the trace, with the policy this replaced, reserved 15 or 16
-    // of the 16 cores from 12.8 s to 48.4 s (the trace's decision log, beside it). The
-    // replayed policy stays below half the machine at its 90th percentile.
+    assert_eq!(summary["intervals"], 313);
+    assert_eq!(summary["cpus"], 16);
+    // As recorded: the job ran on 6.3 CPUs at the median of its 100 ms intervals (its own
+    // CPU time from /proc over the timed part: 6.67 CPUs), 7.2 at the 90th percentile.
+    assert!((f("running_cpus_p50") - 6.281).abs() < 0.01, "{summary}");
+    // The policy reserves within two cores of that level, half the machine at most.
+    assert!(
+        f("reserved_cores_p50") <= f("running_cpus_p50") + 2.0,
+        "{summary}"
+    );
     assert!(f("reserved_cores_p90") <= 8.0, "{summary}");
     // Offline never pauses where training ran on 8 CPUs or fewer; the trace never demands
     // more than training may reserve for long enough to pause at all.
@@ -64,7 +74,7 @@ fn the_server_trace_replays_with_a_reservation_sized_by_use() {
     ] {
         assert!(first.get(key).is_some(), "{key} missing from {first}");
     }
-    assert_eq!(stdout.lines().count(), 401);
+    assert_eq!(stdout.lines().count(), 314);
 }
 
 #[test]
@@ -75,7 +85,7 @@ fn the_table_names_the_scenario_and_a_config_replaces_it() {
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("the default scenario"), "{text}");
     assert!(text.contains("online (online, min_cores 2)"), "{text}");
-    assert!(text.contains("400 intervals"), "{text}");
+    assert!(text.contains("313 intervals"), "{text}");
 
     // A config whose online pool takes 14 of the 16 cores: training may reserve 2, and
     // pauses offline whenever its estimate is above them.
@@ -109,15 +119,39 @@ fn the_table_names_the_scenario_and_a_config_replaces_it() {
 #[test]
 fn bad_input_is_named() {
     let trace = fixture(TRACE);
-    let missing_cpus = replay(&[trace.to_str().unwrap()]);
+    let dir = std::env::temp_dir();
+    let text = std::fs::read_to_string(&trace).unwrap();
+
+    // A trace from before `observe --json` recorded the CPU count needs --cpus.
+    let untold = dir.join(format!("reamer-replay-untold-{}.jsonl", std::process::id()));
+    let without_cpus: String = text
+        .lines()
+        .map(|line| {
+            let mut value: Value = serde_json::from_str(line).unwrap();
+            value.as_object_mut().unwrap().remove("online_cpus");
+            format!("{value}\n")
+        })
+        .collect();
+    std::fs::write(&untold, without_cpus).unwrap();
+    let missing_cpus = replay(&[untold.to_str().unwrap()]);
+    let with_cpus = replay(&[untold.to_str().unwrap(), "--cpus", "16", "--json"]);
+    let _ = std::fs::remove_file(&untold);
     assert!(!missing_cpus.status.success());
     let stderr = String::from_utf8_lossy(&missing_cpus.stderr);
-    assert!(stderr.contains("--cpus"), "{stderr}");
+    assert!(stderr.contains("give it with --cpus N"), "{stderr}");
+    assert_eq!(summary_of(&with_cpus)["intervals"], 313);
 
-    let dir = std::env::temp_dir();
+    // A --cpus that contradicts the trace is refused, naming both.
+    let contradicted = replay(&[trace.to_str().unwrap(), "--cpus", "8"]);
+    assert!(!contradicted.status.success());
+    let stderr = String::from_utf8_lossy(&contradicted.stderr);
+    assert!(
+        stderr.contains("--cpus 8, but the trace was recorded on 16 CPUs"),
+        "{stderr}"
+    );
+
     let broken = dir.join(format!("reamer-replay-broken-{}.jsonl", std::process::id()));
-    let good_line = std::fs::read_to_string(&trace).unwrap();
-    let good_line = good_line.lines().next().unwrap();
+    let good_line = text.lines().next().unwrap();
     std::fs::write(&broken, format!("{good_line}\n{{\"seconds\": \"soon\"}}\n")).unwrap();
     let output = replay(&[broken.to_str().unwrap(), "--cpus", "16"]);
     let _ = std::fs::remove_file(&broken);
