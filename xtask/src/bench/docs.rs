@@ -25,6 +25,19 @@ pub fn replace_section(name: &str, body: &str) -> anyhow::Result<()> {
 }
 
 /// Kernel, CPU model, CPU count and memory of this machine, in one line.
+/// When and from what a run was made, for its section: today's date (UTC) and the build of
+/// this program (`git describe` when it was compiled; `-dirty`: with uncommitted changes).
+pub fn run_stamp() -> String {
+    let date = std::process::Command::new("date")
+        .args(["-u", "+%F"])
+        .output()
+        .ok()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .filter(|date| !date.is_empty())
+        .unwrap_or_else(|| "date unknown".to_owned());
+    format!("run {date}, build {}", env!("REAMER_BUILD"))
+}
+
 pub fn machine_description() -> String {
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
     let cpuinfo = read("/proc/cpuinfo");

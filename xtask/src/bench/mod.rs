@@ -350,7 +350,8 @@ pub fn run(options: Options) -> anyhow::Result<()> {
     if !quick && (only.contains(&Section::Sensor) || only.contains(&Section::Colocation)) {
         command.push_str(&format!(" --max-steal {max_steal}"));
     }
-    let machine = docs::machine_description();
+    // Every section says when and from which build its figures came.
+    let machine = format!("{} ({})", docs::machine_description(), docs::run_stamp());
     let mut body = serde_json::json!({"machine": machine});
     let mut sections = Vec::new();
     if only.contains(&Section::Sensor) {

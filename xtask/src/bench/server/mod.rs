@@ -22,6 +22,7 @@
 //! rotated by the round, training alone among them, so that a slowdown is a ratio to training
 //! alone in the same round.
 
+pub mod cores;
 pub mod plot;
 pub mod report;
 
@@ -34,6 +35,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use enforcer_common::cpu_list;
 use reamer_tests::{
     harness::{
         Daemon, Reaped,
@@ -44,7 +46,7 @@ use reamer_tests::{
 };
 use serde::{Deserialize, Serialize};
 
-use self::report::Window;
+use self::report::{Confined, Window};
 use crate::{
     bench::colocation::{
         LoadReport, classifier_serve_args, cpu_count, ensure_offline_job, launch_online_worker,
@@ -100,6 +102,9 @@ pub enum Scenario {
     Alone,
     PlainCfs,
     OfflineCpuIdle,
+    OfflineCpuIdleQuarter,
+    OfflineCpuIdleHalf,
+    OfflineCpuIdleThreeQuarters,
     StaticPartition,
     Reamer,
     ReamerOfflineNotPaused,
@@ -108,10 +113,13 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::Alone,
         Scenario::PlainCfs,
         Scenario::OfflineCpuIdle,
+        Scenario::OfflineCpuIdleQuarter,
+        Scenario::OfflineCpuIdleHalf,
+        Scenario::OfflineCpuIdleThreeQuarters,
         Scenario::StaticPartition,
         Scenario::Reamer,
         Scenario::ReamerOfflineNotPaused,
@@ -124,6 +132,9 @@ impl Scenario {
             Scenario::Alone => "alone",
             Scenario::PlainCfs => "plain_cfs",
             Scenario::OfflineCpuIdle => "offline_cpu_idle",
+            Scenario::OfflineCpuIdleQuarter => "offline_cpu_idle_quarter",
+            Scenario::OfflineCpuIdleHalf => "offline_cpu_idle_half",
+            Scenario::OfflineCpuIdleThreeQuarters => "offline_cpu_idle_three_quarters",
             Scenario::StaticPartition => "static_partition",
             Scenario::Reamer => "reamer",
             Scenario::ReamerOfflineNotPaused => "reamer_offline_not_paused",
@@ -137,6 +148,15 @@ impl Scenario {
             Scenario::Alone => "training alone",
             Scenario::PlainCfs => "plain CFS, no control",
             Scenario::OfflineCpuIdle => "offline in a `cpu.idle` group, no enforcer",
+            Scenario::OfflineCpuIdleQuarter => {
+                "inference on the upper quarter of the cores, offline in a `cpu.idle` group"
+            }
+            Scenario::OfflineCpuIdleHalf => {
+                "inference on the upper half of the cores, offline in a `cpu.idle` group"
+            }
+            Scenario::OfflineCpuIdleThreeQuarters => {
+                "inference on the upper three quarters of the cores, offline in a `cpu.idle` group"
+            }
             Scenario::StaticPartition => "static partition (inference on the upper half)",
             Scenario::Reamer => "reamer, defaults",
             Scenario::ReamerOfflineNotPaused => {
@@ -148,6 +168,17 @@ impl Scenario {
             Scenario::AloneSensed => {
                 "training alone under a daemon that does not enforce, not observed"
             }
+        }
+    }
+
+    /// The share of the machine's CPUs inference is confined to, in whole cores from the top
+    /// (`cores::upper_cores`): the static frontier between training and inference.
+    pub(crate) fn confined_to(self) -> Option<f64> {
+        match self {
+            Scenario::OfflineCpuIdleQuarter => Some(0.25),
+            Scenario::OfflineCpuIdleHalf => Some(0.5),
+            Scenario::OfflineCpuIdleThreeQuarters => Some(0.75),
+            _ => None,
         }
     }
 
@@ -544,14 +575,27 @@ impl Bench {
         self.reset_groups()?;
         reset_job(&self.inputs.job);
         let inference = scenario.inference();
+        let mut confined = None;
         match scenario {
             Scenario::OfflineCpuIdle => self.offline_group.set_idle(true)?,
             Scenario::StaticPartition => {
                 let cpus = upper_half_cpus(self.cpus);
                 self.online_group.set_cpus(&cpus)?;
                 self.offline_group.set_cpus(&cpus)?;
+                confined = Some(Confined { cpus, smt: None });
             }
             _ => {}
+        }
+        if let Some(fraction) = scenario.confined_to() {
+            let cores = cores::cores(Path::new("/sys/devices/system/cpu"), self.cpus);
+            let cpus = cpu_list::format(&cores::upper_cores(&cores, fraction));
+            self.online_group.set_cpus(&cpus)?;
+            self.offline_group.set_cpus(&cpus)?;
+            self.offline_group.set_idle(true)?;
+            confined = Some(Confined {
+                cpus,
+                smt: Some(cores::has_smt(&cores)),
+            });
         }
         if scenario.daemon() && !inference {
             // The run's idle online worker waits outside the daemon's pools, so that the sensor
@@ -722,6 +766,7 @@ impl Bench {
             replay,
             enforcer_cpu_pct,
             enforcer_rss_mib,
+            confined,
         })
     }
 

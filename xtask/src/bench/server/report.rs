@@ -42,6 +42,18 @@ pub struct Window {
     pub sensor_running_cpus: Option<f64>,
     /// Training alone, observed: the CPU policy replayed over the window's trace.
     pub replay: Option<ReplaySummary>,
+    /// Where inference was confined to part of the machine (the static partition and the
+    /// frontier's scenarios). Absent from runs saved before it was recorded.
+    #[serde(default)]
+    pub confined: Option<Confined>,
+}
+
+/// The CPUs a window confined inference to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Confined {
+    pub cpus: String,
+    /// Whether the machine showed SMT siblings, where the CPUs were chosen as whole cores.
+    pub smt: Option<bool>,
 }
 
 /// What `enforcer observe --json` showed over a window.
@@ -506,6 +518,7 @@ pub fn markdown(
             },
         ));
     }
+    text.push_str(&confined_markdown(&measured.windows));
     if let Some(observed) = figures
         .iter()
         .find(|f| f.scenario == Scenario::AloneObserved)
@@ -528,6 +541,43 @@ pub fn markdown(
         }
     }
     text
+}
+
+/// Where each scenario that confined inference put it, and whether the cores were whole
+/// cores of a machine with SMT siblings: a line under the table, empty where none did.
+fn confined_markdown(windows: &[Window]) -> String {
+    let mut seen: Vec<(Scenario, &Confined)> = Vec::new();
+    for w in windows {
+        if let Some(confined) = &w.confined
+            && !seen.iter().any(|(s, _)| *s == w.scenario)
+        {
+            seen.push((w.scenario, confined));
+        }
+    }
+    if seen.is_empty() {
+        return String::new();
+    }
+    seen.sort_by_key(|(s, _)| Scenario::ALL.iter().position(|a| a == s));
+    let places: Vec<String> = seen
+        .iter()
+        .map(|(s, c)| format!("{}: CPUs {}", s.label(), c.cpus))
+        .collect();
+    let smt = match seen.iter().find_map(|(_, c)| c.smt) {
+        Some(true) => {
+            " The frontier's CPUs are whole cores, taken from the top; this machine shows SMT \
+             siblings, and a core's siblings went together."
+        }
+        Some(false) => {
+            " The frontier's CPUs are whole cores, taken from the top; this machine shows no \
+             SMT siblings (one CPU a core)."
+        }
+        None => "",
+    };
+    format!(
+        "\nInference confined (its online and offline groups, training left the other CPUs): \
+         {}.{smt}\n",
+        places.join("; ")
+    )
 }
 
 /// Training alone, observed, round by round.
@@ -600,6 +650,7 @@ mod tests {
             enforcer_rss_mib: scenario.reamer().then_some(20.0),
             sensor_running_cpus: None,
             replay: None,
+            confined: None,
         }
     }
 
@@ -680,6 +731,11 @@ mod tests {
         assert!(text.contains("**missed**"), "{text}");
     }
 
+    /// The machine line of a server run, stamped with its date and build: the plot's title
+    /// must hold it.
+    const LONG_MACHINE: &str = "Linux 6.18.44-fc-v657-gpu, 16 × Intel(R) Xeon(R) Processor, \
+                                126 GiB (run 2026-11-26, build bc6b052-dirty)";
+
     #[test]
     fn the_plot_has_a_point_for_each_scenario_with_inference_and_reads_cleanly() {
         let mut windows = Vec::new();
@@ -703,6 +759,19 @@ mod tests {
                 alone * 0.99,
                 Some(1200.0),
             ));
+            // The frontier: less of the machine for inference, less of training's pace lost.
+            for (scenario, cpus, pace, items) in [
+                (Scenario::OfflineCpuIdleQuarter, "12-15", 0.97, 900.0),
+                (Scenario::OfflineCpuIdleHalf, "8-15", 0.93, 1700.0),
+                (Scenario::OfflineCpuIdleThreeQuarters, "4-15", 0.88, 2300.0),
+            ] {
+                let mut confined = window(scenario, round, alone * pace, Some(items));
+                confined.confined = Some(Confined {
+                    cpus: cpus.to_owned(),
+                    smt: Some(false),
+                });
+                windows.push(confined);
+            }
             windows.push(window(Scenario::Reamer, round, alone * 0.985, Some(1900.0)));
             windows.push(window(
                 Scenario::ReamerOfflineNotPaused,
@@ -713,8 +782,9 @@ mod tests {
             windows.push(window(Scenario::AloneObserved, round, alone, None));
             windows.push(window(Scenario::AloneSensed, round, alone, None));
         }
-        let figures = figures(&measured(windows));
-        let canvas = super::super::plot::tradeoff(&figures, "16 CPUs, one H100", false);
+        let measured = measured(windows);
+        let figures = figures(&measured);
+        let canvas = super::super::plot::tradeoff(&figures, LONG_MACHINE, false);
         assert_eq!(canvas.problems(), Vec::<String>::new());
         let labels: Vec<&str> = canvas.texts().iter().map(|t| t.text.as_str()).collect();
         let traded = Scenario::ALL
@@ -726,6 +796,32 @@ mod tests {
         }
         // Training alone under a daemon runs no inference: not a trade.
         assert!(!labels.iter().any(|l| l.contains("does not enforce")));
+
+        // The table says where each confined scenario put inference, in the table's order.
+        let text = markdown(&measured, &figures, "cargo xtask bench", "test machine");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("Inference confined"))
+            .unwrap_or_else(|| panic!("{text}"));
+        let quarter =
+            line.find("upper quarter of the cores, offline in a `cpu.idle` group: CPUs 12-15");
+        let three =
+            line.find("three quarters of the cores, offline in a `cpu.idle` group: CPUs 4-15");
+        assert!(
+            quarter.is_some() && three.is_some() && quarter < three,
+            "{line}"
+        );
+        assert!(line.contains("no SMT siblings"), "{line}");
+    }
+
+    #[test]
+    fn a_run_saved_before_confinement_was_recorded_still_reads() {
+        let mut value =
+            serde_json::to_value(window(Scenario::StaticPartition, 0, 1.0, None)).unwrap();
+        value.as_object_mut().unwrap().remove("confined");
+        let read: Window = serde_json::from_value(value).unwrap();
+        assert_eq!(read.confined, None);
+        assert_eq!(confined_markdown(&[read]), "");
     }
 
     #[test]

@@ -1,0 +1,413 @@
+//! The GPU server's recording, prepared: the server is lent now and then for a few minutes of
+//! machine time, at most 10 minutes a command, without the Rust toolchain. So the recording
+//! is two parts, each one command that fits, each ending by its own deadline and leaving what
+//! it measured in `--out`, saved window by window so that a part cut short still reports.
+//!
+//! - `cargo xtask record-server --prepare`, here: builds the release binaries, strips those
+//!   the server runs and lists what to copy there beside the repository.
+//! - `target/release/xtask record-server --part 1 --out DIR`, there: the server section's
+//!   static frontier and reamer on it (the bench's `--only server`), 2 rounds.
+//! - `target/release/xtask record-server --part 2 --out DIR`: the GPU clamp on need with both
+//!   training jobs (`--only gpu`), 1 round.
+//!
+//! The parts' deadlines come from the server's own timings (2026-11-26, H200, 16 vCPUs): a
+//! server-bench window of 15 s took 37.6 s in all (10 windows in 376 s: the PyTorch job's
+//! start and warm-up are the rest), and the GPU section's one round of both jobs 218 s.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::cargo::{self, workspace_root};
+
+#[derive(clap::Args)]
+pub struct Options {
+    /// Here, before the server is lent: build the release binaries, strip the ones the
+    /// recording runs, and list the files to copy to the server with the repository.
+    #[arg(long, conflicts_with = "part")]
+    prepare: bool,
+    /// On the server: which part to record. 1: the server section (training alone, plain CFS,
+    /// offline in a `cpu.idle` group, the same on a quarter, half and three quarters of the
+    /// cores, and reamer; 2 rounds of 12 s; about 8.5 minutes). 2: the GPU clamp on need with
+    /// the GPU-bound and the loader-bound job (1 round; about 4 minutes).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    part: Option<u8>,
+    /// Where a part copies what it recorded: the saved runs, the traces, the log, and
+    /// docs/benchmarks.md and the plots as the bench rewrote them.
+    #[arg(long, value_name = "DIR", requires = "part")]
+    out: Option<PathBuf>,
+    /// A stand-in for the PyTorch job (part 1), to rehearse on a machine without a GPU; its
+    /// figures are not the server's and leave docs/benchmarks.md alone.
+    #[arg(long, value_name = "COMMAND", requires = "part")]
+    training_cmd: Option<String>,
+}
+
+/// The binaries a recording runs, and the one model it serves.
+const BINARIES: [&str; 4] = ["xtask", "enforcer", "inference-worker", "load-gen"];
+const MODEL: &str = "target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx";
+
+/// Part 1's scenarios (training alone is always among them): the static frontier and reamer.
+const FRONTIER: &str = "plain_cfs,offline_cpu_idle,offline_cpu_idle_quarter,\
+                        offline_cpu_idle_half,offline_cpu_idle_three_quarters,reamer";
+
+/// One part: the bench command it runs, its deadline, and how a run cut short is reported.
+struct Part {
+    bench_args: Vec<String>,
+    /// The bench is stopped here, leaving the rest of the command's limit to report and copy.
+    deadline: Duration,
+    /// The saved run, and the flag that reports it (`--server-from`, `--gpu-from`).
+    saved: &'static str,
+    report_flag: &'static str,
+    section: &'static str,
+    /// What the part copies to `--out`, relative to the repository (a trailing `*`: every
+    /// file that begins so).
+    results: &'static [&'static str],
+}
+
+fn part(number: u8, training_cmd: Option<&str>) -> Part {
+    let mut args: Vec<String> = ["bench", "--prebuilt"].map(str::to_owned).to_vec();
+    match number {
+        1 => {
+            args.extend(
+                [
+                    "--only",
+                    "server",
+                    "--server-rounds",
+                    "2",
+                    "--server-seconds",
+                    "12",
+                    "--server-scenarios",
+                    FRONTIER,
+                ]
+                .map(str::to_owned),
+            );
+            if let Some(command) = training_cmd {
+                args.extend(["--training-cmd".to_owned(), command.to_owned()]);
+            }
+            Part {
+                bench_args: args,
+                // 14 windows of 12 s at about 35 s each: 490 s, and the start's 20 s.
+                deadline: Duration::from_secs(530),
+                saved: "target/bench/server/run.json",
+                report_flag: "--server-from",
+                section: "server",
+                results: &[
+                    "target/bench/server/run.json",
+                    "target/bench/server/observed-*",
+                    "docs/benchmarks.md",
+                    "docs/server-tradeoff.svg",
+                ],
+            }
+        }
+        _ => {
+            args.extend(["--only", "gpu", "--gpu-rounds", "1"].map(str::to_owned));
+            Part {
+                bench_args: args,
+                deadline: Duration::from_secs(330),
+                saved: "target/bench/gpu/run.json",
+                report_flag: "--gpu-from",
+                section: "gpu",
+                results: &["target/bench/gpu/run.json", "docs/benchmarks.md"],
+            }
+        }
+    }
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    if options.prepare {
+        return prepare();
+    }
+    let Some(number) = options.part else {
+        bail!(
+            "say what to do: --prepare here, then --part 1 and --part 2 on the server \
+             (`cargo xtask record-server --help`)"
+        );
+    };
+    let out = options
+        .out
+        .clone()
+        .context("--part needs --out DIR: where the part leaves what it recorded")?;
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let part = part(number, options.training_cmd.as_deref());
+    let xtask = std::env::current_exe().context("finding this program")?;
+    let log = out.join(format!("part-{number}.log"));
+    eprintln!(
+        "[record-server] part {number}: {} (stopped after {} s); log in {}",
+        part.bench_args.join(" "),
+        part.deadline.as_secs(),
+        log.display()
+    );
+    // The part's start on the file system's clock, which is coarser than the system's (a
+    // file's times move by the kernel's tick): the log's creation.
+    std::fs::write(&log, "").with_context(|| format!("creating {}", log.display()))?;
+    let started = std::fs::metadata(&log)?.modified()?;
+    let finished = run_until(&xtask, &part.bench_args, part.deadline, &log)?;
+    if !finished {
+        // The bench saved every window it finished: its section from those.
+        let saved = workspace_root().join(part.saved);
+        eprintln!(
+            "[record-server] part {number} stopped at its deadline; reporting the {} section \
+             from {}",
+            part.section,
+            saved.display()
+        );
+        let report = [
+            "bench",
+            "--prebuilt",
+            "--only",
+            part.section,
+            part.report_flag,
+            part.saved,
+        ]
+        .map(str::to_owned);
+        run_until(&xtask, &report, Duration::from_secs(60), &log)?;
+    }
+    let copied = copy_results(part.results, started, &out, part.section)?;
+    if copied == 0 {
+        bail!(
+            "part {number} recorded nothing (the bench skips a section it cannot run here, \
+             saying why): {}",
+            log.display()
+        );
+    }
+    eprintln!(
+        "[record-server] part {number} {}: {} file(s) in {}",
+        if finished {
+            "done"
+        } else {
+            "cut short, reported"
+        },
+        copied,
+        out.display()
+    );
+    Ok(())
+}
+
+/// Runs `xtask ARGS` in the repository's root, its output appended to `log` and echoed, and
+/// stops it (its whole process group: the training job, the workers, the daemon) at
+/// `deadline`. Whether it ended by itself; failing if it failed.
+fn run_until(
+    xtask: &Path,
+    args: &[String],
+    deadline: Duration,
+    log: &Path,
+) -> anyhow::Result<bool> {
+    use std::os::unix::process::CommandExt as _;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let mut child = Command::new(xtask)
+        .args(args)
+        .current_dir(workspace_root())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("running {}", xtask.display()))?;
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if !status.success() {
+                bail!(
+                    "`xtask {}` failed ({status}): {}",
+                    args.join(" "),
+                    log.display()
+                );
+            }
+            return Ok(true);
+        }
+        if started.elapsed() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // SIGTERM first: the enforcer gives every pool its CPUs back and thaws on it.
+    let group = format!("-{}", child.id());
+    let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+    let grace = Instant::now();
+    while child.try_wait()?.is_none() && grace.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    let _ = child.wait();
+    Ok(false)
+}
+
+/// Copies each of `results` written since `since` (a trailing `*`: every file beginning so)
+/// to `out`, named `SECTION-NAME` (both parts' saved runs are `run.json`): what this part
+/// wrote, not an earlier run's traces, nor a section the bench left alone.
+fn copy_results(
+    results: &[&str],
+    since: SystemTime,
+    out: &Path,
+    section: &str,
+) -> anyhow::Result<usize> {
+    let root = workspace_root();
+    let mut copied = 0;
+    for pattern in results {
+        let paths: Vec<PathBuf> = match pattern.strip_suffix('*') {
+            Some(prefix) => {
+                let prefix = root.join(prefix);
+                let dir = prefix.parent().context("a result's folder")?;
+                let stem = prefix
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                match std::fs::read_dir(dir) {
+                    Ok(entries) => entries
+                        .filter_map(Result::ok)
+                        .filter(|e| e.file_name().to_string_lossy().starts_with(&stem))
+                        .map(|e| e.path())
+                        .collect(),
+                    Err(_) => Vec::new(),
+                }
+            }
+            None => vec![root.join(pattern)],
+        };
+        let written_since = |path: &PathBuf| {
+            std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|modified| modified >= since)
+        };
+        for path in paths
+            .into_iter()
+            .filter(|p| p.is_file())
+            .filter(written_since)
+        {
+            let name = path.file_name().context("a result's name")?;
+            let name = format!("{section}-{}", name.to_string_lossy());
+            std::fs::copy(&path, out.join(name))
+                .with_context(|| format!("copying {}", path.display()))?;
+            copied += 1;
+        }
+    }
+    Ok(copied)
+}
+
+/// Builds, strips and lists what the server needs beside the repository's tracked files.
+fn prepare() -> anyhow::Result<()> {
+    crate::bootstrap::ensure()?;
+    crate::models::ensure_models()?;
+    cargo::build_release_with_xtask()?;
+    let root = workspace_root();
+    let mut total = 0u64;
+    let mut files = Vec::new();
+    for name in BINARIES {
+        let path = cargo::release_bin(name);
+        // Symbols are most of a release binary here (the enforcer: 23 MB, 18 MB stripped).
+        let status = Command::new("strip")
+            .arg(&path)
+            .status()
+            .context("running strip (binutils)")?;
+        if !status.success() {
+            bail!("strip {} failed ({status})", path.display());
+        }
+        files.push(path);
+    }
+    files.push(root.join(MODEL));
+    println!("Copy these to the server, at the same paths in the repository's copy:");
+    for path in &files {
+        let size = std::fs::metadata(path)
+            .with_context(|| format!("{} is missing", path.display()))?
+            .len();
+        total += size;
+        let relative = path.strip_prefix(&root).unwrap_or(path);
+        println!(
+            "  {} ({:.1} MiB)",
+            relative.display(),
+            size as f64 / 1048576.0
+        );
+    }
+    println!(
+        "{:.1} MiB in all. Then, there, as root: `target/release/xtask record-server --part 1 \
+         --out DIR`, and `--part 2`. A part cut short still reports what it saved. Back here, \
+         each section from its saved run: `cargo xtask bench --only server --server-from \
+         DIR/server-run.json`, `cargo xtask bench --only gpu --gpu-from DIR/gpu-run.json`.",
+        total as f64 / 1048576.0
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parts_fit_a_ten_minute_command_with_time_to_report() {
+        for number in [1, 2] {
+            let part = part(number, None);
+            // The report from the saved run and the copy take under a minute.
+            assert!(part.deadline + Duration::from_secs(60) <= Duration::from_secs(600));
+            assert_eq!(&part.bench_args[..2], ["bench", "--prebuilt"]);
+        }
+        // Part 1's scenarios are the bench's own names.
+        let names: Vec<String> = FRONTIER.split(',').map(str::to_owned).collect();
+        assert_eq!(names.len(), 6);
+        for name in &names {
+            assert!(
+                crate::bench::server::Scenario::ALL
+                    .iter()
+                    .any(|s| s.name() == name),
+                "{name}"
+            );
+        }
+        let stand_in = part(1, Some("target/release/training-sim"));
+        assert!(stand_in.bench_args.ends_with(&[
+            "--training-cmd".to_owned(),
+            "target/release/training-sim".to_owned()
+        ]));
+    }
+
+    #[test]
+    fn a_part_past_its_deadline_is_stopped_with_its_children() {
+        let dir = std::env::temp_dir().join(format!("reamer-record-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("part.log");
+        // An earlier run's trace, before this part began.
+        std::fs::write(dir.join("observed-old.jsonl"), "old").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&log, "").unwrap();
+        let since = std::fs::metadata(&log).unwrap().modified().unwrap();
+        // A shell that starts a child and outlives the deadline: both are stopped.
+        let started = Instant::now();
+        let finished = run_until(
+            Path::new("/bin/sh"),
+            &["-c".to_owned(), "sleep 30 & echo started; wait".to_owned()],
+            Duration::from_millis(500),
+            &log,
+        )
+        .unwrap();
+        assert!(!finished);
+        assert!(started.elapsed() < Duration::from_secs(15));
+        assert!(std::fs::read_to_string(&log).unwrap().contains("started"));
+        // A command that ends by itself in time, and one that fails.
+        assert!(run_until(Path::new("/bin/true"), &[], Duration::from_secs(10), &log).unwrap());
+        let failed = run_until(Path::new("/bin/false"), &[], Duration::from_secs(10), &log);
+        assert!(failed.unwrap_err().to_string().contains("failed"));
+
+        // Results: a named file and the files a prefix names, written since the part began;
+        // missing ones, and an earlier run's, are left out.
+        std::fs::write(dir.join("observed-a.jsonl"), "a").unwrap();
+        std::fs::write(dir.join("observed-b.jsonl"), "b").unwrap();
+        let out = dir.join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let prefix = format!("{}/observed-*", dir.display());
+        let named = format!("{}/part.log", dir.display());
+        let missing = format!("{}/nothing.json", dir.display());
+        let copied = copy_results(&[&prefix, &named, &missing], since, &out, "server").unwrap();
+        assert_eq!(copied, 3);
+        assert!(!out.join("server-observed-old.jsonl").exists());
+        assert_eq!(
+            std::fs::read_to_string(out.join("server-observed-b.jsonl")).unwrap(),
+            "b"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
