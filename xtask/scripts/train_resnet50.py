@@ -14,6 +14,9 @@ command):
   - at the end, print one JSON line with the figures: images_per_s, steps_per_s, step_ms_p50,
     step_ms_p99, cpu_s (the main process and its loader workers, over the timed part),
     seconds, and how it ran.
+
+Launched by the enforcer (REAMER_SOCKET set), it reports its steps to the daemon through
+python/reamer_progress.py, once a second: the job's pace, as any job may report it.
 """
 
 import argparse
@@ -146,9 +149,19 @@ def main():
 
     batches, step = resnet50_job(args.device, args.batch, args.workers, args.image,
                                  args.threads)
+    # The repository's helper, beside this script's folder: steps reported to the daemon
+    # that launched the job, once a second; nothing without one.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "python"))
+    import reamer_progress
+    report = reamer_progress.report if os.environ.get(reamer_progress.SOCKET_ENV) else None
+    steps_done = 0
     warm_until = time.monotonic() + args.warmup_s
     while time.monotonic() < warm_until:
         step(*next(batches))
+        steps_done += 1
+        if report:
+            report(steps_done)
     synchronize()
 
     print(json.dumps({"timed_start": True}), flush=True)
@@ -162,6 +175,12 @@ def main():
         synchronize()
         now = time.monotonic()
         step_ms.append((now - last) * 1e3)
+        steps_done += 1
+        if report:
+            # At most one report a second, the others return at once; its time falls
+            # between steps (in the pace, not in a step's time).
+            report(steps_done)
+            now = time.monotonic()
         last = now
     seconds = last - started
     cpu_s = (job_jiffies() - jiffies_before) / os.sysconf("SC_CLK_TCK")

@@ -11,7 +11,8 @@ pub mod snapshot;
 use serde::{Deserialize, Serialize};
 
 pub use snapshot::{
-    EnforcementStatus, JobTotals, PodInfo, PoolInfo, PoolStatus, ProgramStats, Snapshot,
+    EnforcementStatus, JobProgress, JobTotals, PodInfo, PoolInfo, PoolStatus, ProgramStats,
+    Snapshot,
 };
 
 /// Set for every command `enforcer launch` starts: the control socket of the daemon it
@@ -74,6 +75,11 @@ pub enum Request {
     /// Makes every launcher of `pool` started with `--relaunch` relaunch its command: the new
     /// one is started, and the old one is stopped once the new one is ready (root only).
     Relaunch { pool: String },
+    /// Sent by a training job's own process: the steps (or samples) it has done since it
+    /// started, counted by the job. The daemon takes the job from the sender's credentials (a
+    /// process of no training job is refused) and turns the counts into the job's pace. One
+    /// answer per report; about once a second is enough (`python/reamer_progress.py`).
+    Progress { steps: u64 },
     /// Whether the daemon's event path is alive, as its service watchdog judges it: what
     /// `enforcer health` and the Kubernetes probes ask, over the control socket, where no
     /// HTTP client can take their place.
@@ -121,6 +127,11 @@ pub enum Response {
         generation: u64,
         /// The pids of the launchers that will relaunch their command.
         launchers: Vec<u32>,
+    },
+    /// The answer to `Progress`: the job it was counted for, and the job's pace now.
+    Progress {
+        job: String,
+        steps_per_s: Option<f64>,
     },
     /// The answer to `Health`: None where the event path is alive, else what is wrong.
     Health {

@@ -67,7 +67,7 @@ impl Snapshot {
 }
 
 /// Cumulative totals of one training job, summed over CPUs.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct JobTotals {
     pub id: u32,
     pub name: String,
@@ -94,6 +94,21 @@ pub struct JobTotals {
     pub report_to_ran_ns: u64,
     #[serde(default)]
     pub report_to_ran_hist: Vec<u64>,
+    /// What the job reports of its own progress (`Request::Progress`), if it reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<JobProgress>,
+}
+
+/// A training job's own count of its progress, and its pace from it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct JobProgress {
+    /// The newest count the job sent.
+    pub steps: u64,
+    /// Steps a second over the last 5 s of reports; None with too few reports, or none for
+    /// 10 s.
+    pub steps_per_s: Option<f64>,
+    /// Seconds since the newest report.
+    pub age_s: f64,
 }
 
 /// An inference pool as the daemon classifies it.

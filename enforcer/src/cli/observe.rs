@@ -106,7 +106,7 @@ fn duration(ns: Option<u64>) -> String {
 /// The interval as a table.
 pub fn render(observed: &ObservedInterval) -> String {
     let mut out = format!(
-        "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10} {:>12}\n",
+        "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10} {:>12} {:>9}\n",
         "job",
         "threads",
         "wait p50",
@@ -116,14 +116,15 @@ pub fn render(observed: &ObservedInterval) -> String {
         "running",
         "events/s",
         "behind/s",
-        "offline wait"
+        "offline wait",
+        "steps/s"
     );
     if observed.jobs.is_empty() {
         out.push_str("(no training jobs registered: add [[training]] to the config, or use `enforcer launch --training NAME -- CMD`)\n");
     }
     for job in &observed.jobs {
         out.push_str(&format!(
-            "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8.2} {:>8.2} {:>9.1} {:>10.1} {:>11.1}%\n",
+            "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8.2} {:>8.2} {:>9.1} {:>10.1} {:>11.1}% {:>9}\n",
             job.name,
             job.threads,
             duration(job.wait_p50_ns),
@@ -134,6 +135,9 @@ pub fn render(observed: &ObservedInterval) -> String {
             job.events_per_s,
             job.behind_inference_per_s,
             job.offline_wait_pct,
+            // The job's own pace, where it reports its progress.
+            job.pace_steps_per_s
+                .map_or("-".to_owned(), |pace| format!("{pace:.2}")),
         ));
     }
     let counter = |name: &str| observed.counters.get(name).copied().unwrap_or(0);

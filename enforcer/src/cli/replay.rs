@@ -399,6 +399,7 @@ mod tests {
                 events_per_s: 0.0,
                 behind_inference_per_s: 0.0,
                 offline_wait_pct: 0.0,
+                pace_steps_per_s: None,
             }],
             contentions_by_cpu,
             counters: Default::default(),

@@ -27,7 +27,21 @@ pub fn render(snapshot: &Snapshot) -> String {
         out.push_str("  (none)\n");
     }
     for job in &snapshot.jobs {
-        out.push_str(&format!("  {:<20} {} threads\n", job.name, job.threads));
+        out.push_str(&format!(
+            "  {:<20} {} threads{}\n",
+            job.name,
+            job.threads,
+            job.progress.map_or(String::new(), |progress| format!(
+                "  progress {} steps, {} ({:.1} s ago)",
+                progress.steps,
+                progress
+                    .steps_per_s
+                    .map_or("no pace yet".to_owned(), |pace| format!(
+                        "{pace:.2} steps/s"
+                    )),
+                progress.age_s
+            ))
+        ));
     }
     out.push_str("\npools:\n");
     if enforcement.pools.is_empty() {

@@ -152,6 +152,32 @@ impl Collector for SnapshotMetrics {
             let labels = [("job", job.name.as_str())];
             gauge(&mut family.encode_family(&labels)?, job.threads as u64)?;
         }
+        // The job's own progress, for jobs that report it: the steps it counted (a counter
+        // Prometheus can rate), and the daemon's pace over its window.
+        let mut family = encoder.encode_descriptor(
+            "reamer_training_progress_steps",
+            "Steps the training job reports it has done (jobs that report progress).",
+            None,
+            MetricType::Counter,
+        )?;
+        for job in &snapshot.jobs {
+            if let Some(progress) = job.progress {
+                let labels = [("job", job.name.as_str())];
+                counter(&mut family.encode_family(&labels)?, progress.steps)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "reamer_training_pace_steps_per_second",
+            "The training job's pace over its last 5 s of progress reports.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for job in &snapshot.jobs {
+            if let Some(pace) = job.progress.and_then(|progress| progress.steps_per_s) {
+                let labels = [("job", job.name.as_str())];
+                gauge(&mut family.encode_family(&labels)?, pace)?;
+            }
+        }
         let mut family = encoder.encode_descriptor(
             "reamer_sensor_counter",
             "Sensor diagnostics: events sent, dropped, skew, map full.",
@@ -440,7 +466,7 @@ pub async fn serve(listener: TcpListener, router: Router) {
 mod tests {
     use enforcer_common::{
         histogram::{NR_BUCKETS, bucket_of},
-        protocol::{EnforcementStatus, JobTotals, PoolStatus},
+        protocol::{EnforcementStatus, JobProgress, JobTotals, PoolStatus},
     };
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -482,6 +508,11 @@ mod tests {
                 wait_ns: 2_006_500,
                 run_ns: 1_500_000_000,
                 offline_wait_ns: 250_000_000,
+                progress: Some(JobProgress {
+                    steps: 1200,
+                    steps_per_s: Some(11.5),
+                    age_s: 0.4,
+                }),
                 ..Default::default()
             }],
             counters: [("events_sent".to_owned(), 7u64)].into_iter().collect(),
@@ -540,6 +571,8 @@ mod tests {
         assert!(text.contains("reamer_training_wait_seconds_count{job=\"resnet\"} 4"));
         assert!(text.contains("reamer_training_run_seconds_total{job=\"resnet\"} 1.5"));
         assert!(text.contains("reamer_training_offline_wait_seconds_total{job=\"resnet\"} 0.25"));
+        assert!(text.contains("reamer_training_progress_steps_total{job=\"resnet\"} 1200"));
+        assert!(text.contains("reamer_training_pace_steps_per_second{job=\"resnet\"} 11.5"));
         assert!(text.contains("reamer_sensor_counter_total{counter=\"events_sent\"} 7"));
         assert!(
             text.contains("reamer_pool_cpu_weight{pool=\"web\"} 25"),

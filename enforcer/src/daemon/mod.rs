@@ -214,6 +214,7 @@ pub async fn run(
             .filter_map(|p| Some((p.name.clone(), p.kind.online()?.slo_ms?)))
             .collect::<HashMap<_, _>>(),
         gpu: OnceLock::new(),
+        progress: Mutex::new(HashMap::new()),
     });
     let owners: OwnersFn = {
         let shared = Arc::downgrade(&shared);

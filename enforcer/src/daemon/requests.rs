@@ -96,6 +96,7 @@ pub fn handle(shared: &Shared, request: Request, peer: Option<UCred>) -> Respons
                 HEALTH_LOCK_WAIT,
             ),
         },
+        Request::Progress { steps } => progress(shared, peer_pid, steps),
         Request::Register { kind, name, pid } => {
             if let Err(refused) = only_root(peer_uid, "register threads") {
                 return refused;
@@ -170,6 +171,45 @@ fn register(
         threads,
         env,
     })
+}
+
+/// Counts `steps` for the training job process `pid` belongs to, and answers with the job's
+/// pace. The sender names no job: a process may report only for its own (a tenant cannot
+/// move another job's signal).
+fn progress(shared: &Shared, pid: u32, steps: u64) -> Response {
+    if pid == 0 {
+        return error(
+            "the sender's process is unknown (no peer credentials): progress counts for the job of the process that sends it",
+        );
+    }
+    let (job, live_jobs): (Option<String>, Vec<String>) = {
+        let registry = shared.registry.lock().expect("registry poisoned");
+        (
+            registry.training_job_of(pid).map(|job| job.name.clone()),
+            registry
+                .training
+                .iter()
+                .map(|job| job.name.clone())
+                .collect(),
+        )
+    };
+    let Some(job) = job else {
+        return error(format!(
+            "process {pid} is in no training job: progress counts for the job of the process \
+             that sends it (start the job with `enforcer launch --training NAME`, or name it \
+             in the config's [[training]])"
+        ));
+    };
+    let now_ns = monotonic_ns();
+    let mut board = shared.progress.lock().expect("progress board poisoned");
+    // Jobs gone from the registry take their reports with them.
+    board.retain(|name, _| live_jobs.contains(name));
+    let tracker = board.entry(job.clone()).or_default();
+    tracker.record(now_ns, steps);
+    Response::Progress {
+        steps_per_s: tracker.pace(now_ns).and_then(|pace| pace.steps_per_s),
+        job,
+    }
 }
 
 /// What a new process of pool `name` starts with: a GPU pool's MPS limits (or its refusal,

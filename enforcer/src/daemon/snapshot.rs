@@ -5,7 +5,7 @@
 
 use enforcer_common::{
     histogram::{NR_BUCKETS, percentile},
-    protocol::{EnforcementStatus, JobTotals, PodInfo, PoolInfo, Snapshot},
+    protocol::{EnforcementStatus, JobProgress, JobTotals, PodInfo, PoolInfo, Snapshot},
 };
 
 use super::{event_thread, state::Shared};
@@ -43,6 +43,15 @@ pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
         let per_job = registry.training.iter().map(|job| tally.of_job(job.id));
         (per_job.collect(), tally.contentions_by_cpu(cpu_slots))
     };
+    let progress = shared.progress.lock().expect("progress board poisoned");
+    let progress_of = |name: &str| {
+        let pace = progress.get(name)?.pace(now_ns)?;
+        Some(JobProgress {
+            steps: pace.steps,
+            steps_per_s: pace.steps_per_s,
+            age_s: pace.age_s,
+        })
+    };
     let jobs: Vec<JobTotals> = registry
         .training
         .iter()
@@ -63,8 +72,10 @@ pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
             reports_ran: stats.reports_ran,
             report_to_ran_ns: stats.report_to_ran_ns,
             report_to_ran_hist: stats.report_to_ran_hist.to_vec(),
+            progress: progress_of(&job.name),
         })
         .collect();
+    drop(progress);
     let relaunch = shared.relaunch.lock().expect("relaunch board poisoned");
     let pools = registry
         .pools

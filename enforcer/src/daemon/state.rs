@@ -14,7 +14,9 @@ use super::{
     enforcement::Enforcement, event_thread::EventTally, heartbeat::Heartbeat, journal::Journal,
     relaunch_board::RelaunchBoard,
 };
-use crate::{gpu::service::GpuService, registry::Registry, sensor::Sensor};
+use crate::{
+    gpu::service::GpuService, policy::pace::PaceTracker, registry::Registry, sensor::Sensor,
+};
 
 pub struct Shared {
     pub instance: String,
@@ -36,4 +38,7 @@ pub struct Shared {
     pub pool_slo_ms: HashMap<String, u64>,
     /// Set once, right after `Shared` exists: its NVML sampler reads the registry.
     pub gpu: OnceLock<GpuService>,
+    /// Each training job's reports of its own progress, by job name. Held for in-memory
+    /// updates only; no other lock is taken under it.
+    pub progress: Mutex<HashMap<String, PaceTracker>>,
 }

@@ -6,10 +6,12 @@
 //! - `demand`: training's demand estimate, the median of its per-tick demand over a window.
 //! - `online_need`: an online pool's SLO need, from its workers' reports.
 //! - `online_weight`: an online pool's CPU weight, steered by its workers' latency tail.
+//! - `pace`: a training job's pace, from the progress it reports.
 
 pub mod cores;
 pub mod demand;
 pub mod online_need;
 pub mod online_weight;
+pub mod pace;
 
 pub use cores::{Allocation, Decision, Policy, PoolSpec};

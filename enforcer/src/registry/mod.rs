@@ -400,6 +400,15 @@ impl Registry {
         report
     }
 
+    /// The training job that process `pid` belongs to (its main thread is one of the job's):
+    /// whom a progress report counts for. Walks the jobs' members, as a reconcile does.
+    pub fn training_job_of(&self, pid: u32) -> Option<&Group> {
+        self.training
+            .iter()
+            .filter(|job| job.ended.is_none())
+            .find(|job| group_threads(&job.sources).contains(&pid))
+    }
+
     /// Every thread id of every group, with its owner (a process's pid is its main thread's
     /// id): what the GPU side attributes GPU processes by.
     pub fn owners(&self) -> HashMap<u32, Owner> {

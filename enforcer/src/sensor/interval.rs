@@ -24,6 +24,10 @@ pub struct JobInterval {
     /// inference cost it in waits.
     #[serde(default)]
     pub offline_wait_pct: f64,
+    /// The job's own pace, steps a second, where it reports its progress
+    /// (`Request::Progress`): the one figure here that shows what the run queue cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pace_steps_per_s: Option<f64>,
 }
 
 /// Figures for `cur` over the `dt_ns` since `prev` (the same job) on a machine of
@@ -66,6 +70,7 @@ pub fn job_interval(
             cur.offline_wait_ns.saturating_sub(prev.offline_wait_ns),
             cur.run_ns.saturating_sub(prev.run_ns),
         ),
+        pace_steps_per_s: cur.progress.and_then(|progress| progress.steps_per_s),
     }
 }
 

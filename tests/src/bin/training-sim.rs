@@ -5,6 +5,10 @@
 //! by waits, the way a training loop launches kernels and waits on the GPU stream. Everyone
 //! meets at a step barrier. Work is measured in thread CPU time, so step time grows exactly
 //! when the threads are kept waiting for a CPU. Reports steps/s and step-time percentiles.
+//!
+//! Launched by the enforcer (`REAMER_SOCKET` set), it also reports its steps to the daemon
+//! once a second, as a PyTorch job does with `python/reamer_progress.py`: the daemon's pace
+//! signal for the job.
 
 use std::{
     sync::{
@@ -19,7 +23,7 @@ use enforcer_common::{
     rng::SplitMix64,
     stats::{quantile, sorted},
 };
-use reamer_tests::workloads::cpu_work::burn;
+use reamer_tests::workloads::{cpu_work::burn, progress::ProgressReporter};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Simulates the CPU side of a GPU training job and reports its step rate")]
@@ -126,6 +130,7 @@ fn main() {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(args.seconds);
     let mut step_ms = Vec::new();
+    let mut progress = ProgressReporter::from_env();
     loop {
         let step_start = Instant::now();
         for _ in 0..args.bursts {
@@ -141,6 +146,9 @@ fn main() {
         }
         barrier.wait();
         step_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
+        if let Some(progress) = &mut progress {
+            progress.report(step_ms.len() as u64);
+        }
         if done {
             break;
         }

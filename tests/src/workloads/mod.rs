@@ -1,3 +1,4 @@
 //! What the workload binaries share.
 
 pub mod cpu_work;
+pub mod progress;

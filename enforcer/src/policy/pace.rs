@@ -1,0 +1,173 @@
+//! A training job's pace from the progress it reports: steps (or samples) done, counted by
+//! the job itself and sent through the control socket (`Request::Progress`), turned into steps
+//! a second over a window. Pure: times are passed in.
+//!
+//! What the run queue cannot see is in this figure: on the GPU server, offline inference in a
+//! `cpu.idle` group never queued training, and still cost a ResNet-50 job 13–19% of its pace
+//! (memory bandwidth, caches, turbo). The job's own count is the one signal that shows it.
+//!
+//! A count that goes back (a new run under the same job, a restarted process) starts the
+//! tracker again rather than reading as a negative pace. A job that stops reporting has no
+//! pace after `STALE_NS`: silence is not a pace of zero, it is no signal.
+
+use std::collections::VecDeque;
+
+/// The window the pace is taken over. ResNet-50 on the GPU server steps about 11 times a
+/// second (1,444 images/s at batch 128): 5 s holds some 55 steps, so one slow step moves the
+/// figure by about 2%, not by half.
+pub const WINDOW_NS: u64 = 5_000_000_000;
+/// Reports older than this leave the job without a pace: a job reports at least once a
+/// second while it trains (the Python helper's period), so 10 s of silence is a pause, a
+/// checkpoint or an end.
+pub const STALE_NS: u64 = 10_000_000_000;
+/// Reports kept are at least this far apart: a job that reports on every step has its newest
+/// report replace the one before while they are closer, so the window stays covered with at
+/// most about `WINDOW_NS / MIN_SPACING_NS` reports.
+const MIN_SPACING_NS: u64 = WINDOW_NS / 50;
+
+/// One job's reports.
+#[derive(Debug, Default, Clone)]
+pub struct PaceTracker {
+    /// (time in ns, cumulative steps), oldest first, times ascending.
+    reports: VecDeque<(u64, u64)>,
+    /// Reports whose count went back: each restarted the tracker.
+    restarts: u64,
+}
+
+/// What a job's reports say now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pace {
+    /// The newest cumulative count.
+    pub steps: u64,
+    /// Steps a second over the window ending at the newest report; None with fewer than two
+    /// reports in it, or reports older than `STALE_NS`.
+    pub steps_per_s: Option<f64>,
+    /// Seconds since the newest report.
+    pub age_s: f64,
+}
+
+impl PaceTracker {
+    /// Takes a report of `steps` done at `at_ns`. A report earlier than the newest one (two
+    /// connections racing) is dropped.
+    pub fn record(&mut self, at_ns: u64, steps: u64) {
+        if let Some(&(last_at, last_steps)) = self.reports.back() {
+            if at_ns < last_at {
+                return;
+            }
+            if steps < last_steps {
+                self.reports.clear();
+                self.restarts += 1;
+            }
+        }
+        let len = self.reports.len();
+        if len >= 2 && at_ns - self.reports[len - 2].0 < MIN_SPACING_NS {
+            self.reports.pop_back();
+        }
+        self.reports.push_back((at_ns, steps));
+        // Keep one report at or before the window's start, so that the window is covered.
+        while self
+            .reports
+            .get(1)
+            .is_some_and(|&(at, _)| at + WINDOW_NS <= at_ns)
+        {
+            self.reports.pop_front();
+        }
+    }
+
+    /// The pace at `now_ns`, or None before any report.
+    pub fn pace(&self, now_ns: u64) -> Option<Pace> {
+        let &(last_at, last_steps) = self.reports.back()?;
+        let age_ns = now_ns.saturating_sub(last_at);
+        let steps_per_s = (age_ns <= STALE_NS)
+            .then(|| {
+                let &(first_at, first_steps) = self.reports.front()?;
+                let span_ns = last_at - first_at;
+                (span_ns > 0).then(|| (last_steps - first_steps) as f64 * 1e9 / span_ns as f64)
+            })
+            .flatten();
+        Some(Pace {
+            steps: last_steps,
+            steps_per_s,
+            age_s: age_ns as f64 / 1e9,
+        })
+    }
+
+    /// How often the count went back.
+    pub fn restarts(&self) -> u64 {
+        self.restarts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn steady_reports_give_the_steps_per_second_over_the_window() {
+        let mut tracker = PaceTracker::default();
+        assert_eq!(tracker.pace(0), None);
+        // Ten steps a second, reported once a second for 20 s.
+        for second in 0..=20 {
+            tracker.record(second * S, second * 10);
+        }
+        let pace = tracker.pace(20 * S).unwrap();
+        assert_eq!(pace.steps, 200);
+        assert!((pace.steps_per_s.unwrap() - 10.0).abs() < 1e-9, "{pace:?}");
+        assert_eq!(pace.age_s, 0.0);
+        // Only the window is kept: the pace follows a change within it.
+        for second in 21..=26 {
+            tracker.record(second * S, 200 + (second - 20) * 5);
+        }
+        let pace = tracker.pace(26 * S).unwrap();
+        assert!((pace.steps_per_s.unwrap() - 5.0).abs() < 1e-9, "{pace:?}");
+    }
+
+    #[test]
+    fn one_report_is_a_count_without_a_pace_and_silence_is_no_signal() {
+        let mut tracker = PaceTracker::default();
+        tracker.record(S, 7);
+        let pace = tracker.pace(2 * S).unwrap();
+        assert_eq!((pace.steps, pace.steps_per_s), (7, None));
+        tracker.record(2 * S, 17);
+        assert!(tracker.pace(3 * S).unwrap().steps_per_s.is_some());
+        // Past STALE_NS without a report: the count stays, the pace goes.
+        let silent = tracker.pace(2 * S + STALE_NS + 1).unwrap();
+        assert_eq!((silent.steps, silent.steps_per_s), (17, None));
+        assert!(silent.age_s > 10.0);
+    }
+
+    #[test]
+    fn a_count_that_goes_back_starts_again_and_a_late_report_is_dropped() {
+        let mut tracker = PaceTracker::default();
+        for second in 0..5 {
+            tracker.record(second * S, 1000 + second * 10);
+        }
+        // A new run under the same job: its count starts from zero.
+        tracker.record(5 * S, 3);
+        assert_eq!(tracker.restarts(), 1);
+        assert_eq!(tracker.pace(5 * S).unwrap().steps_per_s, None);
+        tracker.record(6 * S, 13);
+        assert!((tracker.pace(6 * S).unwrap().steps_per_s.unwrap() - 10.0).abs() < 1e-9);
+        // A report from before the newest (a second connection's, late) changes nothing.
+        tracker.record(5 * S + S / 2, 0);
+        assert_eq!(tracker.pace(6 * S).unwrap().steps, 13);
+        assert_eq!(tracker.restarts(), 1);
+    }
+
+    #[test]
+    fn a_job_reporting_every_step_keeps_a_bounded_history() {
+        let mut tracker = PaceTracker::default();
+        // 1,000 steps a second, each reported: the history stays bounded and still spans the
+        // window.
+        for step in 0..10_000u64 {
+            tracker.record(step * S / 1000, step);
+        }
+        assert!(tracker.reports.len() <= 52, "{}", tracker.reports.len());
+        let (first, last) = (tracker.reports[0].0, tracker.reports.back().unwrap().0);
+        assert!(last - first >= WINDOW_NS - MIN_SPACING_NS, "{first} {last}");
+        let pace = tracker.pace(10 * S).unwrap();
+        assert!((pace.steps_per_s.unwrap() - 1000.0).abs() < 1.0, "{pace:?}");
+    }
+}

@@ -1,0 +1,97 @@
+//! A training workload's progress reports to the enforcer (`Request::Progress`), the way
+//! `python/reamer_progress.py` sends a PyTorch job's: the steps done since the start, at most
+//! once a second, over the control socket `enforcer launch` names in `REAMER_SOCKET`. A
+//! report never stops the workload: one the daemon refuses, or a daemon out of reach, is
+//! said once on stderr and tried again later.
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    os::unix::net::UnixStream,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use enforcer_common::protocol::{self, Request, Response, SOCKET_ENV};
+
+/// At most one report this often, as the Python helper.
+const PERIOD: Duration = Duration::from_secs(1);
+/// After a failure, the next try this much later.
+const RETRY: Duration = Duration::from_secs(30);
+/// How long a report waits for the daemon.
+const TIMEOUT: Duration = Duration::from_millis(200);
+
+pub struct ProgressReporter {
+    socket: PathBuf,
+    connection: Option<BufReader<UnixStream>>,
+    sent_at: Option<Instant>,
+    retry_at: Option<Instant>,
+    said: bool,
+}
+
+impl ProgressReporter {
+    /// A reporter to the socket in `REAMER_SOCKET`, where it is set.
+    pub fn from_env() -> Option<Self> {
+        let socket = std::env::var_os(SOCKET_ENV)?;
+        Some(Self {
+            socket: PathBuf::from(socket),
+            connection: None,
+            sent_at: None,
+            retry_at: None,
+            said: false,
+        })
+    }
+
+    /// Reports `steps` done, unless a report went out less than a second ago. Whether the
+    /// daemon counted this one.
+    pub fn report(&mut self, steps: u64) -> bool {
+        let now = Instant::now();
+        if self.sent_at.is_some_and(|at| now - at < PERIOD)
+            || self.retry_at.is_some_and(|at| now < at)
+        {
+            return false;
+        }
+        self.sent_at = Some(now);
+        // A connection the daemon closed while idle is opened again once, at once.
+        let answer = self.exchange(steps).or_else(|_| {
+            self.connection = None;
+            self.exchange(steps)
+        });
+        match answer {
+            Ok(Response::Progress { .. }) => true,
+            Ok(Response::Error { message }) => self.give_up(now, &message),
+            Ok(other) => self.give_up(now, &format!("an answer not to a report: {other:?}")),
+            Err(err) => self.give_up(now, &err.to_string()),
+        }
+    }
+
+    fn exchange(&mut self, steps: u64) -> std::io::Result<Response> {
+        if self.connection.is_none() {
+            let stream = UnixStream::connect(&self.socket)?;
+            stream.set_read_timeout(Some(TIMEOUT))?;
+            stream.set_write_timeout(Some(TIMEOUT))?;
+            self.connection = Some(BufReader::new(stream));
+        }
+        let connection = self.connection.as_mut().expect("connected above");
+        connection
+            .get_mut()
+            .write_all(&protocol::to_line(&Request::Progress { steps }))?;
+        let mut line = String::new();
+        if connection.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::ConnectionReset.into());
+        }
+        protocol::from_line(line.as_bytes()).map_err(std::io::Error::other)
+    }
+
+    fn give_up(&mut self, now: Instant, why: &str) -> bool {
+        self.connection = None;
+        self.retry_at = Some(now + RETRY);
+        if !std::mem::replace(&mut self.said, true) {
+            eprintln!(
+                "progress not reported to {}: {why}; trying again every {} s",
+                self.socket.display(),
+                RETRY.as_secs()
+            );
+        }
+        false
+    }
+}
