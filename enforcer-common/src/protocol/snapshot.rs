@@ -160,6 +160,16 @@ pub struct ProgramStats {
     pub run_time_ns: u64,
 }
 
+/// The pace controller's state (`[policy] harvest_by_pace`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HarvestStatus {
+    /// Where offline inference is held: `held`, `quarter`, `half`, `three_quarters`,
+    /// `policy` (the core policy's CPUs), `training_cores` (training's cores too).
+    pub level: String,
+    /// Training's pace with offline held back, at the last probe.
+    pub reference_steps_per_s: Option<f64>,
+}
+
 /// What `status` shows of enforcement.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EnforcementStatus {
@@ -188,6 +198,9 @@ pub struct EnforcementStatus {
     pub event_to_ran_hist: Vec<u64>,
     #[serde(default)]
     pub event_to_ran_sum_ns: u64,
+    /// The pace controller, where `[policy] harvest_by_pace` runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harvest: Option<HarvestStatus>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

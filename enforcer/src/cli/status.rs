@@ -22,6 +22,17 @@ pub fn render(snapshot: &Snapshot) -> String {
         enforcement.demand_estimate_cpus,
         enforcement.training_cpus
     ));
+    if let Some(harvest) = &enforcement.harvest {
+        out.push_str(&format!(
+            "offline's share by training's pace: {}{}\n",
+            harvest.level,
+            harvest
+                .reference_steps_per_s
+                .map_or(String::new(), |pace| format!(
+                    " | training's pace with offline held back {pace:.2} steps/s"
+                ))
+        ));
+    }
     out.push_str("\ntraining jobs:\n");
     if snapshot.jobs.is_empty() {
         out.push_str("  (none)\n");

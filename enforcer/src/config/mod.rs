@@ -45,8 +45,8 @@ use toml::Spanned;
 use crate::host::topology::Topology;
 
 pub use settings::{
-    GroupSettings, OnlinePool, PolicySettings, PoolKind, PoolSettings, SensorSettings, Settings,
-    Source,
+    GroupSettings, HarvestSettings, OnlinePool, PolicySettings, PoolKind, PoolSettings,
+    SensorSettings, Settings, Source,
 };
 
 /// A value of a section serde cannot check (`[gpu]`, `[control]`): the field and what is
@@ -145,6 +145,16 @@ pub struct PolicySection {
     /// pools run on whatever CPUs they get, under SCHED_IDLE, however short training is. Pools
     /// with `gpu = true` are left to the GPU duty cycle, which owns their freezer.
     pub pause_offline_when_training_short: bool,
+    /// true: offline inference's share is set by training's own pace, from the progress a
+    /// training job reports (`python/reamer_progress.py`): the most offline work that keeps
+    /// training within `pace_epsilon` of its pace with offline held back, found by short
+    /// probes (docs/enforcer.md, "Offline's share, set by training's pace"). A job that
+    /// reports nothing keeps the core policy alone. false (the default, until measured on the
+    /// GPU server): the core policy alone.
+    pub harvest_by_pace: bool,
+    /// How much of training's pace offline inference may cost under `harvest_by_pace`: 0.01 is
+    /// 1%.
+    pub pace_epsilon: f64,
     /// How often the slow path re-reads training's demand.
     pub tick_ms: u64,
     /// SCHED_FIFO priority of the thread that reacts to sensor events (0: normal class). Where
@@ -162,6 +172,17 @@ impl PolicySection {
                 message: format!(
                     "{} is not a number of CPUs: it must be finite and at least 0",
                     self.headroom_cpus
+                ),
+            });
+        }
+        // Below 0.1% the probes could never tell; above half, "training first" would mean
+        // nothing.
+        if !(self.pace_epsilon.is_finite() && (0.001..=0.5).contains(&self.pace_epsilon)) {
+            return Err(InvalidField {
+                field: "pace_epsilon",
+                message: format!(
+                    "{} is not a share of training's pace from 0.001 (0.1%) to 0.5 (50%)",
+                    self.pace_epsilon
                 ),
             });
         }
@@ -188,6 +209,8 @@ impl Default for PolicySection {
             // Training first: offline work on the online pool's core, while training spills
             // onto it, cost training its pace (docs/experiments/2026-11-24-offline-pause.md).
             pause_offline_when_training_short: true,
+            harvest_by_pace: false,
+            pace_epsilon: 0.01,
             tick_ms: 100,
             // Above ordinary tasks, below the kernel's own RT threads (priority 50 and up).
             event_thread_rt_priority: 10,
@@ -928,6 +951,19 @@ mod tests {
             err.starts_with("test.toml:2: field `pause_offline_when_training_short`"),
             "{err}"
         );
+        let harvest = parse("[policy]\nharvest_by_pace = true\npace_epsilon = 0.02\n").unwrap();
+        assert_eq!(
+            harvest.settings().policy.harvest.map(|h| h.epsilon),
+            Some(0.02)
+        );
+        assert_eq!(parse("").unwrap().settings().policy.harvest, None);
+        for bad in ["0", "0.7", "nan", "-0.01"] {
+            let err = error_of(&format!("[policy]\npace_epsilon = {bad}\n"));
+            assert!(
+                err.starts_with("test.toml:2: field `pace_epsilon`") && err.contains("0.001"),
+                "{err}"
+            );
+        }
         let err = error_of("[policy]\noffline_on_training_cores = \"yes\"\n");
         assert!(
             err.starts_with("test.toml:2: field `offline_on_training_cores`"),

@@ -68,6 +68,16 @@ pub struct PolicySettings {
     /// Offline pools pause (the enforcer freezes them) while training's estimate is more CPUs
     /// than it may reserve beside the online pools' minimums.
     pub pause_offline_when_training_short: bool,
+    /// Offline inference's share set by training's reported pace (`policy::harvest`); None:
+    /// the core policy's alone.
+    pub harvest: Option<HarvestSettings>,
+}
+
+/// The pace controller's settings (`policy::harvest`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HarvestSettings {
+    /// Training's pace may fall this far below its pace with offline held back (0.01: 1%).
+    pub epsilon: f64,
 }
 
 /// Where a group's threads come from.
@@ -164,6 +174,9 @@ impl Config {
                 headroom_cpus: policy.headroom_cpus,
                 offline_on_training_cores: policy.offline_on_training_cores,
                 pause_offline_when_training_short: policy.pause_offline_when_training_short,
+                harvest: policy.harvest_by_pace.then_some(HarvestSettings {
+                    epsilon: policy.pace_epsilon,
+                }),
             },
             enforce: policy.enforce,
             // A period under 10 ms would only burn CPU: the estimate decays over seconds.

@@ -17,7 +17,7 @@ use std::{
 
 use enforcer_common::{
     EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_PREEMPTED_BY_INFERENCE, SensorEvent, cpu_list,
-    protocol::{EnforcementStatus, Grant, LatencyReport, PoolStatus},
+    protocol::{EnforcementStatus, Grant, HarvestStatus, LatencyReport, PoolStatus},
 };
 use serde::Serialize;
 use tokio::sync::mpsc::Sender;
@@ -40,6 +40,8 @@ use crate::{
     },
     policy::{
         Decision, Policy, PoolSpec,
+        cores::Trigger,
+        harvest::{self, Harvest, Level},
         online_need::OnlineNeeds,
         online_weight::{WeightChange, WeightSteering},
     },
@@ -147,6 +149,11 @@ pub struct Enforcement {
     quiet: Option<QuietCpus>,
     /// CLOCK_MONOTONIC when this enforcement began: earlier events are not its reactions.
     started_ns: u64,
+    /// The pace controller (`[policy] harvest_by_pace`), and the level it holds offline at.
+    harvest: Option<Harvest>,
+    level: Level,
+    /// The offline pools the CPU side pauses and narrows (not those with `gpu = true`).
+    cpu_offline_pools: Vec<String>,
 }
 
 impl Enforcement {
@@ -206,7 +213,19 @@ impl Enforcement {
             reactions: Reactions::default(),
             quiet: None,
             started_ns: monotonic_ns(),
+            harvest: settings.policy.harvest.map(Harvest::new),
+            level: Level::Policy,
+            cpu_offline_pools: settings
+                .pools
+                .iter()
+                .filter(|p| p.kind == PoolKind::Offline && !p.gpu)
+                .map(|p| p.name.clone())
+                .collect(),
         };
+        if enforcement.harvest.is_some() {
+            // The controller chooses whether offline shares training's cores (its top level).
+            enforcement.policy.share_training_cores(false);
+        }
         let initial = enforcement.policy.allocation();
         if enforcement.enforcing {
             enforcement.pools.write(&initial, |_| {});
@@ -353,7 +372,9 @@ impl Enforcement {
         self.recent.push(value);
     }
 
-    fn apply(&mut self, decision: Decision, event: Option<EventTiming>) {
+    fn apply(&mut self, mut decision: Decision, event: Option<EventTiming>) {
+        decision.allocation =
+            harvest::shape(self.level, decision.allocation, &self.cpu_offline_pools);
         let written = if self.enforcing {
             let grants = &mut self.grants;
             self.pools
@@ -426,6 +447,41 @@ impl Enforcement {
         }
     }
 
+    /// The pace controller's step, once a tick: `signal` whether the training job it follows
+    /// has a pace now, `reports` its progress reports (`policy::pace`). A new level is
+    /// logged with its reason and written at once.
+    pub fn on_pace(&mut self, now_ns: u64, signal: bool, reports: &[(u64, u64)]) {
+        let Some(harvest) = &mut self.harvest else {
+            return;
+        };
+        let Some(change) = harvest.tick(now_ns, signal, reports) else {
+            return;
+        };
+        info!(level = change.level.name(), why = ?change.why, "pace controller");
+        self.record(serde_json::json!({ "at_ns": now_ns, "harvest": change }));
+        if change.level == self.level {
+            return;
+        }
+        self.level = change.level;
+        self.policy
+            .share_training_cores(change.level == Level::TrainingCores);
+        let cores = self.policy.training_cores();
+        let decision = Decision {
+            trigger: Trigger::Pace {
+                level: change.level.name(),
+            },
+            training_cores_before: cores,
+            training_cores_after: cores,
+            allocation: self.policy.allocation(),
+        };
+        self.apply(decision, None);
+    }
+
+    /// Whether the pace controller runs (`[policy] harvest_by_pace`).
+    pub fn harvests_by_pace(&self) -> bool {
+        self.harvest.is_some()
+    }
+
     /// What `status` shows, as far as it is this state: the pools' CPUs and processes, which
     /// are files to read, and the recent decisions, which are copied, are left to
     /// `StatusReading::finish`, after letting go of this.
@@ -471,6 +527,10 @@ impl Enforcement {
             event_to_ran_p99_ns: None,
             event_to_ran_hist: Vec::new(),
             event_to_ran_sum_ns: 0,
+            harvest: self.harvest.as_ref().map(|harvest| HarvestStatus {
+                level: self.level.name().to_owned(),
+                reference_steps_per_s: harvest.reference().map(|m| m.steps_per_s),
+            }),
         };
         StatusReading {
             status,

@@ -123,10 +123,51 @@ pub fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
             .lock()
             .expect("enforcement poisoned")
             .on_demand(now.at_ns, (run_ns + wait_ns) as f64 / dt as f64);
+        pace_step(&shared, now.at_ns);
         if let Some(gpu) = shared.gpu.get() {
             gpu.on_training_cpu(now.at_ns, run_ns as f64 / dt as f64);
         }
     }
+}
+
+/// The pace controller's step (`[policy] harvest_by_pace`): the progress reports of the
+/// first training job with a pace now, or none. One job steers it: with several reporting, the
+/// first in the registry's order.
+fn pace_step(shared: &Shared, now_ns: u64) {
+    if !shared
+        .enforcement
+        .lock()
+        .expect("enforcement poisoned")
+        .harvests_by_pace()
+    {
+        return;
+    }
+    let jobs: Vec<String> = {
+        let registry = shared.registry.lock().expect("registry poisoned");
+        registry
+            .training
+            .iter()
+            .map(|job| job.name.clone())
+            .collect()
+    };
+    let (signal, reports) = {
+        let board = shared.progress.lock().expect("progress board poisoned");
+        jobs.iter()
+            .filter_map(|name| board.get(name))
+            .find(|tracker| {
+                tracker
+                    .pace(now_ns)
+                    .is_some_and(|pace| pace.steps_per_s.is_some())
+            })
+            .map_or((false, Vec::new()), |tracker| {
+                (true, tracker.reports().collect())
+            })
+    };
+    shared
+        .enforcement
+        .lock()
+        .expect("enforcement poisoned")
+        .on_pace(now_ns, signal, &reports);
 }
 
 /// The GPU policy's fast signal: training's CPU use over each `GPU_RISE_PERIOD`, where the

@@ -83,6 +83,9 @@ pub enum Trigger {
     OfflineDuty { paused_fraction: f64 },
     /// The workers of online pool `pool` need `cores` cores for their SLO at their load.
     OnlineNeed { pool: String, cores: usize },
+    /// The pace controller moved offline inference to `level` (`policy::harvest`; its
+    /// reason is the decision log's `harvest` line just before).
+    Pace { level: &'static str },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -355,6 +358,17 @@ impl Policy {
         Some(Trigger::DemandFell { estimate_cpus })
     }
 
+    /// Whether offline pools may share training's reserved cores once no free core is left:
+    /// the pace controller's top level sets it, over the config's `offline_on_training_cores`.
+    pub fn share_training_cores(&mut self, share: bool) {
+        self.config.offline_on_training_cores = share;
+    }
+
+    /// The number of cores training holds.
+    pub fn training_cores(&self) -> usize {
+        self.training.len()
+    }
+
     /// The current allocation of CPUs.
     pub fn allocation(&self) -> Allocation {
         let core_cpus = |core: usize| self.topology.cores[core].iter().copied();
@@ -454,6 +468,7 @@ mod tests {
             headroom_cpus: 0.25,
             offline_on_training_cores: false,
             pause_offline_when_training_short: false,
+            harvest: None,
         }
     }
 

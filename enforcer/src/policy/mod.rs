@@ -7,9 +7,11 @@
 //! - `online_need`: an online pool's SLO need, from its workers' reports.
 //! - `online_weight`: an online pool's CPU weight, steered by its workers' latency tail.
 //! - `pace`: a training job's pace, from the progress it reports.
+//! - `harvest`: how much offline inference may take, found from that pace.
 
 pub mod cores;
 pub mod demand;
+pub mod harvest;
 pub mod online_need;
 pub mod online_weight;
 pub mod pace;

@@ -20,10 +20,13 @@ pub const WINDOW_NS: u64 = 5_000_000_000;
 /// second while it trains (the Python helper's period), so 10 s of silence is a pause, a
 /// checkpoint or an end.
 pub const STALE_NS: u64 = 10_000_000_000;
+/// Reports are kept this long: the harvest controller (`harvest`) measures the pace over
+/// its probes and trials, up to 10 s each, from them.
+pub const HISTORY_NS: u64 = 30_000_000_000;
 /// Reports kept are at least this far apart: a job that reports on every step has its newest
-/// report replace the one before while they are closer, so the window stays covered with at
-/// most about `WINDOW_NS / MIN_SPACING_NS` reports.
-const MIN_SPACING_NS: u64 = WINDOW_NS / 50;
+/// report replace the one before while they are closer, so the history stays covered with at
+/// most about `HISTORY_NS / MIN_SPACING_NS` reports.
+const MIN_SPACING_NS: u64 = 100_000_000;
 
 /// One job's reports.
 #[derive(Debug, Default, Clone)]
@@ -64,11 +67,11 @@ impl PaceTracker {
             self.reports.pop_back();
         }
         self.reports.push_back((at_ns, steps));
-        // Keep one report at or before the window's start, so that the window is covered.
+        // Keep one report at or before the history's start, so that it is covered.
         while self
             .reports
             .get(1)
-            .is_some_and(|&(at, _)| at + WINDOW_NS <= at_ns)
+            .is_some_and(|&(at, _)| at + HISTORY_NS <= at_ns)
         {
             self.reports.pop_front();
         }
@@ -80,7 +83,13 @@ impl PaceTracker {
         let age_ns = now_ns.saturating_sub(last_at);
         let steps_per_s = (age_ns <= STALE_NS)
             .then(|| {
-                let &(first_at, first_steps) = self.reports.front()?;
+                // The newest report at or before the window's start, else the oldest.
+                let &(first_at, first_steps) = self
+                    .reports
+                    .iter()
+                    .rev()
+                    .find(|&&(at, _)| at + WINDOW_NS <= last_at)
+                    .or(self.reports.front())?;
                 let span_ns = last_at - first_at;
                 (span_ns > 0).then(|| (last_steps - first_steps) as f64 * 1e9 / span_ns as f64)
             })
@@ -90,6 +99,12 @@ impl PaceTracker {
             steps_per_s,
             age_s: age_ns as f64 / 1e9,
         })
+    }
+
+    /// The reports of the last `HISTORY_NS`: (time in ns, cumulative steps), oldest first,
+    /// since the count last went back.
+    pub fn reports(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.reports.iter().copied()
     }
 
     /// How often the count went back.
@@ -164,9 +179,9 @@ mod tests {
         for step in 0..10_000u64 {
             tracker.record(step * S / 1000, step);
         }
-        assert!(tracker.reports.len() <= 52, "{}", tracker.reports.len());
+        assert!(tracker.reports.len() <= 302, "{}", tracker.reports.len());
         let (first, last) = (tracker.reports[0].0, tracker.reports.back().unwrap().0);
-        assert!(last - first >= WINDOW_NS - MIN_SPACING_NS, "{first} {last}");
+        assert!(last - first >= 10 * S - MIN_SPACING_NS, "{first} {last}");
         let pace = tracker.pace(10 * S).unwrap();
         assert!((pace.steps_per_s.unwrap() - 1000.0).abs() < 1.0, "{pace:?}");
     }

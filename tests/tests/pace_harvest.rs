@@ -1,0 +1,103 @@
+//! Privileged test of `[policy] harvest_by_pace` on real cgroups: a training job that reports
+//! its progress (the training simulator, launched through the daemon) and an offline hog.
+//! The controller probes (offline frozen while training's reference pace is measured), then
+//! tries a level against it, each step in the decision log with its reason; `status` shows
+//! the level; when the job stops reporting, offline goes back to the core policy's CPUs.
+
+use std::time::Duration;
+
+use reamer_tests::harness::{
+    Daemon, Reaped, eventually, pool_in, privileged, remove_test_cgroups, wait_ok,
+};
+use serde_json::Value;
+
+const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
+const TRAINING_SIM: &str = env!("CARGO_BIN_EXE_training-sim");
+const CONFIG: &str = "[[pool]]\nname = \"batch\"\nkind = \"offline\"\n\n\
+                      [policy]\nharvest_by_pace = true\npace_epsilon = 0.01\ntick_ms = 50\n";
+
+/// The controller's lines of the decision log (`"harvest"`), oldest first.
+fn harvest_steps(daemon: &Daemon) -> Vec<Value> {
+    daemon
+        .snapshot()
+        .enforcement
+        .map(|e| e.recent_decisions)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|d| d.get("harvest").cloned())
+        .collect()
+}
+
+fn has_step(steps: &[Value], level: &str, reason: &str) -> bool {
+    steps
+        .iter()
+        .any(|s| s["level"] == level && s["reason"] == reason)
+}
+
+#[test]
+fn a_reporting_job_is_probed_then_a_level_tried_and_without_reports_the_policy_returns() {
+    let instance = "it-pace";
+    if !privileged(
+        "a_reporting_job_is_probed_then_a_level_tried_and_without_reports_the_policy_returns",
+    ) {
+        return;
+    }
+    remove_test_cgroups(instance, "batch");
+    let daemon = Daemon::start(instance, CONFIG);
+    let _hog = Reaped(daemon.launch(
+        "--pool",
+        "batch",
+        HOG,
+        &["--threads", "1", "--seconds", "60"],
+    ));
+    // No job reports yet: the core policy's level, no controller step.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(harvest_steps(&daemon).is_empty());
+
+    let sim = daemon.launch(
+        "--training",
+        "sim",
+        TRAINING_SIM,
+        &["--seconds", "14", "--loaders", "1"],
+    );
+    // Two reports a second apart give the job a pace: the controller probes, offline frozen.
+    eventually("a probe", Duration::from_secs(6), || {
+        has_step(&harvest_steps(&daemon), "held", "probe")
+    });
+    assert!(
+        pool_in(&daemon.snapshot(), "batch").0.paused,
+        "offline not held during the probe"
+    );
+    let status = daemon.snapshot().enforcement.and_then(|e| e.harvest);
+    assert_eq!(status.map(|h| h.level).as_deref(), Some("held"));
+
+    // After 1 s to settle and 4 s measured, the reference, and the core policy's level tried
+    // against it: offline running again.
+    eventually("a trial", Duration::from_secs(9), || {
+        has_step(&harvest_steps(&daemon), "policy", "trial")
+    });
+    let steps = harvest_steps(&daemon);
+    let trial = steps.iter().find(|s| s["reason"] == "trial").unwrap();
+    let reference = trial["reference"]["steps_per_s"].as_f64().unwrap_or(0.0);
+    assert!(reference > 0.0, "{trial}");
+    assert!(!pool_in(&daemon.snapshot(), "batch").0.paused);
+    let status = daemon
+        .snapshot()
+        .enforcement
+        .and_then(|e| e.harvest)
+        .unwrap();
+    assert_eq!(status.reference_steps_per_s, Some(reference));
+
+    // The job ends: 10 s without a report, and offline is back on the policy's CPUs, not
+    // left held or narrowed.
+    wait_ok(sim, "training-sim");
+    eventually(
+        "the policy's level without a signal",
+        Duration::from_secs(15),
+        || has_step(&harvest_steps(&daemon), "policy", "no_signal"),
+    );
+    assert!(!pool_in(&daemon.snapshot(), "batch").0.paused);
+    println!("{:#?}", harvest_steps(&daemon));
+    daemon.stop();
+    remove_test_cgroups(instance, "batch");
+}
