@@ -58,10 +58,11 @@ fn a_reporting_job_is_probed_then_a_level_tried_and_without_reports_the_policy_r
         "--training",
         "sim",
         TRAINING_SIM,
-        &["--seconds", "14", "--loaders", "1"],
+        &["--seconds", "24", "--loaders", "1"],
     );
-    // Two reports a second apart give the job a pace: the controller probes, offline frozen.
-    eventually("a probe", Duration::from_secs(6), || {
+    // Two reports a second apart give the job a pace; after its first 10 s of reports the
+    // controller probes, offline frozen.
+    eventually("a probe", Duration::from_secs(16), || {
         has_step(&harvest_steps(&daemon), "held", "probe")
     });
     assert!(

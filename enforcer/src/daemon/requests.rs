@@ -16,7 +16,7 @@ use crate::{
     actuate::pools::PoolsError,
     gpu::service::{GpuService, PoolFull},
     host::clock::monotonic_ns,
-    registry::RegistryError,
+    registry::{RegistryError, training_job_of},
 };
 
 /// Why a registration was refused.
@@ -182,18 +182,16 @@ fn progress(shared: &Shared, pid: u32, steps: u64) -> Response {
             "the sender's process is unknown (no peer credentials): progress counts for the job of the process that sends it",
         );
     }
-    let (job, live_jobs): (Option<String>, Vec<String>) = {
-        let registry = shared.registry.lock().expect("registry poisoned");
-        (
-            registry.training_job_of(pid).map(|job| job.name.clone()),
-            registry
-                .training
-                .iter()
-                .map(|job| job.name.clone())
-                .collect(),
-        )
-    };
-    let Some(job) = job else {
+    // Copied out: the walk of the jobs' members reads /proc, which the registry's other
+    // users (the reconcile, snapshots) must not wait for.
+    let jobs = shared
+        .registry
+        .lock()
+        .expect("registry poisoned")
+        .training
+        .clone();
+    let live_jobs: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
+    let Some(job) = training_job_of(&jobs, pid).map(|job| job.name.clone()) else {
         return error(format!(
             "process {pid} is in no training job: progress counts for the job of the process \
              that sends it (start the job with `enforcer launch --training NAME`, or name it \
@@ -203,7 +201,7 @@ fn progress(shared: &Shared, pid: u32, steps: u64) -> Response {
     let now_ns = monotonic_ns();
     let mut board = shared.progress.lock().expect("progress board poisoned");
     // Jobs gone from the registry take their reports with them.
-    board.retain(|name, _| live_jobs.contains(name));
+    board.retain(|name, _| live_jobs.contains(&name.as_str()));
     let tracker = board.entry(job.clone()).or_default();
     tracker.record(now_ns, steps);
     Response::Progress {

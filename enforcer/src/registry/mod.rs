@@ -94,6 +94,15 @@ pub enum RegistryError {
     PodJobName(String),
 }
 
+/// The job of `jobs` (training jobs, copied out of the registry so that its lock is not held
+/// over /proc) that process `pid` belongs to, its main thread one of the job's: whom a
+/// progress report counts for. Walks the jobs' members, as a reconcile does.
+pub fn training_job_of(jobs: &[Group], pid: u32) -> Option<&Group> {
+    jobs.iter()
+        .filter(|job| job.ended.is_none())
+        .find(|job| group_threads(&job.sources).contains(&pid))
+}
+
 /// What one reconcile pass did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Reconciled {
@@ -398,15 +407,6 @@ impl Registry {
             }
         }
         report
-    }
-
-    /// The training job that process `pid` belongs to (its main thread is one of the job's):
-    /// whom a progress report counts for. Walks the jobs' members, as a reconcile does.
-    pub fn training_job_of(&self, pid: u32) -> Option<&Group> {
-        self.training
-            .iter()
-            .filter(|job| job.ended.is_none())
-            .find(|job| group_threads(&job.sources).contains(&pid))
     }
 
     /// Every thread id of every group, with its owner (a process's pid is its main thread's

@@ -624,6 +624,7 @@ impl Bench {
                 "[policy]\npause_offline_when_training_short = false\n\
                  offline_on_training_cores = true\n\n"
             }
+            Scenario::ReamerByPace => "[policy]\nharvest_by_pace = true\n\n",
             _ => "",
         };
         format!(

@@ -28,6 +28,7 @@ fn kind(scenario: Scenario) -> Kind {
         Scenario::Reamer
         | Scenario::ReamerOfflineNotPaused
         | Scenario::ReamerOfflineOnTrainingCores
+        | Scenario::ReamerByPace
         | Scenario::ReamerObserved
         | Scenario::ReamerHeavyOnline => Kind::Reamer,
     }
