@@ -393,7 +393,7 @@ impl Harvest {
         if !proven_within && !proven_costly {
             self.undecided.push(ratio.ratio);
             if self.undecided.len() < MAX_UNDECIDED {
-                return self.retry(
+                return self.probe_then(
                     now_ns,
                     level,
                     Why::Undecided {
@@ -462,48 +462,34 @@ impl Harvest {
         }
     }
 
-    /// Tries `level` again after a trial the interval could not decide: after a new probe,
-    /// since a reference read high or low by chance would tilt every trial against it.
-    fn retry(&mut self, now_ns: u64, level: Level, why: Why) -> Change {
-        self.phase = Phase::Probe {
-            since: now_ns,
-            then: level,
-        };
-        Change {
-            level: Level::Held,
-            why,
-        }
-    }
-
     /// Tries `level` next: at once against a young reference, else after a new probe.
     fn try_level(&mut self, now_ns: u64, level: Level, why: Why) -> Change {
         let young = self
             .reference
             .is_some_and(|(at, _)| now_ns.saturating_sub(at) < REFERENCE_TTL_NS);
-        if young {
-            self.phase = Phase::Trial {
-                since: now_ns,
-                level,
-            };
-            Change { level, why }
-        } else {
-            self.phase = Phase::Probe {
-                since: now_ns,
-                then: level,
-            };
-            Change {
-                level: Level::Held,
-                why,
-            }
+        if !young {
+            return self.probe_then(now_ns, level, why);
         }
+        self.phase = Phase::Trial {
+            since: now_ns,
+            level,
+        };
+        Change { level, why }
     }
 
-    fn probe(&mut self, now_ns: u64, then: Level) -> Change {
+    /// Holds offline back for a probe, then tries `then`. Also how a trial the interval could
+    /// not decide is tried again: after a new probe, since a reference read high or low by
+    /// chance would tilt every trial against it.
+    fn probe_then(&mut self, now_ns: u64, then: Level, why: Why) -> Change {
         self.phase = Phase::Probe {
             since: now_ns,
             then,
         };
-        self.change(Why::Probe)
+        self.change(why)
+    }
+
+    fn probe(&mut self, now_ns: u64, then: Level) -> Change {
+        self.probe_then(now_ns, then, Why::Probe)
     }
 
     fn change(&self, why: Why) -> Change {

@@ -665,9 +665,10 @@ fn colocation_scenarios(names: &[String]) -> anyhow::Result<Vec<colocation::repo
     if names.is_empty() {
         return Ok(Scenario::ALL.to_vec());
     }
+    let known: Vec<Scenario> = Scenario::known().collect();
     names
         .iter()
-        .map(|name| scenario_named("--scenarios", name, &Scenario::KNOWN, Scenario::name))
+        .map(|name| scenario_named("--scenarios", name, &known, Scenario::name))
         .collect()
 }
 
@@ -697,5 +698,17 @@ mod tests {
             err.contains("\"reamr\"") && err.contains("alone_observed_10hz"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_pace_scenario_is_named_but_not_in_the_default_run() {
+        use colocation::report::Scenario;
+        let default = colocation_scenarios(&[]).unwrap();
+        assert!(!default.contains(&Scenario::ReamerByPace));
+        let named = colocation_scenarios(&["reamer_by_pace".to_owned()]).unwrap();
+        assert_eq!(named, [Scenario::ReamerByPace]);
+        // A saved run that had it reads back.
+        let read: Scenario = serde_json::from_str("\"reamer_by_pace\"").unwrap();
+        assert_eq!(read, Scenario::ReamerByPace);
     }
 }
