@@ -790,7 +790,7 @@ const COST_TARGET_NS: f64 = 100.0;
 /// The throughput target: at most this loss, %.
 const LOSS_TARGET_PCT: f64 = 1.0;
 
-/// The sensor against the two targets, one row per figure.
+/// The sensor against its two targets (docs/benchmarks.md, "Sensor cost"), one row per figure.
 fn targets(bench: &SensorBench) -> String {
     let cost = bench.sensor_ns_per_run.median;
     let mut out = format!(

@@ -249,7 +249,8 @@ fn training_model(run: &GpuRun) -> String {
     }
 }
 
-/// The targets for this job, against the figures: (target, result, met).
+/// The GPU section's targets for this job (docs/benchmarks.md, "GPU"), against the figures:
+/// (target, result, met).
 fn targets(run: &GpuRun, figures: &[ScenarioFigures]) -> Vec<(String, String, bool)> {
     let of = |scenario| figures.iter().find(|f| f.scenario == scenario);
     let (Some(reamer), Some(shared)) = (of(Scenario::Reamer), of(Scenario::Shared)) else {

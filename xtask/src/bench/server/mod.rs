@@ -64,8 +64,8 @@ use crate::{
 const INSTANCE: &str = "bench-server";
 /// The group the run's online worker waits in while the enforcer's own serves (reamer).
 const STANDBY: &str = "online-standby";
-/// The online SLO, and the online pool's guaranteed cores under reamer: what the issue that
-/// first measured reamer on the GPU server used.
+/// The online SLO, and the online pool's guaranteed cores under reamer: those of reamer's
+/// first measurements on the GPU server, kept so that runs compare.
 pub const SLO_MS: f64 = 50.0;
 pub const ONLINE_MIN_CORES: usize = 2;
 

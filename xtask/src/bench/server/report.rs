@@ -264,7 +264,7 @@ pub fn figures(measured: &Measured) -> Vec<ScenarioFigures> {
         .collect()
 }
 
-/// The targets, for reamer with its defaults.
+/// The server's targets, for reamer with its defaults (docs/benchmarks.md, "Server").
 pub const TRAINING_TARGET_PCT: f64 = 99.0;
 pub const ONLINE_TARGET_PCT: f64 = 99.0;
 pub const OFFLINE_TARGET_PCT: f64 = 70.0;
