@@ -149,9 +149,8 @@ pub struct Enforcement {
     quiet: Option<QuietCpus>,
     /// CLOCK_MONOTONIC when this enforcement began: earlier events are not its reactions.
     started_ns: u64,
-    /// The pace controller (`[policy] harvest_by_pace`), and the level it holds offline at.
+    /// The pace controller (`[policy] harvest_by_pace`): the level it holds offline at.
     harvest: Option<Harvest>,
-    level: Level,
     /// The offline pools the CPU side pauses and narrows (not those with `gpu = true`).
     cpu_offline_pools: Vec<String>,
 }
@@ -214,7 +213,6 @@ impl Enforcement {
             quiet: None,
             started_ns: monotonic_ns(),
             harvest: settings.policy.harvest.map(Harvest::new),
-            level: Level::Policy,
             cpu_offline_pools: settings
                 .pools
                 .iter()
@@ -374,7 +372,7 @@ impl Enforcement {
 
     fn apply(&mut self, mut decision: Decision, event: Option<EventTiming>) {
         decision.allocation =
-            harvest::shape(self.level, decision.allocation, &self.cpu_offline_pools);
+            harvest::shape(self.level(), decision.allocation, &self.cpu_offline_pools);
         let written = if self.enforcing {
             let grants = &mut self.grants;
             self.pools
@@ -454,15 +452,15 @@ impl Enforcement {
         let Some(harvest) = &mut self.harvest else {
             return;
         };
+        let before = harvest.level();
         let Some(change) = harvest.tick(now_ns, signal, reports) else {
             return;
         };
         info!(level = change.level.name(), why = ?change.why, "pace controller");
         self.record(serde_json::json!({ "at_ns": now_ns, "harvest": change }));
-        if change.level == self.level {
+        if change.level == before {
             return;
         }
-        self.level = change.level;
         self.policy
             .share_training_cores(change.level == Level::TrainingCores);
         let cores = self.policy.training_cores();
@@ -480,6 +478,11 @@ impl Enforcement {
     /// Whether the pace controller runs (`[policy] harvest_by_pace`).
     pub fn harvests_by_pace(&self) -> bool {
         self.harvest.is_some()
+    }
+
+    /// Where offline is held: the pace controller's level, the core policy's without one.
+    fn level(&self) -> Level {
+        self.harvest.as_ref().map_or(Level::Policy, Harvest::level)
     }
 
     /// What `status` shows, as far as it is this state: the pools' CPUs and processes, which
@@ -528,7 +531,7 @@ impl Enforcement {
             event_to_ran_hist: Vec::new(),
             event_to_ran_sum_ns: 0,
             harvest: self.harvest.as_ref().map(|harvest| HarvestStatus {
-                level: self.level.name().to_owned(),
+                level: harvest.level().name().to_owned(),
                 reference_steps_per_s: harvest.reference().map(|m| m.steps_per_s),
             }),
         };

@@ -118,12 +118,14 @@ pub fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
         }
         let run_ns = now.run_ns.saturating_sub(then.run_ns);
         let wait_ns = now.wait_ns.saturating_sub(then.wait_ns);
-        shared
-            .enforcement
-            .lock()
-            .expect("enforcement poisoned")
-            .on_demand(now.at_ns, (run_ns + wait_ns) as f64 / dt as f64);
-        pace_step(&shared, now.at_ns);
+        let harvests_by_pace = {
+            let mut enforcement = shared.enforcement.lock().expect("enforcement poisoned");
+            enforcement.on_demand(now.at_ns, (run_ns + wait_ns) as f64 / dt as f64);
+            enforcement.harvests_by_pace()
+        };
+        if harvests_by_pace {
+            pace_step(&shared, now.at_ns);
+        }
         if let Some(gpu) = shared.gpu.get() {
             gpu.on_training_cpu(now.at_ns, run_ns as f64 / dt as f64);
         }
@@ -134,14 +136,6 @@ pub fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
 /// first training job with a pace now, or none. One job steers it: with several reporting, the
 /// first in the registry's order.
 fn pace_step(shared: &Shared, now_ns: u64) {
-    if !shared
-        .enforcement
-        .lock()
-        .expect("enforcement poisoned")
-        .harvests_by_pace()
-    {
-        return;
-    }
     let jobs: Vec<String> = {
         let registry = shared.registry.lock().expect("registry poisoned");
         registry

@@ -58,38 +58,19 @@ pub fn upper_cores(cores: &[BTreeSet<u32>], fraction: f64) -> BTreeSet<u32> {
 
 #[cfg(test)]
 mod tests {
+    use reamer_tests::harness::worker::scratch;
+
     use super::*;
 
-    fn sysfs(siblings: &[&str]) -> tempdir::Dir {
-        let dir = tempdir::Dir::new();
+    /// A fake `/sys/devices/system/cpu` for `test`: one `core_cpus_list` per CPU.
+    fn sysfs(test: &str, siblings: &[&str]) -> std::path::PathBuf {
+        let dir = scratch(test);
         for (cpu, list) in siblings.iter().enumerate() {
-            let topology = dir.path().join(format!("cpu{cpu}/topology"));
+            let topology = dir.join(format!("cpu{cpu}/topology"));
             std::fs::create_dir_all(&topology).unwrap();
             std::fs::write(topology.join("core_cpus_list"), format!("{list}\n")).unwrap();
         }
         dir
-    }
-
-    mod tempdir {
-        pub struct Dir(std::path::PathBuf);
-        impl Dir {
-            pub fn new() -> Self {
-                static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let path =
-                    std::env::temp_dir().join(format!("reamer-cores-{}-{n}", std::process::id()));
-                std::fs::create_dir_all(&path).unwrap();
-                Self(path)
-            }
-            pub fn path(&self) -> &std::path::Path {
-                &self.0
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
     }
 
     fn set(cpus: &[u32]) -> BTreeSet<u32> {
@@ -100,8 +81,9 @@ mod tests {
     fn without_smt_a_quarter_of_sixteen_is_the_top_four() {
         let lists: Vec<String> = (0..16).map(|c| c.to_string()).collect();
         let lists: Vec<&str> = lists.iter().map(String::as_str).collect();
-        let dir = sysfs(&lists);
-        let cores = cores(dir.path(), 16);
+        let dir = sysfs("cores-no-smt", &lists);
+        let cores = cores(&dir, 16);
+        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(cores.len(), 16);
         assert!(!has_smt(&cores));
         assert_eq!(upper_cores(&cores, 0.25), set(&[12, 13, 14, 15]));
@@ -112,8 +94,12 @@ mod tests {
     #[test]
     fn with_smt_siblings_go_together_and_training_keeps_a_core() {
         // Linux's usual numbering: CPU n and n + 4 are one core's two threads.
-        let dir = sysfs(&["0,4", "1,5", "2,6", "3,7", "0,4", "1,5", "2,6", "3,7"]);
-        let cores = cores(dir.path(), 8);
+        let dir = sysfs(
+            "cores-smt",
+            &["0,4", "1,5", "2,6", "3,7", "0,4", "1,5", "2,6", "3,7"],
+        );
+        let cores = cores(&dir, 8);
+        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(
             cores,
             vec![set(&[0, 4]), set(&[1, 5]), set(&[2, 6]), set(&[3, 7])]
@@ -129,8 +115,9 @@ mod tests {
 
     #[test]
     fn a_cpu_sysfs_says_nothing_of_is_a_core_of_its_own() {
-        let dir = sysfs(&["0-1", "0-1"]);
-        let cores = cores(dir.path(), 3);
+        let dir = sysfs("cores-untold", &["0-1", "0-1"]);
+        let cores = cores(&dir, 3);
+        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(cores, vec![set(&[0, 1]), set(&[2])]);
         // Two CPUs: a quarter rounds to one CPU, and the top core gives it.
         assert_eq!(upper_cores(&cores, 0.25), set(&[2]));
