@@ -21,7 +21,10 @@ pub enum BenchError {
     Pin(#[from] std::io::Error),
     #[error(transparent)]
     Run(#[from] RunError),
-    #[error("no plan for batch {0}; use a power of two up to the maximum")]
+    #[error(
+        "no tract plan for batch {0}: the per-operator profile is tract's (--engine tract), \
+         at a power of two up to the maximum batch"
+    )]
     NoPlan(usize),
     #[error("the {0} thread panicked")]
     Panicked(&'static str),
@@ -106,11 +109,7 @@ pub fn op_profile(
     runs: usize,
     cpu: u32,
 ) -> Result<Vec<OpTime>, BenchError> {
-    let (_, plan) = model
-        .split(batch)
-        .into_iter()
-        .find(|(b, _)| *b == batch)
-        .ok_or(BenchError::NoPlan(batch))?;
+    let plan = model.tract_plan(batch).ok_or(BenchError::NoPlan(batch))?;
     let item_shape = model.signature.input_item_shape.clone();
     std::thread::spawn(move || -> Result<Vec<OpTime>, BenchError> {
         affinity::pin_current_thread(&[cpu])?;

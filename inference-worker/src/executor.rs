@@ -144,6 +144,10 @@ impl Executor {
 
 fn worker(shared: Arc<Shared>, index: usize) {
     let mut session = Session::new(shared.model.read().expect("model lock").clone());
+    if let Err(err) = session.prepare() {
+        // The first batch tries again, and answers its requests with the error if it fails.
+        tracing::warn!(thread = index, "cannot prepare the model's session: {err}");
+    }
     let mut seen = u64::MAX;
     let mut config = None::<Config>;
     loop {
@@ -213,7 +217,7 @@ fn run_batch(session: &mut Session, batch: Vec<Job>, metrics: &Metrics) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tiny_model;
+    use crate::{engine::Engine, tiny_model};
 
     #[test]
     fn reconfiguring_under_load_drops_and_corrupts_no_request() {
@@ -221,7 +225,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("tiny.onnx");
         std::fs::write(&path, tiny_model::encode(1)).unwrap();
-        let model = Arc::new(Model::load("tiny", 1, &path, None, 4).unwrap());
+        let model = Arc::new(Model::load("tiny", 1, &path, None, 4, Engine::Tract).unwrap());
         let cpus = affinity::allowed_cpus().unwrap();
         let config = |threads, max_batch| Config {
             threads,

@@ -122,6 +122,7 @@ async fn model_metadata(State(state): State<Shared>, Path(name): Path<String>) -
     Json(kserve::model_metadata(
         &model.name,
         model.version,
+        model.engine().platform(),
         &model.signature,
     ))
     .into_response()

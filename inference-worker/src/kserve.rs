@@ -452,7 +452,7 @@ pub fn infer_response(
 }
 
 /// Model metadata (GET /v2/models/{name}).
-pub fn model_metadata(name: &str, version: u64, signature: &Signature) -> Value {
+pub fn model_metadata(name: &str, version: u64, platform: &str, signature: &Signature) -> Value {
     let with_batch = |item: &[usize]| {
         let mut shape = vec![-1i64];
         shape.extend(item.iter().map(|&d| d as i64));
@@ -461,7 +461,7 @@ pub fn model_metadata(name: &str, version: u64, signature: &Signature) -> Value 
     json!({
         "name": name,
         "versions": [version.to_string()],
-        "platform": "onnx_tract",
+        "platform": platform,
         "inputs": [{"name": signature.input_name, "datatype": "FP32",
                     "shape": with_batch(&signature.input_item_shape)}],
         "outputs": signature.outputs.iter().map(|o| json!({

@@ -94,7 +94,7 @@ pub fn encode(shape: MlpShape) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{model::Model, session::Session};
+    use crate::{engine::Engine, model::Model, session::Session};
     use std::sync::Arc;
 
     #[test]
@@ -109,7 +109,7 @@ mod tests {
             outputs: 5,
         };
         std::fs::write(&path, encode(shape)).unwrap();
-        let model = Arc::new(Model::load("mlp", 1, &path, None, 4).unwrap());
+        let model = Arc::new(Model::load("mlp", 1, &path, None, 4, Engine::Tract).unwrap());
         assert_eq!(model.signature.input_item_shape, vec![8]);
         assert_eq!(model.signature.outputs[0].item_shape, vec![5]);
         let items: Vec<f32> = (0..3 * 8).map(|k| (k % 11) as f32 / 11.0).collect();

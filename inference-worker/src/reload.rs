@@ -63,6 +63,7 @@ pub fn spawn(watch: Watch, executor: Arc<Executor>, metrics: Arc<Metrics>) -> st
                     &watch.path,
                     watch.item_shape.as_deref(),
                     watch.max_batch,
+                    current.engine(),
                 ) {
                     Ok(model) if model.signature != current.signature => {
                         metrics.reload_failures.fetch_add(1, Relaxed);

@@ -1,11 +1,11 @@
-//! One worker thread's inference state: a tract run state per plan of the current model,
-//! owned by that thread alone and rebuilt when the model is swapped.
+//! One worker thread's inference state, owned by that thread alone and rebuilt when the model
+//! is swapped: a tract run state per plan, or an ONNX Runtime session.
 
 use std::{collections::HashMap, sync::Arc};
 
 use tract_onnx::prelude::*;
 
-use crate::model::Model;
+use crate::model::{Model, Runner};
 
 /// Per output, one item's values.
 pub type ItemOutputs = Vec<Vec<f32>>;
@@ -22,6 +22,8 @@ pub enum RunError {
     /// tract's own error (an `anyhow::Error`), with its chain.
     #[error("{0:#}")]
     Tract(TractError),
+    #[error("ONNX Runtime: {0}")]
+    OnnxRuntime(#[from] ort::Error),
 }
 
 impl From<TractError> for RunError {
@@ -37,7 +39,10 @@ pub struct InferenceFailed(pub Arc<RunError>);
 
 pub struct Session {
     model: Arc<Model>,
+    /// tract: a run state per batch size, made on first use.
     states: HashMap<usize, TypedSimpleState>,
+    /// ONNX Runtime: this thread's session, made on first use.
+    ort: Option<ort::session::Session>,
 }
 
 impl Session {
@@ -45,7 +50,19 @@ impl Session {
         Self {
             model,
             states: HashMap::new(),
+            ort: None,
         }
+    }
+
+    /// Builds what the first batch would otherwise build (ONNX Runtime's session takes tens of
+    /// milliseconds), so that no request waits for it.
+    pub fn prepare(&mut self) -> Result<(), RunError> {
+        if let Runner::OnnxRuntime(model) = &self.model.runner
+            && self.ort.is_none()
+        {
+            self.ort = Some(model.session()?);
+        }
+        Ok(())
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -57,6 +74,7 @@ impl Session {
         if !Arc::ptr_eq(&self.model, model) {
             self.model = model.clone();
             self.states.clear();
+            self.ort = None;
         }
     }
 
@@ -72,9 +90,19 @@ impl Session {
                 item_len,
             });
         }
+        let tract = match &self.model.runner {
+            Runner::Tract(tract) => tract,
+            Runner::OnnxRuntime(model) => {
+                let session = match &mut self.ort {
+                    Some(session) => session,
+                    empty => empty.insert(model.session()?),
+                };
+                return Ok(crate::ort_model::run(session, signature, input, items)?);
+            }
+        };
         let mut results = Vec::with_capacity(items);
         let mut offset = 0;
-        for (batch, plan) in self.model.split(items) {
+        for (batch, plan) in tract.split(items) {
             let state = match self.states.entry(batch) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => e.insert(plan.spawn()?),

@@ -60,7 +60,7 @@ pub fn encode(version: u32) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{model::Model, session::Session};
+    use crate::{engine::Engine, model::Model, session::Session};
     use std::sync::Arc;
 
     #[test]
@@ -69,7 +69,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("tiny.onnx");
         std::fs::write(&path, encode(2)).unwrap();
-        let model = Arc::new(Model::load("tiny", 1, &path, None, 4).unwrap());
+        let model = Arc::new(Model::load("tiny", 1, &path, None, 4, Engine::Tract).unwrap());
         assert_eq!(model.signature.input_item_shape, vec![INPUTS]);
         assert_eq!(model.signature.outputs[0].item_shape, vec![OUTPUTS]);
         assert_eq!(model.batch_sizes(), vec![1, 2, 4]);

@@ -139,11 +139,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Demo => {
             bootstrap::ensure()?;
             models::ensure_models()?;
+            models::ensure_onnxruntime_library()?;
             demo::run()
         }
         Task::Test { fuzz_seconds, args } => {
             bootstrap::ensure()?;
             models::ensure_models()?;
+            models::ensure_onnxruntime_library()?;
             // The integration tests run the enforcer, worker and workload binaries built beside them.
             cargo::build_bins(false)?;
             // One test at a time: the privileged tests measure scheduling on a shared machine.
@@ -162,6 +164,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Task::Soak(options) => {
             bootstrap::ensure()?;
             models::ensure_models()?;
+            models::ensure_onnxruntime_library()?;
             cargo::build_release()?;
             soak::run(&options)
         }

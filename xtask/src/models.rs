@@ -1,6 +1,7 @@
-//! The real models the demo, the tests and the benchmark run, and the ONNX Runtime baseline
-//! the benchmark compares tract with. Both come from PyPI, the registry this machine reaches;
-//! nothing is fetched from a model hub.
+//! The real models the demo, the tests and the benchmark run; ONNX Runtime's shared library,
+//! which the worker loads at run time; and the Python ONNX Runtime the benchmark measures the
+//! worker against. All come from PyPI, the registry this machine reaches; nothing is fetched
+//! from a model hub or at build time.
 //!
 //! rapidocr-onnxruntime 1.4.4 ships PaddleOCR's pretrained PP-OCR CNNs as ONNX files inside its
 //! wheel: the text-direction classifier and the recognizer are served here (the detector has
@@ -97,6 +98,72 @@ pub fn ensure_models() -> anyhow::Result<PathBuf> {
         }
     }
     Ok(dir)
+}
+
+/// Where the worker finds ONNX Runtime's library when it runs from target/<profile>/ (the
+/// worker's own default: `ort_library::default_candidates`).
+pub fn onnxruntime_library() -> PathBuf {
+    workspace_root().join("target/onnxruntime/libonnxruntime.so")
+}
+
+/// Takes ONNX Runtime's shared library out of the pinned onnxruntime wheel, once. The version
+/// taken is written beside it, so that a new pin fetches again.
+pub fn ensure_onnxruntime_library() -> anyhow::Result<PathBuf> {
+    let library = onnxruntime_library();
+    let dir = library.parent().context("path")?.to_owned();
+    let stamp = dir.join("version");
+    let version = ONNXRUNTIME.trim_start_matches("onnxruntime==");
+    if library.exists() && std::fs::read_to_string(&stamp).is_ok_and(|v| v.trim() == version) {
+        return Ok(library);
+    }
+    say(&format!(
+        "fetching ONNX Runtime's library ({ONNXRUNTIME}, the wheel from PyPI) into {}",
+        dir.display()
+    ));
+    let wheels = workspace_root().join("target/models/wheels");
+    std::fs::create_dir_all(&wheels)?;
+    std::fs::create_dir_all(&dir)?;
+    let wheels_arg = wheels.to_str().context("path")?;
+    run(
+        "python3",
+        &[
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            ONNXRUNTIME,
+            "-d",
+            wheels_arg,
+        ],
+        &[],
+    )
+    .context("fetching ONNX Runtime needs python3 with pip and access to PyPI")?;
+    // The wheel's onnxruntime/capi/libonnxruntime.so.<version>: the C API library alone (the
+    // Python binding beside it is not needed). Written under a temporary name, then renamed,
+    // so that a cut-short extraction is never taken for the library.
+    let extract = "import glob, os, sys, zipfile\n\
+                   wheel = glob.glob(os.path.join(sys.argv[1], 'onnxruntime-' + sys.argv[2] + '-*.whl'))[0]\n\
+                   with zipfile.ZipFile(wheel) as z:\n\
+                   \x20   member = 'onnxruntime/capi/libonnxruntime.so.' + sys.argv[2]\n\
+                   \x20   with open(sys.argv[3] + '.part', 'wb') as out:\n\
+                   \x20       out.write(z.read(member))\n\
+                   os.replace(sys.argv[3] + '.part', sys.argv[3])\n";
+    run(
+        "python3",
+        &[
+            "-c",
+            extract,
+            wheels_arg,
+            version,
+            library.to_str().context("path")?,
+        ],
+        &[],
+    )
+    .with_context(|| format!("taking the library out of the {ONNXRUNTIME} wheel"))?;
+    std::fs::write(&stamp, version)?;
+    Ok(library)
 }
 
 /// A Python with ONNX Runtime, in a virtual environment under target/, created once.

@@ -240,8 +240,10 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         .iter()
         .all(|s| scenarios.contains(s));
     if (only.contains(&Section::Colocation) || only.contains(&Section::Server)) && !prebuilt {
-        // The online inference there serves the PP-OCR classifier.
+        // The online inference there serves the PP-OCR classifier, on ONNX Runtime where its
+        // library is in place.
         models::ensure_models()?;
+        models::ensure_onnxruntime_library()?;
     }
     if prebuilt {
         // The server benchmark also runs the inference worker and the load generator.

@@ -81,9 +81,9 @@ const OFFLINE_START_LIMIT: Duration = Duration::from_secs(20);
 /// The offline job's length on the smallest machine: 2 CPUs at ~3,600 items per CPU-second
 /// (the fastest seen here) for a 4 s window, with room to spare.
 const MIN_JOB_LINES: u64 = 60_000;
-/// Items per CPU-second the job is sized for: above the fastest seen (~3,600 here, ~3,300 on
-/// a 16-CPU Xeon).
-const JOB_ITEMS_PER_CPU_S: f64 = 5_000.0;
+/// Items per CPU-second the job is sized for: above the fastest seen (on tract ~3,600 here,
+/// ~3,300 on a 16-CPU Xeon; on ONNX Runtime ~4,000 here).
+const JOB_ITEMS_PER_CPU_S: f64 = 6_000.0;
 
 /// Lines enough that the offline job outlasts a window with every CPU working on it. A job
 /// that ran out mid-window counted only what it had done: 60,000 lines lasted about a second
@@ -136,6 +136,8 @@ struct Inputs {
     job: PathBuf,
     /// Lines in the job (`job_lines`).
     job_lines: u64,
+    /// The workers' engine (`worker_engine`).
+    engine: &'static str,
 }
 
 pub(crate) fn worker_bin() -> PathBuf {
@@ -181,6 +183,10 @@ pub(crate) fn write_classifier_requests(dir: &Path) -> anyhow::Result<(PathBuf, 
     Ok((request, header.len(), request_json))
 }
 
+/// `inference-worker` arguments that write the offline job's model: a synthetic MLP of 16
+/// inputs, 8 layers of 1024 and 10 outputs (docs/inference-worker.md, "Models").
+pub(crate) const OFFLINE_MLP: [&str; 5] = ["mlp-model", "--width", "1024", "--layers", "8"];
+
 fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
     let root = workspace_root();
     let dir = root.join("target/bench/colocation");
@@ -196,7 +202,8 @@ fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
     let mlp = dir.join("mlp-1024x8.onnx");
     run_ok(
         Command::new(worker_bin())
-            .args(["mlp-model", "--width", "1024", "--layers", "8", "--out"])
+            .args(OFFLINE_MLP)
+            .arg("--out")
             .arg(&mlp),
         "inference-worker mlp-model",
     )?;
@@ -211,6 +218,7 @@ fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
         mlp,
         job,
         job_lines,
+        engine: worker_engine(),
     })
 }
 
@@ -261,20 +269,36 @@ pub(crate) fn reset_job(job: &Path) {
     let _ = std::fs::remove_file(job.join("checkpoint.json"));
 }
 
-/// `inference-worker online`'s arguments after `--listen`: the classifier under the SLO.
-fn online_args(inputs: &Inputs) -> anyhow::Result<Vec<String>> {
-    classifier_serve_args(&inputs.classifier, SLO_MS)
+/// `inference-worker online`'s arguments after `--listen`: the classifier under the SLO, on
+/// `engine`.
+fn online_args(inputs: &Inputs, engine: &str) -> anyhow::Result<Vec<String>> {
+    classifier_serve_args(&inputs.classifier, SLO_MS, engine)
+}
+
+/// The engine the benchmarks' workers run, named to each with `--engine` so that no window
+/// depends on `auto`'s timing at start: ONNX Runtime where `cargo xtask` put its library
+/// (target/onnxruntime/, where the release worker finds it), tract otherwise.
+pub(crate) fn worker_engine() -> &'static str {
+    if crate::models::onnxruntime_library().is_file() {
+        "onnxruntime"
+    } else {
+        "tract"
+    }
 }
 
 /// `inference-worker online`'s arguments after `--listen` that serve the PP-OCR classifier
-/// at `classifier` under an SLO of `slo_ms`.
-pub(crate) fn classifier_serve_args(classifier: &Path, slo_ms: f64) -> anyhow::Result<Vec<String>> {
+/// at `classifier` under an SLO of `slo_ms`, on `engine`.
+pub(crate) fn classifier_serve_args(
+    classifier: &Path,
+    slo_ms: f64,
+    engine: &str,
+) -> anyhow::Result<Vec<String>> {
     let model = classifier.to_str().context("utf-8 path")?;
     let slo_ms = slo_ms.to_string();
     Ok(["--model", model]
         .into_iter()
         .chain(reamer_tests::harness::worker::CLASSIFIER_SERVE_ARGS)
-        .chain(["--slo-ms", &slo_ms])
+        .chain(["--slo-ms", &slo_ms, "--engine", engine])
         .map(str::to_owned)
         .collect())
 }
@@ -284,7 +308,7 @@ fn launched_online_log() -> PathBuf {
     workspace_root().join("target/bench/colocation/online-worker-launched.log")
 }
 
-fn offline_args(inputs: &Inputs) -> Vec<String> {
+fn offline_args(inputs: &Inputs, engine: &str) -> Vec<String> {
     vec![
         "offline".into(),
         "--model".into(),
@@ -293,6 +317,8 @@ fn offline_args(inputs: &Inputs) -> Vec<String> {
         inputs.job.display().to_string(),
         "--batch".into(),
         "8".into(),
+        "--engine".into(),
+        engine.into(),
     ]
 }
 
@@ -478,7 +504,7 @@ impl Bench {
         let inputs = prepare_inputs(window)?;
         progress("starting the online worker (PP-OCR cls; it profiles itself first)");
         let log = workspace_root().join("target/bench/colocation/online-worker.log");
-        let args = online_args(&inputs)?;
+        let args = online_args(&inputs, inputs.engine)?;
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let online = OnlineWorker::start_with(Command::new(worker_bin()), &args, log);
         let online_group = Group::ensure(INSTANCE, "online")?;
@@ -568,7 +594,7 @@ impl Bench {
     fn calibrate_offline(&mut self) -> anyhow::Result<f64> {
         self.reset_groups()?;
         reset_job(&self.inputs.job);
-        let offline = self.spawn_offline(None)?;
+        let offline = self.spawn_offline(None, self.inputs.engine)?;
         std::thread::sleep(OFFLINE_LEAD);
         // Under heavy steal the worker's start (model, plan) can outlast the lead: measure
         // from its first results on.
@@ -595,10 +621,11 @@ impl Bench {
         Ok(items as f64 / cpu_s)
     }
 
-    /// Starts the offline worker in its group, directly or through the daemon's launcher.
-    fn spawn_offline(&self, daemon: Option<&Daemon>) -> anyhow::Result<Reaped> {
+    /// Starts the offline worker on `engine` in its group, directly or through the daemon's
+    /// launcher.
+    fn spawn_offline(&self, daemon: Option<&Daemon>, engine: &str) -> anyhow::Result<Reaped> {
         spawn_offline_worker(
-            &offline_args(&self.inputs),
+            &offline_args(&self.inputs, engine),
             daemon,
             &self.offline_group,
             &offline_log(),
@@ -641,12 +668,12 @@ impl Bench {
     /// The online worker of a reamer window: started by the enforcer into the online pool,
     /// after the run's worker has left the pool's group for the standby one (the enforcer
     /// would otherwise adopt it too).
-    fn launch_online(&self) -> anyhow::Result<OnlineWorker> {
+    fn launch_online(&self, engine: &str) -> anyhow::Result<OnlineWorker> {
         launch_online_worker(
             INSTANCE,
             &self.standby_group,
             self.online.child.id(),
-            &online_args(&self.inputs)?,
+            &online_args(&self.inputs, engine)?,
             launched_online_log(),
         )
     }
@@ -679,10 +706,14 @@ impl Bench {
         });
         // Started before offline inference and training, as the run's worker was: its
         // start-up profile meets a quiet machine.
-        let launched_online = daemon.as_ref().map(|_| self.launch_online()).transpose()?;
+        let engine = scenario.engine(self.inputs.engine);
+        let launched_online = daemon
+            .as_ref()
+            .map(|_| self.launch_online(engine))
+            .transpose()?;
         let online_worker = launched_online.as_ref().unwrap_or(&self.online);
         let offline = if inference {
-            Some(self.spawn_offline(daemon.as_ref())?)
+            Some(self.spawn_offline(daemon.as_ref(), engine)?)
         } else {
             None
         };
@@ -911,6 +942,10 @@ pub struct Measured {
     /// The rounds run again, with the worst steal of a window of theirs.
     pub discarded: Vec<DiscardedRound>,
     pub notes: Vec<String>,
+    /// The engine the workers ran (`--engine`), but in the scenarios that name another.
+    /// Runs saved before the engine choice ran tract.
+    #[serde(default = "tract")]
+    pub engine: String,
     /// How slowly the host woke an idle vCPU just before the rounds and just after them: what
     /// training alone, which leaves a vCPU idle, paid in this run's regime. None where
     /// `wake-probe` could not run (one CPU).
@@ -1022,6 +1057,7 @@ pub fn run(
         Ok(())
     })();
     let cpus = bench.cpus;
+    let engine = bench.inputs.engine;
     let notes: Vec<String> = bench.notes.iter().map(|n| n.to_string()).collect();
     let (online_cpu_ms_per_request, online_cpu_ms_per_json_request, heavy_online_rate) = (
         bench.online_cpu_ms_per_request,
@@ -1047,9 +1083,15 @@ pub fn run(
         max_steal_pct,
         discarded,
         notes,
+        engine: engine.to_owned(),
         wake_before,
         wake_after,
     })
+}
+
+/// The engine of a run saved before the engine choice.
+pub(crate) fn tract() -> String {
+    "tract".to_owned()
 }
 
 /// `enforcer observe --json --interval 0.1` on the benchmark's daemon, its trace kept in

@@ -29,6 +29,7 @@ fn kind(scenario: Scenario) -> Kind {
         | Scenario::ReamerOfflineNotPaused
         | Scenario::ReamerOfflineOnTrainingCores
         | Scenario::ReamerByPace
+        | Scenario::ReamerTract
         | Scenario::ReamerObserved
         | Scenario::ReamerHeavyOnline => Kind::Reamer,
     }

@@ -31,6 +31,10 @@ pub enum Scenario {
     /// training simulator's reported pace (`policy::harvest`). Its probes and trials take
     /// about 25 s to settle: it needs windows far longer than the 4 s default (`--window`).
     ReamerByPace,
+    /// Reamer with both workers on tract (`--engine tract`) where the others run ONNX
+    /// Runtime: what a harvested CPU is worth to offline inference on each engine, side by
+    /// side.
+    ReamerTract,
     /// Reamer with `enforcer observe --json --interval 0.1` running through the window, as a
     /// user watching it would: what watching costs training (a snapshot every 100 ms).
     ReamerObserved,
@@ -61,10 +65,24 @@ impl Scenario {
     /// Scenarios that need longer windows than the default run's 4 s, left out of it.
     pub const LONG_WINDOWS: [Self; 1] = [Self::ReamerByPace];
 
+    /// Scenarios that compare the workers' engines, left out of the default run.
+    pub const OTHER_ENGINE: [Self; 1] = [Self::ReamerTract];
+
     /// Every scenario `--scenarios` may name: the default run's, then those needing long
-    /// windows.
+    /// windows, then the engine comparison.
     pub fn known() -> impl Iterator<Item = Self> {
-        Self::ALL.into_iter().chain(Self::LONG_WINDOWS)
+        Self::ALL
+            .into_iter()
+            .chain(Self::LONG_WINDOWS)
+            .chain(Self::OTHER_ENGINE)
+    }
+
+    /// The engine its workers run, where the run's is `default`.
+    pub fn engine(self, default: &'static str) -> &'static str {
+        match self {
+            Self::ReamerTract => "tract",
+            _ => default,
+        }
     }
 
     /// How the machine is set up for it: the scenario itself, or the one it repeats at the
@@ -76,6 +94,7 @@ impl Scenario {
             | Self::ReamerOfflineNotPaused
             | Self::ReamerOfflineOnTrainingCores
             | Self::ReamerByPace
+            | Self::ReamerTract
             | Self::ReamerObserved => Self::Reamer,
             other => other,
         }
@@ -101,6 +120,7 @@ impl Scenario {
             Self::ReamerOfflineNotPaused => "reamer_offline_not_paused",
             Self::ReamerOfflineOnTrainingCores => "reamer_offline_on_training_cores",
             Self::ReamerByPace => "reamer_by_pace",
+            Self::ReamerTract => "reamer_tract",
             Self::ReamerObserved => "reamer_observed_10hz",
             Self::StaticPartitionHeavyOnline => "static_partition_heavy_online",
             Self::ReamerHeavyOnline => "reamer_heavy_online",
@@ -120,10 +140,19 @@ impl Scenario {
             Self::ReamerOfflineNotPaused => "reamer, offline not paused",
             Self::ReamerOfflineOnTrainingCores => "reamer, offline on training's cores",
             Self::ReamerByPace => "reamer, offline's share by training's pace",
+            Self::ReamerTract => "reamer, workers on tract",
             Self::ReamerObserved => "reamer, observed at 10 Hz",
             Self::StaticPartitionHeavyOnline => "static partition, heavy online",
             Self::ReamerHeavyOnline => "reamer, heavy online",
         }
+    }
+}
+
+/// An engine's name as the reports write it.
+pub(crate) fn engine_label(engine: &str) -> &str {
+    match engine {
+        "onnxruntime" => "ONNX Runtime",
+        other => other,
     }
 }
 
@@ -583,6 +612,16 @@ pub fn markdown(
     out.push_str(&rounds_note(measured));
     out.push_str(&slo_needs_note(measured));
     out.push_str(&wake_note(measured));
+    out.push_str(&format!(
+        "\nThe workers ran on {} (`inference-worker --engine {}`){}.\n",
+        engine_label(&measured.engine),
+        measured.engine,
+        if measured.scenarios.contains(&Scenario::ReamerTract) {
+            "; in \"reamer, workers on tract\", on tract"
+        } else {
+            ""
+        }
+    ));
     for note in &measured.notes {
         out.push_str(&format!("\nOn this host: {note}.\n"));
     }
@@ -690,6 +729,7 @@ mod tests {
             max_steal_pct: 3.0,
             discarded,
             notes: Vec::new(),
+            engine: "onnxruntime".to_owned(),
             wake_before: None,
             wake_after: None,
         }

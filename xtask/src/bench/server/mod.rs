@@ -52,7 +52,7 @@ use crate::{
         LoadReport, classifier_serve_args, cpu_count, ensure_offline_job, launch_online_worker,
         read_load_report, reset_inference_groups, reset_job, results_lines, run_ok,
         spawn_classifier_load, spawn_observer_into, spawn_offline_worker, upper_half_cpus,
-        worker_bin, write_classifier_requests,
+        worker_bin, worker_engine, write_classifier_requests,
     },
     bench::{
         replay,
@@ -385,6 +385,8 @@ struct Inputs {
     mlp: PathBuf,
     job: PathBuf,
     job_lines: u64,
+    /// The workers' engine (`colocation::worker_engine`).
+    engine: &'static str,
 }
 
 fn bench_dir() -> PathBuf {
@@ -428,6 +430,7 @@ fn prepare_inputs(seconds: f64) -> anyhow::Result<Inputs> {
         mlp,
         job,
         job_lines,
+        engine: worker_engine(),
     })
 }
 
@@ -455,7 +458,7 @@ impl Bench {
         progress("preparing the classifier's requests and the offline job");
         let inputs = prepare_inputs(options.seconds)?;
         progress("starting the online worker (PP-OCR cls; it profiles itself first)");
-        let args = classifier_serve_args(&inputs.classifier, SLO_MS)?;
+        let args = classifier_serve_args(&inputs.classifier, SLO_MS, inputs.engine)?;
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let online = OnlineWorker::start_with(
             Command::new(worker_bin()),
@@ -508,6 +511,8 @@ impl Bench {
             self.inputs.job.display().to_string(),
             "--batch".into(),
             "8".into(),
+            "--engine".into(),
+            self.inputs.engine.into(),
         ]
     }
 
@@ -527,7 +532,7 @@ impl Bench {
             INSTANCE,
             &self.standby_group,
             self.online.child.id(),
-            &classifier_serve_args(&self.inputs.classifier, SLO_MS)?,
+            &classifier_serve_args(&self.inputs.classifier, SLO_MS, self.inputs.engine)?,
             bench_dir().join("online-worker-launched.log"),
         )
     }
@@ -815,6 +820,9 @@ pub struct Measured {
     pub seconds: f64,
     pub online_rate: f64,
     pub cpus: usize,
+    /// The engine the workers ran (`--engine`); runs saved before the choice ran tract.
+    #[serde(default = "crate::bench::colocation::tract")]
+    pub engine: String,
     pub windows: Vec<Window>,
 }
 
@@ -837,6 +845,7 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
     let about = options.about.clone();
     let mut bench = Bench::start(options, progress)?;
     let cpus = bench.cpus;
+    let engine = bench.inputs.engine;
     let measured = |windows: &[Window]| Measured {
         training: training.clone(),
         stand_in,
@@ -845,6 +854,7 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
         seconds,
         online_rate,
         cpus,
+        engine: engine.to_owned(),
         windows: windows.to_vec(),
     };
     progress(&format!(

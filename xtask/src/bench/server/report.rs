@@ -472,7 +472,7 @@ pub fn markdown(
          round. Online: the PP-OCR classifier behind KServe v2 (binary tensors), an open-loop \
          Poisson load of {:.0} requests/s from `load-gen`, SLO {SLO_MS:.0} ms; under reamer \
          an online pool with `min_cores = {}`. Offline: `inference-worker offline` over a \
-         2048×8 MLP job. Inference starts before training; every figure is over training's \
+         2048×8 MLP job. Both workers on {} (`--engine {}`). Inference starts before training; every figure is over training's \
          timed part. Percentages of alone and of plain CFS are paired within a round; \
          medians over rounds, with 95% bootstrap intervals.\n\n",
         measured.training,
@@ -481,6 +481,8 @@ pub fn markdown(
         if measured.rounds == 1 { "" } else { "s" },
         measured.online_rate,
         super::online_min_cores(measured.cpus),
+        crate::bench::colocation::report::engine_label(&measured.engine),
+        measured.engine,
     ));
     text.push_str(&format!(
         "![training's pace against offline inference's share of plain CFS's, one point per \
@@ -679,6 +681,7 @@ mod tests {
             seconds: 25.0,
             online_rate: 150.0,
             cpus: 16,
+            engine: "tract".to_owned(),
             windows,
         }
     }
