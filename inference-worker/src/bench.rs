@@ -1,6 +1,6 @@
-//! `inference-worker bench`: tract's latency per batch size on one pinned thread, the figure
-//! compared against ONNX Runtime (also single-threaded) in docs/benchmarks.md; and, with
-//! `--ops`, where that time goes, per operator type.
+//! `inference-worker bench`: the engine's latency per batch size on one pinned thread, the
+//! figure compared against ONNX Runtime's Python binding (also single-threaded) in
+//! docs/benchmarks.md; and, with `--ops` on tract, where that time goes, per operator type.
 
 use std::{collections::BTreeMap, sync::Arc, time::Instant};
 

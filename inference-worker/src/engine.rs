@@ -3,7 +3,7 @@
 //!
 //! Which is faster depends on the model and the host. `cargo xtask bench --only worker` found
 //! ONNX Runtime 1.2x to 7.2x faster per core on the shipped PP-OCR CNNs, and the two within
-//! 10% of each other on the co-location benchmark's MLP, either ahead by batch size. So `auto`
+//! 15% of each other on the co-location benchmark's MLP, either ahead by batch size. So `auto`
 //! measures, the way that benchmark does, on the model at hand: where ONNX Runtime's library
 //! loads, it loads the model on both engines, times a few batches of the size the worker will
 //! run on one thread, engines interleaved, and keeps the faster. Where the library does not

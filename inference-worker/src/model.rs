@@ -135,3 +135,30 @@ impl Model {
         }
     }
 }
+
+/// The input's item shape: the one given (`--input-shape`), else the one the model declares
+/// (`declared`, or why it declares none); never empty.
+pub(crate) fn item_shape(
+    path: &Path,
+    input_name: &str,
+    given: Option<&[usize]>,
+    declared: impl FnOnce() -> Result<Vec<usize>, String>,
+) -> Result<Vec<usize>, ModelError> {
+    let unsupported = |reason: String| ModelError::Unsupported {
+        path: path.to_owned(),
+        reason,
+    };
+    let shape = match given {
+        Some(shape) => shape.to_vec(),
+        None => declared().map_err(|reason| {
+            unsupported(format!(
+                "input {input_name}: {reason}; give the item shape with --input-shape \
+                 (for the PP-OCR classifier: --input-shape 3,48,192)"
+            ))
+        })?,
+    };
+    if shape.is_empty() || shape.contains(&0) {
+        return Err(unsupported(format!("input item shape {shape:?} is empty")));
+    }
+    Ok(shape)
+}

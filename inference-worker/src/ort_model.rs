@@ -29,6 +29,8 @@ use crate::{
 pub(crate) struct OrtModel {
     bytes: Arc<[u8]>,
     prepacked: PrepackedWeights,
+    /// The model's batch dimension is fixed at 1.
+    one_at_a_time: bool,
 }
 
 impl OrtModel {
@@ -63,9 +65,10 @@ pub(crate) fn load(
         path: path.to_owned(),
         reason,
     };
-    let model = OrtModel {
+    let mut model = OrtModel {
         bytes: bytes.into(),
         prepacked: PrepackedWeights::new(),
+        one_at_a_time: false,
     };
     let mut session = model.session().map_err(|e| corrupt(e.to_string()))?;
     if session.inputs().len() != 1 {
@@ -87,20 +90,20 @@ pub(crate) fn load(
             "input {input_name} is {ty:?}; the worker feeds FP32 tensors"
         )));
     }
-    let item_shape = match item_shape {
-        Some(shape) => shape.to_vec(),
-        None => declared_item_shape(shape).map_err(|reason| {
-            unsupported(format!(
-                "input {input_name}: {reason}; give the item shape with --input-shape \
-                 (for the PP-OCR classifier: --input-shape 3,48,192)"
-            ))
-        })?,
-    };
-    if item_shape.is_empty() || item_shape.contains(&0) {
-        return Err(unsupported(format!(
-            "input item shape {item_shape:?} is empty"
-        )));
+    // ONNX Runtime runs the batch dimension as declared (tract's plans fix it instead): a model
+    // exported with a batch of 1 runs a batch one item at a time.
+    match shape.first() {
+        Some(&1) => model.one_at_a_time = true,
+        Some(&fixed) if fixed > 1 => {
+            return Err(unsupported(format!(
+                "input {input_name} has its batch dimension fixed at {fixed}; ONNX Runtime \
+                 runs it as declared, so export it with a symbolic batch (or use --engine tract)"
+            )));
+        }
+        _ => {}
     }
+    let item_shape =
+        crate::model::item_shape(path, &input_name, item_shape, || declared_item_shape(shape))?;
     let signature = Signature {
         input_name,
         input_item_shape: item_shape,
@@ -190,9 +193,27 @@ fn infer<'s>(
     session.run(ort::inputs![signature.input_name.as_str() => tensor])
 }
 
-/// Runs `items` items laid out back to back in `input` as one batch and returns, per item, its
-/// outputs in the signature's order.
+/// Runs `items` items laid out back to back in `input`, as one batch (or one by one, where the
+/// model's batch is fixed at 1), and returns, per item, its outputs in the signature's order.
 pub(crate) fn run(
+    model: &OrtModel,
+    session: &mut Session,
+    signature: &Signature,
+    input: &[f32],
+    items: usize,
+) -> ort::Result<Vec<ItemOutputs>> {
+    if model.one_at_a_time && items > 1 {
+        let item_len = signature.input_item_len();
+        let mut results = Vec::with_capacity(items);
+        for item in input.chunks(item_len) {
+            results.extend(run_batch(session, signature, item, 1)?);
+        }
+        return Ok(results);
+    }
+    run_batch(session, signature, input, items)
+}
+
+fn run_batch(
     session: &mut Session,
     signature: &Signature,
     input: &[f32],

@@ -1,10 +1,11 @@
 //! The start-up profile: batch latency against thread count and batch size, measured on the
 //! granted CPUs, and the choice of configuration it implies for an SLO at a given load.
 //!
-//! With tract one batch runs on one thread, so threads add capacity, not speed, and batching
-//! pays only where the model's per-item cost falls with the batch (measured here, on the
-//! PP-OCR models, it does not: batch 8 costs about 8 batches of 1). The profile finds that
-//! out per model and per machine instead of assuming it.
+//! On either engine one batch runs on one thread, so threads add capacity, not speed, and
+//! batching pays only where the model's per-item cost falls with the batch (measured here with
+//! tract on the PP-OCR models, it does not: batch 8 costs about 8 batches of 1; with ONNX
+//! Runtime it falls a little). The profile finds that out per model, engine and machine
+//! instead of assuming it.
 
 use std::{
     sync::{Arc, Barrier},
@@ -171,7 +172,7 @@ impl Profile {
 
     /// The points for 1 to `max_threads` threads. Beyond the thread counts measured (the
     /// first grant's CPUs), a batch is taken to cost what it cost with the most threads
-    /// measured: with tract one batch runs on one thread, so a thread on another CPU adds a
+    /// measured: one batch runs on one thread, so a thread on another CPU adds a
     /// batch's worth of capacity, and the contention the measured count showed is kept.
     fn points_up_to(&self, max_threads: usize) -> Vec<Point> {
         let measured = self.points.iter().map(|p| p.threads).max().unwrap_or(0);

@@ -97,7 +97,9 @@ impl Session {
                     Some(session) => session,
                     empty => empty.insert(model.session()?),
                 };
-                return Ok(crate::ort_model::run(session, signature, input, items)?);
+                return Ok(crate::ort_model::run(
+                    model, session, signature, input, items,
+                )?);
             }
         };
         let mut results = Vec::with_capacity(items);

@@ -83,20 +83,8 @@ pub(crate) fn load(
             "input {input_name} is {dt:?}; the worker feeds FP32 tensors"
         )));
     }
-    let item_shape = match item_shape {
-        Some(shape) => shape.to_vec(),
-        None => declared_item_shape(fact).map_err(|reason| {
-            unsupported(format!(
-                "input {input_name}: {reason}; give the item shape with --input-shape \
-                     (for the PP-OCR classifier: --input-shape 3,48,192)"
-            ))
-        })?,
-    };
-    if item_shape.is_empty() || item_shape.contains(&0) {
-        return Err(unsupported(format!(
-            "input item shape {item_shape:?} is empty"
-        )));
-    }
+    let item_shape =
+        crate::model::item_shape(path, &input_name, item_shape, || declared_item_shape(fact))?;
     let mut plans = Vec::new();
     let mut batch = 1;
     while batch <= max_batch.max(1) {

@@ -263,3 +263,38 @@ fn onnxruntime_runs_on_the_granted_cpus_only_and_follows_a_shrink() {
     executor.shutdown();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_model_exported_with_a_batch_of_one_runs_a_batch_item_by_item_on_onnxruntime() {
+    use prost::Message as _;
+    if !onnxruntime() {
+        return;
+    }
+    let dir = scratch("batch-one");
+    // The tiny model with its batch dimension fixed at 1, as some exporters write it.
+    let mut proto = tract_onnx::pb::ModelProto::decode(&tiny_model::encode(2)[..]).unwrap();
+    let graph = proto.graph.as_mut().unwrap();
+    for value in graph.input.iter_mut().chain(graph.output.iter_mut()) {
+        let Some(tract_onnx::pb::type_proto::Value::TensorType(tensor)) =
+            value.r#type.as_mut().and_then(|t| t.value.as_mut())
+        else {
+            panic!("the tiny model's values are tensors");
+        };
+        tensor.shape.as_mut().unwrap().dim[0] = inference_worker::onnx_build::dim(1);
+    }
+    let path = dir.join("tiny-batch-1.onnx");
+    std::fs::write(&path, proto.encode_to_vec()).unwrap();
+    let model = Arc::new(Model::load("tiny", 1, &path, None, 4, Engine::OnnxRuntime).unwrap());
+    let items: Vec<[f32; 4]> = (0..3)
+        .map(|k| std::array::from_fn(|i| k as f32 - i as f32 * 0.5))
+        .collect();
+    let flat: Vec<f32> = items.iter().flatten().copied().collect();
+    let outputs = Session::new(model).run(&flat, items.len()).unwrap();
+    assert_eq!(outputs.len(), 3);
+    for (item, output) in items.iter().zip(&outputs) {
+        for (got, want) in output[0].iter().zip(tiny_model::expected(2, item)) {
+            assert!((got - want).abs() < 1e-4, "{output:?} for {item:?}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

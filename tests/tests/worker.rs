@@ -38,9 +38,40 @@ fn items(n: usize, seed: f32) -> Vec<[f32; 4]> {
 }
 
 #[test]
-fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
-    let (dir, model) = scratch_with_tiny_model("kserve");
-    let worker = OnlineWorker::serve(&dir, &model, &["--max-body-bytes", "4096", "--cpus", "0"]);
+fn online_on_tract_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
+    speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests("tract");
+}
+
+#[test]
+fn online_on_onnxruntime_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
+    if onnxruntime_fetched() {
+        speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests("onnxruntime");
+    }
+}
+
+/// The KServe v2 platform each engine announces (Triton's names).
+fn platform(engine: &str) -> &'static str {
+    match engine {
+        "tract" => "onnx_tract",
+        _ => "onnxruntime_onnx",
+    }
+}
+
+/// The same requests, good and bad, get the same answers on either engine.
+fn speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests(engine: &str) {
+    let (dir, model) = scratch_with_tiny_model(&format!("kserve-{engine}"));
+    let worker = OnlineWorker::serve(
+        &dir,
+        &model,
+        &[
+            "--max-body-bytes",
+            "4096",
+            "--cpus",
+            "0",
+            "--engine",
+            engine,
+        ],
+    );
     let http = agent();
     let url = |path: &str| format!("{}{path}", worker.base);
     assert_eq!(get(&http, &url("/v2/health/live")).0, 200);
@@ -55,11 +86,13 @@ fn online_speaks_kserve_v2_and_names_what_is_wrong_with_bad_requests() {
     let (status, meta) = get(&http, &url("/v2/models/tiny"));
     assert_eq!(status, 200);
     let meta: Value = serde_json::from_str(&meta).unwrap();
+    assert_eq!(meta["platform"], platform(engine));
     assert_eq!(meta["inputs"][0]["name"], "x");
     assert_eq!(meta["inputs"][0]["shape"], serde_json::json!([-1, 4]));
     assert_eq!(meta["outputs"][0]["shape"], serde_json::json!([-1, 3]));
 
-    // Good requests, one item and seven (run as 4 + 2 + 1 by the batch plans).
+    // Good requests, one item and seven (run as 4 + 2 + 1 by tract's batch plans, as one
+    // batch by ONNX Runtime).
     for n in [1, 7] {
         let batch = items(n, n as f32);
         let (status, body) = post(
@@ -173,9 +206,20 @@ fn post_binary(
 }
 
 #[test]
-fn online_takes_and_gives_binary_tensors_as_triton_clients_send_them() {
-    let (dir, model) = scratch_with_tiny_model("kserve-binary");
-    let worker = OnlineWorker::serve(&dir, &model, &["--cpus", "0"]);
+fn online_on_tract_takes_and_gives_binary_tensors_as_triton_clients_send_them() {
+    takes_and_gives_binary_tensors_as_triton_clients_send_them("tract");
+}
+
+#[test]
+fn online_on_onnxruntime_takes_and_gives_binary_tensors_as_triton_clients_send_them() {
+    if onnxruntime_fetched() {
+        takes_and_gives_binary_tensors_as_triton_clients_send_them("onnxruntime");
+    }
+}
+
+fn takes_and_gives_binary_tensors_as_triton_clients_send_them(engine: &str) {
+    let (dir, model) = scratch_with_tiny_model(&format!("kserve-binary-{engine}"));
+    let worker = OnlineWorker::serve(&dir, &model, &["--cpus", "0", "--engine", engine]);
     let http = agent();
     let (_, server) = get(&http, &format!("{}/v2", worker.base));
     assert_eq!(
@@ -1230,20 +1274,35 @@ fn an_online_pool_grows_to_its_workers_slo_need_and_shrinks_back() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The PP-OCR text-direction classifier from the rapidocr-onnxruntime wheel, which `cargo
-/// xtask test` fetches into target/models/pp-ocr.
-fn shipped_classifier() -> Option<std::path::PathBuf> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+/// Whether ONNX Runtime's library is where `cargo xtask test` puts it (target/onnxruntime/);
+/// where it is not, the test says so and passes, or fails under REAMER_REQUIRE_PRIVILEGED=1.
+fn onnxruntime_fetched() -> bool {
+    fetched(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/onnxruntime/libonnxruntime.so"),
+    )
+}
+
+/// Whether `path`, which `cargo xtask test` fetches, is there; where it is not, says so, and
+/// fails under REAMER_REQUIRE_PRIVILEGED=1 (as CI sets it).
+fn fetched(path: &std::path::Path) -> bool {
     if path.exists() {
-        return Some(path);
+        return true;
     }
     let reason = format!("{} is not fetched (run `cargo xtask test`)", path.display());
     if std::env::var(reamer_tests::harness::REQUIRE_PRIVILEGED).is_ok_and(|v| v == "1") {
         panic!("{reason}");
     }
     eprintln!("SKIPPED: {reason}");
-    None
+    false
+}
+
+/// The PP-OCR text-direction classifier from the rapidocr-onnxruntime wheel, which `cargo
+/// xtask test` fetches into target/models/pp-ocr.
+fn shipped_classifier() -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+    fetched(&path).then_some(path)
 }
 
 #[test]

@@ -50,6 +50,30 @@ pub fn path_of(model: &Shipped) -> PathBuf {
     models_dir().join(model.file)
 }
 
+/// Downloads the wheel `requirement` ("name==version", for this machine's Python and
+/// platform) from PyPI into target/models/wheels/, and returns that folder.
+fn download_wheel(requirement: &str) -> anyhow::Result<PathBuf> {
+    let wheels = workspace_root().join("target/models/wheels");
+    std::fs::create_dir_all(&wheels)?;
+    run(
+        "python3",
+        &[
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            requirement,
+            "-d",
+            wheels.to_str().context("path")?,
+        ],
+        &[],
+    )
+    .with_context(|| format!("fetching {requirement} needs python3 with pip and access to PyPI"))?;
+    Ok(wheels)
+}
+
 /// Fetches the wheel and extracts its models, once.
 pub fn ensure_models() -> anyhow::Result<PathBuf> {
     let dir = models_dir();
@@ -60,24 +84,8 @@ pub fn ensure_models() -> anyhow::Result<PathBuf> {
         "fetching the PP-OCR models from PyPI ({WHEEL}, about 15 MB) into {}",
         dir.display()
     ));
-    let wheels = workspace_root().join("target/models/wheels");
-    std::fs::create_dir_all(&wheels)?;
+    let wheels = download_wheel(WHEEL)?;
     let wheels_arg = wheels.to_str().context("path")?;
-    run(
-        "python3",
-        &[
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            WHEEL,
-            "-d",
-            wheels_arg,
-        ],
-        &[],
-    )
-    .context("fetching the model wheel needs python3 with pip and access to PyPI")?;
     std::fs::create_dir_all(&dir)?;
     // A wheel is a zip: take the .onnx members, nothing else.
     let extract = "import glob, os, sys, zipfile\n\
@@ -120,26 +128,9 @@ pub fn ensure_onnxruntime_library() -> anyhow::Result<PathBuf> {
         "fetching ONNX Runtime's library ({ONNXRUNTIME}, the wheel from PyPI) into {}",
         dir.display()
     ));
-    let wheels = workspace_root().join("target/models/wheels");
-    std::fs::create_dir_all(&wheels)?;
-    std::fs::create_dir_all(&dir)?;
+    let wheels = download_wheel(ONNXRUNTIME)?;
     let wheels_arg = wheels.to_str().context("path")?;
-    run(
-        "python3",
-        &[
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--only-binary=:all:",
-            ONNXRUNTIME,
-            "-d",
-            wheels_arg,
-        ],
-        &[],
-    )
-    .context("fetching ONNX Runtime needs python3 with pip and access to PyPI")?;
+    std::fs::create_dir_all(&dir)?;
     // The wheel's onnxruntime/capi/libonnxruntime.so.<version>: the C API library alone (the
     // Python binding beside it is not needed). Written under a temporary name, then renamed,
     // so that a cut-short extraction is never taken for the library.

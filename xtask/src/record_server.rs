@@ -4,7 +4,8 @@
 //! it measured in `--out`, saved window by window so that a part cut short still reports.
 //!
 //! - `cargo xtask record-server --prepare`, here: builds the release binaries, strips those
-//!   the server runs and lists what to copy there beside the repository.
+//!   the server runs, compresses ONNX Runtime's library, and lists what to copy there beside
+//!   the repository.
 //! - `target/release/xtask record-server --part 1 --out DIR`, there: the server section's
 //!   static frontier and reamer on it (the bench's `--only server`), 2 rounds.
 //! - `target/release/xtask record-server --part 2 --out DIR`: the GPU clamp on need with both
@@ -49,6 +50,47 @@ pub struct Options {
 /// The binaries a recording runs, and the one model it serves.
 const BINARIES: [&str; 4] = ["xtask", "enforcer", "inference-worker", "load-gen"];
 const MODEL: &str = "target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx";
+/// ONNX Runtime's library, xz-compressed: 29 MB as it is, which with the binaries would pass
+/// what a lent server takes along (64 MiB); about 8 MB compressed. A part unpacks it
+/// beside itself, where the worker finds it, so that the server's workers run the engine the
+/// benches run here.
+const LIBRARY_XZ: &str = "target/onnxruntime/libonnxruntime.so.xz";
+
+/// Python's lzma (the server has Python, not necessarily xz): compresses or unpacks argv[1]
+/// into argv[2], through a temporary name so that a cut-short write is never taken for it.
+const LZMA: &str = "import lzma, os, shutil, sys\n\
+                    opener = lzma.open if sys.argv[3] == 'unpack' else open\n\
+                    writer = open if sys.argv[3] == 'unpack' else (lambda p, m: lzma.open(p, m, preset=6))\n\
+                    with opener(sys.argv[1], 'rb') as src, writer(sys.argv[2] + '.part', 'wb') as dst:\n\
+                    \x20   shutil.copyfileobj(src, dst, 1 << 20)\n\
+                    os.replace(sys.argv[2] + '.part', sys.argv[2])\n";
+
+fn lzma(from: &Path, to: &Path, direction: &str) -> anyhow::Result<()> {
+    crate::bootstrap::run(
+        "python3",
+        &[
+            "-c",
+            LZMA,
+            from.to_str().context("utf-8 path")?,
+            to.to_str().context("utf-8 path")?,
+            direction,
+        ],
+        &[],
+    )
+    .with_context(|| format!("{direction} {} with python3's lzma", from.display()))
+}
+
+/// On the server: ONNX Runtime's library from its carried, compressed copy, unless it is
+/// there already. Without the copy the workers run tract, and the benches say so.
+fn unpack_onnxruntime() -> anyhow::Result<()> {
+    let library = crate::models::onnxruntime_library();
+    let packed = workspace_root().join(LIBRARY_XZ);
+    if library.is_file() || !packed.is_file() {
+        return Ok(());
+    }
+    eprintln!("[record-server] unpacking {}", packed.display());
+    lzma(&packed, &library, "unpack")
+}
 
 /// Part 1's scenarios (training alone is always among them): the static frontier and reamer.
 const FRONTIER: &str = "plain_cfs,offline_cpu_idle,offline_cpu_idle_quarter,\
@@ -133,6 +175,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .context("--part needs --out DIR: where the part leaves what it recorded")?;
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let part = part(number, options.training_cmd.as_deref());
+    unpack_onnxruntime()?;
     let xtask = std::env::current_exe().context("finding this program")?;
     let log = out.join(format!("part-{number}.log"));
     eprintln!(
@@ -295,6 +338,7 @@ fn copy_results(
 fn prepare() -> anyhow::Result<()> {
     crate::bootstrap::ensure()?;
     crate::models::ensure_models()?;
+    let library = crate::models::ensure_onnxruntime_library()?;
     cargo::build_release_with_xtask()?;
     let root = workspace_root();
     let mut total = 0u64;
@@ -312,6 +356,16 @@ fn prepare() -> anyhow::Result<()> {
         files.push(path);
     }
     files.push(root.join(MODEL));
+    let packed = root.join(LIBRARY_XZ);
+    let stale = |packed: &Path| -> anyhow::Result<bool> {
+        Ok(!packed.is_file()
+            || std::fs::metadata(packed)?.modified()? < std::fs::metadata(&library)?.modified()?)
+    };
+    if stale(&packed)? {
+        eprintln!("[record-server] compressing {}", library.display());
+        lzma(&library, &packed, "compress")?;
+    }
+    files.push(packed);
     println!("Copy these to the server, at the same paths in the repository's copy:");
     for path in &files {
         let size = std::fs::metadata(path)
