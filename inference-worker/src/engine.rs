@@ -103,10 +103,20 @@ pub fn load_model(
     if choice != EngineChoice::Auto || engine == Engine::Tract {
         return Ok(load(engine)?);
     }
-    let (ort, tract) = (
-        Arc::new(load(Engine::OnnxRuntime)?),
-        Arc::new(load(Engine::Tract)?),
-    );
+    // A model one engine cannot load (an operator it lacks, a shape it cannot plan) runs on
+    // the other; one neither loads gets ONNX Runtime's reason.
+    let (ort, tract) = match (load(Engine::OnnxRuntime), load(Engine::Tract)) {
+        (Ok(ort), Ok(tract)) => (Arc::new(ort), Arc::new(tract)),
+        (Ok(ort), Err(err)) => {
+            tracing::info!("engine: onnxruntime (auto: tract cannot run the model: {err})");
+            return Ok(ort);
+        }
+        (Err(err), Ok(tract)) => {
+            tracing::info!("engine: tract (auto: ONNX Runtime cannot run the model: {err})");
+            return Ok(tract);
+        }
+        (Err(err), Err(_)) => return Err(err.into()),
+    };
     let batch = spec.typical_batch.clamp(1, ort.max_batch());
     let (ort_time, tract_time) = time_both(&ort, &tract, batch)?;
     let (kept, dropped) = if ort_time <= tract_time {

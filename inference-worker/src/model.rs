@@ -7,10 +7,11 @@ use crate::{engine::Engine, ort_model::OrtModel, tract_model::TractModel};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("cannot read model file {path}: {source}")]
+    /// The I/O error is in the message, not the error's source: `{:#}` would print it twice.
+    #[error("cannot read model file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("model file {path} is not a valid ONNX model: {reason}")]
     Corrupt { path: PathBuf, reason: String },
@@ -79,9 +80,9 @@ impl Model {
         max_batch: usize,
         engine: Engine,
     ) -> Result<Self, ModelError> {
-        let bytes = std::fs::read(path).map_err(|source| ModelError::Read {
+        let bytes = std::fs::read(path).map_err(|error| ModelError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         let max_batch = 1 << max_batch.max(1).ilog2();
         let (signature, runner) = match engine {

@@ -689,6 +689,11 @@ fn a_corrupt_or_missing_model_file_is_a_clear_start_up_error() {
             stderr.contains(want) && stderr.contains(path.to_str().unwrap()),
             "{stderr}"
         );
+        // The cause is said once, not once per level of the error's chain.
+        assert!(
+            stderr.matches("No such file or directory").count() <= 1,
+            "{stderr}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

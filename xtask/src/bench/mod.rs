@@ -322,7 +322,8 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             " --colocation-rounds {colocation_rounds} --window {window}"
         ));
     }
-    if !every_scenario {
+    // The default run's scenarios go unsaid; any other set (fewer, or more) is named.
+    if !every_scenario || scenarios.len() != colocation::report::Scenario::ALL.len() {
         let names: Vec<&str> = scenarios.iter().map(|s| s.name()).collect();
         command.push_str(&format!(" --scenarios {}", names.join(",")));
     }
