@@ -36,6 +36,13 @@ impl From<TractError> for BenchError {
     }
 }
 
+/// `len` input values in [0, 1), the same on every call: the models are image CNNs fed
+/// normalized pixels. What every timing of the worker feeds (this benchmark, `auto`'s engine
+/// comparison).
+pub(crate) fn sample_input(len: usize) -> Vec<f32> {
+    (0..len).map(|i| (i % 251) as f32 / 251.0).collect()
+}
+
 #[derive(Debug, Serialize)]
 pub struct BatchLatency {
     pub batch: usize,
@@ -62,10 +69,7 @@ pub fn measure(
         batches
             .iter()
             .map(|&batch| {
-                // Values in [0, 1): the models are image CNNs fed normalized pixels.
-                let input: Vec<f32> = (0..batch * model.signature.input_item_len())
-                    .map(|i| (i % 251) as f32 / 251.0)
-                    .collect();
+                let input = sample_input(batch * model.signature.input_item_len());
                 for _ in 0..warmup {
                     session.run(&input, batch)?;
                 }
@@ -116,7 +120,7 @@ pub fn op_profile(
         let mut shape = vec![batch];
         shape.extend_from_slice(&item_shape);
         let len: usize = shape.iter().product();
-        let input: Vec<f32> = (0..len).map(|i| (i % 251) as f32 / 251.0).collect();
+        let input = sample_input(len);
         let tensor = Tensor::from_shape(&shape, &input)?;
         let mut state = plan.spawn()?;
         state.run(tvec!(tensor.clone().into()))?;

@@ -143,10 +143,7 @@ fn time_both(
     tract: &Arc<Model>,
     batch: usize,
 ) -> Result<(Duration, Duration), RunError> {
-    // Values in [0, 1), as the worker's benchmark feeds them.
-    let input: Vec<f32> = (0..batch * ort.signature.input_item_len())
-        .map(|i| (i % 251) as f32 / 251.0)
-        .collect();
+    let input = crate::bench::sample_input(batch * ort.signature.input_item_len());
     let mut sessions = [Session::new(ort.clone()), Session::new(tract.clone())];
     let mut times = [Vec::new(), Vec::new()];
     for run in 0..=COMPARISON_RUNS {

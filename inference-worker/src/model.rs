@@ -19,6 +19,24 @@ pub enum ModelError {
     Unsupported { path: PathBuf, reason: String },
 }
 
+impl ModelError {
+    /// `Corrupt` for the file at `path`, from a reason.
+    pub(crate) fn corrupt(path: &Path) -> impl Fn(String) -> Self + Copy + '_ {
+        move |reason| Self::Corrupt {
+            path: path.to_owned(),
+            reason,
+        }
+    }
+
+    /// `Unsupported` for the file at `path`, from a reason.
+    pub(crate) fn unsupported(path: &Path) -> impl Fn(String) -> Self + Copy + '_ {
+        move |reason| Self::Unsupported {
+            path: path.to_owned(),
+            reason,
+        }
+    }
+}
+
 /// What the model takes and returns, per item (without the batch dimension).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Signature {
@@ -145,10 +163,7 @@ pub(crate) fn item_shape(
     given: Option<&[usize]>,
     declared: impl FnOnce() -> Result<Vec<usize>, String>,
 ) -> Result<Vec<usize>, ModelError> {
-    let unsupported = |reason: String| ModelError::Unsupported {
-        path: path.to_owned(),
-        reason,
-    };
+    let unsupported = ModelError::unsupported(path);
     let shape = match given {
         Some(shape) => shape.to_vec(),
         None => declared().map_err(|reason| {

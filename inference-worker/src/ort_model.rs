@@ -57,14 +57,7 @@ pub(crate) fn load(
     bytes: Vec<u8>,
     item_shape: Option<&[usize]>,
 ) -> Result<(Signature, OrtModel), ModelError> {
-    let corrupt = |reason: String| ModelError::Corrupt {
-        path: path.to_owned(),
-        reason,
-    };
-    let unsupported = |reason: String| ModelError::Unsupported {
-        path: path.to_owned(),
-        reason,
-    };
+    let (corrupt, unsupported) = (ModelError::corrupt(path), ModelError::unsupported(path));
     let mut model = OrtModel {
         bytes: bytes.into(),
         prepacked: PrepackedWeights::new(),

@@ -54,14 +54,7 @@ pub(crate) fn load(
     item_shape: Option<&[usize]>,
     max_batch: usize,
 ) -> Result<(Signature, TractModel), ModelError> {
-    let corrupt = |reason: String| ModelError::Corrupt {
-        path: path.to_owned(),
-        reason,
-    };
-    let unsupported = |reason: String| ModelError::Unsupported {
-        path: path.to_owned(),
-        reason,
-    };
+    let (corrupt, unsupported) = (ModelError::corrupt(path), ModelError::unsupported(path));
     let model = tract_onnx::onnx()
         .model_for_read(&mut &bytes[..])
         .map_err(|e| corrupt(format!("{e:#}")))?;
