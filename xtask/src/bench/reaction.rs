@@ -22,7 +22,7 @@ use enforcer_common::protocol::{self, Request};
 use reamer_tests::harness::{Daemon, decision_log_of};
 use serde::Serialize;
 
-use super::stats::{median, quantile, sorted};
+use super::common::stats::{median, quantile, sorted};
 use crate::cargo::release_bin;
 
 const INSTANCE: &str = "bench-reaction";

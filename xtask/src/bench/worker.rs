@@ -11,8 +11,9 @@ use anyhow::{Context as _, bail};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{
-    colocation::OFFLINE_MLP,
+use super::common::{
+    cpus::machine_cpus,
+    inference::OFFLINE_MLP,
     stats::{median, min_max},
 };
 use crate::{
@@ -101,7 +102,7 @@ fn op_profiles(output: &[u8]) -> anyhow::Result<Vec<(usize, Vec<OpTime>)>> {
 }
 
 const BATCHES: &str = "1,8";
-/// The item shape of the co-location benchmark's offline MLP (`colocation::OFFLINE_MLP`).
+/// The item shape of the co-location benchmark's offline MLP (`common::inference::OFFLINE_MLP`).
 const MLP_INPUT_SHAPE: &str = "16";
 /// The CPU both engines are pinned to: not CPU 0, where most interrupts land.
 const CPU: &str = "1";
@@ -150,11 +151,7 @@ pub fn run(
     models::ensure_onnxruntime_library()?;
     let python = models::ensure_onnxruntime()?;
     let script = workspace_root().join("xtask/scripts/ort_latency.py");
-    let cpu = if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
-        CPU
-    } else {
-        "0"
-    };
+    let cpu = if machine_cpus() > 1 { CPU } else { "0" };
     let mut rows = Vec::new();
     let mut ort_engine = String::new();
     let mut profiles = Vec::new();

@@ -305,7 +305,7 @@ pub fn inject(
 /// guaranteed core leaves it, so the offline pool pauses. Returns once it has, with the pods'
 /// containers frozen.
 fn pause_offline(daemon: &Daemon, node: &Node) -> anyhow::Result<Child> {
-    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cpus = crate::bench::common::cpus::machine_cpus();
     let mut training = Command::new(release_bin("enforcer"))
         .args([
             "launch",

@@ -5,7 +5,7 @@
 //! - the figures the trade-off leaves out, as bars: online requests within the SLO and the
 //!   reaction's p99.
 
-use crate::bench::colocation::report::{Figures, Scenario};
+use crate::bench::colocation::{report::Figures, scenario::Scenario};
 use crate::bench::plot::{
     bars::{self, Bar, Panel, Row},
     canvas::Canvas,

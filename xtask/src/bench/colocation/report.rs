@@ -3,173 +3,18 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{HEAVY_ONLINE_CPUS, LoadReport, Measured, ONLINE_RATE, SLO_MS};
+use super::{HEAVY_ONLINE_CPUS, Measured, ONLINE_RATE, SLO_MS, scenario::Scenario};
 use crate::{
-    bench::stats::{bootstrap_median_ci, cell, median, min_max, quantile},
+    bench::common::inference::LoadReport,
+    bench::common::stats::{bootstrap_median_ci, cell, median, min_max, quantile},
     wake_probe::WakeLatency,
 };
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
-#[serde(into = "&'static str", try_from = "String")]
-pub enum Scenario {
-    Alone,
-    PlainCfs,
-    StaticPartition,
-    LowShares,
-    UtilizationPoller,
-    PsiTrigger,
-    Reamer,
-    /// Reamer with `pause_offline_when_training_short = false`: offline inference runs on
-    /// the online pool's core under SCHED_IDLE however short of cores training is, as the
-    /// enforcer did by default before. The trade the option makes, offline throughput for
-    /// training's pace, side by side.
-    ReamerOfflineNotPaused,
-    /// Reamer with `offline_on_training_cores = true` as well: offline inference also shares
-    /// training's cores once none is free, as the enforcer did by default before that.
-    ReamerOfflineOnTrainingCores,
-    /// Reamer with `[policy] harvest_by_pace = true`: offline inference's share set by the
-    /// training simulator's reported pace (`policy::harvest`). Its probes and trials take
-    /// about 25 s to settle: it needs windows far longer than the 4 s default (`--window`).
-    ReamerByPace,
-    /// Reamer with both workers on tract (`--engine tract`) where the others run ONNX
-    /// Runtime: what a harvested CPU is worth to offline inference on each engine, side by
-    /// side.
-    ReamerTract,
-    /// Reamer with `enforcer observe --json --interval 0.1` running through the window, as a
-    /// user watching it would: what watching costs training (a snapshot every 100 ms).
-    ReamerObserved,
-    /// The static partition and reamer again, with the online load raised until online
-    /// inference needs about half a CPU (`HEAVY_ONLINE_CPUS`): the load at which a static
-    /// core shared with offline inference runs short.
-    StaticPartitionHeavyOnline,
-    ReamerHeavyOnline,
-}
-
-impl Scenario {
-    /// The default run's scenarios: those a 4 s window measures.
-    pub const ALL: [Self; 12] = [
-        Self::Alone,
-        Self::PlainCfs,
-        Self::StaticPartition,
-        Self::LowShares,
-        Self::UtilizationPoller,
-        Self::PsiTrigger,
-        Self::Reamer,
-        Self::ReamerOfflineNotPaused,
-        Self::ReamerOfflineOnTrainingCores,
-        Self::ReamerObserved,
-        Self::StaticPartitionHeavyOnline,
-        Self::ReamerHeavyOnline,
-    ];
-
-    /// Scenarios that need longer windows than the default run's 4 s, left out of it.
-    pub const LONG_WINDOWS: [Self; 1] = [Self::ReamerByPace];
-
-    /// Scenarios that compare the workers' engines, left out of the default run.
-    pub const OTHER_ENGINE: [Self; 1] = [Self::ReamerTract];
-
-    /// Every scenario `--scenarios` may name: the default run's, then those needing long
-    /// windows, then the engine comparison.
-    pub fn known() -> impl Iterator<Item = Self> {
-        Self::ALL
-            .into_iter()
-            .chain(Self::LONG_WINDOWS)
-            .chain(Self::OTHER_ENGINE)
-    }
-
-    /// The engine its workers run, where the run's is `default`.
-    pub fn engine(self, default: &'static str) -> &'static str {
-        match self {
-            Self::ReamerTract => "tract",
-            _ => default,
-        }
-    }
-
-    /// How the machine is set up for it: the scenario itself, or the one it repeats at the
-    /// heavy online load or with another enforcer option.
-    pub fn setup(self) -> Self {
-        match self {
-            Self::StaticPartitionHeavyOnline => Self::StaticPartition,
-            Self::ReamerHeavyOnline
-            | Self::ReamerOfflineNotPaused
-            | Self::ReamerOfflineOnTrainingCores
-            | Self::ReamerByPace
-            | Self::ReamerTract
-            | Self::ReamerObserved => Self::Reamer,
-            other => other,
-        }
-    }
-
-    pub fn heavy_online(self) -> bool {
-        matches!(
-            self,
-            Self::StaticPartitionHeavyOnline | Self::ReamerHeavyOnline
-        )
-    }
-
-    /// The key in the JSON report.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Alone => "alone",
-            Self::PlainCfs => "plain_cfs",
-            Self::StaticPartition => "static_partition",
-            Self::LowShares => "low_shares",
-            Self::UtilizationPoller => "utilization_poller_1s",
-            Self::PsiTrigger => "psi_trigger_500ms",
-            Self::Reamer => "reamer",
-            Self::ReamerOfflineNotPaused => "reamer_offline_not_paused",
-            Self::ReamerOfflineOnTrainingCores => "reamer_offline_on_training_cores",
-            Self::ReamerByPace => "reamer_by_pace",
-            Self::ReamerTract => "reamer_tract",
-            Self::ReamerObserved => "reamer_observed_10hz",
-            Self::StaticPartitionHeavyOnline => "static_partition_heavy_online",
-            Self::ReamerHeavyOnline => "reamer_heavy_online",
-        }
-    }
-
-    /// What it is, for the table and the plot.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Alone => "training alone",
-            Self::PlainCfs => "plain CFS",
-            Self::StaticPartition => "static partition",
-            Self::LowShares => "low shares",
-            Self::UtilizationPoller => "1 s util. poller",
-            Self::PsiTrigger => "PSI 500 ms",
-            Self::Reamer => "reamer",
-            Self::ReamerOfflineNotPaused => "reamer, offline not paused",
-            Self::ReamerOfflineOnTrainingCores => "reamer, offline on training's cores",
-            Self::ReamerByPace => "reamer, offline's share by training's pace",
-            Self::ReamerTract => "reamer, workers on tract",
-            Self::ReamerObserved => "reamer, observed at 10 Hz",
-            Self::StaticPartitionHeavyOnline => "static partition, heavy online",
-            Self::ReamerHeavyOnline => "reamer, heavy online",
-        }
-    }
-}
 
 /// An engine's name as the reports write it.
 pub(crate) fn engine_label(engine: &str) -> &str {
     match engine {
         "onnxruntime" => "ONNX Runtime",
         other => other,
-    }
-}
-
-impl From<Scenario> for &'static str {
-    fn from(scenario: Scenario) -> Self {
-        scenario.name()
-    }
-}
-
-/// A saved run's scenario, by its key.
-impl TryFrom<String> for Scenario {
-    type Error = String;
-
-    fn try_from(name: String) -> Result<Self, String> {
-        Self::known()
-            .find(|s| s.name() == name)
-            .ok_or_else(|| format!("no co-location scenario {name:?}"))
     }
 }
 
@@ -481,7 +326,7 @@ fn slo_needs_note(measured: &Measured) -> String {
             " Its latency reports moved the pool's CPU weight in {steered} of the windows ({} \
              changes per window, median), as low as {} and ending windows at {} \
              (docs/enforcer.md, \"The online weight, steered by the latency tail\").",
-            crate::bench::stats::median(&changes),
+            crate::bench::common::stats::median(&changes),
             weights(|n| n.lowest_weight),
             weights(|n| n.last_weight),
         )
@@ -492,7 +337,7 @@ fn slo_needs_note(measured: &Measured) -> String {
          the enforcer its SLO need ({} times per window, median), at most {} {} for the pool.{}\n",
         needs.iter().filter(|n| n.told > 0).count(),
         needs.len(),
-        crate::bench::stats::median(&told),
+        crate::bench::common::stats::median(&told),
         max_cores,
         if max_cores == 1 { "core" } else { "cores" },
         weight_note,

@@ -22,6 +22,7 @@
 //! The figures come from `report`.
 
 pub mod report;
+pub mod scenario;
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -34,6 +35,7 @@ use anyhow::{Context as _, bail};
 use reamer_tests::harness::{Daemon, decision_log_of, gpu::Mps};
 use serde::{Deserialize, Serialize};
 
+pub use self::scenario::{Scenario, TrainingJob};
 use crate::{
     bench::saved::{About, Saved, Windows},
     cargo::{release_bin, workspace_root},
@@ -47,65 +49,6 @@ const GPU_POOL: &str = "gpu-serve";
 pub const LEAD: Duration = Duration::from_secs(5);
 /// The static MPS limit's share of the SMs for inference: the enforcer's clamp fraction.
 pub const STATIC_PERCENTAGE: u32 = 10;
-
-/// Training's job (`gpu_load.py --job`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum TrainingJob {
-    /// A bf16 MLP whose steps are all GPU work: GPU-bound.
-    Mlp,
-    /// torchvision ResNet-50 fed by a DataLoader of `--loader-workers` processes that
-    /// augment images on the CPU: its input pipeline sets its pace.
-    Resnet50Loader,
-}
-
-impl TrainingJob {
-    /// `gpu_load.py --job`'s name for it.
-    pub fn arg(self) -> &'static str {
-        match self {
-            TrainingJob::Mlp => "mlp",
-            TrainingJob::Resnet50Loader => "resnet50-loader",
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            TrainingJob::Mlp => "GPU-bound training: a bf16 MLP",
-            TrainingJob::Resnet50Loader => {
-                "Loader-bound training: ResNet-50 fed by a CPU DataLoader"
-            }
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scenario {
-    TrainingAlone,
-    Shared,
-    StaticMpsLimit,
-    Reamer,
-}
-
-impl Scenario {
-    pub const ALL: [Scenario; 4] = [
-        Scenario::TrainingAlone,
-        Scenario::Shared,
-        Scenario::StaticMpsLimit,
-        Scenario::Reamer,
-    ];
-
-    pub fn label(self) -> String {
-        match self {
-            Scenario::TrainingAlone => "training alone".to_owned(),
-            Scenario::Shared => "shared, no control".to_owned(),
-            Scenario::StaticMpsLimit => {
-                format!("static MPS limit ({STATIC_PERCENTAGE}% for inference)")
-            }
-            Scenario::Reamer => "reamer (clamp by freezer duty cycle)".to_owned(),
-        }
-    }
-}
 
 /// One process's timed steps.
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use super::{GpuRun, LEAD, Scenario, Trace, TrainingJob, Window, Workload};
-use crate::bench::stats::{median, median_of, min_max};
+use crate::bench::common::stats::{median, median_of, min_max};
 
 /// "Restored": a run of this many consecutive training steps at 90% of alone's pace or better.
 const RESTORED_STEPS: usize = 10;

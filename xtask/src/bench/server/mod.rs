@@ -25,12 +25,12 @@
 pub mod cores;
 pub mod plot;
 pub mod report;
+pub mod scenario;
+pub mod training;
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::mpsc,
     time::{Duration, Instant},
 };
 
@@ -46,13 +46,24 @@ use reamer_tests::{
 };
 use serde::{Deserialize, Serialize};
 
-use self::report::{Confined, Window};
+use self::{
+    report::{Confined, Window},
+    training::next_training_line,
+};
+pub use self::{
+    scenario::Scenario,
+    training::{TrainingCommand, TrainingLine, read_training_lines},
+};
 use crate::{
-    bench::colocation::{
-        LoadReport, classifier_serve_args, cpu_count, ensure_offline_job, launch_online_worker,
-        read_load_report, reset_inference_groups, reset_job, results_lines, run_ok,
-        spawn_classifier_load, spawn_observer_into, spawn_offline_worker, upper_half_cpus,
-        worker_bin, worker_engine, write_classifier_requests,
+    bench::common::{
+        cpus::{machine_cpus, upper_half_cpus},
+        inference::{
+            LoadReport, classifier_serve_args, ensure_offline_job, launch_online_worker,
+            read_load_report, reset_inference_groups, reset_job, results_lines,
+            spawn_classifier_load, spawn_observer_into, spawn_offline_worker, worker_bin,
+            worker_engine, write_classifier_requests,
+        },
+        process::run_ok,
     },
     bench::{
         replay,
@@ -96,110 +107,6 @@ const JOB_ITEMS_PER_CPU_S: f64 = 2_000.0;
 /// command's start (Python's imports, CUDA) and its 8 s warm-up.
 const JOB_SLACK_S: f64 = 60.0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scenario {
-    Alone,
-    PlainCfs,
-    OfflineCpuIdle,
-    OfflineCpuIdleQuarter,
-    OfflineCpuIdleHalf,
-    OfflineCpuIdleThreeQuarters,
-    StaticPartition,
-    Reamer,
-    ReamerOfflineNotPaused,
-    AloneObserved,
-    AloneSensed,
-}
-
-impl Scenario {
-    pub const ALL: [Scenario; 11] = [
-        Scenario::Alone,
-        Scenario::PlainCfs,
-        Scenario::OfflineCpuIdle,
-        Scenario::OfflineCpuIdleQuarter,
-        Scenario::OfflineCpuIdleHalf,
-        Scenario::OfflineCpuIdleThreeQuarters,
-        Scenario::StaticPartition,
-        Scenario::Reamer,
-        Scenario::ReamerOfflineNotPaused,
-        Scenario::AloneObserved,
-        Scenario::AloneSensed,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Scenario::Alone => "alone",
-            Scenario::PlainCfs => "plain_cfs",
-            Scenario::OfflineCpuIdle => "offline_cpu_idle",
-            Scenario::OfflineCpuIdleQuarter => "offline_cpu_idle_quarter",
-            Scenario::OfflineCpuIdleHalf => "offline_cpu_idle_half",
-            Scenario::OfflineCpuIdleThreeQuarters => "offline_cpu_idle_three_quarters",
-            Scenario::StaticPartition => "static_partition",
-            Scenario::Reamer => "reamer",
-            Scenario::ReamerOfflineNotPaused => "reamer_offline_not_paused",
-            Scenario::AloneObserved => "alone_observed_10hz",
-            Scenario::AloneSensed => "alone_sensed",
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Scenario::Alone => "training alone",
-            Scenario::PlainCfs => "plain CFS, no control",
-            Scenario::OfflineCpuIdle => "offline in a `cpu.idle` group, no enforcer",
-            Scenario::OfflineCpuIdleQuarter => {
-                "inference on the upper quarter of the cores, offline in a `cpu.idle` group"
-            }
-            Scenario::OfflineCpuIdleHalf => {
-                "inference on the upper half of the cores, offline in a `cpu.idle` group"
-            }
-            Scenario::OfflineCpuIdleThreeQuarters => {
-                "inference on the upper three quarters of the cores, offline in a `cpu.idle` group"
-            }
-            Scenario::StaticPartition => "static partition (inference on the upper half)",
-            Scenario::Reamer => "reamer, defaults",
-            Scenario::ReamerOfflineNotPaused => {
-                "reamer, `pause_offline_when_training_short = false`"
-            }
-            Scenario::AloneObserved => {
-                "training alone, observed at 10 Hz by a daemon that does not enforce"
-            }
-            Scenario::AloneSensed => {
-                "training alone under a daemon that does not enforce, not observed"
-            }
-        }
-    }
-
-    /// The share of the machine's CPUs inference is confined to, in whole cores from the top
-    /// (`cores::upper_cores`): the static frontier between training and inference.
-    pub(crate) fn confined_to(self) -> Option<f64> {
-        match self {
-            Scenario::OfflineCpuIdleQuarter => Some(0.25),
-            Scenario::OfflineCpuIdleHalf => Some(0.5),
-            Scenario::OfflineCpuIdleThreeQuarters => Some(0.75),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn reamer(self) -> bool {
-        matches!(self, Scenario::Reamer | Scenario::ReamerOfflineNotPaused)
-    }
-
-    /// Whether inference runs beside training.
-    pub(crate) fn inference(self) -> bool {
-        !matches!(
-            self,
-            Scenario::Alone | Scenario::AloneObserved | Scenario::AloneSensed
-        )
-    }
-
-    /// Whether an enforcer daemon runs, and training is launched through it.
-    fn daemon(self) -> bool {
-        self.reamer() || matches!(self, Scenario::AloneObserved | Scenario::AloneSensed)
-    }
-}
-
 /// How a run is made.
 pub struct Options {
     pub rounds: usize,
@@ -214,169 +121,6 @@ pub struct Options {
     pub about: About,
 }
 
-/// The training job, and whether it is the real one.
-#[derive(Debug, Clone)]
-pub struct TrainingCommand {
-    pub program: String,
-    pub args: Vec<String>,
-    /// A stand-in (`--training-cmd`): its figures are not the server's.
-    pub stand_in: bool,
-    /// Whether it prints `{"timed_start": true}` when its timed part starts.
-    pub announces_timed_start: bool,
-    /// What it is, for the report.
-    pub description: String,
-}
-
-impl TrainingCommand {
-    /// The shipped PyTorch job with `loader_workers` DataLoader workers.
-    pub fn resnet50(loader_workers: usize) -> Self {
-        let script = workspace_root().join("xtask/scripts/train_resnet50.py");
-        Self {
-            program: "python3".to_owned(),
-            args: vec![
-                script.display().to_string(),
-                "--workers".to_owned(),
-                loader_workers.to_string(),
-            ],
-            stand_in: false,
-            announces_timed_start: true,
-            description: format!(
-                "torchvision ResNet-50, bf16 autocast, channels_last, SGD, batch 128, fed by a \
-                 DataLoader with {loader_workers} worker processes augmenting generated images \
-                 on the CPU (xtask/scripts/train_resnet50.py, 8 s warm-up)"
-            ),
-        }
-    }
-
-    /// A stand-in from `--training-cmd`: words split at whitespace, a relative program
-    /// found from the repository's root.
-    pub fn stand_in(command_line: &str) -> anyhow::Result<Self> {
-        let mut words = command_line.split_whitespace().map(str::to_owned);
-        let program = words
-            .next()
-            .context("--training-cmd is empty: give a program and its arguments")?;
-        let rooted = workspace_root().join(&program);
-        let program = if program.contains('/') && !Path::new(&program).is_absolute() {
-            rooted.display().to_string()
-        } else {
-            program
-        };
-        Ok(Self {
-            program,
-            args: words.collect(),
-            stand_in: true,
-            announces_timed_start: false,
-            description: format!("stand-in `{command_line}` (not the server's training job)"),
-        })
-    }
-
-    /// Why the shipped job cannot run here, if it cannot.
-    pub fn unavailable(&self) -> Option<String> {
-        if self.stand_in {
-            return None;
-        }
-        let probe = Command::new(&self.program)
-            .args([
-                "-c",
-                "import torch, torchvision; assert torch.cuda.is_available(), 'no CUDA device'",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output();
-        match probe {
-            Ok(out) if out.status.success() => None,
-            Ok(out) => Some(format!(
-                "the training job needs PyTorch, torchvision and a CUDA GPU ({}); pass \
-                 --training-cmd to run the harness with a stand-in, such as \
-                 --training-cmd target/release/training-sim",
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .last()
-                    .unwrap_or("python3 failed")
-                    .trim()
-            )),
-            Err(err) => Some(format!(
-                "cannot run {}: {err}; pass --training-cmd to run the harness with a stand-in",
-                self.program
-            )),
-        }
-    }
-}
-
-/// The training command's report (the fields the benchmark uses).
-#[derive(Debug, Clone, Deserialize, Serialize)]
-pub struct TrainingReport {
-    /// Images a second, where the job counts images (the PyTorch job); else steps count.
-    #[serde(default)]
-    pub images_per_s: Option<f64>,
-    pub steps_per_s: f64,
-    pub step_ms_p50: f64,
-    pub step_ms_p99: f64,
-    pub cpu_s: f64,
-    pub seconds: f64,
-}
-
-impl TrainingReport {
-    pub fn throughput(&self) -> f64 {
-        self.images_per_s.unwrap_or(self.steps_per_s)
-    }
-}
-
-/// What a training command's stdout says, line by line.
-#[derive(Debug)]
-pub enum TrainingLine {
-    TimedStart,
-    Report(TrainingReport),
-    /// Its stdout closed.
-    Closed,
-}
-
-/// Reads `stdout` on a thread of its own: the timed part's start, then the report; other
-/// lines are left alone.
-pub fn read_training_lines(
-    stdout: impl std::io::Read + Send + 'static,
-) -> mpsc::Receiver<TrainingLine> {
-    let (send, receive) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            let event = if value.get("timed_start").is_some() {
-                TrainingLine::TimedStart
-            } else if let Ok(report) = serde_json::from_value::<TrainingReport>(value) {
-                TrainingLine::Report(report)
-            } else {
-                continue;
-            };
-            if send.send(event).is_err() {
-                return;
-            }
-        }
-        let _ = send.send(TrainingLine::Closed);
-    });
-    receive
-}
-
-/// Waits up to `limit` for the next line of `lines` that is not `Closed` (a closed stdout is
-/// an error naming `what`).
-fn next_training_line(
-    lines: &mpsc::Receiver<TrainingLine>,
-    limit: Duration,
-    what: &str,
-) -> anyhow::Result<TrainingLine> {
-    match lines.recv_timeout(limit) {
-        Ok(TrainingLine::Closed) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-            bail!("the training command ended before {what}: its output is above")
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            bail!("the training command did not reach {what} within {limit:?}")
-        }
-        Ok(line) => Ok(line),
-    }
-}
-
 /// Files made once per run.
 struct Inputs {
     classifier: PathBuf,
@@ -385,7 +129,7 @@ struct Inputs {
     mlp: PathBuf,
     job: PathBuf,
     job_lines: u64,
-    /// The workers' engine (`colocation::worker_engine`).
+    /// The workers' engine (`common::inference::worker_engine`).
     engine: &'static str,
 }
 
@@ -421,7 +165,7 @@ fn prepare_inputs(seconds: f64) -> anyhow::Result<Inputs> {
         "inference-worker mlp-model",
     )?;
     let job = dir.join("job");
-    let job_lines = job_lines(cpu_count(), seconds);
+    let job_lines = job_lines(machine_cpus(), seconds);
     ensure_offline_job(&mlp, &job, job_lines)?;
     Ok(Inputs {
         classifier,
@@ -468,7 +212,7 @@ impl Bench {
         let bench = Self {
             inputs,
             options,
-            cpus: cpu_count(),
+            cpus: machine_cpus(),
             online,
             online_group: Group::ensure(INSTANCE, "online")?,
             offline_group: Group::ensure(INSTANCE, "offline")?,
@@ -821,7 +565,7 @@ pub struct Measured {
     pub online_rate: f64,
     pub cpus: usize,
     /// The engine the workers ran (`--engine`); runs saved before the choice ran tract.
-    #[serde(default = "crate::bench::colocation::tract")]
+    #[serde(default = "crate::bench::common::inference::tract")]
     pub engine: String,
     pub windows: Vec<Window>,
 }
@@ -870,7 +614,7 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
             for k in 0..scenarios.len() {
                 // Rotated every round: drift over the run hits every scenario alike.
                 let scenario = scenarios[(k + round) % scenarios.len()];
-                crate::bench::progress_bar::draw(
+                crate::bench::common::progress_bar::draw(
                     windows.len(),
                     total,
                     started.elapsed(),
@@ -885,7 +629,7 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
                 .write(&saved_path())?;
             }
         }
-        crate::bench::progress_bar::finish(windows.len(), started.elapsed());
+        crate::bench::common::progress_bar::finish(windows.len(), started.elapsed());
         Ok(())
     })();
     bench.finish();
@@ -907,56 +651,6 @@ pub fn saved_path() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_training_protocol_is_read_from_a_real_process() {
-        let mut child = Command::new("sh")
-            .args([
-                "-c",
-                "echo 'warming up'; echo '{\"timed_start\": true}'; \
-                 echo '{\"images_per_s\": 900.5, \"steps_per_s\": 7.0, \"step_ms_p50\": 140, \
-                 \"step_ms_p99\": 180, \"cpu_s\": 30, \"seconds\": 10}'",
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = read_training_lines(child.stdout.take().unwrap());
-        let limit = Duration::from_secs(5);
-        assert!(matches!(
-            next_training_line(&lines, limit, "its timed part").unwrap(),
-            TrainingLine::TimedStart
-        ));
-        match next_training_line(&lines, limit, "its report").unwrap() {
-            TrainingLine::Report(report) => {
-                assert_eq!(report.throughput(), 900.5);
-                assert_eq!(report.cpu_s / report.seconds, 3.0);
-            }
-            other => panic!("{other:?}"),
-        }
-        let err = next_training_line(&lines, limit, "another report").unwrap_err();
-        assert!(
-            err.to_string().contains("ended before another report"),
-            "{err}"
-        );
-        child.wait().unwrap();
-    }
-
-    #[test]
-    fn a_stand_in_counts_steps_and_is_found_from_the_repository_root() {
-        let command = TrainingCommand::stand_in("target/release/training-sim --loaders 3").unwrap();
-        assert!(command.stand_in && !command.announces_timed_start);
-        assert!(command.program.ends_with("/target/release/training-sim"));
-        assert!(Path::new(&command.program).is_absolute());
-        assert_eq!(command.args, ["--loaders", "3"]);
-        assert!(command.unavailable().is_none());
-        let report: TrainingReport = serde_json::from_str(
-            "{\"steps_per_s\": 50, \"step_ms_p50\": 20, \"step_ms_p99\": 30, \"cpu_s\": 8, \
-             \"seconds\": 4, \"runqueue_wait_s\": 0.1}",
-        )
-        .unwrap();
-        assert_eq!(report.throughput(), 50.0);
-        assert!(TrainingCommand::stand_in("  ").is_err());
-    }
 
     #[test]
     fn the_offline_job_outlasts_a_window_at_the_rate_it_is_sized_for() {

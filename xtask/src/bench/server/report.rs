@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{Measured, SLO_MS, Scenario};
 use crate::bench::{
-    colocation::LoadReport,
+    common::inference::LoadReport,
+    common::stats::{bootstrap_median_ci, cell, median, median_of},
     replay,
-    stats::{bootstrap_median_ci, cell, median, median_of},
 };
 
 /// One scenario's window in one round.

@@ -1,0 +1,14 @@
+//! What the benchmarks share:
+//! - `rounds`: rounds kept only while the host is quiet (the steal rule);
+//! - `stats`: medians, paired ratios and their intervals, and the table cells they go in;
+//! - `inference`: the workers, their requests and load, the offline job, their groups;
+//! - `cpus`: the machine's CPUs, counted and split;
+//! - `process`: commands run to their end;
+//! - `progress_bar`: the long runs' one line on stderr.
+
+pub(crate) mod cpus;
+pub(crate) mod inference;
+pub(crate) mod process;
+pub(crate) mod progress_bar;
+pub(crate) mod rounds;
+pub(crate) mod stats;
