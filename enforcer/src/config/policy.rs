@@ -1,0 +1,106 @@
+//! `[policy]`: how cores move between training and inference, and offline's share by
+//! training's pace.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::InvalidField;
+
+/// How cores move between training and inference.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySection {
+    /// false: observe only, never touch a cgroup's CPUs.
+    pub enforce: bool,
+    /// Training's demand estimate is the median of its per-tick demand over this window.
+    pub demand_window_ms: u64,
+    /// Replaced by `demand_window_ms`; rejected with a message that says so.
+    pub demand_half_life_ms: Option<Spanned<u64>>,
+    /// How long demand must stay low before a core goes back to inference (hysteresis).
+    pub give_back_after_ms: u64,
+    /// CPUs reserved for training above its estimated demand.
+    pub headroom_cpus: f64,
+    /// true: offline pools also share training's reserved cores once no core is left outside
+    /// them and the online pools' (the enforcer's behaviour before this option): more offline
+    /// throughput on a small machine, for a slower training job. false (the default): training
+    /// first; offline pools share training's cores only where training has reserved every core.
+    pub offline_on_training_cores: bool,
+    /// true (the default): offline pools pause (their cgroup is frozen) while training's
+    /// demand estimate is more CPUs than the online pools' minimums leave it, and resume after
+    /// the estimate has stayed below that for `give_back_after_ms`. Training first, at the price of offline
+    /// work where training is short of cores; where it is not, nothing changes. false: offline
+    /// pools run on whatever CPUs they get, under SCHED_IDLE, however short training is. Pools
+    /// with `gpu = true` are left to the GPU duty cycle, which owns their freezer.
+    pub pause_offline_when_training_short: bool,
+    /// true: offline inference's share is set by training's own pace, from the progress a
+    /// training job reports (`python/reamer_progress.py`): the most offline work that keeps
+    /// training within `pace_epsilon` of its pace with offline held back, found by short
+    /// probes (docs/enforcer.md, "Offline's share, set by training's pace"). A job that
+    /// reports nothing keeps the core policy alone. false (the default, until measured on the
+    /// GPU server): the core policy alone.
+    pub harvest_by_pace: bool,
+    /// How much of training's pace offline inference may cost under `harvest_by_pace`: 0.01 is
+    /// 1%.
+    pub pace_epsilon: f64,
+    /// How often the slow path re-reads training's demand.
+    pub tick_ms: u64,
+    /// SCHED_FIFO priority of the thread that reacts to sensor events (0: normal class). Where
+    /// the kernel refuses it, the thread stays in the normal class with the shortest time slice.
+    pub event_thread_rt_priority: i32,
+}
+
+impl PolicySection {
+    /// Checks values serde cannot.
+    pub fn validate(&self) -> Result<(), InvalidField> {
+        // NaN compares false with everything: it would reserve nothing, silently.
+        if !self.headroom_cpus.is_finite() || self.headroom_cpus < 0.0 {
+            return Err(InvalidField {
+                field: "headroom_cpus",
+                message: format!(
+                    "{} is not a number of CPUs: it must be finite and at least 0",
+                    self.headroom_cpus
+                ),
+            });
+        }
+        // Below 0.1% the probes could never tell; above half, "training first" would mean
+        // nothing.
+        if !(self.pace_epsilon.is_finite() && (0.001..=0.5).contains(&self.pace_epsilon)) {
+            return Err(InvalidField {
+                field: "pace_epsilon",
+                message: format!(
+                    "{} is not a share of training's pace from 0.001 (0.1%) to 0.5 (50%)",
+                    self.pace_epsilon
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Default for PolicySection {
+    fn default() -> Self {
+        // 2 s hold: several training steps at the 50 steps/s measured here, so a step's idle
+        // phase never gives a core away. 2 s window: 16 steps of the ResNet-50 job on the GPU
+        // server (1,024 images/s at batch 128), a new level taken within a second; replayed
+        // over that job's trace, a 1 s window rode the median's swings and reserved 7 cores at
+        // the median where 2 s reserved 6 (docs/enforcer.md, "Replaying a trace").
+        Self {
+            enforce: true,
+            demand_window_ms: 2000,
+            demand_half_life_ms: None,
+            give_back_after_ms: 2000,
+            headroom_cpus: 0.25,
+            // Training first: offline work on training's reserved core cost training its pace
+            // (docs/experiments/2026-11-24-offline-off-training-cores.md).
+            offline_on_training_cores: false,
+            // Training first: offline work on the online pool's core, while training spills
+            // onto it, cost training its pace (docs/experiments/2026-11-24-offline-pause.md).
+            pause_offline_when_training_short: true,
+            harvest_by_pace: false,
+            pace_epsilon: 0.01,
+            tick_ms: 100,
+            // Above ordinary tasks, below the kernel's own RT threads (priority 50 and up).
+            event_thread_rt_priority: 10,
+        }
+    }
+}
