@@ -75,10 +75,11 @@ fn a_daemon_built_then_spawned_in_process_serves_and_its_shutdown_leaves_nothing
             .await
             .expect("the daemon builds");
         assert!(pins.is_dir(), "built, the daemon has pinned its maps");
-        let registry = built.shared().registry.lock().unwrap();
-        let jobs: Vec<&str> = registry.training.iter().map(|j| j.name.as_str()).collect();
+        let jobs: Vec<String> = {
+            let registry = built.shared().registry.lock().unwrap();
+            registry.training.iter().map(|j| j.name.clone()).collect()
+        };
         assert_eq!(jobs, ["in-process"]);
-        drop(registry);
 
         let running = built.spawn().expect("the daemon starts");
         let socket_for_client = socket.clone();
