@@ -13,9 +13,17 @@
 //!
 //! docs/architecture.md draws it, and `tests/layering.rs` holds the imports to it.
 //!
-//! Public are the modules something outside the library uses: the binary (`cli`), the
-//! integration tests (`actuate`, `daemon`, `gpu`, `host`, `kubernetes`, `sensor`) and the
-//! config's fuzz target (`config`). `policy` and `registry` are the crate's own.
+//! The library's surface is what something outside it uses, and no more: the binary (`cli`),
+//! the config's fuzz target (`config::Config`, `Machine`), and the integration tests
+//! (`daemon::Daemon` built and run in-process, `daemon::admission`, `actuate::cgroup`,
+//! `gpu::duty_cycle`, `host::paths` and `host::user_namespace`, the `kubernetes` pieces that
+//! read the kubelet's layout and the API server's watch, `sensor::object`), with
+//! `actuate::thread_policy` for the slice probe example. Everything else is `pub(crate)`;
+//! `unreachable_pub` warns of a `pub` that no one outside can reach. `policy` and `registry`
+//! are the crate's own.
+
+// Items visible beyond the crate are only those of the modules above that are public.
+#![warn(unreachable_pub)]
 
 pub mod actuate;
 pub mod cli;

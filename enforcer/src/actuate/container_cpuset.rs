@@ -8,7 +8,7 @@ use enforcer_common::cpu_list;
 
 /// Gives container group `relative` the kubelet's CPUs `base` back. A group already removed
 /// has nothing left to give back.
-pub fn restore_cpus(relative: &Path, base: &BTreeSet<u32>) -> Result<(), String> {
+pub(crate) fn restore_cpus(relative: &Path, base: &BTreeSet<u32>) -> Result<(), String> {
     let cgroup = Cgroup::load(hierarchies::auto(), relative.to_string_lossy().as_ref());
     let Some(file) = cgroup
         .controller_of::<CpuSetController>()
@@ -34,7 +34,7 @@ fn restore_value(base: &BTreeSet<u32>) -> String {
 }
 
 /// A `cpuset.cpus` as a set; None where it cannot be read.
-pub fn read_cpus(file: &Path) -> Option<BTreeSet<u32>> {
+pub(crate) fn read_cpus(file: &Path) -> Option<BTreeSet<u32>> {
     let text = std::fs::read_to_string(file).ok()?;
     cpu_list::parse(text.trim()).ok()
 }

@@ -37,18 +37,18 @@ enum Message {
 
 /// Appends lines to the log; cheap to clone, one per decision maker.
 #[derive(Clone)]
-pub struct DecisionLog {
+pub(crate) struct DecisionLog {
     lines: Option<mpsc::Sender<Message>>,
 }
 
 /// The writer thread; ended, every line sent before written, by `close`.
-pub struct DecisionLogWriter {
+pub(crate) struct DecisionLogWriter {
     lines: mpsc::Sender<Message>,
     thread: JoinHandle<()>,
 }
 
 /// The size at which the log is rotated: about 60,000 decisions.
-pub const ROTATE_AT_BYTES: u64 = 16 << 20;
+pub(crate) const ROTATE_AT_BYTES: u64 = 16 << 20;
 
 /// The file the writer appends to, and its size so far.
 struct RotatingFile {
@@ -88,12 +88,12 @@ impl RotatingFile {
 
 impl DecisionLog {
     /// Opens (creates, or appends to) `path` and starts its writer thread.
-    pub fn open(path: &Path) -> Result<(Self, DecisionLogWriter), OpenError> {
+    pub(crate) fn open(path: &Path) -> Result<(Self, DecisionLogWriter), OpenError> {
         Self::open_rotating_at(path, ROTATE_AT_BYTES)
     }
 
     /// `open`, rotating at `rotate_at` bytes.
-    pub fn open_rotating_at(
+    pub(crate) fn open_rotating_at(
         path: &Path,
         rotate_at: u64,
     ) -> Result<(Self, DecisionLogWriter), OpenError> {
@@ -133,13 +133,14 @@ impl DecisionLog {
         ))
     }
 
-    /// A log that writes nothing (tests, a daemon without one).
-    pub fn none() -> Self {
+    /// A log that writes nothing, for the tests.
+    #[cfg(test)]
+    pub(crate) fn none() -> Self {
         Self { lines: None }
     }
 
     /// Appends `record` as one JSON line.
-    pub fn append(&self, record: &impl Serialize) {
+    pub(crate) fn append(&self, record: &impl Serialize) {
         let (Some(lines), Ok(line)) = (&self.lines, serde_json::to_string(record)) else {
             return;
         };
@@ -151,14 +152,14 @@ impl DecisionLog {
 impl DecisionLogWriter {
     /// Waits until every line sent before this call is written, and ends the writer: a line
     /// sent after it is dropped (a connection task still running at shutdown).
-    pub fn close(self) {
+    pub(crate) fn close(self) {
         let _ = self.lines.send(Message::Close);
         let _ = self.thread.join();
     }
 }
 
 /// The latest decisions, for `status`: each as its log line holds it.
-pub struct RecentDecisions {
+pub(crate) struct RecentDecisions {
     capacity: usize,
     /// Shared, so that a reader under the enforcement's lock copies pointers only: a copy of
     /// 32 decisions' JSON was the largest cost of a snapshot, with the event thread waiting.
@@ -166,14 +167,14 @@ pub struct RecentDecisions {
 }
 
 impl RecentDecisions {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             capacity,
             lines: VecDeque::with_capacity(capacity),
         }
     }
 
-    pub fn push(&mut self, record: serde_json::Value) {
+    pub(crate) fn push(&mut self, record: serde_json::Value) {
         if self.lines.len() == self.capacity {
             self.lines.pop_front();
         }
@@ -181,7 +182,7 @@ impl RecentDecisions {
     }
 
     /// Oldest first.
-    pub fn to_vec(&self) -> Vec<Arc<serde_json::Value>> {
+    pub(crate) fn to_vec(&self) -> Vec<Arc<serde_json::Value>> {
         self.lines.iter().cloned().collect()
     }
 }

@@ -58,7 +58,7 @@ static FROZEN_MEMBERS: Mutex<BTreeSet<(PathBuf, &'static str)>> = Mutex::new(BTr
 
 /// Thaws every member group a pool froze; returns how many. For the way out of a failed
 /// daemon: the set's lock is only held to insert or remove, and is not waited for.
-pub fn thaw_members() -> usize {
+pub(crate) fn thaw_members() -> usize {
     let Ok(frozen) = FROZEN_MEMBERS.try_lock() else {
         return 0;
     };
@@ -85,7 +85,7 @@ fn thaw_file(cgroup: &Cgroup) -> Option<(PathBuf, &'static str)> {
 /// Thaws group `relative` (under the hierarchies' root) without a pool's handle: what a
 /// previous daemon froze and the ledger names (`pod_ledger`). A group already removed has
 /// nothing to thaw.
-pub fn thaw_group(relative: &Path) -> Result<(), String> {
+pub(crate) fn thaw_group(relative: &Path) -> Result<(), String> {
     let cgroup = Cgroup::load(hierarchies::auto(), relative.to_string_lossy().as_ref());
     let Some((file, thawed)) = thaw_file(&cgroup) else {
         return Ok(());
@@ -98,7 +98,7 @@ pub fn thaw_group(relative: &Path) -> Result<(), String> {
 
 /// The file that says whether group `relative` is frozen, for reading without any lock
 /// (`frozen_in`).
-pub fn state_file(relative: &Path) -> Option<PathBuf> {
+pub(crate) fn state_file(relative: &Path) -> Option<PathBuf> {
     let cgroup = Cgroup::load(hierarchies::auto(), relative.to_string_lossy().as_ref());
     let dir = cgroup
         .controller_of::<FreezerController>()?
@@ -113,7 +113,7 @@ pub fn state_file(relative: &Path) -> Option<PathBuf> {
 
 /// Whether `state_file` says frozen: v1's FROZEN or FREEZING (a task enters the freezer
 /// only when it next runs), v2's 1. None where it cannot be read (the group is not there).
-pub fn frozen_in(state_file: &Path) -> Option<bool> {
+pub(crate) fn frozen_in(state_file: &Path) -> Option<bool> {
     let text = std::fs::read_to_string(state_file).ok()?;
     Some(matches!(text.trim(), "FROZEN" | "FREEZING" | "1"))
 }
@@ -303,7 +303,7 @@ impl Freezer {
 /// about to die (a panic, the event path lost) does, whatever state its locks are in, so that
 /// no pool stays frozen until the next daemon adopts it. Returns how many groups it thawed;
 /// errors are left out (nothing more can be done about them on the way out).
-pub fn thaw_instance(instance: &str) -> usize {
+pub(crate) fn thaw_instance(instance: &str) -> usize {
     let tree = format!("reamer/{instance}");
     let Some(dir) = Cgroup::load(hierarchies::auto(), tree.as_str())
         .controller_of::<FreezerController>()

@@ -11,22 +11,26 @@ use enforcer_common::protocol::Grant;
 use tokio::sync::mpsc::Sender;
 
 /// Grants queued for one worker at most: a few seconds of the busiest duty cycle.
-pub const GRANT_BACKLOG: usize = 64;
+pub(crate) const GRANT_BACKLOG: usize = 64;
 
 /// The workers subscribed to each pool's grants.
 #[derive(Default)]
-pub struct GrantBoard {
+pub(crate) struct GrantBoard {
     subscribers: BTreeMap<String, Vec<Sender<Grant>>>,
 }
 
 /// The worker's end of its subscription is gone.
 #[derive(Debug, thiserror::Error)]
 #[error("worker went away")]
-pub struct WorkerGone;
+pub(crate) struct WorkerGone;
 
 impl GrantBoard {
     /// Subscribes a worker of `current.pool`, sending it `current` at once.
-    pub fn subscribe(&mut self, current: Grant, worker: Sender<Grant>) -> Result<(), WorkerGone> {
+    pub(crate) fn subscribe(
+        &mut self,
+        current: Grant,
+        worker: Sender<Grant>,
+    ) -> Result<(), WorkerGone> {
         let pool = current.pool.clone();
         worker.try_send(current).map_err(|_| WorkerGone)?;
         let workers = self.subscribers.entry(pool).or_default();
@@ -37,14 +41,14 @@ impl GrantBoard {
 
     /// Sends `grant` to its pool's workers, dropping those gone and those `GRANT_BACKLOG`
     /// grants behind (their subscription ends: see the module's comment).
-    pub fn publish(&mut self, grant: &Grant) {
+    pub(crate) fn publish(&mut self, grant: &Grant) {
         if let Some(workers) = self.subscribers.get_mut(&grant.pool) {
             workers.retain(|worker| worker.try_send(grant.clone()).is_ok());
         }
     }
 
     /// Workers of `pool` whose subscription is still open.
-    pub fn subscribers(&self, pool: &str) -> usize {
+    pub(crate) fn subscribers(&self, pool: &str) -> usize {
         self.subscribers.get(pool).map_or(0, |workers| {
             workers.iter().filter(|w| !w.is_closed()).count()
         })

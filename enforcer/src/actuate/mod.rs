@@ -4,14 +4,14 @@
 //! report would change nothing.
 
 pub mod cgroup;
-pub mod cgroup_error;
-pub mod container_cpuset;
-pub mod decision_log;
-pub mod freezer;
-pub mod grants;
-pub mod pod_in_place;
-pub mod pod_ledger;
-pub mod pod_weight;
-pub mod pools;
-pub mod quiet_cpus;
+pub(crate) mod cgroup_error;
+pub(crate) mod container_cpuset;
+pub(crate) mod decision_log;
+pub(crate) mod freezer;
+pub(crate) mod grants;
+pub(crate) mod pod_in_place;
+pub(crate) mod pod_ledger;
+pub(crate) mod pod_weight;
+pub(crate) mod pools;
+pub(crate) mod quiet_cpus;
 pub mod thread_policy;

@@ -58,13 +58,13 @@ use super::{
 /// files are contested. The kubelet gives a container new CPUs when the CPU manager's shared
 /// pool changes, which is when a Guaranteed pod with exclusive CPUs comes or goes, and a pod
 /// a new weight at an in-place resize: a few times a minute at most.
-pub const CONTESTED_REWRITES: usize = 3;
+pub(crate) const CONTESTED_REWRITES: usize = 3;
 /// Rewrites of any kind within `CONTESTED_WINDOW`, past which the pod's files are contested:
 /// restatements of a container's CPUs as the kubelet gave them included. The runtime restates
 /// them at each update of the container (a resize, a kubelet restart), a few times an hour;
 /// an agent that restores them every second would otherwise be fought for ever.
-pub const CONTESTED_RESTATEMENTS: usize = 10;
-pub const CONTESTED_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const CONTESTED_RESTATEMENTS: usize = 10;
+pub(crate) const CONTESTED_WINDOW: Duration = Duration::from_secs(60);
 
 /// One container's group.
 struct ContainerInPlace {
@@ -173,7 +173,7 @@ impl ContainerInPlace {
 }
 
 /// The files `PodInPlace::check` compares, taken under the daemon's lock.
-pub struct Readback {
+pub(crate) struct Readback {
     /// (container group, its `cpuset.cpus`, what reamer wrote there).
     cpusets: Vec<(PathBuf, PathBuf, BTreeSet<u32>)>,
     /// (container group, its freezer's state file).
@@ -183,7 +183,7 @@ pub struct Readback {
 }
 
 /// What those files held.
-pub struct Readings {
+pub(crate) struct Readings {
     /// (container group, what reamer had written, what the file holds now). A group removed
     /// meanwhile reads as nothing and is left out: its removal event is on its way.
     cpusets: Vec<(PathBuf, BTreeSet<u32>, BTreeSet<u32>)>,
@@ -195,7 +195,7 @@ pub struct Readings {
 
 impl Readback {
     /// Reads the files, with no lock held.
-    pub fn read(self) -> Readings {
+    pub(crate) fn read(self) -> Readings {
         let cpusets = self
             .cpusets
             .into_iter()
@@ -220,7 +220,7 @@ impl Readback {
 
 /// How a pod stands, for `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PodState {
+pub(crate) enum PodState {
     /// Its groups hold the pool's CPUs (and pause).
     Enforced,
     /// `[policy] enforce = false`: seen, never written.
@@ -235,7 +235,7 @@ pub enum PodState {
 
 impl PodState {
     /// One word, for a metric's label.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Self::Enforced => "enforced",
             Self::ObserveOnly => "observe_only",
@@ -262,7 +262,7 @@ impl std::fmt::Display for PodState {
 }
 
 /// An inference pod's groups, as the pool's decisions are written into them.
-pub struct PodInPlace {
+pub(crate) struct PodInPlace {
     pub key: String,
     /// The pod's own group, under the hierarchies' root.
     group: PathBuf,
@@ -293,7 +293,7 @@ impl PodInPlace {
     /// Takes pod `key`, whose group is `relative` in each hierarchy. `write` false: observed
     /// only. An offline pod's group is held at the least weight at once where it is there.
     #[allow(clippy::too_many_arguments)]
-    pub fn attach(
+    pub(crate) fn attach(
         key: &str,
         relative: &Path,
         offline: bool,
@@ -330,12 +330,8 @@ impl PodInPlace {
         matches!(self.state, PodState::Enforced | PodState::Failing(_))
     }
 
-    pub fn state(&self) -> &PodState {
+    pub(crate) fn state(&self) -> &PodState {
         &self.state
-    }
-
-    pub fn containers(&self) -> usize {
-        self.containers.len()
     }
 
     /// Brings every part of the pod to its pool's `cpus` and pause: what is done already is
@@ -392,7 +388,12 @@ impl PodInPlace {
     /// A container group appeared: the pool's CPUs are written into it at once, and it joins
     /// the pool's freezer (frozen at once where the pool is). What failed before on the pod
     /// (its own group made later than the API said it) is tried again with it.
-    pub fn add_container(&mut self, relative: &Path, cpus: &BTreeSet<u32>, ledger: &mut PodLedger) {
+    pub(crate) fn add_container(
+        &mut self,
+        relative: &Path,
+        cpus: &BTreeSet<u32>,
+        ledger: &mut PodLedger,
+    ) {
         if self.containers.contains_key(relative) {
             return;
         }
@@ -402,7 +403,7 @@ impl PodInPlace {
     }
 
     /// A container group went away.
-    pub fn remove_container(&mut self, relative: &Path, ledger: &mut PodLedger) {
+    pub(crate) fn remove_container(&mut self, relative: &Path, ledger: &mut PodLedger) {
         if self.containers.remove(relative).is_some()
             && let Some(freezer) = &self.freezer
         {
@@ -414,7 +415,7 @@ impl PodInPlace {
 
     /// The pool's new CPUs, written into every container (its pause reaches them through
     /// the pool's freezer). On the fast path: the group's weight is left to `check`.
-    pub fn apply(&mut self, cpus: &BTreeSet<u32>, ledger: &mut PodLedger) {
+    pub(crate) fn apply(&mut self, cpus: &BTreeSet<u32>, ledger: &mut PodLedger) {
         self.enforce_parts(cpus, ledger, false);
     }
 
@@ -422,7 +423,7 @@ impl PodInPlace {
     /// wrote there and its freezer's state, and the pod group's weight. None where reamer does
     /// not write the pod. Read without the daemon's lock (`Readback::read`), which the fast
     /// path needs.
-    pub fn readback(&self) -> Option<Readback> {
+    pub(crate) fn readback(&self) -> Option<Readback> {
         if !self.writes() {
             return None;
         }
@@ -463,7 +464,7 @@ impl PodInPlace {
     /// since the reading is left to the next. A container whose freezer is out of step with its
     /// pool's (its group made after the pool froze) is brought in step. Returns what to log: each
     /// rewrite, and a contest.
-    pub fn check(
+    pub(crate) fn check(
         &mut self,
         now: Instant,
         cpus: &BTreeSet<u32>,
@@ -578,7 +579,7 @@ impl PodInPlace {
     /// Lets go of the pod: out of its pool's freezer (thawed), its containers' CPUs and its
     /// group's weight the kubelet's again. What was undone leaves the ledger.
     /// Returns what failed (a group already gone is not a failure).
-    pub fn release(&mut self, ledger: &mut PodLedger) -> Vec<String> {
+    pub(crate) fn release(&mut self, ledger: &mut PodLedger) -> Vec<String> {
         if !self.writes() {
             return Vec::new();
         }

@@ -56,7 +56,7 @@ struct Entries {
     pods: BTreeMap<String, KubeletWeight>,
 }
 
-pub struct PodLedger {
+pub(crate) struct PodLedger {
     file: PathBuf,
     entries: Entries,
     /// The previous daemon's file could not be read whole: the groups it named may still be
@@ -67,7 +67,7 @@ pub struct PodLedger {
 impl PodLedger {
     /// The ledger a previous daemon of this instance left at `file`, checked entry by entry.
     /// What cannot be used is kept aside and logged as an error.
-    pub fn open(file: PathBuf) -> Self {
+    pub(crate) fn open(file: PathBuf) -> Self {
         let (entries, lost) = match std::fs::read(&file) {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => (Entries::default(), false),
             Err(err) => {
@@ -103,7 +103,7 @@ impl PodLedger {
     /// kubelet's CPUs, `<instance>.pod-cpus.json`), so that a daemon upgraded after one that
     /// died still gives those containers their CPUs back. The file goes once its entries are
     /// in the ledger.
-    pub fn adopt_legacy(&mut self, legacy: &Path) {
+    pub(crate) fn adopt_legacy(&mut self, legacy: &Path) {
         let Ok(bytes) = std::fs::read(legacy) else {
             return;
         };
@@ -132,18 +132,18 @@ impl PodLedger {
     /// Where the ledger could not be read whole: the kubelet's CPUs for a container the
     /// ledger does not name are taken from its parent group, not from the container's own
     /// file, which may hold a pool's CPUs.
-    pub fn parent_fallback(&self) -> bool {
+    pub(crate) fn parent_fallback(&self) -> bool {
         self.lost
     }
 
     /// The kubelet's CPUs noted for container `group`.
-    pub fn base(&self, group: &Path) -> Option<BTreeSet<u32>> {
+    pub(crate) fn base(&self, group: &Path) -> Option<BTreeSet<u32>> {
         let text = self.entries.containers.get(&key(group))?;
         cpu_list::parse(text).ok()
     }
 
     /// Notes `base` as container `group`'s CPUs from the kubelet, before reamer writes it.
-    pub fn record_base(&mut self, group: &Path, base: &BTreeSet<u32>) -> Result<(), String> {
+    pub(crate) fn record_base(&mut self, group: &Path, base: &BTreeSet<u32>) -> Result<(), String> {
         let text = cpu_list::format(base);
         if self.entries.containers.get(&key(group)) == Some(&text) {
             return Ok(());
@@ -152,19 +152,23 @@ impl PodLedger {
         self.save()
     }
 
-    pub fn forget_container(&mut self, group: &Path) {
+    pub(crate) fn forget_container(&mut self, group: &Path) {
         if self.entries.containers.remove(&key(group)).is_some() {
             self.save_or_log();
         }
     }
 
     /// The kubelet's weight noted for pod group `group`.
-    pub fn kubelet_weight(&self, group: &Path) -> Option<&KubeletWeight> {
+    pub(crate) fn kubelet_weight(&self, group: &Path) -> Option<&KubeletWeight> {
         self.entries.pods.get(&key(group))
     }
 
     /// Notes `weight` as pod group `group`'s from the kubelet, before reamer lowers it.
-    pub fn record_weight(&mut self, group: &Path, weight: KubeletWeight) -> Result<(), String> {
+    pub(crate) fn record_weight(
+        &mut self,
+        group: &Path,
+        weight: KubeletWeight,
+    ) -> Result<(), String> {
         if self.entries.pods.get(&key(group)) == Some(&weight) {
             return Ok(());
         }
@@ -172,7 +176,7 @@ impl PodLedger {
         self.save()
     }
 
-    pub fn forget_pod(&mut self, group: &Path) {
+    pub(crate) fn forget_pod(&mut self, group: &Path) {
         if self.entries.pods.remove(&key(group)).is_some() {
             self.save_or_log();
         }
@@ -183,7 +187,7 @@ impl PodLedger {
     /// whose group is gone is dropped; one that could not be undone stays for the next try (its
     /// pod, taken again, keeps the kubelet's CPUs from it). Returns what was undone and what
     /// failed.
-    pub fn release_left(&mut self) -> (usize, Vec<String>) {
+    pub(crate) fn release_left(&mut self) -> (usize, Vec<String>) {
         let mut undone = 0;
         let mut errors = Vec::new();
         let containers = std::mem::take(&mut self.entries.containers);

@@ -38,7 +38,7 @@ const NEW_GROUP_WEIGHT: u64 = 100;
 /// A pod group's weight as the kubelet wrote it: the one given back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct KubeletWeight {
+pub(crate) struct KubeletWeight {
     /// `cpu.shares` (v1) or `cpu.weight` (v2).
     pub file: String,
     pub value: u64,
@@ -55,7 +55,7 @@ impl KubeletWeight {
 
     /// Whether the kernel would take it: a known file, a value within its range. A ledger
     /// entry is checked before root writes it back.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let (least, most) = self
             .range()
             .ok_or_else(|| format!("{:?} is not a weight file", self.file))?;
@@ -70,13 +70,13 @@ impl KubeletWeight {
     }
 
     /// The least weight its file takes: where reamer holds an offline pod's group.
-    pub fn is_least(&self) -> bool {
+    pub(crate) fn is_least(&self) -> bool {
         self.range().is_some_and(|(least, _)| self.value == least)
     }
 
     /// The weight the kernel gives a new group: read just after the kubelet made the group,
     /// it may not be the kubelet's yet (the kubelet writes its weight right after its mkdir).
-    pub fn is_new_groups(&self) -> bool {
+    pub(crate) fn is_new_groups(&self) -> bool {
         self.value
             == if self.file == WEIGHT.0 {
                 NEW_GROUP_WEIGHT
@@ -87,7 +87,7 @@ impl KubeletWeight {
 }
 
 /// A pod group's weight file.
-pub struct PodWeight {
+pub(crate) struct PodWeight {
     dir: PathBuf,
     v2: bool,
 }
@@ -95,7 +95,7 @@ pub struct PodWeight {
 impl PodWeight {
     /// The `cpu` files of group `relative` (under the hierarchies' root), whether or not the
     /// group is there yet. None where the host has no cpu controller.
-    pub fn of(relative: &Path) -> Option<Self> {
+    pub(crate) fn of(relative: &Path) -> Option<Self> {
         let cgroup = Cgroup::load(hierarchies::auto(), relative.to_string_lossy().as_ref());
         let dir = cgroup.controller_of::<CpuController>()?.path().to_owned();
         Some(Self {
@@ -108,12 +108,12 @@ impl PodWeight {
         if self.v2 { WEIGHT.0 } else { SHARES.0 }
     }
 
-    pub fn file(&self) -> PathBuf {
+    pub(crate) fn file(&self) -> PathBuf {
         self.dir.join(self.file_name())
     }
 
     /// The group's weight now; an error where it cannot be read (not there yet).
-    pub fn read(&self) -> Result<KubeletWeight, String> {
+    pub(crate) fn read(&self) -> Result<KubeletWeight, String> {
         let value = read_value(&self.file())?;
         Ok(KubeletWeight {
             file: self.file_name().to_owned(),
@@ -122,7 +122,7 @@ impl PodWeight {
     }
 
     /// Writes the least weight the kernel takes.
-    pub fn hold_least(&self) -> Result<(), String> {
+    pub(crate) fn hold_least(&self) -> Result<(), String> {
         let least = if self.v2 { WEIGHT.1 } else { SHARES.1 };
         let file = self.file();
         std::fs::write(&file, least.to_string())
@@ -132,7 +132,7 @@ impl PodWeight {
     /// Clears `cpu.idle` where it is 1 (an earlier version of reamer made the group idle, and
     /// its ledger was lost); returns whether it was. The group's weight is then the kernel's
     /// reset value, not the kubelet's.
-    pub fn clear_idle(&self) -> Result<bool, String> {
+    pub(crate) fn clear_idle(&self) -> Result<bool, String> {
         let idle = self.dir.join("cpu.idle");
         if !std::fs::read_to_string(&idle).is_ok_and(|v| v.trim() == "1") {
             return Ok(false);
@@ -143,7 +143,7 @@ impl PodWeight {
 
     /// The kubelet's weight written back (and `cpu.idle` cleared first where an earlier
     /// version set it). A group already removed has nothing to give back.
-    pub fn give_back(&self, kubelet: &KubeletWeight) -> Result<(), String> {
+    pub(crate) fn give_back(&self, kubelet: &KubeletWeight) -> Result<(), String> {
         if !self.dir.exists() {
             return Ok(());
         }
@@ -157,7 +157,7 @@ impl PodWeight {
 
 /// What weight file `file` holds where it is not the least (someone wrote it); None where it
 /// is, or cannot be read.
-pub fn not_least(file: &Path) -> Option<u64> {
+pub(crate) fn not_least(file: &Path) -> Option<u64> {
     let weight = KubeletWeight {
         file: file.file_name()?.to_str()?.to_owned(),
         value: read_value(file).ok()?,

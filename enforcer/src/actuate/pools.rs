@@ -130,7 +130,7 @@ pub enum PoolsError {
 
 /// What one allocation's writes did, pool by pool.
 #[derive(Debug, Default)]
-pub struct Written {
+pub(crate) struct Written {
     /// Pools whose CPUs were rewritten.
     pub rewritten: Vec<String>,
     /// Offline pools frozen by it, and those thawed.
@@ -139,24 +139,21 @@ pub struct Written {
 }
 
 /// A pod as `status` shows it.
-pub struct PodView {
+pub(crate) struct PodView {
     pub uid: String,
-    pub key: String,
-    pub pool: String,
     pub state: PodState,
-    pub containers: usize,
     pub foreign_writes: u64,
 }
 
 /// A pool as `status` shows it, with where its CPUs and processes are read from.
-pub struct PoolView {
+pub(crate) struct PoolView {
     pub name: String,
     pub kind: PoolKind,
     pub paused: bool,
     pub files: PoolFiles,
 }
 
-pub struct Pools {
+pub(crate) struct Pools {
     all_cpus: BTreeSet<u32>,
     pools: BTreeMap<String, Pool>,
     /// What reamer changed in pods' groups, written down first for a restarted daemon.
@@ -166,7 +163,7 @@ pub struct Pools {
 impl Pools {
     /// Creates (or adopts) the pools' cgroups under `reamer/<instance>`, and marks the top
     /// `reamer` group idle where there is any pool (`cgroup` says why).
-    pub fn create(
+    pub(crate) fn create(
         instance: &str,
         settings: &[PoolSettings],
         all_cpus: BTreeSet<u32>,
@@ -211,17 +208,17 @@ impl Pools {
     }
 
     /// Whether the CPU policy has any pool to pause.
-    pub fn any_pausable(&self) -> bool {
+    pub(crate) fn any_pausable(&self) -> bool {
         self.pools.values().any(|pool| pool.pausable)
     }
 
     /// The weight a previous daemon left on an adopted online pool (`PoolCgroup`).
-    pub fn adopted_weight(&self, pool: &str) -> Option<u32> {
+    pub(crate) fn adopted_weight(&self, pool: &str) -> Option<u32> {
         self.pools.get(pool)?.cgroup.adopted_weight()
     }
 
     /// Writes an online pool's CPU weight.
-    pub fn set_weight(&self, pool: &str, weight: u32) -> Result<(), PoolsError> {
+    pub(crate) fn set_weight(&self, pool: &str, weight: u32) -> Result<(), PoolsError> {
         Ok(self.get(pool)?.cgroup.set_weight(weight)?)
     }
 
@@ -234,7 +231,11 @@ impl Pools {
     /// Brings the pools to `allocation`: for each pool whose CPUs or pause changed, its workers
     /// hear of it first (`tell`), then its cgroup is written. A failed write is logged, the
     /// pool keeps its old state, and the write is retried by `retry_failed`.
-    pub fn write(&mut self, allocation: &Allocation, mut tell: impl FnMut(Grant)) -> Written {
+    pub(crate) fn write(
+        &mut self,
+        allocation: &Allocation,
+        mut tell: impl FnMut(Grant),
+    ) -> Written {
         let mut written = Written::default();
         for (name, cpus) in &allocation.pools {
             let Some(pool) = self.pools.get_mut(name) else {
@@ -266,7 +267,7 @@ impl Pools {
 
     /// Writes again what a failed write left undone (the slow path's tick calls it). The
     /// workers heard of it already, when it was first written.
-    pub fn retry_failed(&mut self) -> Written {
+    pub(crate) fn retry_failed(&mut self) -> Written {
         let mut written = Written::default();
         for (name, pool) in &mut self.pools {
             if let Some((cpus, paused)) = pool.pending.clone() {
@@ -278,7 +279,7 @@ impl Pools {
 
     /// What a worker of `pool` subscribing now is granted: the CPUs last written (all of them
     /// before any write), and whether the pool is paused.
-    pub fn current_grant(&self, pool: &str) -> Result<Grant, PoolsError> {
+    pub(crate) fn current_grant(&self, pool: &str) -> Result<Grant, PoolsError> {
         let state = self.get(pool)?;
         let cpus = state.applied.as_ref().unwrap_or(&self.all_cpus);
         Ok(Grant {
@@ -290,12 +291,12 @@ impl Pools {
     }
 
     /// Where `pool` lists its CPUs and processes.
-    pub fn files(&self, pool: &str) -> Result<PoolFiles, PoolsError> {
+    pub(crate) fn files(&self, pool: &str) -> Result<PoolFiles, PoolsError> {
         Ok(self.get(pool)?.cgroup.files())
     }
 
     /// Moves process `pid` into `pool`'s cgroup.
-    pub fn add_process(&self, pool: &str, pid: u32) -> Result<(), PoolsError> {
+    pub(crate) fn add_process(&self, pool: &str, pid: u32) -> Result<(), PoolsError> {
         if pid == std::process::id() {
             return Err(PoolsError::TheEnforcer(pid));
         }
@@ -305,7 +306,7 @@ impl Pools {
     /// Pod `uid` (`key`), whose group is `relative` in each hierarchy, joins `pool`: written in
     /// place from now on, unless `write` is false (observe only) or the CPU manager gave it
     /// CPUs of its own.
-    pub fn attach_pod(
+    pub(crate) fn attach_pod(
         &mut self,
         pool: &str,
         uid: &str,
@@ -336,7 +337,7 @@ impl Pools {
     }
 
     /// A container group of pod `uid` appeared: it takes the pool's CPUs and pause at once.
-    pub fn add_pod_container(&mut self, uid: &str, relative: &Path) {
+    pub(crate) fn add_pod_container(&mut self, uid: &str, relative: &Path) {
         let all_cpus = &self.all_cpus;
         for pool in self.pools.values_mut() {
             let cpus = pool.current(all_cpus);
@@ -346,7 +347,7 @@ impl Pools {
         }
     }
 
-    pub fn remove_pod_container(&mut self, uid: &str, relative: &Path) {
+    pub(crate) fn remove_pod_container(&mut self, uid: &str, relative: &Path) {
         for pool in self.pools.values_mut() {
             if let Some(pod) = pool.pods.get_mut(uid) {
                 pod.remove_container(relative, &mut self.ledger);
@@ -356,7 +357,7 @@ impl Pools {
 
     /// Pod `uid` leaves its pool: thawed, its CPUs the kubelet's, not idle. Returns what
     /// failed.
-    pub fn detach_pod(&mut self, uid: &str) -> Vec<String> {
+    pub(crate) fn detach_pod(&mut self, uid: &str) -> Vec<String> {
         let ledger = &mut self.ledger;
         self.pools
             .values_mut()
@@ -366,7 +367,7 @@ impl Pools {
     }
 
     /// Every written pod's files to read back, by pool and pod (`PodInPlace::readback`).
-    pub fn pod_readbacks(&self) -> Vec<(String, String, Readback)> {
+    pub(crate) fn pod_readbacks(&self) -> Vec<(String, String, Readback)> {
         self.pools
             .iter()
             .flat_map(|(name, pool)| {
@@ -378,7 +379,7 @@ impl Pools {
     }
 
     /// What was read back, at `now` (`PodInPlace::check`): what to log.
-    pub fn check_pods(
+    pub(crate) fn check_pods(
         &mut self,
         now: Instant,
         readings: Vec<(String, String, Readings)>,
@@ -397,16 +398,13 @@ impl Pools {
     }
 
     /// Every pool's pods, for `status` and /metrics.
-    pub fn pod_views(&self) -> Vec<PodView> {
+    pub(crate) fn pod_views(&self) -> Vec<PodView> {
         self.pools
-            .iter()
-            .flat_map(|(name, pool)| {
-                pool.pods.iter().map(move |(uid, pod)| PodView {
+            .values()
+            .flat_map(|pool| {
+                pool.pods.iter().map(|(uid, pod)| PodView {
                     uid: uid.clone(),
-                    key: pod.key.clone(),
-                    pool: name.clone(),
                     state: pod.state().clone(),
-                    containers: pod.containers(),
                     foreign_writes: pod.foreign_writes,
                 })
             })
@@ -415,7 +413,7 @@ impl Pools {
 
     /// Each pool's name and the directory listing its threads: every thread in a pool's
     /// cgroup is a member, whoever put it there and whichever daemon did.
-    pub fn member_dirs(&self) -> Vec<(String, PathBuf)> {
+    pub(crate) fn member_dirs(&self) -> Vec<(String, PathBuf)> {
         self.pools
             .iter()
             .filter_map(|(name, pool)| Some((name.clone(), pool.cgroup.member_dir()?)))
@@ -423,7 +421,7 @@ impl Pools {
     }
 
     /// The freezers of the pools that use the GPU, for the GPU duty cycle.
-    pub fn gpu_freezers(&self) -> Vec<Arc<Freezer>> {
+    pub(crate) fn gpu_freezers(&self) -> Vec<Arc<Freezer>> {
         let gpu_pools = self.pools.iter().filter(|(_, pool)| pool.uses_gpu);
         gpu_pools
             .filter_map(|(name, pool)| {
@@ -441,7 +439,7 @@ impl Pools {
     }
 
     /// Every pool, for `status`.
-    pub fn views(&self) -> Vec<PoolView> {
+    pub(crate) fn views(&self) -> Vec<PoolView> {
         self.pools
             .iter()
             .map(|(name, pool)| PoolView {
@@ -455,7 +453,7 @@ impl Pools {
 
     /// Leaves every inference process runnable on every CPU, unfrozen, at normal priority;
     /// removes pool cgroups that are empty (the others stay for a restarted daemon to adopt).
-    pub fn release(&mut self, instance: &str) {
+    pub(crate) fn release(&mut self, instance: &str) {
         for (name, pool) in &mut self.pools {
             for (_, mut pod) in std::mem::take(&mut pool.pods) {
                 for err in pod.release(&mut self.ledger) {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use aya::maps::{Array, MapData};
 use tracing::warn;
 
-pub struct QuietCpus {
+pub(crate) struct QuietCpus {
     map: Array<MapData, u32>,
     /// What the map holds now.
     published: BTreeSet<u32>,
@@ -16,7 +16,7 @@ pub struct QuietCpus {
 
 impl QuietCpus {
     /// The map the sensor reads (`Sensor::take_reserved_cpus`), as the sensor made it: empty.
-    pub fn new(map: Array<MapData, u32>) -> Self {
+    pub(crate) fn new(map: Array<MapData, u32>) -> Self {
         Self {
             map,
             published: BTreeSet::new(),
@@ -24,7 +24,7 @@ impl QuietCpus {
     }
 
     /// Makes `quiet` the CPUs where the sensor stays quiet, writing only the changes.
-    pub fn publish(&mut self, quiet: BTreeSet<u32>) {
+    pub(crate) fn publish(&mut self, quiet: BTreeSet<u32>) {
         for &cpu in self.published.symmetric_difference(&quiet) {
             if let Err(err) = self.map.set(cpu, u32::from(quiet.contains(&cpu)), 0) {
                 warn!("publishing quiet CPU {cpu}: {err}");

@@ -25,7 +25,7 @@ use std::io;
 
 /// The policy `current` (as `sched_getscheduler` returns it) should become for an offline
 /// pool, or None where it stays. The reset-on-fork flag is kept.
-pub fn idle_policy_for(current: i32) -> Option<i32> {
+pub(crate) fn idle_policy_for(current: i32) -> Option<i32> {
     let reset_on_fork = current & libc::SCHED_RESET_ON_FORK;
     match current & !libc::SCHED_RESET_ON_FORK {
         libc::SCHED_OTHER | libc::SCHED_BATCH => Some(libc::SCHED_IDLE | reset_on_fork),
@@ -34,7 +34,7 @@ pub fn idle_policy_for(current: i32) -> Option<i32> {
 }
 
 /// The policy `current` should go back to at shutdown, or None where it stays.
-pub fn normal_policy_for(current: i32) -> Option<i32> {
+pub(crate) fn normal_policy_for(current: i32) -> Option<i32> {
     let reset_on_fork = current & libc::SCHED_RESET_ON_FORK;
     match current & !libc::SCHED_RESET_ON_FORK {
         libc::SCHED_IDLE => Some(libc::SCHED_OTHER | reset_on_fork),
@@ -74,7 +74,7 @@ fn set_policy(tid: u32, policy: i32, priority: i32) -> io::Result<()> {
 /// root group can run real-time threads). A daemon started under a service manager's or a
 /// container's group is refused there, as on the cgroup v2 GPU host, where such an event
 /// thread read some events 4.0 ms after they were sent: one tick at HZ=250.
-pub fn run_as_fifo(rt_priority: i32, thread: &str) {
+pub(crate) fn run_as_fifo(rt_priority: i32, thread: &str) {
     if rt_priority <= 0 {
         return;
     }
@@ -95,7 +95,7 @@ pub fn run_as_fifo(rt_priority: i32, thread: &str) {
 }
 
 /// SCHED_FIFO refused, and what asking for the shortest slice instead gave.
-pub struct Refused {
+pub(crate) struct Refused {
     pub err: io::Error,
     pub slice: io::Result<()>,
 }
@@ -103,7 +103,7 @@ pub struct Refused {
 /// Moves the calling thread to SCHED_FIFO `rt_priority`; where the kernel refuses, asks for
 /// the shortest slice instead ([`run_as_fifo`] says why). `enforcer check` tries the same on a
 /// thread of its own.
-pub fn fifo_or_shortest_slice(rt_priority: i32) -> Result<(), Refused> {
+pub(crate) fn fifo_or_shortest_slice(rt_priority: i32) -> Result<(), Refused> {
     set_policy(0, libc::SCHED_FIFO, rt_priority).map_err(|err| Refused {
         err,
         slice: ask_shortest_slice(),
@@ -112,7 +112,7 @@ pub fn fifo_or_shortest_slice(rt_priority: i32) -> Result<(), Refused> {
 
 /// The shortest slice EEVDF accepts from `sched_setattr` (it clamps `sched_runtime` to
 /// 0.1-100 ms).
-pub const SHORTEST_SLICE_NS: u64 = 100_000;
+pub(crate) const SHORTEST_SLICE_NS: u64 = 100_000;
 
 /// The kernel's `struct sched_attr` as of its first extension (SCHED_ATTR_SIZE_VER1, 56
 /// bytes).
@@ -168,7 +168,7 @@ pub fn ask_shortest_slice() -> io::Result<()> {
 }
 
 /// The calling thread's time slice as the kernel keeps it (`sched_runtime` of a fair thread).
-pub fn own_slice_ns() -> io::Result<u64> {
+pub(crate) fn own_slice_ns() -> io::Result<u64> {
     Ok(attributes_of(0)?.sched_runtime)
 }
 
@@ -192,7 +192,7 @@ fn attributes_of(tid: u32) -> io::Result<SchedAttr> {
 }
 
 /// The thread of this process named `name` (its `comm`), if one runs.
-pub fn own_thread_named(name: &str) -> Option<u32> {
+pub(crate) fn own_thread_named(name: &str) -> Option<u32> {
     std::fs::read_dir("/proc/self/task")
         .ok()?
         .flatten()
@@ -204,7 +204,7 @@ pub fn own_thread_named(name: &str) -> Option<u32> {
 
 /// How thread `tid` is scheduled, in a few words: "SCHED_FIFO 10", "SCHED_OTHER, 0.1 ms
 /// slice". For `enforcer status`, which says how the event thread runs.
-pub fn describe(tid: u32) -> String {
+pub(crate) fn describe(tid: u32) -> String {
     let Ok(attr) = attributes_of(tid) else {
         return "unknown".to_owned();
     };
@@ -221,7 +221,7 @@ pub fn describe(tid: u32) -> String {
 
 /// What one pass over a pool's threads did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Changed {
+pub(crate) struct Changed {
     pub changed: usize,
     /// Threads whose policy could not be read or set, other than those that exited meanwhile.
     pub failed: usize,
@@ -250,13 +250,13 @@ fn change_all(tids: impl IntoIterator<Item = u32>, wanted: impl Fn(i32) -> Optio
 }
 
 /// Gives every thread in `tids` with a normal policy the SCHED_IDLE policy.
-pub fn make_idle(tids: impl IntoIterator<Item = u32>) -> Changed {
+pub(crate) fn make_idle(tids: impl IntoIterator<Item = u32>) -> Changed {
     change_all(tids, idle_policy_for)
 }
 
 /// Gives every SCHED_IDLE thread in `tids` the SCHED_OTHER policy again (with the nice value
 /// it had). Leaving SCHED_IDLE needs CAP_SYS_NICE (or an RLIMIT_NICE that allows it).
-pub fn make_normal(tids: impl IntoIterator<Item = u32>) -> Changed {
+pub(crate) fn make_normal(tids: impl IntoIterator<Item = u32>) -> Changed {
     change_all(tids, normal_policy_for)
 }
 

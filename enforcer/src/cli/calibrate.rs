@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::{host::preflight, sensor::calibration};
 
-pub fn run(duration: Duration, floor: bool) -> anyhow::Result<()> {
+pub(crate) fn run(duration: Duration, floor: bool) -> anyhow::Result<()> {
     preflight::require_root()?;
     preflight::ensure_mounts()?;
     if floor {

@@ -19,7 +19,7 @@ use crate::{
 type Finding = Result<String, String>;
 
 /// One line of the report.
-pub struct Item {
+pub(crate) struct Item {
     pub name: &'static str,
     pub ok: bool,
     /// Optional items only warn.
@@ -274,7 +274,7 @@ fn kubernetes() -> Finding {
 }
 
 /// Runs every check.
-pub fn run_checks() -> Vec<Item> {
+pub(crate) fn run_checks() -> Vec<Item> {
     vec![
         item("kernel", true, kernel()),
         item("btf", true, btf()),
@@ -290,7 +290,7 @@ pub fn run_checks() -> Vec<Item> {
 }
 
 /// Prints the report; Err if anything required is missing.
-pub fn report() -> anyhow::Result<()> {
+pub(crate) fn report() -> anyhow::Result<()> {
     let items = run_checks();
     for item in &items {
         let mark = match (item.ok, item.required) {

@@ -10,7 +10,7 @@ use tokio::{
 };
 
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     #[error(
         "no enforcer daemon answers at {path}: {source}. Start one with `enforcer run` \
          (or `cargo xtask run -- run`), or pass the --instance it runs as"
@@ -32,13 +32,13 @@ pub enum ClientError {
 }
 
 /// A connection to the daemon.
-pub struct Client {
+pub(crate) struct Client {
     reader: BufReader<tokio::net::unix::OwnedReadHalf>,
     writer: tokio::net::unix::OwnedWriteHalf,
 }
 
 impl Client {
-    pub async fn connect(socket: &Path) -> Result<Self, ClientError> {
+    pub(crate) async fn connect(socket: &Path) -> Result<Self, ClientError> {
         let stream = UnixStream::connect(socket)
             .await
             .map_err(|source| ClientError::Connect {
@@ -53,7 +53,7 @@ impl Client {
     }
 
     /// Sends one request and waits for its answer; an `Error` answer becomes `Refused`.
-    pub async fn call(&mut self, request: &Request) -> Result<Response, ClientError> {
+    pub(crate) async fn call(&mut self, request: &Request) -> Result<Response, ClientError> {
         self.writer.write_all(&protocol::to_line(request)).await?;
         let mut answer = String::new();
         if self.reader.read_line(&mut answer).await? == 0 {
@@ -66,12 +66,12 @@ impl Client {
     }
 
     /// The daemon's snapshot now.
-    pub async fn snapshot(&mut self) -> Result<Snapshot, ClientError> {
+    pub(crate) async fn snapshot(&mut self) -> Result<Snapshot, ClientError> {
         self.snapshot_for(Request::Snapshot).await
     }
 
     /// The part of the snapshot `observe` uses (`Request::Observe`).
-    pub async fn observe(&mut self) -> Result<Snapshot, ClientError> {
+    pub(crate) async fn observe(&mut self) -> Result<Snapshot, ClientError> {
         self.snapshot_for(Request::Observe).await
     }
 

@@ -11,7 +11,7 @@ use enforcer_common::protocol::{Request, Response};
 
 use super::client::{Client, ClientError};
 
-pub async fn run(socket: &Path, timeout: Duration) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(socket: &Path, timeout: Duration) -> anyhow::Result<ExitCode> {
     let asked = tokio::time::timeout(timeout, async {
         let mut client = Client::connect(socket).await?;
         client.call(&Request::Health).await

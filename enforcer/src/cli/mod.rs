@@ -2,16 +2,16 @@
 //! edge, where errors become one printed line (`anyhow`); the library below it speaks typed
 //! errors.
 
-pub mod calibrate;
-pub mod check;
-pub mod client;
-pub mod health;
-pub mod launch;
-pub mod observe;
-pub mod pods;
-pub mod relaunch;
-pub mod replay;
-pub mod status;
+pub(crate) mod calibrate;
+pub(crate) mod check;
+pub(crate) mod client;
+pub(crate) mod health;
+pub(crate) mod launch;
+pub(crate) mod observe;
+pub(crate) mod pods;
+pub(crate) mod relaunch;
+pub(crate) mod replay;
+pub(crate) mod status;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 

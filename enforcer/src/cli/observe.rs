@@ -10,7 +10,7 @@ use crate::sensor::interval::{JobInterval, job_interval};
 /// One printed interval: a line of `observe --json`, and of the traces `enforcer replay`
 /// reads (the fields added after the first traces were recorded default when missing).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct ObservedInterval {
+pub(crate) struct ObservedInterval {
     pub seconds: f64,
     /// The machine's online CPUs.
     #[serde(default)]
@@ -32,7 +32,7 @@ pub struct ObservedInterval {
 }
 
 /// Figures between two snapshots.
-pub fn interval(prev: &Snapshot, cur: &Snapshot) -> ObservedInterval {
+pub(crate) fn interval(prev: &Snapshot, cur: &Snapshot) -> ObservedInterval {
     let dt = cur.monotonic_ns.saturating_sub(prev.monotonic_ns);
     let jobs = cur
         .jobs
@@ -104,7 +104,7 @@ fn duration(ns: Option<u64>) -> String {
 }
 
 /// The interval as a table.
-pub fn render(observed: &ObservedInterval) -> String {
+pub(crate) fn render(observed: &ObservedInterval) -> String {
     let mut out = format!(
         "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10} {:>12} {:>9}\n",
         "job",
@@ -169,7 +169,12 @@ async fn observe_again(client: &mut Client, socket: &Path) -> Result<Snapshot, C
 }
 
 /// Prints an interval every `every` until `count` intervals (0: forever).
-pub async fn run(socket: &Path, every: Duration, count: u64, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    socket: &Path,
+    every: Duration,
+    count: u64,
+    json: bool,
+) -> anyhow::Result<()> {
     let mut client = Client::connect(socket).await?;
     let mut prev = client.observe().await?;
     let mut printed = 0;

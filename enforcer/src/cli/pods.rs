@@ -25,7 +25,7 @@ use crate::{
 
 /// One pod's line.
 #[derive(Debug, Serialize)]
-pub struct PodLine {
+pub(crate) struct PodLine {
     pub pod: String,
     /// "training", "online", "offline", "-" (not managed) or "error".
     pub role: String,
@@ -36,7 +36,7 @@ pub struct PodLine {
 }
 
 #[derive(Debug, Serialize)]
-pub struct ContainerLine {
+pub(crate) struct ContainerLine {
     pub name: String,
     /// Its cgroup where it could be resolved, in the first hierarchy looked in.
     pub cgroup: Option<PathBuf>,
@@ -47,7 +47,12 @@ pub struct ContainerLine {
 
 /// What `config` makes of `pod`: decided as the daemon decides (`managed_pod`), so that a pod
 /// shown as an error here is one the daemon refuses, and the other way round.
-pub fn pod_line(pod: &Pod, config: &Config, classifier: &Classifier, hierarchy: &Path) -> PodLine {
+pub(crate) fn pod_line(
+    pod: &Pod,
+    config: &Config,
+    classifier: &Classifier,
+    hierarchy: &Path,
+) -> PodLine {
     let decided = managed_pod(
         pod,
         classifier,
@@ -114,7 +119,7 @@ pub fn pod_line(pod: &Pod, config: &Config, classifier: &Classifier, hierarchy: 
 }
 
 /// The classifier of `config`: its pools' kinds and its selectors.
-pub fn classifier(config: &Config) -> Classifier {
+pub(crate) fn classifier(config: &Config) -> Classifier {
     let pools = config.pool.iter().map(|p| {
         let online = matches!(p.pool_kind(), PoolKindField::Online);
         (p.name.get_ref().clone(), online)
@@ -123,7 +128,7 @@ pub fn classifier(config: &Config) -> Classifier {
         .with_claims(config.kubernetes.claims.clone())
 }
 
-pub fn render(line: &PodLine) -> String {
+pub(crate) fn render(line: &PodLine) -> String {
     let mut text = format!(
         "{:<40} {:<8} {:<24} {}\n",
         line.pod, line.role, line.group, line.qos
@@ -150,7 +155,7 @@ pub fn render(line: &PodLine) -> String {
 /// Lists the pods of `node` (default: the config's, $NODE_NAME, the host name) and prints
 /// how reamer reads each. Exits 1 where a pod marked for reamer cannot be classified. With
 /// `watch`, follows the pods and their containers' groups instead, until interrupted.
-pub async fn run(
+pub(crate) async fn run(
     config: Option<PathBuf>,
     node: Option<String>,
     json: bool,

@@ -8,7 +8,7 @@ use enforcer_common::protocol::{Request, Response};
 use super::client::{Client, ClientError};
 use crate::daemon::relaunch_board::WATCH_EVERY;
 
-pub async fn run(socket: &Path, pool: &str) -> anyhow::Result<()> {
+pub(crate) async fn run(socket: &Path, pool: &str) -> anyhow::Result<()> {
     let mut client = Client::connect(socket).await?;
     let request = Request::Relaunch {
         pool: pool.to_owned(),

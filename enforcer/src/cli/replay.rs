@@ -37,18 +37,18 @@ use crate::{
 
 /// The online pool's guaranteed cores in the default scenario: as in the co-location runs on
 /// the 16-CPU GPU server that the shipped trace comes from.
-pub const DEFAULT_ONLINE_MIN_CORES: usize = 2;
+pub(crate) const DEFAULT_ONLINE_MIN_CORES: usize = 2;
 
 /// `DEFAULT_ONLINE_MIN_CORES`, or half the traced machine's CPUs where that is less: on a
 /// machine of 2 CPUs, 2 would leave training no core (the enforcer refuses such a config), and
 /// the replay would pause offline whenever training ran at all.
-pub fn default_online_min_cores(cpus: usize) -> usize {
+pub(crate) fn default_online_min_cores(cpus: usize) -> usize {
     DEFAULT_ONLINE_MIN_CORES.min(cpus / 2)
 }
 
 /// One interval as replayed.
 #[derive(Debug, Clone, Serialize)]
-pub struct ReplayedInterval {
+pub(crate) struct ReplayedInterval {
     /// Seconds from the trace's start to the interval's end.
     pub t_s: f64,
     /// Training's CPUs running and demanded (running or runnable), summed over its jobs.
@@ -66,7 +66,7 @@ pub struct ReplayedInterval {
 
 /// The policy and pools a replay runs with.
 #[derive(Debug, Clone)]
-pub struct Scenario {
+pub(crate) struct Scenario {
     pub policy: PolicySettings,
     pub pools: Vec<PoolSettings>,
 }
@@ -74,7 +74,7 @@ pub struct Scenario {
 impl Scenario {
     /// The default policy, one online pool of `default_online_min_cores` and one offline pool,
     /// for a machine of `cpus` CPUs.
-    pub fn default_for_replay(cpus: usize) -> Self {
+    pub(crate) fn default_for_replay(cpus: usize) -> Self {
         let defaults = Settings::default();
         let pool = |name: &str, kind| PoolSettings {
             name: name.to_owned(),
@@ -101,7 +101,7 @@ impl Scenario {
 
     /// The `[policy]` and `[[pool]]` sections of a config file (its training jobs and group
     /// members do not enter a replay).
-    pub fn from_settings(settings: &Settings) -> Self {
+    pub(crate) fn from_settings(settings: &Settings) -> Self {
         Self {
             policy: settings.policy,
             pools: settings.pools.clone(),
@@ -109,7 +109,7 @@ impl Scenario {
     }
 
     /// One line per pool and the policy's knobs, for the replay's header.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let pools: Vec<String> = self
             .pools
             .iter()
@@ -131,7 +131,7 @@ impl Scenario {
 }
 
 /// Reads a trace: one `ObservedInterval` per non-empty line.
-pub fn read_trace(path: &Path) -> anyhow::Result<Vec<ObservedInterval>> {
+pub(crate) fn read_trace(path: &Path) -> anyhow::Result<Vec<ObservedInterval>> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut intervals = Vec::new();
     for (index, line) in BufReader::new(file).lines().enumerate() {
@@ -203,7 +203,10 @@ fn check_interval(interval: &ObservedInterval) -> anyhow::Result<()> {
 }
 
 /// The traced machine's CPU count: `--cpus`, or what the trace records, which must agree.
-pub fn traced_cpus(intervals: &[ObservedInterval], given: Option<usize>) -> anyhow::Result<usize> {
+pub(crate) fn traced_cpus(
+    intervals: &[ObservedInterval],
+    given: Option<usize>,
+) -> anyhow::Result<usize> {
     let recorded: BTreeSet<usize> = intervals.iter().filter_map(|i| i.online_cpus).collect();
     if recorded.len() > 1 {
         bail!("the trace records different CPU counts ({recorded:?}): one machine per trace");
@@ -226,7 +229,7 @@ pub fn traced_cpus(intervals: &[ObservedInterval], given: Option<usize>) -> anyh
 
 /// Runs the policy of `scenario` over `intervals` on a machine of `cpus` CPUs without SMT
 /// (a trace does not say which CPUs are siblings).
-pub fn replay(
+pub(crate) fn replay(
     intervals: &[ObservedInterval],
     scenario: &Scenario,
     cpus: usize,
@@ -302,7 +305,7 @@ fn summarize(replayed: &[ReplayedInterval], cpus: usize, decisions: usize) -> Re
 }
 
 /// `enforcer replay`: reads the trace and the scenario, replays, prints.
-pub fn run(
+pub(crate) fn run(
     trace: &Path,
     config: Option<PathBuf>,
     cpus: Option<usize>,

@@ -7,7 +7,7 @@ use enforcer_common::protocol::Snapshot;
 use super::client::Client;
 
 /// The snapshot as a human-readable report.
-pub fn render(snapshot: &Snapshot) -> String {
+pub(crate) fn render(snapshot: &Snapshot) -> String {
     let mut out = format!("instance {}\n", snapshot.instance);
     let Some(enforcement) = &snapshot.enforcement else {
         return out + "(no enforcement state)\n";
@@ -136,7 +136,7 @@ pub fn render(snapshot: &Snapshot) -> String {
     out
 }
 
-pub async fn run(socket: &Path, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(socket: &Path, json: bool) -> anyhow::Result<()> {
     let snapshot = Client::connect(socket).await?.snapshot().await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use super::InvalidField;
 
 /// The MPS control program NVIDIA ships.
-pub const MPS_CONTROL_PROGRAM: &str = "nvidia-cuda-mps-control";
+pub(crate) const MPS_CONTROL_PROGRAM: &str = "nvidia-cuda-mps-control";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

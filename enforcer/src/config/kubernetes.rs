@@ -55,7 +55,7 @@ pub enum AutoWord {
 }
 
 /// Where the kubelet's CPU manager keeps its assignments (`--root-dir`'s default).
-pub const DEFAULT_CPU_MANAGER_STATE: &str = "/var/lib/kubelet/cpu_manager_state";
+pub(crate) const DEFAULT_CPU_MANAGER_STATE: &str = "/var/lib/kubelet/cpu_manager_state";
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]

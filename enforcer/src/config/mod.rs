@@ -29,14 +29,14 @@
 //! min_cpu_weight = 10                            # while the latency tail has room
 //! ```
 
-pub mod control;
-pub mod gpu;
-pub mod kubernetes;
+pub(crate) mod control;
+pub(crate) mod gpu;
+pub(crate) mod kubernetes;
 mod members;
-pub mod policy;
+pub(crate) mod policy;
 mod position;
-pub mod sensor;
-pub mod settings;
+pub(crate) mod sensor;
+pub(crate) mod settings;
 
 use std::{
     ops::Range,

@@ -177,11 +177,6 @@ impl Daemon {
             control,
         })
     }
-
-    /// The shared state the daemon's parts will work on: for a test to look into.
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
 }
 
 /// Registers again the training processes launched through a previous daemon of this

@@ -72,7 +72,7 @@ impl EventTiming {
 
 /// One logged allocation decision.
 #[derive(Debug, Clone, Serialize)]
-pub struct DecisionRecord {
+pub(crate) struct DecisionRecord {
     /// CLOCK_MONOTONIC when the cgroup writes completed.
     pub at_ns: u64,
     #[serde(flatten)]
@@ -118,7 +118,7 @@ pub enum EnforcementError {
 
 /// Why a worker's subscription was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum SubscribeError {
+pub(crate) enum SubscribeError {
     #[error(transparent)]
     Pool(#[from] PoolsError),
     #[error(
@@ -130,7 +130,7 @@ pub enum SubscribeError {
     Gone(#[from] WorkerGone),
 }
 
-pub struct Enforcement {
+pub(crate) struct Enforcement {
     /// false: observe only (`[policy] enforce = false`): decisions are logged, never written.
     enforcing: bool,
     /// CPUs per physical core, for an SLO need in whole cores.
@@ -157,7 +157,7 @@ pub struct Enforcement {
 
 impl Enforcement {
     /// Creates (or adopts) the pools' cgroups and applies the initial allocation.
-    pub fn new(
+    pub(crate) fn new(
         settings: &Settings,
         instance: &str,
         log: DecisionLog,
@@ -233,7 +233,7 @@ impl Enforcement {
 
     /// Hands over the sensor's `reserved_cpus` map, where the CPUs whose contention reports
     /// would change nothing are published (`Policy::quiet_cpus`).
-    pub fn set_quiet_map(&mut self, quiet: QuietCpus) {
+    pub(crate) fn set_quiet_map(&mut self, quiet: QuietCpus) {
         self.quiet = Some(quiet);
         if self.enforcing {
             self.publish_quiet_cpus();
@@ -249,24 +249,24 @@ impl Enforcement {
     }
 
     /// The machine's online CPUs, as the policy divides them.
-    pub fn cpus(&self) -> &BTreeSet<u32> {
+    pub(crate) fn cpus(&self) -> &BTreeSet<u32> {
         self.policy.cpus()
     }
 
     /// The pools' cgroups, pods and freezers: read for status and start-up, and changed
     /// outside a decision (pods coming and going, the reconcile's read-back), under this lock
     /// like every decision.
-    pub fn pools(&self) -> &Pools {
+    pub(crate) fn pools(&self) -> &Pools {
         &self.pools
     }
 
-    pub fn pools_mut(&mut self) -> &mut Pools {
+    pub(crate) fn pools_mut(&mut self) -> &mut Pools {
         &mut self.pools
     }
 
     /// Pod `uid` (`key`) joins `pool`, its groups written in place where the daemon enforces
     /// (`pod_in_place`); its group is `relative` in each hierarchy.
-    pub fn attach_pod(
+    pub(crate) fn attach_pod(
         &mut self,
         pool: &str,
         uid: &str,
@@ -280,7 +280,11 @@ impl Enforcement {
 
     /// Subscribes a worker of `pool` (already checked to be in its cgroup) to its grants; the
     /// current grant is sent at once.
-    pub fn subscribe(&mut self, pool: &str, worker: Sender<Grant>) -> Result<(), SubscribeError> {
+    pub(crate) fn subscribe(
+        &mut self,
+        pool: &str,
+        worker: Sender<Grant>,
+    ) -> Result<(), SubscribeError> {
         let current = self.pools.current_grant(pool)?;
         Ok(self.grants.subscribe(current, worker)?)
     }
@@ -288,7 +292,7 @@ impl Enforcement {
     /// Worker `pid` of `pool` needs `cpus` CPUs for its SLO (None: it went away). An online
     /// pool's need, summed over its workers in whole cores, goes to the policy; an offline pool
     /// has no SLO and gets what is left, so its workers' needs are only logged.
-    pub fn set_need(&mut self, pool: &str, pid: u32, cpus: Option<usize>) {
+    pub(crate) fn set_need(&mut self, pool: &str, pid: u32, cpus: Option<usize>) {
         // Every online pool, and only an online pool, has a steering.
         if !self.steering.contains_key(pool) {
             if let Some(cpus) = cpus {
@@ -317,7 +321,13 @@ impl Enforcement {
     /// Worker `pid` of `pool` reported its latency tail over the last period: the pool's
     /// weight moves by it (`online_weight`), and a change is written, logged and kept for
     /// `status`. Offline pools and observe-only daemons ignore it.
-    pub fn set_latency(&mut self, pool: &str, pid: u32, report: &LatencyReport, now_ns: u64) {
+    pub(crate) fn set_latency(
+        &mut self,
+        pool: &str,
+        pid: u32,
+        report: &LatencyReport,
+        now_ns: u64,
+    ) {
         if !self.enforcing {
             return;
         }
@@ -331,7 +341,7 @@ impl Enforcement {
     }
 
     /// Worker `pid` of `pool` went away: its need and its latency tail no longer count.
-    pub fn worker_gone(&mut self, pool: &str, pid: u32) {
+    pub(crate) fn worker_gone(&mut self, pool: &str, pid: u32) {
         self.set_need(pool, pid, None);
         if let Some(steering) = self.steering.get_mut(pool) {
             steering.forget(pid);
@@ -410,7 +420,7 @@ impl Enforcement {
     }
 
     /// Fast path: a sensor event, read from the ring buffer at `read_ns` (CLOCK_MONOTONIC).
-    pub fn on_event(&mut self, event: &SensorEvent, read_ns: u64) {
+    pub(crate) fn on_event(&mut self, event: &SensorEvent, read_ns: u64) {
         if event.kind != EVENT_ENQUEUED_BEHIND_INFERENCE
             && event.kind != EVENT_PREEMPTED_BY_INFERENCE
         {
@@ -424,7 +434,7 @@ impl Enforcement {
 
     /// Slow path: training's demand over the last tick, in CPUs (threads runnable or running
     /// on average). Writes that failed since are tried again first.
-    pub fn on_demand(&mut self, now_ns: u64, demand_cpus: f64) {
+    pub(crate) fn on_demand(&mut self, now_ns: u64, demand_cpus: f64) {
         if self.enforcing {
             let retried = self.pools.retry_failed();
             for pool in retried
@@ -448,7 +458,7 @@ impl Enforcement {
     /// The pace controller's step, once a tick: `signal` whether the training job it follows
     /// has a pace now, `reports` its progress reports (`policy::pace`). A new level is
     /// logged with its reason and written at once.
-    pub fn on_pace(&mut self, now_ns: u64, signal: bool, reports: &[(u64, u64)]) {
+    pub(crate) fn on_pace(&mut self, now_ns: u64, signal: bool, reports: &[(u64, u64)]) {
         let Some(harvest) = &mut self.harvest else {
             return;
         };
@@ -476,7 +486,7 @@ impl Enforcement {
     }
 
     /// Whether the pace controller runs (`[policy] harvest_by_pace`).
-    pub fn harvests_by_pace(&self) -> bool {
+    pub(crate) fn harvests_by_pace(&self) -> bool {
         self.harvest.is_some()
     }
 
@@ -488,7 +498,7 @@ impl Enforcement {
     /// What `status` shows, as far as it is this state: the pools' CPUs and processes, which
     /// are files to read, and the recent decisions, which are copied, are left to
     /// `StatusReading::finish`, after letting go of this.
-    pub fn status(&self) -> StatusReading {
+    pub(crate) fn status(&self) -> StatusReading {
         let (pools, files) = self
             .pools
             .views()
@@ -544,13 +554,13 @@ impl Enforcement {
 
     /// Leaves every inference process runnable on every CPU, unfrozen, at normal priority;
     /// removes pool cgroups that are empty (the others stay for a restarted daemon to adopt).
-    pub fn shutdown(&mut self, instance: &str) {
+    pub(crate) fn shutdown(&mut self, instance: &str) {
         self.pools.release(instance);
     }
 }
 
 /// `Enforcement::status` before its files are read and its decisions copied.
-pub struct StatusReading {
+pub(crate) struct StatusReading {
     status: EnforcementStatus,
     /// Each pool's files, in the order of `status.pools`.
     files: Vec<PoolFiles>,
@@ -560,7 +570,7 @@ pub struct StatusReading {
 impl StatusReading {
     /// The status with each pool's CPUs and processes read from its files and the recent
     /// decisions copied: the part that must not hold the enforcement's lock.
-    pub fn finish(self) -> EnforcementStatus {
+    pub(crate) fn finish(self) -> EnforcementStatus {
         let mut status = self.status;
         for (pool, files) in status.pools.iter_mut().zip(&self.files) {
             pool.cpus = files.cpus().unwrap_or_else(|| "?".to_owned());
@@ -571,7 +581,7 @@ impl StatusReading {
     }
 
     /// The status without the pools' CPUs and processes and without the recent decisions.
-    pub fn without_files(self) -> EnforcementStatus {
+    pub(crate) fn without_files(self) -> EnforcementStatus {
         self.status
     }
 }

@@ -20,7 +20,7 @@ use crate::{actuate::thread_policy, host::clock::monotonic_ns};
 /// Events received per training job, for `observe`'s events per second, and contention
 /// reports per CPU, which `observe --json` records for `enforcer replay`.
 #[derive(Debug)]
-pub struct EventTally {
+pub(crate) struct EventTally {
     per_job: Vec<u64>,
     contentions_per_cpu: Vec<u64>,
 }
@@ -35,7 +35,7 @@ impl Default for EventTally {
 }
 
 impl EventTally {
-    pub fn record(&mut self, event: &SensorEvent) {
+    pub(crate) fn record(&mut self, event: &SensorEvent) {
         if let Some(count) = self.per_job.get_mut(event.job as usize) {
             *count += 1;
         }
@@ -53,12 +53,12 @@ impl EventTally {
     }
 
     /// Events received so far for job `id`.
-    pub fn of_job(&self, id: u32) -> u64 {
+    pub(crate) fn of_job(&self, id: u32) -> u64 {
         self.per_job.get(id as usize).copied().unwrap_or(0)
     }
 
     /// Contention reports received so far from each of the first `cpus` CPUs.
-    pub fn contentions_by_cpu(&self, cpus: usize) -> Vec<u64> {
+    pub(crate) fn contentions_by_cpu(&self, cpus: usize) -> Vec<u64> {
         self.contentions_per_cpu
             .iter()
             .take(cpus)
@@ -78,7 +78,7 @@ fn kind_name(kind: u32) -> &'static str {
 }
 
 /// The event thread's name (its `comm`), by which `enforcer status` finds it.
-pub const THREAD_NAME: &str = "reamer-events";
+pub(crate) const THREAD_NAME: &str = "reamer-events";
 
 /// Reads events on the calling (dedicated) thread until `stop` is set, counting each and
 /// handing it to enforcement's fast path on the spot. Returns the error where poll(2) fails:
@@ -89,7 +89,7 @@ pub const THREAD_NAME: &str = "reamer-events";
 /// machine busy with training does not delay it behind a CFS time slice; its work per event is
 /// a few microseconds, and the kernel's RT throttling bounds it anyway. Measured here: as a
 /// CFS task on the async runtime, event-to-write p50 was 1.3 ms with both CPUs busy.
-pub fn consume_blocking(
+pub(crate) fn consume_blocking(
     mut ring: RingBuf<MapData>,
     tally: Arc<Mutex<EventTally>>,
     enforcement: Arc<Mutex<Enforcement>>,

@@ -10,10 +10,10 @@ use tracing::error;
 use crate::actuate::freezer;
 
 /// The exit status of a daemon that failed (EX_SOFTWARE).
-pub const EXIT_FATAL: i32 = 70;
+pub(crate) const EXIT_FATAL: i32 = 70;
 
 /// From now on, a panic anywhere in the process thaws `instance`'s pools and exits.
-pub fn exit_on_panic(instance: &str) {
+pub(crate) fn exit_on_panic(instance: &str) {
     let instance = instance.to_owned();
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -26,7 +26,7 @@ pub fn exit_on_panic(instance: &str) {
 /// froze first, without a lock (the
 /// panicking thread may hold any of them), then exits with `EXIT_FATAL`. The next daemon
 /// restores the rest.
-pub fn exit(instance: &str, why: &str) -> ! {
+pub(crate) fn exit(instance: &str, why: &str) -> ! {
     let thawed = freezer::thaw_instance(instance) + freezer::thaw_members();
     error!(
         thawed_pools = thawed,

@@ -11,22 +11,22 @@ use crate::host::clock::monotonic_ns;
 
 /// How long the event thread sleeps in poll(2) before it looks at the stop flag (and beats its
 /// heartbeat).
-pub const POLL_TIMEOUT_MS: i32 = 200;
+pub(crate) const POLL_TIMEOUT_MS: i32 = 200;
 
 /// When the event thread last came back from poll(2) (CLOCK_MONOTONIC ns). It does at least
 /// every `POLL_TIMEOUT_MS`, events or not.
 #[derive(Debug, Default)]
-pub struct Heartbeat(AtomicU64);
+pub(crate) struct Heartbeat(AtomicU64);
 
 impl Heartbeat {
     /// The event thread is back from poll(2) at `now_ns`: the clock read it takes for its
     /// events anyway, so a wake-up costs no second one.
-    pub fn beat_at(&self, now_ns: u64) {
+    pub(crate) fn beat_at(&self, now_ns: u64) {
         self.0.store(now_ns, Ordering::Relaxed);
     }
 
     /// How long ago it last beat.
-    pub fn age(&self) -> Duration {
+    pub(crate) fn age(&self) -> Duration {
         Duration::from_nanos(monotonic_ns().saturating_sub(self.0.load(Ordering::Relaxed)))
     }
 }

@@ -18,7 +18,7 @@ use crate::host::procfs::start_time;
 
 /// One launched training process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Launched {
+pub(crate) struct Launched {
     /// The training job's name.
     pub job: String,
     /// The job's id (its slot in the sensor's `job_stats`) when it was registered.
@@ -28,7 +28,7 @@ pub struct Launched {
     pub start_time: u64,
 }
 
-pub struct Journal {
+pub(crate) struct Journal {
     path: PathBuf,
     entries: Vec<Launched>,
 }
@@ -36,7 +36,7 @@ pub struct Journal {
 impl Journal {
     /// Reads the journal a previous daemon left and keeps the processes that still run. An
     /// unreadable journal is moved aside (`.unreadable`) with a warning, never lost.
-    pub fn open(path: &Path) -> Self {
+    pub(crate) fn open(path: &Path) -> Self {
         let entries = match std::fs::read(path) {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(err) => {
@@ -64,14 +64,14 @@ impl Journal {
     }
 
     /// The launched processes that still run, by job id.
-    pub fn entries(&self) -> Vec<Launched> {
+    pub(crate) fn entries(&self) -> Vec<Launched> {
         let mut entries = self.entries.clone();
         entries.sort_by_key(|e| (e.id, e.pid));
         entries
     }
 
     /// Records that `pid` was launched as part of training job `job` (id `id`).
-    pub fn record(&mut self, job: &str, id: u32, pid: u32) {
+    pub(crate) fn record(&mut self, job: &str, id: u32, pid: u32) {
         let Some(start_time) = start_time(pid) else {
             return;
         };
@@ -88,7 +88,7 @@ impl Journal {
     }
 
     /// Forgets `pid` (its job could not be re-created).
-    pub fn forget(&mut self, pid: u32) {
+    pub(crate) fn forget(&mut self, pid: u32) {
         let before = self.entries.len();
         self.entries.retain(|e| e.pid != pid);
         if self.entries.len() != before {
@@ -97,7 +97,7 @@ impl Journal {
     }
 
     /// Drops the processes that exited (or whose pid now names another process).
-    pub fn retain_running(&mut self) {
+    pub(crate) fn retain_running(&mut self) {
         let before = self.entries.len();
         self.entries
             .retain(|e| start_time(e.pid) == Some(e.start_time));
@@ -108,7 +108,7 @@ impl Journal {
 
     /// At a clean stop: the file stays only while a launched process still runs, for the next
     /// daemon to re-adopt it.
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         self.retain_running();
         if self.entries.is_empty() {
             let _ = std::fs::remove_file(&self.path);

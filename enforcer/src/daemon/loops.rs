@@ -27,17 +27,17 @@ use crate::{
 
 /// How often the registry re-reads cgroups and process trees. Threads created after a
 /// registration are classified by the sensor at fork; this only catches the rest.
-pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The GPU clamp's fast signal: how often training's CPU use is read while GPU pools are gated.
 /// At the 100 ms policy tick alone, the clamp came 19 to 109 ms after training's first kernel on
 /// an H100, with training at about half its speed until then (docs/gpu.md); one read of each
 /// training job's stats costs microseconds.
-pub const GPU_RISE_PERIOD: Duration = Duration::from_millis(10);
+pub(crate) const GPU_RISE_PERIOD: Duration = Duration::from_millis(10);
 
 /// Runs `work` every `period` on a thread named `name` until `stop` is set. A period that
 /// overran starts the next one late rather than running twice to catch up.
-pub fn spawn_periodic(
+pub(crate) fn spawn_periodic(
     name: &str,
     period: Duration,
     stop: Arc<AtomicBool>,
@@ -104,7 +104,7 @@ fn training_totals(shared: &Shared) -> TrainingTotals {
 /// The slow path, once a tick: training's run + wait time goes to the CPU policy as a demand
 /// (threads runnable or running), and its CPU use over the tick to the GPU policy (a rise,
 /// and its absence for idling).
-pub fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
+pub(crate) fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
     let shared = shared.clone();
     let mut previous: Option<TrainingTotals> = None;
     move || {
@@ -166,7 +166,7 @@ fn pace_step(shared: &Shared, now_ns: u64) {
 
 /// The GPU policy's fast signal: training's CPU use over each `GPU_RISE_PERIOD`, where the
 /// policy looks for a step starting (`ClampSettings::rise_cpus`).
-pub fn gpu_rise(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
+pub(crate) fn gpu_rise(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
     let shared = shared.clone();
     let mut cpus = Rate::default();
     move || {
@@ -179,7 +179,7 @@ pub fn gpu_rise(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
 
 /// The reconcile, once a period: classification from cgroups and process trees, and the launch
 /// journal's exited processes dropped.
-pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
+pub(crate) fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
     let shared = shared.clone();
     let mut inference_unclassified = 0;
     move || {
@@ -240,7 +240,7 @@ pub fn reconcile(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
 /// Writes the registry's classes into the sensor's `thread_state` and, when any changed,
 /// tells the programs to copy them again; gives offline pools' threads the SCHED_IDLE policy
 /// (`thread_policy` says why).
-pub fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
+pub(crate) fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
     // Before any of a new job's threads is classified into its id.
     zero_new_jobs(registry, sensor);
     let maps = &mut sensor.maps;
@@ -282,7 +282,7 @@ pub fn classify(registry: &mut Registry, sensor: &mut Sensor) -> Reconciled {
 /// Zeroes the sensor's totals for the ids new jobs were given where an ended job had them
 /// (`Registry::take_to_zero`). Called with the registry held since the job was made, so that
 /// nothing reads the ended job's totals as the new one's.
-pub fn zero_new_jobs(registry: &mut Registry, sensor: &mut Sensor) {
+pub(crate) fn zero_new_jobs(registry: &mut Registry, sensor: &mut Sensor) {
     let mut failed = Vec::new();
     for id in registry.take_to_zero() {
         if let Err(err) = sensor.reset_job_stats(id) {

@@ -34,7 +34,7 @@ use super::{
 const EXPORT_EXPONENTS: std::ops::RangeInclusive<u32> = 10..=30;
 
 /// The whole exposition for one snapshot.
-pub fn render(snapshot: Snapshot) -> String {
+pub(crate) fn render(snapshot: Snapshot) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotMetrics(snapshot)));
     let mut out = String::new();
@@ -407,7 +407,7 @@ fn encode_gpu(encoder: &mut DescriptorEncoder, gpu: &GpuReport) -> fmt::Result {
 
 /// The `/metrics` endpoint: a snapshot taken on the blocking pool at each scrape. Any other
 /// path answers 404.
-pub fn router(shared: Arc<Shared>) -> Router {
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(
             "/metrics",
@@ -436,7 +436,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
 }
 
 /// Binds the metrics address; on failure the daemon goes on without metrics, loudly.
-pub async fn bind(addr: SocketAddr) -> Option<TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> Option<TcpListener> {
     match TcpListener::bind(addr).await {
         Ok(listener) => Some(listener),
         Err(err) => {
@@ -458,7 +458,7 @@ const METRICS_LIMITS: HttpLimits = HttpLimits {
 };
 
 /// Serves `router` on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, router: Router) {
+pub(crate) async fn serve(listener: TcpListener, router: Router) {
     http_serve::serve(listener, router, METRICS_LIMITS, std::future::pending()).await;
 }
 

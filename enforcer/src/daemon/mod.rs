@@ -14,26 +14,26 @@
 //!   hears that it is ready, and that its event path is alive.
 
 pub mod admission;
-pub mod answer;
+pub(crate) mod answer;
 mod built;
-pub mod enforcement;
-pub mod event_thread;
-pub mod fatal;
-pub mod heartbeat;
-pub mod journal;
-pub mod loops;
-pub mod metrics;
-pub mod pods;
-pub mod reactions;
-pub mod relaunch_board;
+pub(crate) mod enforcement;
+pub(crate) mod event_thread;
+pub(crate) mod fatal;
+pub(crate) mod heartbeat;
+pub(crate) mod journal;
+pub(crate) mod loops;
+pub(crate) mod metrics;
+pub(crate) mod pods;
+pub(crate) mod reactions;
+pub(crate) mod relaunch_board;
 mod release;
-pub mod requests;
+pub(crate) mod requests;
 mod running;
-pub mod server;
-pub mod snapshot;
-pub mod state;
-pub mod subscription;
-pub mod watchdog;
+pub(crate) mod server;
+pub(crate) mod snapshot;
+pub(crate) mod state;
+pub(crate) mod subscription;
+pub(crate) mod watchdog;
 
 use std::path::{Path, PathBuf};
 

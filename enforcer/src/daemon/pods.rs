@@ -24,7 +24,7 @@ use crate::{
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Starts following the node's pods on the daemon's runtime.
-pub fn start(
+pub(crate) fn start(
     shared: Arc<Shared>,
     settings: KubernetesSection,
     pools: &[PoolSettings],

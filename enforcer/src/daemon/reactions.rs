@@ -3,7 +3,7 @@
 
 use enforcer_common::histogram::{NR_BUCKETS, bucket_of, percentile};
 
-pub struct Reactions {
+pub(crate) struct Reactions {
     hist: Vec<u64>,
     sum_ns: u64,
 }
@@ -18,24 +18,24 @@ impl Default for Reactions {
 }
 
 impl Reactions {
-    pub fn record(&mut self, event_to_write_ns: u64) {
+    pub(crate) fn record(&mut self, event_to_write_ns: u64) {
         self.hist[bucket_of(event_to_write_ns)] += 1;
         self.sum_ns = self.sum_ns.saturating_add(event_to_write_ns);
     }
 
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.hist.iter().sum()
     }
 
-    pub fn percentile(&self, q: f64) -> Option<u64> {
+    pub(crate) fn percentile(&self, q: f64) -> Option<u64> {
         percentile(&self.hist, q)
     }
 
-    pub fn hist(&self) -> &[u64] {
+    pub(crate) fn hist(&self) -> &[u64] {
         &self.hist
     }
 
-    pub fn sum_ns(&self) -> u64 {
+    pub(crate) fn sum_ns(&self) -> u64 {
         self.sum_ns
     }
 }

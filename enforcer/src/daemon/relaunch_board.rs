@@ -11,9 +11,9 @@ use std::{
 };
 
 /// How often a relaunching launcher asks the daemon what its pool's new workers start with.
-pub const WATCH_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(500);
 /// A launcher silent this long no longer counts as watching: six missed polls.
-pub const GONE_AFTER: Duration = Duration::from_secs(3);
+pub(crate) const GONE_AFTER: Duration = Duration::from_secs(3);
 
 /// Whether a launcher that last asked at `seen_ns` still counts at `now_ns`.
 fn still_watching(seen_ns: u64, now_ns: u64) -> bool {
@@ -29,7 +29,7 @@ struct PoolWatch {
 
 /// A watch or a relaunch the board refuses.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RelaunchError {
+pub(crate) enum RelaunchError {
     #[error(
         "no pool named {pool:?} in the daemon's config (pools: {})",
         if known.is_empty() { "none".to_owned() } else { known.join(", ") }
@@ -45,13 +45,13 @@ pub enum RelaunchError {
 }
 
 #[derive(Debug)]
-pub struct RelaunchBoard {
+pub(crate) struct RelaunchBoard {
     pools: HashMap<String, PoolWatch>,
 }
 
 impl RelaunchBoard {
     /// A board for the daemon's configured pools; any other name is refused.
-    pub fn new(pools: impl IntoIterator<Item = String>) -> Self {
+    pub(crate) fn new(pools: impl IntoIterator<Item = String>) -> Self {
         Self {
             pools: pools
                 .into_iter()
@@ -61,7 +61,12 @@ impl RelaunchBoard {
     }
 
     /// Launcher `pid` watches `pool`; answers the pool's relaunch generation.
-    pub fn watch(&mut self, pool: &str, pid: u32, now_ns: u64) -> Result<u64, RelaunchError> {
+    pub(crate) fn watch(
+        &mut self,
+        pool: &str,
+        pid: u32,
+        now_ns: u64,
+    ) -> Result<u64, RelaunchError> {
         let watch = self.pool_mut(pool)?;
         watch.watchers.insert(pid, now_ns);
         Ok(watch.generation)
@@ -70,7 +75,11 @@ impl RelaunchBoard {
     /// Raises `pool`'s generation, so that each of its watching launchers relaunches its
     /// command at its next poll; answers the new generation and those launchers' pids.
     /// Refused when no launcher watches: nothing would happen, and the operator should know.
-    pub fn relaunch(&mut self, pool: &str, now_ns: u64) -> Result<(u64, Vec<u32>), RelaunchError> {
+    pub(crate) fn relaunch(
+        &mut self,
+        pool: &str,
+        now_ns: u64,
+    ) -> Result<(u64, Vec<u32>), RelaunchError> {
         let watch = self.pool_mut(pool)?;
         watch
             .watchers
@@ -85,7 +94,7 @@ impl RelaunchBoard {
     }
 
     /// `pool`'s generation and the launchers watching it now (none for an unknown pool).
-    pub fn watching(&self, pool: &str, now_ns: u64) -> (u64, Vec<u32>) {
+    pub(crate) fn watching(&self, pool: &str, now_ns: u64) -> (u64, Vec<u32>) {
         self.pools.get(pool).map_or((0, Vec::new()), |watch| {
             let live = watch
                 .watchers

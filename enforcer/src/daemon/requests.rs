@@ -30,7 +30,7 @@ enum RegisterError {
     Pool(#[from] PoolsError),
 }
 
-pub fn handle(shared: &Shared, request: Request, peer: Option<UCred>) -> Response {
+pub(crate) fn handle(shared: &Shared, request: Request, peer: Option<UCred>) -> Response {
     let peer_uid = peer.map(|c| c.uid());
     let peer_pid = peer.and_then(|c| c.pid()).map_or(0, |p| p as u32);
     match request {

@@ -174,11 +174,6 @@ impl Daemon {
 }
 
 impl Running {
-    /// The shared state the daemon's parts work on: for a test to look into.
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
     /// Stops every thread and task, then leaves every inference process runnable, removes
     /// the pins and detaches the sensor. Every decision logged before is in the file when it
     /// returns.

@@ -41,14 +41,14 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 /// Binds the control socket at `socket`. Anyone may read snapshots and subscribe to the
 /// grants of a pool it is a member of; registering and relaunching are checked against the
 /// peer's credentials.
-pub fn bind(socket: &Path) -> std::io::Result<UnixListener> {
+pub(crate) fn bind(socket: &Path) -> std::io::Result<UnixListener> {
     let listener = UnixListener::bind(socket)?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))?;
     Ok(listener)
 }
 
 /// Serves `listener` until the task is dropped.
-pub async fn serve(listener: UnixListener, shared: Arc<Shared>, control: ControlSettings) {
+pub(crate) async fn serve(listener: UnixListener, shared: Arc<Shared>, control: ControlSettings) {
     let admission = Admission::new(control.max_connections_per_user, control.max_connections);
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut refusals_logged: Option<Instant> = None;

@@ -16,7 +16,7 @@ use crate::{
 
 /// How much a snapshot reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Detail {
+pub(crate) enum Detail {
     /// Everything: `status`, `/metrics`.
     Full,
     /// What `observe` uses (`Request::Observe`), read ten times a second by a watching
@@ -24,7 +24,7 @@ pub enum Detail {
     Observe,
 }
 
-pub fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
+pub(crate) fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
     let full = detail == Detail::Full;
     let registry = shared.registry.lock().expect("registry poisoned");
     let sensor = shared.sensor.lock().expect("sensor poisoned");

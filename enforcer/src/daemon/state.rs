@@ -18,7 +18,7 @@ use crate::{
     gpu::service::GpuService, policy::pace::PaceTracker, registry::Registry, sensor::Sensor,
 };
 
-pub struct Shared {
+pub(crate) struct Shared {
     pub instance: String,
     /// The machine's online CPUs.
     pub cpus: BTreeSet<u32>,

@@ -17,7 +17,7 @@ use crate::{actuate::grants::GRANT_BACKLOG, host::clock::monotonic_ns};
 /// on the same connection. A worker that dies closes its end: the read side sees it at once,
 /// so the subscription (and its need) is dropped then, not at the next grant change, which may
 /// be hours away.
-pub async fn stream_grants(
+pub(crate) async fn stream_grants(
     shared: &std::sync::Arc<Shared>,
     pool: &str,
     pid: u32,

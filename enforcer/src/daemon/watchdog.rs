@@ -32,7 +32,7 @@ fn event_path_alive(
 
 /// What is wrong with the event path, if anything (`event_path_alive`): for the watchdog, and
 /// for `enforcer health` and the Kubernetes probes (`Request::Health`).
-pub fn event_path_problem<T>(
+pub(crate) fn event_path_problem<T>(
     heartbeat: &Heartbeat,
     enforcement: &Mutex<T>,
     wait: Duration,
@@ -68,7 +68,7 @@ pub fn event_path_problem<T>(
 
 /// Tells the manager the daemon serves, and, where it set a watchdog period, starts the thread
 /// that feeds it at half that period while the event path is alive. Returns that thread.
-pub fn start(
+pub(crate) fn start(
     notifier: Option<Notifier>,
     period: Option<Duration>,
     heartbeat: Arc<Heartbeat>,

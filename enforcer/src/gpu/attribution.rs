@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-pub use enforcer_common::protocol::gpu::Owner;
+pub(crate) use enforcer_common::protocol::gpu::Owner;
 
 use super::{
     memory_guard::{DeviceMemory, InferenceProcess},
@@ -13,7 +13,7 @@ use super::{
 
 /// One device's figures, attributed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Attributed {
+pub(crate) struct Attributed {
     pub memory: DeviceMemory,
     /// Training's SM utilization (%), summed over its processes; None when no training process
     /// has a per-process sample (none running, or NVML cannot tell under MPS).
@@ -22,7 +22,7 @@ pub struct Attributed {
     pub processes: Vec<(u32, Option<Owner>)>,
 }
 
-pub fn attribute(sample: &GpuSample, owners: &HashMap<u32, Owner>) -> Attributed {
+pub(crate) fn attribute(sample: &GpuSample, owners: &HashMap<u32, Owner>) -> Attributed {
     let mut memory = DeviceMemory {
         device: sample.index,
         total_mib: sample.memory_total_mib,

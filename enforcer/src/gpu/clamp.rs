@@ -33,7 +33,7 @@
 //! it goes idle, so that its next rise does not clamp first and ask later: a loader-bound
 //! job idles between batches every few seconds.
 
-pub use enforcer_common::protocol::gpu::{ClampReason, GpuDecision, Signal};
+pub(crate) use enforcer_common::protocol::gpu::{ClampReason, GpuDecision, Signal};
 
 use std::collections::VecDeque;
 
@@ -46,7 +46,7 @@ use crate::config::gpu::ClampSettings;
 const MIN_NEED_SAMPLES: usize = 3;
 
 #[derive(Debug)]
-pub struct GpuPolicy {
+pub(crate) struct GpuPolicy {
     config: ClampSettings,
     run_fraction: f64,
     /// When either signal last saw training active; None: training idle.
@@ -68,7 +68,7 @@ pub struct GpuPolicy {
 }
 
 impl GpuPolicy {
-    pub fn new(config: ClampSettings) -> Self {
+    pub(crate) fn new(config: ClampSettings) -> Self {
         Self {
             config,
             run_fraction: 1.0,
@@ -91,11 +91,13 @@ impl GpuPolicy {
                 .is_some_and(|at| now_ns.saturating_sub(at) < self.config.need_memory_ns)
     }
 
-    pub fn run_fraction(&self) -> f64 {
+    /// The share of time the clamp lets inference run now: for the tests to read.
+    #[cfg(test)]
+    pub(crate) fn run_fraction(&self) -> f64 {
         self.run_fraction
     }
 
-    pub fn training_active(&self) -> bool {
+    pub(crate) fn training_active(&self) -> bool {
         self.last_active_ns.is_some()
     }
 
@@ -143,7 +145,7 @@ impl GpuPolicy {
 
     /// The third signal: the busiest launching thread's busy share since the last NVML sample
     /// (`launcher`). It moves the clamp only while training is active.
-    pub fn on_launcher_busy(&mut self, now_ns: u64, share: f64) -> Vec<GpuDecision> {
+    pub(crate) fn on_launcher_busy(&mut self, now_ns: u64, share: f64) -> Vec<GpuDecision> {
         if !self.config.on_need || !share.is_finite() {
             return Vec::new();
         }
@@ -179,7 +181,7 @@ impl GpuPolicy {
 
     /// The fast signal: training's CPU use over the last tick, in CPUs. It counts only once
     /// NVML has seen training on a GPU: a CPU-only training job must not gate GPU inference.
-    pub fn on_training_cpu(&mut self, now_ns: u64, cpus: f64) -> Vec<GpuDecision> {
+    pub(crate) fn on_training_cpu(&mut self, now_ns: u64, cpus: f64) -> Vec<GpuDecision> {
         let decision = if self.training_on_gpu && cpus >= self.config.active_cpus {
             self.active(now_ns, Signal::Cpu)
         } else {
@@ -192,7 +194,7 @@ impl GpuPolicy {
 
     /// The fast signal's short read: training's CPU use over a few milliseconds. Only a rise
     /// counts (an absence that short says nothing about idling; `on_training_cpu` decides that).
-    pub fn on_training_cpu_rise(&mut self, now_ns: u64, cpus: f64) -> Vec<GpuDecision> {
+    pub(crate) fn on_training_cpu_rise(&mut self, now_ns: u64, cpus: f64) -> Vec<GpuDecision> {
         if cpus < self.config.rise_cpus {
             return Vec::new();
         }
@@ -202,7 +204,7 @@ impl GpuPolicy {
     /// The slow signal: whether training has a process on a GPU, and its SM utilization, None
     /// where NVML cannot attribute it (per-process samples unsupported, or hidden behind an
     /// MPS server).
-    pub fn on_nvml(
+    pub(crate) fn on_nvml(
         &mut self,
         now_ns: u64,
         training_on_gpu: bool,

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 /// The launching threads' run and run-queue times at the last reading.
 #[derive(Debug, Default)]
-pub struct LauncherWatch {
+pub(crate) struct LauncherWatch {
     /// pid → (CLOCK_MONOTONIC of the reading, run ns, run-queue wait ns).
     last: HashMap<u32, (u64, u64, u64)>,
 }
@@ -30,7 +30,7 @@ impl LauncherWatch {
     /// run-queue wait over the time between the readings, from 0 (asleep throughout) to 1.
     /// `pids` are training's processes on a GPU now. None where none of them was read twice
     /// (a new process, or none on a GPU).
-    pub fn busy_share(&mut self, now_ns: u64, pids: &[u32]) -> Option<f64> {
+    pub(crate) fn busy_share(&mut self, now_ns: u64, pids: &[u32]) -> Option<f64> {
         let mut busiest: Option<f64> = None;
         let mut seen = HashMap::new();
         for &pid in pids {

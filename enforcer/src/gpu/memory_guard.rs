@@ -16,7 +16,7 @@ use enforcer_common::protocol::gpu::MemLimitMib;
 
 /// One inference process's memory on a device.
 #[derive(Debug, Clone, PartialEq)]
-pub struct InferenceProcess {
+pub(crate) struct InferenceProcess {
     pub pid: u32,
     pub pool: String,
     pub used_mib: u64,
@@ -24,7 +24,7 @@ pub struct InferenceProcess {
 
 /// One device's memory, attributed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeviceMemory {
+pub(crate) struct DeviceMemory {
     pub device: u32,
     pub total_mib: u64,
     pub training_mib: u64,
@@ -35,7 +35,7 @@ pub struct DeviceMemory {
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Eviction {
+pub(crate) struct Eviction {
     pub device: u32,
     pub pid: u32,
     pub pool: String,
@@ -45,7 +45,7 @@ pub struct Eviction {
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub device: u32,
     /// What all inference together may hold.
     pub allowance_mib: u64,
@@ -55,7 +55,7 @@ pub struct Verdict {
 }
 
 /// Judges one device.
-pub fn judge(memory: &DeviceMemory, reserve_mib: u64) -> Verdict {
+pub(crate) fn judge(memory: &DeviceMemory, reserve_mib: u64) -> Verdict {
     let allowance_mib = memory
         .total_mib
         .saturating_sub(memory.training_mib)

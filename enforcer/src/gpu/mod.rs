@@ -4,13 +4,13 @@
 //! share, `launcher`), and a memory guard. Without NVML everything here reports itself
 //! disabled and the CPU side runs unchanged.
 
-pub mod attribution;
-pub mod clamp;
+pub(crate) mod attribution;
+pub(crate) mod clamp;
 pub mod duty_cycle;
-pub mod launcher;
-pub mod memory_guard;
-pub mod mps;
-pub mod pipe_dir;
-pub mod report;
-pub mod service;
-pub mod telemetry;
+pub(crate) mod launcher;
+pub(crate) mod memory_guard;
+pub(crate) mod mps;
+pub(crate) mod pipe_dir;
+pub(crate) mod report;
+pub(crate) mod service;
+pub(crate) mod telemetry;

@@ -28,7 +28,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
-pub enum MpsError {
+pub(crate) enum MpsError {
     #[error("cannot run {program}: {source} (is the NVIDIA driver's compute package installed?)")]
     Spawn {
         program: String,
@@ -90,7 +90,7 @@ fn parse_mem_limit(reply: &str) -> Result<Option<MemLimitMib>, ()> {
 
 /// The control program and the pipe directory its daemon uses.
 #[derive(Debug, Clone)]
-pub struct MpsControl {
+pub(crate) struct MpsControl {
     program: PathBuf,
     /// `CUDA_MPS_PIPE_DIRECTORY`; None: NVIDIA's default (/tmp/nvidia-mps).
     pipe_dir: Option<PathBuf>,
@@ -101,7 +101,7 @@ pub struct MpsControl {
 const STARTED_DAEMON_UMASK: libc::mode_t = 0o022;
 
 impl MpsControl {
-    pub fn new(program: impl Into<PathBuf>, pipe_dir: Option<PathBuf>) -> Self {
+    pub(crate) fn new(program: impl Into<PathBuf>, pipe_dir: Option<PathBuf>) -> Self {
         Self {
             program: program.into(),
             pipe_dir,
@@ -123,7 +123,7 @@ impl MpsControl {
     /// Sends one command line; returns the reply, trimmed. The control program prints an error
     /// and exits non-zero when no daemon runs; a daemon that rejects a command says so in
     /// words that this turns into `Refused`.
-    pub fn command(&self, line: &str) -> Result<String, MpsError> {
+    pub(crate) fn command(&self, line: &str) -> Result<String, MpsError> {
         if line.contains('\n') {
             return Err(MpsError::MultiLine(line.to_owned()));
         }
@@ -191,7 +191,7 @@ impl MpsControl {
     }
 
     /// Whether a control daemon answers on this pipe directory.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         self.command("get_server_list").is_ok()
     }
 
@@ -205,7 +205,7 @@ impl MpsControl {
     /// Attaches to a running control daemon, or starts one (`-d`) when `may_start`. Returns
     /// whether this call started it. Refuses, before saying a word to it, a daemon whose pipe
     /// directory another user could have planted (`pipe_dir.rs`).
-    pub fn start_or_attach(&self, may_start: bool) -> Result<bool, MpsError> {
+    pub(crate) fn start_or_attach(&self, may_start: bool) -> Result<bool, MpsError> {
         let dir = self.effective_pipe_dir();
         if pipe_dir::check(&dir)? && self.is_running() {
             return Ok(false);
@@ -264,12 +264,12 @@ impl MpsControl {
     }
 
     /// The pids of the running MPS servers (one per user id with clients).
-    pub fn server_list(&self) -> Result<Vec<u32>, MpsError> {
+    pub(crate) fn server_list(&self) -> Result<Vec<u32>, MpsError> {
         self.pids("get_server_list")
     }
 
     /// The pids of the clients of server `server`.
-    pub fn client_list(&self, server: u32) -> Result<Vec<u32>, MpsError> {
+    pub(crate) fn client_list(&self, server: u32) -> Result<Vec<u32>, MpsError> {
         self.pids(&format!("get_client_list {server}"))
     }
 
@@ -302,7 +302,7 @@ impl MpsControl {
     }
 
     /// For servers started from now on.
-    pub fn set_default_thread_percentage(&self, percentage: u32) -> Result<(), MpsError> {
+    pub(crate) fn set_default_thread_percentage(&self, percentage: u32) -> Result<(), MpsError> {
         Self::check_percentage(percentage)?;
         self.command(&format!(
             "set_default_active_thread_percentage {percentage}"
@@ -310,12 +310,16 @@ impl MpsControl {
         .map(drop)
     }
 
-    pub fn default_thread_percentage(&self) -> Result<f64, MpsError> {
+    pub(crate) fn default_thread_percentage(&self) -> Result<f64, MpsError> {
         self.percentage("get_default_active_thread_percentage")
     }
 
     /// For clients that server `server` creates from now on.
-    pub fn set_thread_percentage(&self, server: u32, percentage: u32) -> Result<(), MpsError> {
+    pub(crate) fn set_thread_percentage(
+        &self,
+        server: u32,
+        percentage: u32,
+    ) -> Result<(), MpsError> {
         Self::check_percentage(percentage)?;
         self.command(&format!(
             "set_active_thread_percentage {server} {percentage}"
@@ -323,11 +327,15 @@ impl MpsControl {
         .map(drop)
     }
 
-    pub fn thread_percentage(&self, server: u32) -> Result<f64, MpsError> {
+    pub(crate) fn thread_percentage(&self, server: u32) -> Result<f64, MpsError> {
         self.percentage(&format!("get_active_thread_percentage {server}"))
     }
 
-    pub fn set_default_mem_limit(&self, device: u32, limit: MemLimitMib) -> Result<(), MpsError> {
+    pub(crate) fn set_default_mem_limit(
+        &self,
+        device: u32,
+        limit: MemLimitMib,
+    ) -> Result<(), MpsError> {
         self.command(&format!(
             "set_default_device_pinned_mem_limit {device} {}",
             command_value(limit)
@@ -335,11 +343,11 @@ impl MpsControl {
         .map(drop)
     }
 
-    pub fn default_mem_limit(&self, device: u32) -> Result<Option<MemLimitMib>, MpsError> {
+    pub(crate) fn default_mem_limit(&self, device: u32) -> Result<Option<MemLimitMib>, MpsError> {
         self.mem_limit(&format!("get_default_device_pinned_mem_limit {device}"))
     }
 
-    pub fn set_mem_limit(
+    pub(crate) fn set_mem_limit(
         &self,
         server: u32,
         device: u32,
@@ -352,12 +360,16 @@ impl MpsControl {
         .map(drop)
     }
 
-    pub fn mem_limit_of(&self, server: u32, device: u32) -> Result<Option<MemLimitMib>, MpsError> {
+    pub(crate) fn mem_limit_of(
+        &self,
+        server: u32,
+        device: u32,
+    ) -> Result<Option<MemLimitMib>, MpsError> {
         self.mem_limit(&format!("get_device_pinned_mem_limit {server} {device}"))
     }
 
     /// Reads back the defaults and every server's settings for `devices`.
-    pub fn limits_in_force(&self, devices: &[u32]) -> Result<LimitsInForce, MpsError> {
+    pub(crate) fn limits_in_force(&self, devices: &[u32]) -> Result<LimitsInForce, MpsError> {
         let default_mem_limits = devices
             .iter()
             .map(|&d| Ok((d, self.default_mem_limit(d)?)))
@@ -383,23 +395,23 @@ impl MpsControl {
         })
     }
 
-    pub fn pipe_dir(&self) -> Option<&Path> {
+    pub(crate) fn pipe_dir(&self) -> Option<&Path> {
         self.pipe_dir.as_deref()
     }
 }
 
 /// A new MPS client's active-thread percentage (NVIDIA's client-side variable).
-pub const PERCENTAGE_ENV: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+pub(crate) const PERCENTAGE_ENV: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
 
 /// Where MPS clients and the control program find the control daemon.
-pub const PIPE_DIRECTORY_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
+pub(crate) const PIPE_DIRECTORY_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
 
 /// The environment that gives one new MPS client its own limits (NVIDIA's client-side
 /// variables: they can only tighten what the control daemon allows).
 /// With `pipe_dir` (a control daemon on its own pipe directory) the client is told where it
 /// is: without `CUDA_MPS_PIPE_DIRECTORY` CUDA looks in /tmp/nvidia-mps, finds no daemon, and
 /// runs outside MPS, where none of these limits apply.
-pub fn client_env(
+pub(crate) fn client_env(
     percentage: u32,
     mem_limits: &[(u32, MemLimitMib)],
     pipe_dir: Option<&Path>,
@@ -462,11 +474,11 @@ esac
 
     /// A directory removed on drop.
     mod tempdir {
-        pub struct Dir {
+        pub(super) struct Dir {
             pub path: std::path::PathBuf,
         }
         impl Dir {
-            pub fn new(tag: &str) -> Self {
+            pub(super) fn new(tag: &str) -> Self {
                 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
                 let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let path =

@@ -16,14 +16,14 @@ use std::{
 };
 
 /// Where CUDA looks when `CUDA_MPS_PIPE_DIRECTORY` is unset.
-pub const NVIDIA_DEFAULT: &str = "/tmp/nvidia-mps";
+pub(crate) const NVIDIA_DEFAULT: &str = "/tmp/nvidia-mps";
 
 /// Mode of a pipe directory the enforcer creates: MPS clients of every uid must reach the
 /// pipes (MPS runs one server per uid), none but root may change them.
 const CREATED_MODE: u32 = 0o755;
 
 #[derive(Debug, thiserror::Error)]
-pub enum PipeDirError {
+pub(crate) enum PipeDirError {
     #[error(
         "the MPS pipe directory {} is not safe to use: {why}. A local user who controls it \
          can stand in for the MPS control daemon; remove it, or set [gpu] mps_pipe_dir to a \
@@ -40,7 +40,7 @@ pub enum PipeDirError {
 
 /// Checks a pipe directory that exists; a missing one is Ok(false) (no daemon can answer
 /// there, and nobody can have planted one).
-pub fn check(dir: &Path) -> Result<bool, PipeDirError> {
+pub(crate) fn check(dir: &Path) -> Result<bool, PipeDirError> {
     // SAFETY: geteuid cannot fail and touches no memory.
     check_for(dir, unsafe { libc::geteuid() })
 }
@@ -82,7 +82,7 @@ fn check_for(dir: &Path, own_uid: u32) -> Result<bool, PipeDirError> {
 /// Creates `dir` (and missing parents) with mode 0755 whatever the umask (the unit's is 0077,
 /// which would lock out every MPS client but root's), then checks it as `check` does: a
 /// directory someone else created first is refused, not adopted.
-pub fn create(dir: &Path) -> Result<(), PipeDirError> {
+pub(crate) fn create(dir: &Path) -> Result<(), PipeDirError> {
     let created = match std::fs::DirBuilder::new()
         .recursive(false)
         .mode(CREATED_MODE)

@@ -14,7 +14,7 @@ fn owner_text(owner: &Option<Owner>) -> String {
 }
 
 /// The report as `enforcer status` prints it.
-pub fn render(report: &GpuReport) -> String {
+pub(crate) fn render(report: &GpuReport) -> String {
     let active = match report {
         GpuReport::Off => return "GPU: off ([gpu] enabled = \"off\")\n".to_owned(),
         GpuReport::Disabled { reason } => return format!("GPU: disabled: {reason}\n"),

@@ -54,16 +54,16 @@ const MIN_CLIENT_MIB: u64 = 512;
      beside training and its reserve ({})",
     room.iter().map(|(d, mib)| format!("GPU {d}: {mib} MiB")).collect::<Vec<_>>().join(", ")
 )]
-pub struct PoolFull {
+pub(crate) struct PoolFull {
     pub pool: String,
     /// Each device and the MiB a new client would get there.
     pub room: Vec<(u32, u64)>,
 }
 
 /// Who owns which thread id, read from the registry when asked.
-pub type OwnersFn = Arc<dyn Fn() -> HashMap<u32, Owner> + Send + Sync>;
+pub(crate) type OwnersFn = Arc<dyn Fn() -> HashMap<u32, Owner> + Send + Sync>;
 
-pub struct GpuService {
+pub(crate) struct GpuService {
     inner: Option<Arc<Inner>>,
     /// Set when the GPU side is not running: off, or disabled with a reason.
     inactive: Option<GpuReport>,
@@ -103,7 +103,7 @@ struct State {
 impl GpuService {
     /// Starts the GPU side as configured; never fails. `freezers` are the GPU pools', which
     /// the duty cycle gates; decisions go to `log`.
-    pub fn start(
+    pub(crate) fn start(
         settings: &Settings,
         freezers: Vec<Arc<Freezer>>,
         log: DecisionLog,
@@ -204,19 +204,19 @@ impl GpuService {
 
     /// Whether some GPU pool is gated: then the daemon watches training's CPU use at the fast
     /// signal's period as well as at its policy tick.
-    pub fn gates(&self) -> bool {
+    pub(crate) fn gates(&self) -> bool {
         self.inner
             .as_ref()
             .is_some_and(|inner| inner.gate.is_some())
     }
 
     /// Training's CPU use over the last policy tick.
-    pub fn on_training_cpu(&self, now_ns: u64, cpus: f64) {
+    pub(crate) fn on_training_cpu(&self, now_ns: u64, cpus: f64) {
         self.decide(now_ns, |policy| policy.on_training_cpu(now_ns, cpus));
     }
 
     /// Training's CPU use over the fast signal's short period: a rise, or nothing.
-    pub fn on_training_cpu_rise(&self, now_ns: u64, cpus: f64) {
+    pub(crate) fn on_training_cpu_rise(&self, now_ns: u64, cpus: f64) {
         self.decide(now_ns, |policy| policy.on_training_cpu_rise(now_ns, cpus));
     }
 
@@ -234,7 +234,7 @@ impl GpuService {
     /// default. Without it CUDA looks in /tmp/nvidia-mps, finds no daemon, and training runs
     /// outside the server its GPU pools share, time-sliced against it instead of beside it.
     /// No limits: those only tighten the clients given them.
-    pub fn training_env(&self) -> Vec<(String, String)> {
+    pub(crate) fn training_env(&self) -> Vec<(String, String)> {
         let Some(inner) = &self.inner else {
             return Vec::new();
         };
@@ -257,7 +257,7 @@ impl GpuService {
     /// The environment a process joining `pool` starts with: its MPS limits when the pool
     /// uses the GPU and MPS is attached. Refuses the process when no device has room for a
     /// CUDA context beside training.
-    pub fn client_env(&self, pool: &str) -> Result<Vec<(String, String)>, PoolFull> {
+    pub(crate) fn client_env(&self, pool: &str) -> Result<Vec<(String, String)>, PoolFull> {
         let Some(inner) = &self.inner else {
             return Ok(Vec::new());
         };
@@ -283,7 +283,7 @@ impl GpuService {
         Ok(mps::client_env(state.client_percentage, &limits, pipe_dir))
     }
 
-    pub fn report(&self) -> GpuReport {
+    pub(crate) fn report(&self) -> GpuReport {
         if let Some(report) = &self.inactive {
             return report.clone();
         }
@@ -311,7 +311,7 @@ impl GpuService {
     }
 
     /// Stops sampling and gating; the gated pools are thawed when this returns.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         let Some(inner) = &self.inner else { return };
         inner.stop.store(true, Ordering::Relaxed);
         if let Some(sampler) = lock(&self.sampler).take() {

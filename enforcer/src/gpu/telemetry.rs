@@ -10,7 +10,7 @@ const MIB: u64 = 1024 * 1024;
 
 /// Why the GPU side cannot run here, in the operator's words.
 #[derive(Debug, thiserror::Error)]
-pub enum Unavailable {
+pub(crate) enum Unavailable {
     #[error("libnvidia-ml.so cannot be loaded ({0}): no NVIDIA driver is installed")]
     NoLibrary(String),
     #[error("the NVIDIA driver is installed but not loaded (no GPU, or its module is missing)")]
@@ -40,7 +40,7 @@ impl From<NvmlError> for Unavailable {
 /// A device NVML failed to read at a sample: which, what, and NVML's error.
 #[derive(Debug, thiserror::Error)]
 #[error("GPU {index}{what}: {error}")]
-pub struct DeviceError {
+pub(crate) struct DeviceError {
     pub index: u32,
     /// What was being read, with its leading space (" memory"), or nothing for the device.
     pub what: &'static str,
@@ -49,7 +49,7 @@ pub struct DeviceError {
 
 /// One GPU process, as NVML sees it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct GpuProcess {
+pub(crate) struct GpuProcess {
     pub pid: u32,
     /// None where the driver does not report it.
     pub used_mib: Option<u64>,
@@ -60,7 +60,7 @@ pub struct GpuProcess {
 
 /// One GPU, sampled.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct GpuSample {
+pub(crate) struct GpuSample {
     pub index: u32,
     pub name: String,
     /// Percent of the last sample period during which a kernel ran.
@@ -70,7 +70,7 @@ pub struct GpuSample {
     pub processes: Vec<GpuProcess>,
 }
 
-pub struct GpuTelemetry {
+pub(crate) struct GpuTelemetry {
     nvml: Nvml,
     count: u32,
     /// Per device: the timestamp of the newest process-utilization sample read, so each read
@@ -81,7 +81,7 @@ pub struct GpuTelemetry {
 impl GpuTelemetry {
     /// Loads NVML and counts the GPUs. The error is the one line an operator needs: whether
     /// the library, the driver or the GPUs are missing.
-    pub fn open() -> Result<Self, Unavailable> {
+    pub(crate) fn open() -> Result<Self, Unavailable> {
         let nvml = Nvml::init()?;
         let count = nvml.device_count().map_err(Unavailable::Count)?;
         if count == 0 {
@@ -94,11 +94,11 @@ impl GpuTelemetry {
         })
     }
 
-    pub fn device_count(&self) -> u32 {
+    pub(crate) fn device_count(&self) -> u32 {
         self.count
     }
 
-    pub fn driver_version(&self) -> String {
+    pub(crate) fn driver_version(&self) -> String {
         self.nvml
             .sys_driver_version()
             .unwrap_or_else(|e| format!("unknown ({e})"))
@@ -106,7 +106,7 @@ impl GpuTelemetry {
 
     /// Samples every GPU. A device that fails a call is reported with what could be read, so
     /// that one lost GPU does not blind the enforcer to the others.
-    pub fn sample(&mut self) -> Vec<Result<GpuSample, DeviceError>> {
+    pub(crate) fn sample(&mut self) -> Vec<Result<GpuSample, DeviceError>> {
         (0..self.count)
             .map(|index| self.sample_one(index))
             .collect()

@@ -34,7 +34,7 @@ pub enum CgroupUnsupported {
 }
 
 /// What the pools have to work with, or what is missing and how to fix it.
-pub fn cgroup_support() -> Result<String, CgroupUnsupported> {
+pub(crate) fn cgroup_support() -> Result<String, CgroupUnsupported> {
     if fs_magic(Path::new(CGROUP_ROOT)) == Some(CGROUP2_SUPER_MAGIC) {
         let controllers =
             read_trimmed(&format!("{CGROUP_ROOT}/cgroup.controllers")).unwrap_or_default();

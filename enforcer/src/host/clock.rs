@@ -2,7 +2,7 @@
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock `bpf_ktime_get_ns` reads, so that a kernel
 /// event's timestamp and a userspace reading can be subtracted.
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -2,11 +2,11 @@
 //! there: every path it uses, its privileges and mounts, the cgroup mode, the CPUs and their
 //! SMT siblings, the clock the sensor stamps events with, and the service manager's notifications.
 
-pub mod cgroup_support;
-pub mod clock;
+pub(crate) mod cgroup_support;
+pub(crate) mod clock;
 pub mod paths;
-pub mod preflight;
-pub mod procfs;
-pub mod systemd;
-pub mod topology;
+pub(crate) mod preflight;
+pub(crate) mod procfs;
+pub(crate) mod systemd;
+pub(crate) mod topology;
 pub mod user_namespace;

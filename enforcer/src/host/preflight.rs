@@ -24,7 +24,7 @@ pub enum PreflightError {
 }
 
 /// Fails unless the effective uid is 0.
-pub fn require_root() -> Result<(), PreflightError> {
+pub(crate) fn require_root() -> Result<(), PreflightError> {
     // SAFETY: no preconditions.
     let euid = unsafe { libc::geteuid() };
     if euid == 0 {
@@ -85,7 +85,7 @@ fn ensure_mounted(path: &str, fstype: &'static str, magic: i64) -> Result<bool, 
 }
 
 /// bpffs for the pins, tracefs for the tracepoint formats and attachment.
-pub fn ensure_mounts() -> Result<(), PreflightError> {
+pub(crate) fn ensure_mounts() -> Result<(), PreflightError> {
     ensure_mounted(super::paths::BPFFS, "bpf", BPF_FS_MAGIC)?;
     ensure_mounted(super::paths::TRACEFS, "tracefs", TRACEFS_MAGIC)?;
     Ok(())
@@ -95,7 +95,7 @@ pub fn ensure_mounts() -> Result<(), PreflightError> {
 /// is below what the sensor's maps take on a large machine. Kernels from 5.11 charge the
 /// memory cgroup instead and ignore it, so failing to raise it is only worth a note there
 /// (seen here: root without CAP_SYS_RESOURCE in a sandbox cannot raise the hard limit).
-pub fn raise_memlock() {
+pub(crate) fn raise_memlock() {
     let unlimited = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
         rlim_max: libc::RLIM_INFINITY,

@@ -9,21 +9,21 @@ fn stat_fields_after_comm(pid: u32) -> Option<Vec<String>> {
 }
 
 /// Whether `pid` is a live process: not gone, not a zombie waiting to be reaped.
-pub fn is_alive(pid: u32) -> bool {
+pub(crate) fn is_alive(pid: u32) -> bool {
     stat_fields_after_comm(pid)
         .and_then(|fields| fields.first().cloned())
         .is_some_and(|state| state != "Z" && state != "X")
 }
 
 /// Whether `/proc/<pid>` exists (a zombie included); pid 0 never does.
-pub fn exists(pid: u32) -> bool {
+pub(crate) fn exists(pid: u32) -> bool {
     pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// When `pid` started (field 22 of its stat line: clock ticks after boot), or None if it does
 /// not exist or is a zombie. With the pid, it names one process: a pid reused later has
 /// another start time.
-pub fn start_time(pid: u32) -> Option<u64> {
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
     let fields = stat_fields_after_comm(pid)?;
     let state = fields.first()?;
     if state == "Z" || state == "X" {
@@ -34,7 +34,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
 }
 
 /// The uid a process runs under (the owner of its /proc directory).
-pub fn uid_of(pid: u32) -> Option<u32> {
+pub(crate) fn uid_of(pid: u32) -> Option<u32> {
     use std::os::unix::fs::MetadataExt as _;
     std::fs::metadata(format!("/proc/{pid}"))
         .ok()

@@ -10,13 +10,13 @@ use std::{
 
 /// Where notifications go, if a service manager listens.
 #[derive(Debug, Clone)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     address: SocketAddr,
 }
 
 impl Notifier {
     /// The manager's socket from `NOTIFY_SOCKET` (a path, or an abstract name after '@').
-    pub fn from_env() -> Option<Self> {
+    pub(crate) fn from_env() -> Option<Self> {
         let name = std::env::var("NOTIFY_SOCKET").ok()?;
         let address = match name.strip_prefix('@') {
             Some(abstract_name) => SocketAddr::from_abstract_name(abstract_name.as_bytes()),
@@ -27,7 +27,7 @@ impl Notifier {
     }
 
     /// Sends `state` (e.g. "READY=1"): one datagram from a socket of its own.
-    pub fn notify(&self, state: &str) -> std::io::Result<()> {
+    pub(crate) fn notify(&self, state: &str) -> std::io::Result<()> {
         let socket = std::os::unix::net::UnixDatagram::unbound()?;
         socket.send_to_addr(state.as_bytes(), &self.address)?;
         Ok(())
@@ -36,7 +36,7 @@ impl Notifier {
 
 /// The watchdog period the manager set for this process (`WATCHDOG_USEC`, for the pid in
 /// `WATCHDOG_PID` where that is given), None where it set none.
-pub fn watchdog_period() -> Option<Duration> {
+pub(crate) fn watchdog_period() -> Option<Duration> {
     if let Ok(pid) = std::env::var("WATCHDOG_PID")
         && pid.parse::<u32>().ok() != Some(std::process::id())
     {

@@ -6,7 +6,7 @@ use enforcer_common::cpu_list::{self, CpuListError};
 
 /// Online CPUs and, for each, the CPUs sharing its physical core (itself included).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Topology {
+pub(crate) struct Topology {
     pub cpus: BTreeSet<u32>,
     /// Groups of SMT siblings; every online CPU is in exactly one.
     pub cores: Vec<BTreeSet<u32>>,
@@ -24,7 +24,7 @@ pub enum TopologyError {
 
 impl Topology {
     /// Reads /sys/devices/system/cpu.
-    pub fn detect() -> Result<Self, TopologyError> {
+    pub(crate) fn detect() -> Result<Self, TopologyError> {
         let online = std::fs::read_to_string(ONLINE).map_err(TopologyError::Read)?;
         let cpus = cpu_list::parse(&online)?;
         let mut cores: Vec<BTreeSet<u32>> = Vec::new();
@@ -43,7 +43,7 @@ impl Topology {
     }
 
     /// A topology of `n` CPUs without SMT (for tests).
-    pub fn flat(n: u32) -> Self {
+    pub(crate) fn flat(n: u32) -> Self {
         Self {
             cpus: (0..n).collect(),
             cores: (0..n).map(|c| BTreeSet::from([c])).collect(),
@@ -51,7 +51,7 @@ impl Topology {
     }
 
     /// CPUs per physical core (1 without SMT, 2 with two siblings each).
-    pub fn threads_per_core(&self) -> f64 {
+    pub(crate) fn threads_per_core(&self) -> f64 {
         self.cpus.len() as f64 / self.cores.len().max(1) as f64
     }
 }

@@ -24,9 +24,9 @@ use serde::Deserialize;
 
 use super::pod::Pod;
 
-pub const ROLE_KEY: &str = "reamer.io/role";
-pub const POOL_KEY: &str = "reamer.io/pool";
-pub const JOB_KEY: &str = "reamer.io/job";
+pub(crate) const ROLE_KEY: &str = "reamer.io/role";
+pub(crate) const POOL_KEY: &str = "reamer.io/pool";
+pub(crate) const JOB_KEY: &str = "reamer.io/job";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -120,13 +120,13 @@ impl Claims {
 
 /// What a managed pod is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Training { job: String },
     Pool { pool: String, kind: RoleName },
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum ClassifyError {
+pub(crate) enum ClassifyError {
     #[error("pod {pod}: {ROLE_KEY} {value:?} is not training, online or offline")]
     UnknownRole { pod: String, value: String },
     #[error("pod {pod}: pool {pool:?} is not a pool of the config (pools: {known})")]
@@ -169,7 +169,7 @@ fn kind_name(kind: RoleName) -> &'static str {
 }
 
 /// The config's pools (name → kind), selectors and claims.
-pub struct Classifier {
+pub(crate) struct Classifier {
     pools: BTreeMap<String, RoleName>,
     selectors: Vec<Selector>,
     claims: Claims,
@@ -177,7 +177,7 @@ pub struct Classifier {
 
 impl Classifier {
     /// Any namespace may claim any role until `with_claims`.
-    pub fn new(pools: BTreeMap<String, RoleName>, selectors: Vec<Selector>) -> Self {
+    pub(crate) fn new(pools: BTreeMap<String, RoleName>, selectors: Vec<Selector>) -> Self {
         Self {
             pools,
             selectors,
@@ -187,17 +187,17 @@ impl Classifier {
 
     /// The labels its selectors match: with reamer's own marks, all that is kept of a pod
     /// (`Pod::trimmed`).
-    pub fn labels_read(&self) -> std::collections::BTreeSet<String> {
+    pub(crate) fn labels_read(&self) -> std::collections::BTreeSet<String> {
         self.selectors.iter().map(|s| s.label.clone()).collect()
     }
 
     /// Believes each role only from the namespaces `claims` gives it.
-    pub fn with_claims(self, claims: Claims) -> Self {
+    pub(crate) fn with_claims(self, claims: Claims) -> Self {
         Self { claims, ..self }
     }
 
     /// The classifier of a config's pools, each named with whether it is online.
-    pub fn of_pools(
+    pub(crate) fn of_pools(
         pools: impl IntoIterator<Item = (String, bool)>,
         selectors: Vec<Selector>,
     ) -> Self {
@@ -216,7 +216,7 @@ impl Classifier {
     }
 
     /// What `pod` is: Ok(None) where no label or selector marks it.
-    pub fn classify(&self, pod: &Pod) -> Result<Option<Role>, ClassifyError> {
+    pub(crate) fn classify(&self, pod: &Pod) -> Result<Option<Role>, ClassifyError> {
         let (role, selector_pool) = match pod.marked(ROLE_KEY) {
             Some(value) => {
                 let role = RoleName::parse(value).ok_or_else(|| ClassifyError::UnknownRole {

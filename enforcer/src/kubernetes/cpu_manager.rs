@@ -25,7 +25,7 @@ struct Checkpoint {
 
 /// The pods the CPU manager gave exclusive CPUs, read from its checkpoint at `path`.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ExclusivePods {
+pub(crate) struct ExclusivePods {
     /// Pod UID → its containers' exclusive CPUs ("container: cpus", for status).
     pods: BTreeMap<String, String>,
 }
@@ -33,7 +33,7 @@ pub struct ExclusivePods {
 impl ExclusivePods {
     /// Reads the checkpoint. A missing file means no static policy; an unreadable one is an
     /// error the caller reports (and then treats as no exclusive pods).
-    pub fn read(path: &Path) -> Result<Self, String> {
+    pub(crate) fn read(path: &Path) -> Result<Self, String> {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
@@ -42,7 +42,7 @@ impl ExclusivePods {
         Self::parse(&text).map_err(|err| format!("{}: {err}", path.display()))
     }
 
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         let checkpoint: Checkpoint = serde_json::from_str(text)
             .map_err(|err| format!("not a CPU manager checkpoint: {err}"))?;
         if checkpoint.policy_name != "static" {
@@ -65,7 +65,7 @@ impl ExclusivePods {
     }
 
     /// The exclusive CPUs of pod `uid`, described, where it has any.
-    pub fn of(&self, uid: &str) -> Option<&str> {
+    pub(crate) fn of(&self, uid: &str) -> Option<&str> {
         self.pods.get(uid).map(String::as_str)
     }
 }

@@ -15,9 +15,9 @@
 //! `enforcer pods` shows what these make of a node's pods.
 
 pub mod api_watch;
-pub mod classify;
+pub(crate) mod classify;
 pub mod container_watch;
-pub mod cpu_manager;
-pub mod node_groups;
+pub(crate) mod cpu_manager;
+pub(crate) mod node_groups;
 pub mod pod;
 pub mod pod_cgroup;

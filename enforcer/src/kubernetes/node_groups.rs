@@ -25,7 +25,7 @@ use super::{
 
 /// A pod reamer manages.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManagedPod {
+pub(crate) struct ManagedPod {
     pub uid: String,
     /// `namespace/name`.
     pub key: String,
@@ -40,7 +40,7 @@ pub struct ManagedPod {
 
 /// A change the daemon acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeChange {
+pub(crate) enum NodeChange {
     /// A pod to manage, new or changed in what it is (a change comes as `Left` first).
     Joined(ManagedPod),
     /// A container group appeared in a managed pod's group, relative like the pod's.
@@ -79,7 +79,7 @@ struct Tracked {
 }
 
 /// The managed pods, and what each event changes of them.
-pub struct NodeGroups {
+pub(crate) struct NodeGroups {
     classifier: Classifier,
     layout: KubeletLayout,
     /// The hierarchy whose pod groups are watched: cgroup v2's tree, or v1's `cpu`.
@@ -91,7 +91,7 @@ pub struct NodeGroups {
 }
 
 impl NodeGroups {
-    pub fn new(classifier: Classifier, layout: KubeletLayout, hierarchy: PathBuf) -> Self {
+    pub(crate) fn new(classifier: Classifier, layout: KubeletLayout, hierarchy: PathBuf) -> Self {
         Self {
             classifier,
             layout,
@@ -101,14 +101,15 @@ impl NodeGroups {
         }
     }
 
-    /// The managed pod `uid`, where it is one.
-    pub fn pod(&self, uid: &str) -> Option<&ManagedPod> {
+    /// The managed pod `uid`, where it is one: for the tests to read.
+    #[cfg(test)]
+    fn pod(&self, uid: &str) -> Option<&ManagedPod> {
         self.pods.get(uid).map(|tracked| &tracked.pod)
     }
 
     /// What `pod` makes of it now, with the CPU manager's exclusive pods: the changes, and
     /// the pod groups to start or stop watching.
-    pub fn on_pod(&mut self, pod: &Pod, exclusive: &ExclusivePods) -> Step {
+    pub(crate) fn on_pod(&mut self, pod: &Pod, exclusive: &ExclusivePods) -> Step {
         let uid = pod.metadata.uid.clone();
         let mut step = Step::default();
         let wanted = match self.managed(pod, exclusive) {
@@ -162,7 +163,7 @@ impl NodeGroups {
     }
 
     /// A pod gone from the API (deleted, or missing from a relist).
-    pub fn on_removed(&mut self, uid: &str) -> Step {
+    pub(crate) fn on_removed(&mut self, uid: &str) -> Step {
         let mut step = Step::default();
         if self.refused.remove(uid).is_some() {
             step.changes.push(NodeChange::RefusalEnded {
@@ -174,7 +175,7 @@ impl NodeGroups {
     }
 
     /// A change among the watched pod groups' children.
-    pub fn on_group(&mut self, event: GroupEvent) -> Vec<NodeChange> {
+    pub(crate) fn on_group(&mut self, event: GroupEvent) -> Vec<NodeChange> {
         let (pod_dir, child, appeared) = match event {
             GroupEvent::Created { pod_dir, child } => (pod_dir, child, true),
             GroupEvent::Removed { pod_dir, child } => (pod_dir, child, false),
@@ -230,7 +231,7 @@ impl NodeGroups {
 /// The pod as reamer manages it; Ok(None) where it is not managed (unmarked, done, or not
 /// admitted by the kubelet yet); the reason where it is marked but cannot be taken. The daemon
 /// and `enforcer pods` both decide by it, so they agree.
-pub fn managed_pod(
+pub(crate) fn managed_pod(
     pod: &Pod,
     classifier: &Classifier,
     layout: &KubeletLayout,
@@ -262,7 +263,7 @@ pub fn managed_pod(
 
 /// What one event makes: the changes, and the pod groups to start and stop watching.
 #[derive(Debug, Default)]
-pub struct Step {
+pub(crate) struct Step {
     pub changes: Vec<NodeChange>,
     pub watch: Vec<PathBuf>,
     pub unwatch: Vec<PathBuf>,
@@ -270,7 +271,7 @@ pub struct Step {
 
 /// Follows the node's pods (the API server's watch) and their container groups (inotify),
 /// and sends each change to the daemon, until the receiver is dropped.
-pub fn follow(
+pub(crate) fn follow(
     client: kube::Client,
     node: String,
     mut groups: NodeGroups,

@@ -157,7 +157,7 @@ mod tests {
     use super::*;
 
     /// A Pod as `kubectl get pod -o json` prints one (trimmed of fields nobody reads here).
-    pub const TRAINING_POD: &str = r#"{
+    pub(super) const TRAINING_POD: &str = r#"{
       "apiVersion": "v1",
       "kind": "Pod",
       "metadata": {

@@ -37,7 +37,7 @@ use crate::{
 
 /// A pool as the policy sees it: its name and kind.
 #[derive(Debug, Clone)]
-pub struct PoolSpec {
+pub(crate) struct PoolSpec {
     pub name: String,
     pub kind: PoolKind,
 }
@@ -58,7 +58,7 @@ fn min_cores(kind: &PoolKind) -> usize {
 
 /// The CPUs of training's reservation and of each pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Allocation {
+pub(crate) struct Allocation {
     pub training: BTreeSet<u32>,
     pub pools: BTreeMap<String, BTreeSet<u32>>,
     /// Offline pools are paused: training's demand is more than it may reserve, or they are
@@ -70,7 +70,7 @@ pub struct Allocation {
 /// Why the allocation changed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "trigger", rename_all = "snake_case")]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// A training thread was queued behind inference on `cpu`.
     Contended { cpu: u32 },
     /// Training's demand estimate rose above the reservation.
@@ -89,7 +89,7 @@ pub enum Trigger {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Decision {
+pub(crate) struct Decision {
     #[serde(flatten)]
     pub trigger: Trigger,
     pub training_cores_before: usize,
@@ -106,7 +106,7 @@ const IDLE_DEMAND_CPUS: f64 = 0.02;
 const DUTY_PERIOD_NS: u64 = 1_000_000_000;
 
 #[derive(Clone)]
-pub struct Policy {
+pub(crate) struct Policy {
     config: PolicySettings,
     topology: Topology,
     pools: Vec<PoolSpec>,
@@ -126,7 +126,7 @@ pub struct Policy {
 }
 
 impl Policy {
-    pub fn new(config: PolicySettings, topology: Topology, pools: Vec<PoolSpec>) -> Self {
+    pub(crate) fn new(config: PolicySettings, topology: Topology, pools: Vec<PoolSpec>) -> Self {
         Self {
             demand: DemandWindow::new(config.demand_window_ns, topology.cpus.len()),
             config,
@@ -141,12 +141,12 @@ impl Policy {
         }
     }
 
-    pub fn estimate_cpus(&self) -> f64 {
+    pub(crate) fn estimate_cpus(&self) -> f64 {
         self.demand.estimate()
     }
 
     /// The CPUs the policy divides: the machine's online CPUs.
-    pub fn cpus(&self) -> &BTreeSet<u32> {
+    pub(crate) fn cpus(&self) -> &BTreeSet<u32> {
         &self.topology.cpus
     }
 
@@ -175,7 +175,7 @@ impl Policy {
     /// holds all the cores the fast path may give it (`contended` declines exactly these).
     /// Each report wakes the real-time event thread, which preempts whoever runs, often the
     /// training thread just queued, so a report that can change nothing only costs training.
-    pub fn quiet_cpus(&self) -> BTreeSet<u32> {
+    pub(crate) fn quiet_cpus(&self) -> BTreeSet<u32> {
         if self.training.len() >= self.contention_limit() {
             return self.topology.cpus.clone();
         }
@@ -218,7 +218,7 @@ impl Policy {
     /// Fast path: a training thread was queued behind inference on `cpu`. Its core joins
     /// training's reservation now, while training holds fewer than `contention_limit` cores.
     /// The core is held for at least `give_back_after`, like any other.
-    pub fn contended(&mut self, cpu: u32) -> Option<Decision> {
+    pub(crate) fn contended(&mut self, cpu: u32) -> Option<Decision> {
         let core = self.topology.cores.iter().position(|c| c.contains(&cpu))?;
         if self.training.contains(&core) || self.training.len() >= self.contention_limit() {
             return None;
@@ -233,7 +233,7 @@ impl Policy {
     /// load (0: no more than the guaranteed minimum). A decision when the allocation changes.
     /// The workers themselves hold a smaller need for a few seconds before they report it, so
     /// a noisy load does not make the grants oscillate.
-    pub fn set_online_need(&mut self, pool: &str, cores: usize) -> Option<Decision> {
+    pub(crate) fn set_online_need(&mut self, pool: &str, cores: usize) -> Option<Decision> {
         let is_online = self
             .pools
             .iter()
@@ -259,7 +259,7 @@ impl Policy {
     /// ended at `now_ns`). Grows the reservation, or pauses offline pools, at once when the
     /// estimate asks for it; gives back after the hold; runs the offline duty cycle while
     /// training is tight on its cores.
-    pub fn observe_demand(&mut self, now_ns: u64, demand_cpus: f64) -> Option<Decision> {
+    pub(crate) fn observe_demand(&mut self, now_ns: u64, demand_cpus: f64) -> Option<Decision> {
         let before = self.training.len();
         let was_paused = self.allocation_paused();
         self.demand.add(now_ns, demand_cpus);
@@ -360,17 +360,17 @@ impl Policy {
 
     /// Whether offline pools may share training's reserved cores once no free core is left:
     /// the pace controller's top level sets it, over the config's `offline_on_training_cores`.
-    pub fn share_training_cores(&mut self, share: bool) {
+    pub(crate) fn share_training_cores(&mut self, share: bool) {
         self.config.offline_on_training_cores = share;
     }
 
     /// The number of cores training holds.
-    pub fn training_cores(&self) -> usize {
+    pub(crate) fn training_cores(&self) -> usize {
         self.training.len()
     }
 
     /// The current allocation of CPUs.
-    pub fn allocation(&self) -> Allocation {
+    pub(crate) fn allocation(&self) -> Allocation {
         let core_cpus = |core: usize| self.topology.cores[core].iter().copied();
         let training: BTreeSet<u32> = self.training.iter().flat_map(|&c| core_cpus(c)).collect();
         // Free cores, highest first: training grows from the low end.

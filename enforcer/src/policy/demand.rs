@@ -16,7 +16,7 @@ use enforcer_common::stats::median;
 
 /// The per-tick samples of the last `window_ns`, and their median.
 #[derive(Debug, Clone)]
-pub struct DemandWindow {
+pub(crate) struct DemandWindow {
     window_ns: u64,
     /// The machine's CPUs: no sample counts for more (threads waiting beyond them would not
     /// run on a reserved core either).
@@ -27,7 +27,7 @@ pub struct DemandWindow {
 }
 
 impl DemandWindow {
-    pub fn new(window_ns: u64, cpus: usize) -> Self {
+    pub(crate) fn new(window_ns: u64, cpus: usize) -> Self {
         Self {
             window_ns,
             cpus: cpus as f64,
@@ -38,7 +38,7 @@ impl DemandWindow {
 
     /// Adds the demand of the tick that ended at `now_ns`, forgets the samples older than the
     /// window (the newest always stays) and returns the new estimate.
-    pub fn add(&mut self, now_ns: u64, demand_cpus: f64) -> f64 {
+    pub(crate) fn add(&mut self, now_ns: u64, demand_cpus: f64) -> f64 {
         let demand = match demand_cpus.is_finite() {
             true => demand_cpus.clamp(0.0, self.cpus),
             false => 0.0,
@@ -54,7 +54,7 @@ impl DemandWindow {
     }
 
     /// The estimate, CPUs: 0 before the first sample.
-    pub fn estimate(&self) -> f64 {
+    pub(crate) fn estimate(&self) -> f64 {
         self.estimate
     }
 }

@@ -48,7 +48,7 @@ use crate::config::HarvestSettings;
 /// The rungs, least offline work first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Level {
+pub(crate) enum Level {
     /// Offline pools paused.
     Held,
     /// Offline pools on a share of the CPUs the core policy gives them.
@@ -86,7 +86,7 @@ impl Level {
         self.index().checked_sub(1).map(|i| Self::LADDER[i])
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Level::Held => "held",
             Level::Quarter => "quarter",
@@ -99,7 +99,7 @@ impl Level {
 
     /// The share of the offline CPUs the policy gives that offline keeps at this level (1 at
     /// `Policy` and above; `Held` pauses instead).
-    pub fn offline_share(self) -> f64 {
+    pub(crate) fn offline_share(self) -> f64 {
         match self {
             Level::Held => 0.0,
             Level::Quarter => 0.25,
@@ -113,33 +113,33 @@ impl Level {
 /// A job's first probe waits until it has reported a pace this long: its first seconds
 /// (imports, a data loader's start, autotuning) are not its pace. Measured on the VM: a probe
 /// in the training simulator's first 5 s read 174 steps/s against 179 alone.
-pub const WARMUP_NS: u64 = 10_000_000_000;
+pub(crate) const WARMUP_NS: u64 = 10_000_000_000;
 /// Offline held back before a probe measures: long enough for offline's threads to leave the
 /// CPUs and the caches to refill with training's (two of the 1 s report periods).
-pub const PROBE_SETTLE_NS: u64 = 1_000_000_000;
+pub(crate) const PROBE_SETTLE_NS: u64 = 1_000_000_000;
 /// A probe measures the reference over this: four reports of a job reporting once a second.
-pub const PROBE_MEASURE_NS: u64 = 4_000_000_000;
-pub const TRIAL_SETTLE_NS: u64 = 1_000_000_000;
+pub(crate) const PROBE_MEASURE_NS: u64 = 4_000_000_000;
+pub(crate) const TRIAL_SETTLE_NS: u64 = 1_000_000_000;
 /// A trial measures over this: eight reports, twice the probe's, since a trial costs
 /// offline nothing.
-pub const TRIAL_MEASURE_NS: u64 = 8_000_000_000;
+pub(crate) const TRIAL_MEASURE_NS: u64 = 8_000_000_000;
 /// A reference this young serves a trial without a new probe.
-pub const REFERENCE_TTL_NS: u64 = 30_000_000_000;
+pub(crate) const REFERENCE_TTL_NS: u64 = 30_000_000_000;
 /// Settled, the level is checked this often.
-pub const RECHECK_NS: u64 = 60_000_000_000;
+pub(crate) const RECHECK_NS: u64 = 60_000_000_000;
 /// The level above one found too costly is not tried again before this.
-pub const CEILING_NS: u64 = 300_000_000_000;
+pub(crate) const CEILING_NS: u64 = 300_000_000_000;
 /// A reference this far from the last one (relative) is a new phase of the job.
-pub const PHASE_CHANGE: f64 = 0.15;
+pub(crate) const PHASE_CHANGE: f64 = 0.15;
 /// Trials of one level the interval cannot decide before their mean decides.
-pub const MAX_UNDECIDED: usize = 3;
+pub(crate) const MAX_UNDECIDED: usize = 3;
 
 /// `allocation` at `level`, for the offline pools named in `offline`: `Held` pauses them; a
 /// share keeps each on that share of its CPUs (at least one), the highest-numbered, farthest
 /// from training, which the policy grows from CPU 0; `Policy` and `TrainingCores` leave the
 /// allocation as the policy made it (which shares training's cores at `TrainingCores`:
 /// `Policy::share_training_cores`).
-pub fn shape(level: Level, mut allocation: Allocation, offline: &[String]) -> Allocation {
+pub(crate) fn shape(level: Level, mut allocation: Allocation, offline: &[String]) -> Allocation {
     match level {
         Level::Held => allocation.offline_paused = true,
         Level::Quarter | Level::Half | Level::ThreeQuarters => {
@@ -159,7 +159,7 @@ pub fn shape(level: Level, mut allocation: Allocation, offline: &[String]) -> Al
 /// A pace measured over a window: the mean of the paces between consecutive reports, and its
 /// standard error.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Measured {
+pub(crate) struct Measured {
     pub steps_per_s: f64,
     pub standard_error: f64,
     pub intervals: usize,
@@ -167,7 +167,7 @@ pub struct Measured {
 
 /// The paces between consecutive reports within `[from_ns, to_ns]`, as a measurement; None
 /// with fewer than two intervals.
-pub fn measure(reports: &[(u64, u64)], from_ns: u64, to_ns: u64) -> Option<Measured> {
+pub(crate) fn measure(reports: &[(u64, u64)], from_ns: u64, to_ns: u64) -> Option<Measured> {
     let inside: Vec<(u64, u64)> = reports
         .iter()
         .copied()
@@ -195,13 +195,13 @@ pub fn measure(reports: &[(u64, u64)], from_ns: u64, to_ns: u64) -> Option<Measu
 
 /// A trial's pace against its reference: the ratio and its interval (± 2 standard errors).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Ratio {
+pub(crate) struct Ratio {
     pub ratio: f64,
     pub low: f64,
     pub high: f64,
 }
 
-pub fn ratio(trial: &Measured, reference: &Measured) -> Option<Ratio> {
+pub(crate) fn ratio(trial: &Measured, reference: &Measured) -> Option<Ratio> {
     if reference.steps_per_s <= 0.0 {
         return None;
     }
@@ -221,7 +221,7 @@ pub fn ratio(trial: &Measured, reference: &Measured) -> Option<Ratio> {
 /// Why the level changed: what the decision log and status show.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
-pub enum Why {
+pub(crate) enum Why {
     /// The job reports no pace (any more): the core policy's level.
     NoSignal,
     /// Offline held back to measure training's reference pace.
@@ -240,7 +240,7 @@ pub enum Why {
 
 /// A change of level.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Change {
+pub(crate) struct Change {
     pub level: Level,
     #[serde(flatten)]
     pub why: Why,
@@ -271,7 +271,7 @@ enum Phase {
 }
 
 #[derive(Debug, Clone)]
-pub struct Harvest {
+pub(crate) struct Harvest {
     settings: HarvestSettings,
     phase: Phase,
     reference: Option<(u64, Measured)>,
@@ -282,7 +282,7 @@ pub struct Harvest {
 }
 
 impl Harvest {
-    pub fn new(settings: HarvestSettings) -> Self {
+    pub(crate) fn new(settings: HarvestSettings) -> Self {
         Self {
             settings,
             phase: Phase::NoSignal,
@@ -293,7 +293,7 @@ impl Harvest {
     }
 
     /// The level in force.
-    pub fn level(&self) -> Level {
+    pub(crate) fn level(&self) -> Level {
         match self.phase {
             Phase::NoSignal | Phase::WarmingUp { .. } => Level::Policy,
             Phase::Probe { .. } => Level::Held,
@@ -302,13 +302,18 @@ impl Harvest {
     }
 
     /// The reference pace, where one was measured.
-    pub fn reference(&self) -> Option<Measured> {
+    pub(crate) fn reference(&self) -> Option<Measured> {
         self.reference.map(|(_, m)| m)
     }
 
     /// One step of the loop at `now_ns`, with the job's reports (`signal`: whether the job
     /// has a pace now, its reports not stale). A change of level, if any.
-    pub fn tick(&mut self, now_ns: u64, signal: bool, reports: &[(u64, u64)]) -> Option<Change> {
+    pub(crate) fn tick(
+        &mut self,
+        now_ns: u64,
+        signal: bool,
+        reports: &[(u64, u64)],
+    ) -> Option<Change> {
         if !signal {
             match self.phase {
                 Phase::NoSignal => return None,

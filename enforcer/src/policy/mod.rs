@@ -9,11 +9,11 @@
 //! - `pace`: a training job's pace, from the progress it reports.
 //! - `harvest`: how much offline inference may take, found from that pace.
 
-pub mod cores;
-pub mod demand;
-pub mod harvest;
-pub mod online_need;
-pub mod online_weight;
-pub mod pace;
+pub(crate) mod cores;
+pub(crate) mod demand;
+pub(crate) mod harvest;
+pub(crate) mod online_need;
+pub(crate) mod online_weight;
+pub(crate) mod pace;
 
-pub use cores::{Allocation, Decision, Policy, PoolSpec};
+pub(crate) use cores::{Allocation, Decision, Policy, PoolSpec};

@@ -6,14 +6,14 @@ use std::collections::BTreeMap;
 
 /// pool → worker pid → CPUs it needs.
 #[derive(Debug, Default)]
-pub struct OnlineNeeds {
+pub(crate) struct OnlineNeeds {
     needs: BTreeMap<String, BTreeMap<u32, usize>>,
 }
 
 impl OnlineNeeds {
     /// Worker `pid` of online pool `pool` needs `cpus` CPUs (None: it went away). Returns the
     /// pool's need in whole cores of `threads_per_core` CPUs where it changed.
-    pub fn set(
+    pub(crate) fn set(
         &mut self,
         pool: &str,
         pid: u32,
@@ -30,7 +30,7 @@ impl OnlineNeeds {
 
     /// The CPUs `pool`'s workers need together. Saturating: a worker may claim any number;
     /// the policy caps it at the free cores.
-    pub fn cpus(&self, pool: &str) -> usize {
+    pub(crate) fn cpus(&self, pool: &str) -> usize {
         self.needs.get(pool).map_or(0, |needs| {
             needs.values().fold(0usize, |sum, n| sum.saturating_add(*n))
         })

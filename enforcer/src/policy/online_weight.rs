@@ -26,23 +26,23 @@ use enforcer_common::protocol::LatencyReport;
 
 /// A tail above this share of the SLO raises the weight: a margin for the report's own
 /// noise (a p99 over a second of requests) before a request misses.
-pub const RAISE_ABOVE: f64 = 0.75;
+pub(crate) const RAISE_ABOVE: f64 = 0.75;
 /// A tail below this share of the SLO lowers the weight: at half the weight an item can
 /// take about twice as long when training contends, and the tail still fits.
-pub const LOWER_BELOW: f64 = 0.5;
+pub(crate) const LOWER_BELOW: f64 = 0.5;
 /// Lowered at most once in this time: once per report of a worker that reports each second.
 /// A little under the second, so that a report that arrives a few milliseconds early (the
 /// worker's tick, the socket, this daemon's own scheduling) does not skip its step and leave
 /// the weight a second longer above where the tail allows.
-pub const STEP_EVERY_NS: u64 = 900_000_000;
+pub(crate) const STEP_EVERY_NS: u64 = 900_000_000;
 /// No lowering for this long after a raise.
-pub const HOLD_AFTER_RAISE_NS: u64 = 3_000_000_000;
+pub(crate) const HOLD_AFTER_RAISE_NS: u64 = 3_000_000_000;
 /// A worker's report older than this no longer counts (its load stopped).
-pub const REPORT_LIFETIME_NS: u64 = 3_000_000_000;
+pub(crate) const REPORT_LIFETIME_NS: u64 = 3_000_000_000;
 
 /// A report's p99 over its SLO; a miss counts as the whole SLO. None where the period says
 /// nothing.
-pub fn tail_over_slo(report: &LatencyReport) -> Option<f64> {
+pub(crate) fn tail_over_slo(report: &LatencyReport) -> Option<f64> {
     // The figures come from a pool member over the socket: any u64, so no sum that can wrap.
     if report.slo_us == 0 || (report.requests == 0 && report.missed == 0) {
         return None;
@@ -57,14 +57,14 @@ pub fn tail_over_slo(report: &LatencyReport) -> Option<f64> {
 
 /// A change of the pool's weight, and the tail that made it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WeightChange {
+pub(crate) struct WeightChange {
     pub from: u32,
     pub to: u32,
     pub tail_over_slo: f64,
 }
 
 #[derive(Debug, Clone)]
-pub struct WeightSteering {
+pub(crate) struct WeightSteering {
     ceiling: u32,
     floor: u32,
     weight: u32,
@@ -77,7 +77,7 @@ pub struct WeightSteering {
 impl WeightSteering {
     /// Starts at the ceiling: until a worker says its tail has room, the pool keeps the weight
     /// the operator configured.
-    pub fn new(ceiling: u32, floor: u32) -> Self {
+    pub(crate) fn new(ceiling: u32, floor: u32) -> Self {
         let floor = floor.clamp(1, ceiling.max(1));
         Self {
             ceiling,
@@ -94,26 +94,26 @@ impl WeightSteering {
     /// ceiling: a restart does not raise a weight its predecessor steered down, which would
     /// cost training the seconds the steering takes to come down again. Returns the weight to
     /// hold, which differs from `weight` where the configured range has moved since.
-    pub fn resume_at(&mut self, weight: u32) -> u32 {
+    pub(crate) fn resume_at(&mut self, weight: u32) -> u32 {
         self.weight = weight.clamp(self.floor, self.ceiling);
         self.weight
     }
 
-    pub fn weight(&self) -> u32 {
+    pub(crate) fn weight(&self) -> u32 {
         self.weight
     }
 
-    pub fn floor(&self) -> u32 {
+    pub(crate) fn floor(&self) -> u32 {
         self.floor
     }
 
     /// Whether the weight can move at all (`min_cpu_weight` below `cpu_weight`).
-    pub fn steers(&self) -> bool {
+    pub(crate) fn steers(&self) -> bool {
         self.floor < self.ceiling
     }
 
     /// Worker `pid` reported `report` at `now_ns`; returns the new weight where it changed.
-    pub fn report(
+    pub(crate) fn report(
         &mut self,
         pid: u32,
         report: &LatencyReport,
@@ -151,7 +151,7 @@ impl WeightSteering {
     }
 
     /// Worker `pid` went away: its tail no longer counts.
-    pub fn forget(&mut self, pid: u32) {
+    pub(crate) fn forget(&mut self, pid: u32) {
         self.tails.remove(&pid);
     }
 }

@@ -15,14 +15,14 @@ use std::collections::VecDeque;
 /// The window the pace is taken over. ResNet-50 on the GPU server steps about 11 times a
 /// second (1,444 images/s at batch 128): 5 s holds some 55 steps, so one slow step moves the
 /// figure by about 2%, not by half.
-pub const WINDOW_NS: u64 = 5_000_000_000;
+pub(crate) const WINDOW_NS: u64 = 5_000_000_000;
 /// Reports older than this leave the job without a pace: a job reports at least once a
 /// second while it trains (the Python helper's period), so 10 s of silence is a pause, a
 /// checkpoint or an end.
-pub const STALE_NS: u64 = 10_000_000_000;
+pub(crate) const STALE_NS: u64 = 10_000_000_000;
 /// Reports are kept this long: the harvest controller (`harvest`) measures the pace over
 /// its probes and trials, up to 10 s each, from them.
-pub const HISTORY_NS: u64 = 30_000_000_000;
+pub(crate) const HISTORY_NS: u64 = 30_000_000_000;
 /// Reports kept are at least this far apart: a job that reports on every step has its newest
 /// report replace the one before while they are closer, so the history stays covered with at
 /// most about `HISTORY_NS / MIN_SPACING_NS` reports.
@@ -30,7 +30,7 @@ const MIN_SPACING_NS: u64 = 100_000_000;
 
 /// One job's reports.
 #[derive(Debug, Default, Clone)]
-pub struct PaceTracker {
+pub(crate) struct PaceTracker {
     /// (time in ns, cumulative steps), oldest first, times ascending.
     reports: VecDeque<(u64, u64)>,
     /// Reports whose count went back: each restarted the tracker.
@@ -39,7 +39,7 @@ pub struct PaceTracker {
 
 /// What a job's reports say now.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Pace {
+pub(crate) struct Pace {
     /// The newest cumulative count.
     pub steps: u64,
     /// Steps a second over the window ending at the newest report; None with fewer than two
@@ -52,7 +52,7 @@ pub struct Pace {
 impl PaceTracker {
     /// Takes a report of `steps` done at `at_ns`. A report earlier than the newest one (two
     /// connections racing) is dropped.
-    pub fn record(&mut self, at_ns: u64, steps: u64) {
+    pub(crate) fn record(&mut self, at_ns: u64, steps: u64) {
         if let Some(&(last_at, last_steps)) = self.reports.back() {
             if at_ns < last_at {
                 return;
@@ -78,7 +78,7 @@ impl PaceTracker {
     }
 
     /// The pace at `now_ns`, or None before any report.
-    pub fn pace(&self, now_ns: u64) -> Option<Pace> {
+    pub(crate) fn pace(&self, now_ns: u64) -> Option<Pace> {
         let &(last_at, last_steps) = self.reports.back()?;
         let age_ns = now_ns.saturating_sub(last_at);
         let steps_per_s = (age_ns <= STALE_NS)
@@ -103,12 +103,13 @@ impl PaceTracker {
 
     /// The reports of the last `HISTORY_NS`: (time in ns, cumulative steps), oldest first,
     /// since the count last went back.
-    pub fn reports(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+    pub(crate) fn reports(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.reports.iter().copied()
     }
 
-    /// How often the count went back.
-    pub fn restarts(&self) -> u64 {
+    /// How often the count went back, for the tests.
+    #[cfg(test)]
+    pub(crate) fn restarts(&self) -> u64 {
         self.restarts
     }
 }

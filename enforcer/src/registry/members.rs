@@ -7,7 +7,7 @@ use enforcer_common::proc_tree;
 use crate::config::Source;
 
 /// All thread ids of the sources, deduplicated.
-pub fn group_threads(sources: &[Source]) -> HashSet<u32> {
+pub(crate) fn group_threads(sources: &[Source]) -> HashSet<u32> {
     let mut tids = HashSet::new();
     for source in sources {
         match source {
@@ -20,7 +20,7 @@ pub fn group_threads(sources: &[Source]) -> HashSet<u32> {
 
 /// Processes (not threads) of the sources: pids listed in a cgroup's `cgroup.procs`, and the
 /// configured processes themselves.
-pub fn group_processes(sources: &[Source]) -> Vec<u32> {
+pub(crate) fn group_processes(sources: &[Source]) -> Vec<u32> {
     let mut pids = Vec::new();
     for source in sources {
         match source {

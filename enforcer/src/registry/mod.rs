@@ -6,8 +6,8 @@
 //! periodic reconcile here catches what existed before registration and anything the fork
 //! hook could not insert.
 
-pub mod members;
-pub mod pods;
+pub(crate) mod members;
+pub(crate) mod pods;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -19,7 +19,7 @@ use enforcer_common::{
     CLASS_OFFLINE, CLASS_ONLINE, CLASS_TRAINING, MAX_JOBS, ThreadState, protocol::gpu::Owner,
 };
 
-pub use self::members::{group_processes, group_threads};
+pub(crate) use self::members::{group_processes, group_threads};
 use crate::{
     config::{InvalidName, Settings, Source, validate_name},
     host::procfs,
@@ -27,7 +27,7 @@ use crate::{
 
 /// A training job or an inference pool.
 #[derive(Debug, Clone)]
-pub struct Group {
+pub(crate) struct Group {
     pub name: String,
     pub class: GroupClass,
     /// Index of the job in `job_stats`, or the pool's number.
@@ -45,7 +45,7 @@ pub struct Group {
 
 /// What a group is: a training job, or an online or offline pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupClass {
+pub(crate) enum GroupClass {
     Training,
     Online,
     Offline,
@@ -53,7 +53,7 @@ pub enum GroupClass {
 
 impl GroupClass {
     /// The class the sensor's maps hold for the group's threads (`enforcer_common::CLASS_*`).
-    pub fn kernel(self) -> u32 {
+    pub(crate) fn kernel(self) -> u32 {
         match self {
             Self::Training => CLASS_TRAINING,
             Self::Online => CLASS_ONLINE,
@@ -71,7 +71,7 @@ impl GroupClass {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub(crate) enum RegistryError {
     #[error("the sensor tracks at most {MAX_JOBS} training jobs; {name:?} would be one more")]
     TooManyJobs { name: String },
     #[error(
@@ -97,7 +97,7 @@ pub enum RegistryError {
 /// The job of `jobs` (training jobs, copied out of the registry so that its lock is not held
 /// over /proc) that process `pid` belongs to, its main thread one of the job's: whom a
 /// progress report counts for. Walks the jobs' members, as a reconcile does.
-pub fn training_job_of(jobs: &[Group], pid: u32) -> Option<&Group> {
+pub(crate) fn training_job_of(jobs: &[Group], pid: u32) -> Option<&Group> {
     jobs.iter()
         .filter(|job| job.ended.is_none())
         .find(|job| group_threads(&job.sources).contains(&pid))
@@ -105,7 +105,7 @@ pub fn training_job_of(jobs: &[Group], pid: u32) -> Option<&Group> {
 
 /// What one reconcile pass did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Reconciled {
+pub(crate) struct Reconciled {
     pub classified: usize,
     pub newly_classified: usize,
     /// Training threads `thread_state` had no room for.
@@ -120,7 +120,7 @@ pub struct Reconciled {
 }
 
 #[derive(Debug, Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     pub training: Vec<Group>,
     pub pools: Vec<Group>,
     /// The Kubernetes pods whose container groups are members, by UID (`pods`).
@@ -158,7 +158,7 @@ fn still_the_process_added(started: &mut HashMap<u32, u64>, pid: u32) -> bool {
 
 impl Registry {
     /// The groups the config declares.
-    pub fn from_settings(settings: &Settings) -> Self {
+    pub(crate) fn from_settings(settings: &Settings) -> Self {
         let training = settings.training.iter().enumerate().map(|(i, job)| Group {
             name: job.name.clone(),
             class: GroupClass::Training,
@@ -215,7 +215,11 @@ impl Registry {
     }
 
     /// Adds process `pid` to training job `name`, creating the job if it is new.
-    pub fn add_training_process(&mut self, name: &str, pid: u32) -> Result<&Group, RegistryError> {
+    pub(crate) fn add_training_process(
+        &mut self,
+        name: &str,
+        pid: u32,
+    ) -> Result<&Group, RegistryError> {
         validate_name(name)?;
         check_process(pid)?;
         let index = self.training_job(name)?;
@@ -281,22 +285,26 @@ impl Registry {
 
     /// The ids given to new jobs whose totals the caller must zero in the sensor before it
     /// lets go of the registry; it gives back with `zero_again` any it could not.
-    pub fn take_to_zero(&mut self) -> Vec<u32> {
+    pub(crate) fn take_to_zero(&mut self) -> Vec<u32> {
         std::mem::take(&mut self.to_zero)
     }
 
-    pub fn zero_again(&mut self, ids: Vec<u32>) {
+    pub(crate) fn zero_again(&mut self, ids: Vec<u32>) {
         self.to_zero.extend(ids);
     }
 
     /// Whether a training pod waiting for a slot could have one now: an id no job holds, or
     /// a launched job that ended.
-    pub fn slot_available(&self) -> bool {
+    pub(crate) fn slot_available(&self) -> bool {
         self.training.len() < MAX_JOBS as usize || self.training.iter().any(|j| j.ended.is_some())
     }
 
     /// Adds process `pid` to the configured pool `name`.
-    pub fn add_pool_process(&mut self, name: &str, pid: u32) -> Result<&Group, RegistryError> {
+    pub(crate) fn add_pool_process(
+        &mut self,
+        name: &str,
+        pid: u32,
+    ) -> Result<&Group, RegistryError> {
         check_process(pid)?;
         if !self.pools.iter().any(|p| p.name == name) {
             return Err(self.unknown_pool(name));
@@ -327,7 +335,7 @@ impl Registry {
     }
 
     /// Makes every thread in `dir` (a pool's own cgroup) a member of pool `name`.
-    pub fn add_pool_cgroup(&mut self, name: &str, dir: PathBuf) {
+    pub(crate) fn add_pool_cgroup(&mut self, name: &str, dir: PathBuf) {
         if let Some(pool) = self.pools.iter_mut().find(|p| p.name == name) {
             let source = Source::Cgroup(dir);
             if !pool.sources.contains(&source) {
@@ -341,7 +349,7 @@ impl Registry {
     /// the other where it was there (a relabelled pod's). Threads already classified the same
     /// way are left alone: `newly_classified` counts the writes, and only writes make the
     /// sensor copy classes again (`Sensor::classes_changed`).
-    pub fn reconcile(
+    pub(crate) fn reconcile(
         &mut self,
         training_map: &mut aya::maps::HashMap<MapData, u32, ThreadState>,
         pool_map: &mut aya::maps::HashMap<MapData, u32, ThreadState>,
@@ -411,7 +419,7 @@ impl Registry {
 
     /// Every thread id of every group, with its owner (a process's pid is its main thread's
     /// id): what the GPU side attributes GPU processes by.
-    pub fn owners(&self) -> HashMap<u32, Owner> {
+    pub(crate) fn owners(&self) -> HashMap<u32, Owner> {
         let mut owners = HashMap::new();
         for job in &self.training {
             for tid in group_threads(&job.sources) {
@@ -427,7 +435,7 @@ impl Registry {
     }
 
     /// Every thread of the offline pools now (a fresh walk, for shutdown).
-    pub fn offline_threads(&self) -> HashSet<u32> {
+    pub(crate) fn offline_threads(&self) -> HashSet<u32> {
         self.pools
             .iter()
             .filter(|pool| pool.class == GroupClass::Offline)

@@ -22,7 +22,7 @@ use crate::{
 
 /// A managed pod, as `status` names it.
 #[derive(Debug, Clone)]
-pub struct PodMember {
+pub(crate) struct PodMember {
     /// `namespace/name`.
     pub key: String,
     /// Its job or pool.
@@ -36,7 +36,7 @@ pub struct PodMember {
 
 /// A training pod refused for want of a job id, waiting for one.
 #[derive(Debug, Clone)]
-pub struct WaitingPod {
+pub(crate) struct WaitingPod {
     pub pod: ManagedPod,
     /// Its container groups seen meanwhile, in the hierarchy threads are listed from.
     pub containers: Vec<PathBuf>,
@@ -47,7 +47,7 @@ pub struct WaitingPod {
 
 impl PodMember {
     /// "training", "online" or "offline", by its group's class.
-    pub fn role(&self) -> &'static str {
+    pub(crate) fn role(&self) -> &'static str {
         match self.class {
             GroupClass::Training => "training",
             GroupClass::Online => "online",
@@ -62,7 +62,7 @@ const MAX_POD_JOB_NAME: usize = 63 + 1 + 253;
 impl Registry {
     /// Pod `pod` joins its job (created where new) or its pool. A training pod that finds
     /// every job id taken waits for one (`retry_waiting`), and the error says so.
-    pub fn join_pod(&mut self, pod: &ManagedPod) -> Result<(), RegistryError> {
+    pub(crate) fn join_pod(&mut self, pod: &ManagedPod) -> Result<(), RegistryError> {
         let (group, class) = match &pod.role {
             Role::Training { job } => {
                 check_pod_job_name(job)?;
@@ -102,7 +102,7 @@ impl Registry {
     }
 
     /// Container group `dir` of pod `uid` becomes a member of the pod's group.
-    pub fn add_pod_container(&mut self, uid: &str, dir: PathBuf) {
+    pub(crate) fn add_pod_container(&mut self, uid: &str, dir: PathBuf) {
         if let Some(waiting) = self.waiting.get_mut(uid) {
             if !waiting.containers.contains(&dir) {
                 waiting.containers.push(dir);
@@ -123,7 +123,7 @@ impl Registry {
     }
 
     /// Container group `dir` of pod `uid` is gone.
-    pub fn remove_pod_container(&mut self, uid: &str, dir: &Path) {
+    pub(crate) fn remove_pod_container(&mut self, uid: &str, dir: &Path) {
         if let Some(waiting) = self.waiting.get_mut(uid) {
             waiting.containers.retain(|c| c != dir);
         }
@@ -141,7 +141,7 @@ impl Registry {
 
     /// Pod `uid` leaves: its container groups are taken out of its group, a training job
     /// left with no member goes, and the threads its groups still hold are returned.
-    pub fn leave_pod(&mut self, uid: &str) -> Vec<u32> {
+    pub(crate) fn leave_pod(&mut self, uid: &str) -> Vec<u32> {
         // A waiting pod's threads were never classified.
         self.waiting.remove(uid);
         let Some(pod) = self.pods.remove(uid) else {
@@ -170,7 +170,7 @@ impl Registry {
 
     /// Takes the waiting training pods, oldest first, while job ids are free. Returns the
     /// pods taken.
-    pub fn retry_waiting(&mut self) -> Vec<String> {
+    pub(crate) fn retry_waiting(&mut self) -> Vec<String> {
         let mut order: Vec<(Instant, String)> = self
             .waiting
             .iter()

@@ -60,7 +60,7 @@ struct Type {
 }
 
 /// A parsed BTF blob; type ids index `types` (id 0 is void).
-pub struct Btf {
+pub(crate) struct Btf {
     types: Vec<Type>,
 }
 
@@ -72,11 +72,11 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32, BtfError> {
 }
 
 impl Btf {
-    pub fn from_sys_fs() -> Result<Self, BtfError> {
+    pub(crate) fn from_sys_fs() -> Result<Self, BtfError> {
         Self::load(Path::new("/sys/kernel/btf/vmlinux"))
     }
 
-    pub fn load(path: &Path) -> Result<Self, BtfError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, BtfError> {
         let data = std::fs::read(path).map_err(|source| BtfError::Read {
             path: path.display().to_string(),
             source,
@@ -84,7 +84,7 @@ impl Btf {
         Self::parse(&data)
     }
 
-    pub fn parse(data: &[u8]) -> Result<Self, BtfError> {
+    pub(crate) fn parse(data: &[u8]) -> Result<Self, BtfError> {
         if data.len() < 24 || u16::from_le_bytes([data[0], data[1]]) != BTF_MAGIC {
             return Err(BtfError::Malformed(
                 "bad magic (only little-endian BTF is read)",
@@ -192,7 +192,7 @@ impl Btf {
 
     /// Byte offset of `path` (e.g. ["thread_info", "cpu"]) inside `struct name`, descending
     /// through nested and anonymous struct/union members.
-    pub fn member_offset(&self, name: &str, path: &[&str]) -> Result<u32, BtfError> {
+    pub(crate) fn member_offset(&self, name: &str, path: &[&str]) -> Result<u32, BtfError> {
         let mut current = self.named(KIND_STRUCT, name)?;
         let mut bits = 0;
         for (depth, field) in path.iter().enumerate() {
@@ -232,7 +232,7 @@ impl Btf {
 
     /// Parameter type names of the BTF-enabled tracepoint `name`, after the leading context
     /// pointer: what `ctx.arg(0..)` of a tp_btf program reads. Pointers are named `T *`.
-    pub fn tracepoint_args(&self, name: &str) -> Result<Vec<String>, BtfError> {
+    pub(crate) fn tracepoint_args(&self, name: &str) -> Result<Vec<String>, BtfError> {
         let typedef = self.named(KIND_TYPEDEF, &format!("btf_trace_{name}"))?;
         let pointer = self.get(typedef.type_id)?;
         let proto = self.get(pointer.type_id)?;

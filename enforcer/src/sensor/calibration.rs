@@ -26,7 +26,7 @@ use super::{
 };
 
 /// Runs the calibration programs for `duration` and returns their statistics.
-pub fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
+pub(crate) fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
     let mut ebpf = load()?;
     // Statistics stay on while this fd is open, whatever kernel.bpf_stats_enabled says.
     let _stats = enable_stats(Stats::RunTime).map_err(SensorError::Stats)?;
@@ -58,7 +58,10 @@ pub fn measure(duration: Duration) -> Result<Vec<ProgramStats>, SensorError> {
 /// as they are (off unless someone turned them on), calls `attached` with the tracepoints once
 /// all are attached, and holds them for `duration`. Killing the process detaches them: they
 /// are links of this process, never pinned.
-pub fn hold_floor(duration: Duration, attached: impl FnOnce(&[&str])) -> Result<(), SensorError> {
+pub(crate) fn hold_floor(
+    duration: Duration,
+    attached: impl FnOnce(&[&str]),
+) -> Result<(), SensorError> {
     let mut ebpf = load()?;
     let btf = aya::Btf::from_sys_fs().map_err(SensorError::KernelBtf)?;
     for (name, tracepoint) in FLOOR_PROGRAMS {

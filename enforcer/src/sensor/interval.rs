@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// One job's figures over the interval between two snapshots.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct JobInterval {
+pub(crate) struct JobInterval {
     pub name: String,
     pub threads: usize,
     /// Run-queue wait percentiles (upper bounds of their buckets, so within 12.5% above).
@@ -32,7 +32,7 @@ pub struct JobInterval {
 
 /// Figures for `cur` over the `dt_ns` since `prev` (the same job) on a machine of
 /// `online_cpus` CPUs (0: unknown).
-pub fn job_interval(
+pub(crate) fn job_interval(
     prev: &JobTotals,
     cur: &JobTotals,
     dt_ns: u64,
@@ -75,7 +75,7 @@ pub fn job_interval(
 }
 
 /// Waits behind offline inference as a share of the time run, %; 0 where nothing ran.
-pub fn offline_wait_pct(offline_wait_ns: u64, run_ns: u64) -> f64 {
+pub(crate) fn offline_wait_pct(offline_wait_ns: u64, run_ns: u64) -> f64 {
     match run_ns {
         0 => 0.0,
         run => 100.0 * offline_wait_ns as f64 / run as f64,
@@ -85,14 +85,14 @@ pub fn offline_wait_pct(offline_wait_ns: u64, run_ns: u64) -> f64 {
 /// A rate from readings of a cumulative total (a job's run time, say): the total's growth
 /// per nanosecond between the previous reading and this one.
 #[derive(Debug, Default)]
-pub struct Rate {
+pub(crate) struct Rate {
     previous: Option<(u64, u64)>,
 }
 
 impl Rate {
     /// The growth of `total` per ns since the previous reading, taken at `now_ns`; None for
     /// the first reading, or where the clock did not move.
-    pub fn since(&mut self, now_ns: u64, total: u64) -> Option<f64> {
+    pub(crate) fn since(&mut self, now_ns: u64, total: u64) -> Option<f64> {
         let (then, before) = self.previous.replace((now_ns, total))?;
         (now_ns > then).then(|| total.saturating_sub(before) as f64 / (now_ns - then) as f64)
     }

@@ -287,7 +287,7 @@ fn pin_all(ebpf: &Ebpf, pin_dir: &Path) -> Result<(), SensorError> {
 }
 
 /// Removes every pin in `pin_dir`, then the directory and its empty parents up to the root.
-pub fn remove_pins(pin_dir: &Path) {
+pub(crate) fn remove_pins(pin_dir: &Path) {
     for name in names::ALL_MAPS {
         let _ = std::fs::remove_file(pin_dir.join(name));
     }

@@ -1,12 +1,12 @@
 //! The userspace half of the scheduler sensor: load, attach, pin, read.
 
-pub mod btf;
-pub mod calibration;
-pub mod interval;
-pub mod loader;
+pub(crate) mod btf;
+pub(crate) mod calibration;
+pub(crate) mod interval;
+pub(crate) mod loader;
 pub mod object;
-pub mod offsets;
-pub mod readings;
-pub mod readopt;
+pub(crate) mod offsets;
+pub(crate) mod readings;
+pub(crate) mod readopt;
 
 pub use loader::{Sensor, SensorError, SensorMaps};

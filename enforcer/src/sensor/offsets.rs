@@ -34,7 +34,10 @@ fn expected_args(tracepoint: &str) -> &'static [&'static str] {
 /// Checks the tracepoint prototypes and returns (global name, value) pairs for the loader.
 /// `clock` is the one asked for; the run queue's needs fields that some kernels lack, and
 /// then the sensor reads the monotonic clock ([`clock_in_use`] says which).
-pub fn resolve(btf: &Btf, clock: SensorClock) -> Result<Vec<(&'static str, u32)>, OffsetError> {
+pub(crate) fn resolve(
+    btf: &Btf,
+    clock: SensorClock,
+) -> Result<Vec<(&'static str, u32)>, OffsetError> {
     for (_, tracepoint) in PROGRAMS {
         let found = btf.tracepoint_args(tracepoint)?;
         let expected = expected_args(tracepoint);
@@ -95,7 +98,7 @@ fn sched_info_fields(btf: &Btf) -> Result<[u32; 2], BtfError> {
 
 /// A loader with `values` (from [`resolve`]) set as the object's read-only globals: the
 /// daemon, `enforcer check` and `enforcer calibrate` load the programs the same way.
-pub fn loader_with<'a>(values: &'a [(&'static str, u32)]) -> aya::EbpfLoader<'a> {
+pub(crate) fn loader_with<'a>(values: &'a [(&'static str, u32)]) -> aya::EbpfLoader<'a> {
     let mut loader = aya::EbpfLoader::new();
     // `task_cache` is task-local storage, which aya 0.14 creates but has no map type for;
     // userspace never touches it.
@@ -123,7 +126,7 @@ fn is_set(values: &[(&str, u32)], name: &str, value: u32) -> bool {
 
 /// Which clock the sensor's per-switch timestamps come from, and where its waits start, for
 /// logs and `enforcer check`.
-pub fn clock_in_use(values: &[(&str, u32)], asked: SensorClock) -> &'static str {
+pub(crate) fn clock_in_use(values: &[(&str, u32)], asked: SensorClock) -> &'static str {
     let readable = is_set(values, globals::RQ_CLOCK_READABLE, 1);
     let sched_info = is_set(values, globals::WAITS_FROM_SCHED_INFO, 1);
     match (readable, asked) {

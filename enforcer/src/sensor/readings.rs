@@ -8,7 +8,7 @@ use enforcer_common::{CLASS_TRAINING, COUNTER_NAMES, JobStats, NR_CLASSES, NR_CO
 use super::SensorMaps;
 
 /// Sums one job's per-CPU statistics.
-pub fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps::MapError> {
+pub(crate) fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps::MapError> {
     let per_cpu = maps.job_stats.get(&id, 0)?;
     let mut total = JobStats::default();
     for cpu in per_cpu.iter() {
@@ -42,7 +42,7 @@ pub fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps::MapEr
 ///
 /// Read it after the job totals: a slice that ends between the two reads is then missed by
 /// this reading and counted by the next, where the other order would count it twice.
-pub fn running_slices(maps: &SensorMaps, now_ns: u64) -> BTreeMap<u32, u64> {
+pub(crate) fn running_slices(maps: &SensorMaps, now_ns: u64) -> BTreeMap<u32, u64> {
     let mut per_job = BTreeMap::new();
     for cpu in 0..possible_cpus() {
         let Ok(state) = maps.cpu_state.get(&cpu, 0) else {
@@ -68,7 +68,7 @@ fn possible_cpus() -> u32 {
 }
 
 /// Sums the per-CPU diagnostic counters.
-pub fn read_counters(maps: &SensorMaps) -> BTreeMap<String, u64> {
+pub(crate) fn read_counters(maps: &SensorMaps) -> BTreeMap<String, u64> {
     (0..NR_COUNTERS)
         .map(|i| {
             let total = maps.counters.get(&i, 0).map_or(0, |v| v.iter().sum());
@@ -78,7 +78,7 @@ pub fn read_counters(maps: &SensorMaps) -> BTreeMap<String, u64> {
 }
 
 /// Per-CPU time by class, for the CPUs that exist.
-pub fn read_cpu_class_ns(maps: &SensorMaps) -> Vec<[u64; NR_CLASSES]> {
+pub(crate) fn read_cpu_class_ns(maps: &SensorMaps) -> Vec<[u64; NR_CLASSES]> {
     (0..possible_cpus())
         .map(|cpu| {
             maps.cpu_state

@@ -76,7 +76,7 @@ fn state_maps(max_inference_threads: u32) -> [StateMap; 5] {
 }
 
 /// Names of the maps the loader opens from (or creates at) their pin.
-pub fn state_map_names() -> impl Iterator<Item = &'static str> {
+pub(crate) fn state_map_names() -> impl Iterator<Item = &'static str> {
     state_maps(0).into_iter().map(|m| m.name)
 }
 
@@ -93,7 +93,7 @@ pub struct Readopted {
 
 /// Prepares `pin_dir` for loading: usable state pins are corrected for the gap and kept, the
 /// rest of a previous run's pins removed. Returns what will be taken over.
-pub fn prepare(pin_dir: &Path, max_inference_threads: u32) -> Readopted {
+pub(crate) fn prepare(pin_dir: &Path, max_inference_threads: u32) -> Readopted {
     let mut readopted = Readopted::default();
     if !pin_dir.exists() {
         return readopted;

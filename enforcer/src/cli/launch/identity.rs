@@ -12,7 +12,7 @@ use std::{ffi::CString, os::unix::process::CommandExt as _, process::Command};
 
 /// A user the command runs as, with the groups it gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub uid: libc::uid_t,
     pub gid: libc::gid_t,
     /// Supplementary groups, the primary one included.
@@ -23,7 +23,7 @@ pub struct Identity {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum IdentityError {
+pub(crate) enum IdentityError {
     #[error("--user {0:?}: no such user (a name from the user database, or a numeric uid)")]
     NoUser(String),
     #[error("--group {0:?}: no such group (a name from the group database, or a numeric gid)")]
@@ -45,7 +45,7 @@ struct PasswdEntry {
 
 /// Resolves `user` (a name, or a uid) and `group` (a name, or a gid; default: the user's
 /// primary group).
-pub fn resolve(user: &str, group: Option<&str>) -> Result<Identity, IdentityError> {
+pub(crate) fn resolve(user: &str, group: Option<&str>) -> Result<Identity, IdentityError> {
     let entry = passwd(user);
     let uid = match (&entry, user.parse::<libc::uid_t>()) {
         (Some(entry), _) => entry.uid,
@@ -79,7 +79,7 @@ pub fn resolve(user: &str, group: Option<&str>) -> Result<Identity, IdentityErro
 impl Identity {
     /// Makes `command` run as this identity: its environment names the user, and the child
     /// drops root right before exec.
-    pub fn apply(&self, command: &mut Command) {
+    pub(crate) fn apply(&self, command: &mut Command) {
         if let Some(name) = &self.name {
             command.env("USER", name).env("LOGNAME", name);
         }

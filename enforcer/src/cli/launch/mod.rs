@@ -4,9 +4,9 @@
 //! command keeps that pid and is classified before its first instruction; its threads and
 //! children are classified by the sensor at fork.
 
-pub mod identity;
-pub mod notify;
-pub mod supervise;
+pub(crate) mod identity;
+pub(crate) mod notify;
+pub(crate) mod supervise;
 
 use std::{os::unix::process::CommandExt as _, path::Path};
 
@@ -17,7 +17,7 @@ use super::client::{Client, ClientError};
 
 /// Registers this process; returns the environment the daemon wants the command to start
 /// with (a GPU pool's MPS limits; for training, where the MPS control daemon listens).
-pub async fn register_self(
+pub(crate) async fn register_self(
     socket: &Path,
     kind: GroupKind,
     name: &str,
@@ -36,7 +36,7 @@ pub async fn register_self(
 
 /// Replaces this process with `command`, with `envs` added, as `identity` where one is given.
 /// Returns only on failure.
-pub fn exec(
+pub(crate) fn exec(
     command: &[String],
     envs: &[(&str, &str)],
     identity: Option<&identity::Identity>,
@@ -54,7 +54,7 @@ pub fn exec(
 }
 
 /// Registers, then execs (as `identity`, where one is given).
-pub fn run(
+pub(crate) fn run(
     socket: &Path,
     kind: GroupKind,
     name: &str,

@@ -14,7 +14,7 @@ use tokio::{io::Interest, net::UnixDatagram, process::Child};
 use tracing::warn;
 
 /// Whether a notify datagram says READY=1 (one `KEY=VALUE` per line).
-pub fn is_ready_message(datagram: &[u8]) -> bool {
+pub(crate) fn is_ready_message(datagram: &[u8]) -> bool {
     datagram
         .split(|b| *b == b'\n')
         .any(|line| line == b"READY=1")
@@ -22,7 +22,7 @@ pub fn is_ready_message(datagram: &[u8]) -> bool {
 
 /// Why a new command is given up on before it was ready.
 #[derive(Debug, thiserror::Error)]
-pub enum NotReady {
+pub(crate) enum NotReady {
     #[error("exited ({0}) before it reported READY=1")]
     Exited(String),
     #[error(
@@ -35,7 +35,7 @@ pub enum NotReady {
 
 /// Waits until the command reports READY=1, exits, or the timeout passes. A READY=1 from a
 /// process outside the command's tree is ignored, and said once.
-pub async fn wait_ready(
+pub(crate) async fn wait_ready(
     notify: &UnixDatagram,
     child: &mut Child,
     timeout: Duration,
@@ -87,7 +87,7 @@ fn in_tree_of(root: u32, pid: u32) -> bool {
 /// A datagram socket in the abstract namespace (nothing to clean up), one per started
 /// command, that receives its senders' credentials. Returns it and its `NOTIFY_SOCKET`
 /// address.
-pub fn socket(generation: u64) -> anyhow::Result<(UnixDatagram, String)> {
+pub(crate) fn socket(generation: u64) -> anyhow::Result<(UnixDatagram, String)> {
     use std::os::linux::net::SocketAddrExt as _;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -41,12 +41,12 @@ use super::{exec, register_self};
 use crate::{cli::client::Client, daemon::relaunch_board::WATCH_EVERY, gpu::mps::PERCENTAGE_ENV};
 
 /// The fd the listening socket has in the command: systemd's `SD_LISTEN_FDS_START`.
-pub const LISTEN_FD: RawFd = 3;
+pub(crate) const LISTEN_FD: RawFd = 3;
 /// The hidden subcommand that sets `LISTEN_PID` to its own pid and execs the command: the
 /// pid is known only after the fork, and the environment cannot be changed safely there.
-pub const EXEC_LISTENING: &str = "exec-listening";
+pub(crate) const EXEC_LISTENING: &str = "exec-listening";
 
-pub struct Options {
+pub(crate) struct Options {
     pub listen: Option<SocketAddr>,
     /// How long a new command may take to report READY=1 (with `listen`).
     pub ready_timeout: Duration,
@@ -58,7 +58,7 @@ pub struct Options {
 
 /// What a command was started with, compared at each poll with what the daemon says now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StartedWith {
+pub(crate) struct StartedWith {
     /// The pool's relaunch generation.
     pub generation: u64,
     /// The MPS active-thread percentage; no limit counts as 100.
@@ -66,7 +66,7 @@ pub struct StartedWith {
 }
 
 impl StartedWith {
-    pub fn new(generation: u64, env: &[(String, String)]) -> Self {
+    pub(crate) fn new(generation: u64, env: &[(String, String)]) -> Self {
         let percentage = env
             .iter()
             .find(|(key, _)| key == PERCENTAGE_ENV)
@@ -82,7 +82,7 @@ impl StartedWith {
 /// Why the running command should be relaunched, if it should. A generation lower than the
 /// running command's means the daemon restarted (generations start at 0 again): the running
 /// command takes it, so that the new daemon's next `enforcer relaunch` counts.
-pub fn relaunch_reason(running: &mut StartedWith, now: StartedWith) -> Option<String> {
+pub(crate) fn relaunch_reason(running: &mut StartedWith, now: StartedWith) -> Option<String> {
     running.generation = running.generation.min(now.generation);
     if now.generation > running.generation {
         return Some(format!(
@@ -101,7 +101,7 @@ pub fn relaunch_reason(running: &mut StartedWith, now: StartedWith) -> Option<St
 }
 
 /// The shell's convention for a child's end: its exit code, or 128 + the signal that ended it.
-pub fn exit_code(status: ExitStatus) -> u8 {
+pub(crate) fn exit_code(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,
         (None, Some(signal)) => 128u8.wrapping_add(signal as u8),
@@ -111,7 +111,12 @@ pub fn exit_code(status: ExitStatus) -> u8 {
 
 /// Runs `command` in pool `pool` and relaunches it as needed; returns the exit code to end
 /// with, the last command's.
-pub fn run(socket: &Path, pool: &str, command: &[String], options: Options) -> anyhow::Result<u8> {
+pub(crate) fn run(
+    socket: &Path,
+    pool: &str,
+    command: &[String],
+    options: Options,
+) -> anyhow::Result<u8> {
     if command.is_empty() {
         anyhow::bail!("no command given: use `enforcer launch --pool NAME --relaunch -- CMD`");
     }
@@ -473,7 +478,7 @@ fn pass_listener(fd: RawFd) -> std::io::Result<()> {
 
 /// `enforcer exec-listening -- CMD`: execs CMD with `LISTEN_PID` set to this pid, which CMD
 /// keeps. Returns only on failure.
-pub fn exec_listening(command: &[String]) -> anyhow::Error {
+pub(crate) fn exec_listening(command: &[String]) -> anyhow::Error {
     let pid = std::process::id().to_string();
     exec(command, &[("LISTEN_PID", pid.as_str())], None)
 }

@@ -57,7 +57,7 @@ fn pod_dir(pod: &Pod, config: &Config, hierarchy: &std::path::Path) -> Option<Pa
     Some(kubelet_root.join(relative))
 }
 
-pub async fn follow(
+pub(super) async fn follow(
     client: kube::Client,
     node: &str,
     config: &Config,
