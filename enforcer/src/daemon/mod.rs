@@ -1,7 +1,8 @@
 //! `enforcer run`: the node daemon, built then run. `built`: a config and this host become a
 //! `Daemon` (preflight, the sensor, the pools, the members, the GPU side, the sockets), with
 //! nothing enforcing yet; `running`: `Daemon::spawn` starts its threads and tasks, and
-//! `Running::shutdown` stops them and leaves nothing starved or frozen. The parts:
+//! `Running::shutdown` stops them; `release`: what a stopped daemon leaves, nothing starved or
+//! frozen. The parts they start:
 //! - `state`: what the parts share, and its locks;
 //! - `event_thread`: the fast path, from the sensor's ring buffer to `enforcement`;
 //! - `loops`: the slow path's tick, the GPU clamp's fast signal, the reconcile;

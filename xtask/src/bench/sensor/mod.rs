@@ -23,18 +23,19 @@ use std::{
     time::Instant,
 };
 
-pub use self::report::markdown;
-use self::report::{Loss, ProgramCost, SensorBench, Spread, WorkloadResult};
-use crate::bench::common::{
-    rounds::{self, quiet_rounds},
-    stats::median,
-};
-use crate::cargo::release_bin;
 use anyhow::{Context as _, bail};
 use enforcer_common::protocol::Snapshot;
-use reamer_tests::{
-    harness::{Daemon, online_cpu_count},
-    measure::proc_stats::node_jiffies,
+use reamer_tests::{harness::Daemon, measure::proc_stats::node_jiffies};
+
+pub use self::report::markdown;
+use self::report::{Loss, ProgramCost, SensorBench, Spread, WorkloadResult};
+use crate::{
+    bench::common::{
+        cpus::machine_cpus,
+        rounds::{self, quiet_rounds},
+        stats::median,
+    },
+    cargo::release_bin,
 };
 
 const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
@@ -232,7 +233,7 @@ fn cost_round(
     let end = program_totals(&daemon.snapshot());
     let started = Instant::now();
     run_as_training(&daemon, hackbench)?;
-    let hackbench_cpu_ns = started.elapsed().as_nanos() as f64 * online_cpu_count() as f64;
+    let hackbench_cpu_ns = started.elapsed().as_nanos() as f64 * machine_cpus() as f64;
     let hackbench_end = program_totals(&daemon.snapshot());
     daemon.stop();
 
