@@ -8,7 +8,7 @@ use std::{
     io::{BufRead as _, BufReader, Write as _},
     os::unix::net::UnixStream,
     path::Path,
-    process::{Child, Command},
+    process::Command,
     time::Duration,
 };
 
@@ -18,7 +18,7 @@ use enforcer::{
     host::paths,
 };
 use enforcer_common::protocol::{self, Request, Response, Snapshot};
-use reamer_tests::harness::privileged;
+use reamer_tests::harness::{Reaped, privileged};
 
 const INSTANCE: &str = "it-in-process";
 
@@ -39,23 +39,13 @@ fn snapshot_of(socket: &Path) -> Snapshot {
     }
 }
 
-/// A process for the training job: killed and reaped when the test ends, however it ends.
-struct Sleeper(Child);
-
-impl Drop for Sleeper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_daemon_built_then_spawned_in_process_serves_and_its_shutdown_leaves_nothing() {
     if !privileged("a_daemon_built_then_spawned_in_process_serves_and_its_shutdown_leaves_nothing")
     {
         return;
     }
-    let training = Sleeper(Command::new("sleep").arg("60").spawn().unwrap());
+    let training = Reaped(Command::new("sleep").arg("60").spawn().unwrap());
     let text = format!(
         "[[training]]\nname = \"in-process\"\npids = [{}]\n",
         training.0.id()

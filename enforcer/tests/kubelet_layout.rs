@@ -6,7 +6,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -15,7 +15,7 @@ use enforcer::kubernetes::{
     pod::Pod,
     pod_cgroup::{CgroupDriver, container_group, pod_group},
 };
-use reamer_tests::harness::privileged;
+use reamer_tests::harness::{Reaped, privileged};
 
 mod support;
 use support::remove_kubelet_tree;
@@ -47,15 +47,6 @@ fn hierarchies() -> Vec<PathBuf> {
         }
     }
     found
-}
-
-struct Sleeper(Child);
-
-impl Drop for Sleeper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -100,7 +91,7 @@ fn a_pods_containers_are_found_where_the_kubelet_puts_them_and_new_ones_at_once(
                     "{driver:?} in {}",
                     hierarchy.display()
                 );
-                let sleeper = Sleeper(Command::new("sleep").arg("30").spawn().unwrap());
+                let sleeper = Reaped(Command::new("sleep").arg("30").spawn().unwrap());
                 std::fs::write(dir.join("cgroup.procs"), sleeper.0.id().to_string()).unwrap();
                 // The process is where the resolution says its container is.
                 let own =
