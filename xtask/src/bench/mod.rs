@@ -328,9 +328,8 @@ fn report_saved_run(
             );
             let json = colocation::report::scenarios_json(&figures);
             // A run of some scenarios only leaves the section as it is.
-            let every_scenario = colocation::scenario::Scenario::ALL
-                .iter()
-                .all(|s| measured.scenarios.contains(s));
+            let every_scenario =
+                colocation::scenario::Scenario::cover_the_default_run(&measured.scenarios);
             let updates = saved.may_update_docs() && every_scenario && !no_docs;
             colocation_plots(&figures, &saved.about.machine, updates)?;
             (text, json, updates, saved.about.machine)

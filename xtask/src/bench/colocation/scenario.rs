@@ -62,6 +62,12 @@ impl Scenario {
     /// Scenarios that compare the workers' engines, left out of the default run.
     pub const OTHER_ENGINE: [Self; 1] = [Self::ReamerTract];
 
+    /// Whether `run` has every scenario of the default run: a run whose section may replace
+    /// docs/benchmarks.md's.
+    pub fn cover_the_default_run(run: &[Self]) -> bool {
+        Self::ALL.iter().all(|s| run.contains(s))
+    }
+
     /// Every scenario `--scenarios` may name: the default run's, then those needing long
     /// windows, then the engine comparison.
     pub fn known() -> impl Iterator<Item = Self> {
