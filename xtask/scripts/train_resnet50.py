@@ -14,6 +14,10 @@ command):
   - at the end, print one JSON line with the figures: images_per_s, steps_per_s, step_ms_p50,
     step_ms_p99, cpu_s (the main process and its loader workers, over the timed part),
     seconds, and how it ran.
+  - `--serve --json`: after the warm-up, train until stdin closes; each line {"seconds": S}
+    read on stdin starts a timed part of S seconds at the next step, announced and reported as
+    above. One process then serves every window of a run: Python's imports, CUDA's start,
+    the loader workers' start and the warm-up (about 25 s on the server) are paid once.
 
 Launched by the enforcer (REAMER_SOCKET set), it reports its steps to the daemon through
 python/reamer_progress.py, once a second: the job's pace, as any job may report it.
@@ -22,13 +26,18 @@ python/reamer_progress.py, once a second: the job's pace, as any job may report 
 import argparse
 import json
 import os
+import queue
 import sys
+import threading
 import time
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=25.0, help="timed part, after warm-up")
+    parser.add_argument("--serve", action="store_true",
+                        help="train until stdin closes, timing S seconds for each line "
+                             '{"seconds": S} read there (instead of --seconds)')
     parser.add_argument("--warmup-s", type=float, default=8.0,
                         help="untimed steps first (cuDNN autotuning, loader start-up)")
     parser.add_argument("--workers", type=int, default=6,
@@ -156,57 +165,89 @@ def main():
     import reamer_progress
     report = reamer_progress.report if os.environ.get(reamer_progress.SOCKET_ENV) else None
     steps_done = 0
-    warm_until = time.monotonic() + args.warmup_s
-    while time.monotonic() < warm_until:
-        step(*next(batches))
-        steps_done += 1
-        if report:
-            report(steps_done)
-    synchronize()
 
-    print(json.dumps({"timed_start": True}), flush=True)
-    jiffies_before = job_jiffies()
-    started = time.monotonic()
-    step_ms = []
-    last = started
-    while last - started < args.seconds:
+    def train_step(timed):
+        """One step; timed, the instant its kernels finished (before the progress report)."""
+        nonlocal steps_done
         step(*next(batches))
-        # A step ends when its kernels finished, not when they were queued.
-        synchronize()
-        now = time.monotonic()
-        step_ms.append((now - last) * 1e3)
+        finished = None
+        if timed:
+            # A step ends when its kernels finished, not when they were queued.
+            synchronize()
+            finished = time.monotonic()
         steps_done += 1
         if report:
             # At most one report a second, the others return at once; its time falls
             # between steps (in the pace, not in a step's time).
             report(steps_done)
-            now = time.monotonic()
-        last = now
-    seconds = last - started
-    cpu_s = (job_jiffies() - jiffies_before) / os.sysconf("SC_CLK_TCK")
-    step_ms.sort()
-    steps = len(step_ms)
-    print(json.dumps({
-        "images_per_s": steps * args.batch / seconds,
-        "steps_per_s": steps / seconds,
-        "step_ms_p50": quantile(step_ms, 0.5),
-        "step_ms_p99": quantile(step_ms, 0.99),
-        "cpu_s": cpu_s,
-        "seconds": seconds,
-        "steps": steps,
-        "batch": args.batch,
-        "loader_workers": args.workers,
-        "threads": args.threads,
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "gpu": torch.cuda.get_device_name(0) if cuda else None,
-    }), flush=True)
+        return finished
+
+    def timed_part(seconds):
+        synchronize()
+        print(json.dumps({"timed_start": True}), flush=True)
+        jiffies_before = job_jiffies()
+        started = time.monotonic()
+        step_ms = []
+        last = started
+        while last - started < seconds:
+            finished = train_step(timed=True)
+            step_ms.append((finished - last) * 1e3)
+            last = time.monotonic()
+        elapsed = last - started
+        cpu_s = (job_jiffies() - jiffies_before) / os.sysconf("SC_CLK_TCK")
+        step_ms.sort()
+        steps = len(step_ms)
+        print(json.dumps({
+            "images_per_s": steps * args.batch / elapsed,
+            "steps_per_s": steps / elapsed,
+            "step_ms_p50": quantile(step_ms, 0.5),
+            "step_ms_p99": quantile(step_ms, 0.99),
+            "cpu_s": cpu_s,
+            "seconds": elapsed,
+            "steps": steps,
+            "batch": args.batch,
+            "loader_workers": args.workers,
+            "threads": args.threads,
+            "torch": torch.__version__,
+            "torchvision": torchvision.__version__,
+            "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        }), flush=True)
+
+    warm_until = time.monotonic() + args.warmup_s
+    while time.monotonic() < warm_until:
+        train_step(timed=False)
+
+    if args.serve:
+        requests = queue.Queue()
+
+        def read_requests():
+            for line in sys.stdin:
+                try:
+                    seconds = float(json.loads(line)["seconds"])
+                except (ValueError, KeyError, TypeError):
+                    print(f"train_resnet50.py: ignoring the request {line.strip()!r}: "
+                          'expected {"seconds": S}', file=sys.stderr, flush=True)
+                    continue
+                requests.put(seconds)
+            requests.put(None)
+
+        threading.Thread(target=read_requests, daemon=True).start()
+        while True:
+            try:
+                seconds = requests.get_nowait()
+            except queue.Empty:
+                train_step(timed=False)
+                continue
+            if seconds is None:
+                break
+            timed_part(seconds)
+    else:
+        timed_part(args.seconds)
     # The loader's workers are shut down with its iterator (the only reference): without
     # this they outlived the job by seconds, into the benchmark's next window.
     del batches
     sys.stdout.flush()
     os._exit(0)
-
 
 if __name__ == "__main__":
     main()

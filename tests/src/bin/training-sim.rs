@@ -9,11 +9,18 @@
 //! Launched by the enforcer (`REAMER_SOCKET` set), it also reports its steps to the daemon
 //! once a second, as a PyTorch job does with `python/reamer_progress.py`: the daemon's pace
 //! signal for the job.
+//!
+//! With `--serve --json` it runs until stdin closes, and times a part of S seconds for each
+//! line `{"seconds": S}` read there: `{"timed_start": true}` at its first step, its report at
+//! its end. That is the server benchmark's protocol for one job serving every window
+//! (`xtask/scripts/train_resnet50.py --serve` follows it too).
 
 use std::{
+    io::BufRead as _,
     sync::{
         Arc, Barrier,
         atomic::{AtomicU64, Ordering},
+        mpsc,
     },
     time::{Duration, Instant},
 };
@@ -58,6 +65,10 @@ struct Args {
     /// Print a JSON report instead of text.
     #[arg(long)]
     json: bool,
+    /// Run until stdin closes, timing S seconds for each line `{"seconds": S}` read there
+    /// (instead of --seconds and --steps).
+    #[arg(long, requires = "json", conflicts_with = "steps")]
+    serve: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -86,12 +97,116 @@ fn process_cpu_seconds() -> f64 {
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
-/// The calling thread's run-queue wait so far, s: field 2 of /proc/thread-self/schedstat.
-fn thread_runqueue_wait_seconds() -> f64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
+/// The run-queue wait so far, s, of the thread whose schedstat this is (its field 2).
+fn runqueue_wait_seconds(schedstat: &str) -> f64 {
+    std::fs::read_to_string(schedstat)
         .ok()
         .and_then(|text| text.split_whitespace().nth(1)?.parse::<u64>().ok())
         .map_or(0.0, |ns| ns as f64 / 1e9)
+}
+
+/// The calling thread's run-queue wait so far, s.
+fn thread_runqueue_wait_seconds() -> f64 {
+    runqueue_wait_seconds("/proc/thread-self/schedstat")
+}
+
+/// The run-queue wait so far of all this process's threads, s.
+fn process_runqueue_wait_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .map(|task| runqueue_wait_seconds(&format!("{}/schedstat", task.path().display())))
+        .sum()
+}
+
+impl Report {
+    fn new(step_ms: Vec<f64>, seconds: f64, cpu_s: f64, runqueue_wait_s: f64) -> Self {
+        let sorted = sorted(step_ms.iter().copied());
+        // A run too short for one step reports zeros, not NaN (which JSON cannot carry).
+        let step_quantile = |q| match sorted.is_empty() {
+            true => 0.0,
+            false => quantile(&sorted, q),
+        };
+        Self {
+            steps: step_ms.len() as u64,
+            seconds,
+            steps_per_s: step_ms.len() as f64 / seconds,
+            step_ms_p50: step_quantile(0.5),
+            step_ms_p99: step_quantile(0.99),
+            step_ms_max: sorted.last().copied().unwrap_or(0.0),
+            cpu_s,
+            runqueue_wait_s,
+            step_ms,
+        }
+    }
+}
+
+/// `--serve`: the timed parts stdin asks for, `None` once it closes.
+fn read_requests() -> mpsc::Receiver<Option<f64>> {
+    let (send, receive) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("requests".into())
+        .spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                let seconds = serde_json::from_str::<serde_json::Value>(&line)
+                    .ok()
+                    .and_then(|request| request.get("seconds")?.as_f64())
+                    .filter(|seconds| *seconds > 0.0);
+                match seconds {
+                    Some(seconds) => {
+                        if send.send(Some(seconds)).is_err() {
+                            return;
+                        }
+                    }
+                    None => eprintln!(
+                        "training-sim: ignoring the request {line:?}: expected {{\"seconds\": S}} \
+                         with S > 0"
+                    ),
+                }
+            }
+            let _ = send.send(None);
+        })
+        .expect("spawn the request reader");
+    receive
+}
+
+/// A timed part under `--serve`: its steps so far, and the counters at its start.
+struct TimedPart {
+    seconds: f64,
+    started: Instant,
+    cpu_s: f64,
+    runqueue_wait_s: f64,
+    step_ms: Vec<f64>,
+}
+
+impl TimedPart {
+    fn start(seconds: f64) -> Self {
+        println!("{}", serde_json::json!({ "timed_start": true }));
+        Self {
+            seconds,
+            started: Instant::now(),
+            cpu_s: process_cpu_seconds(),
+            runqueue_wait_s: process_runqueue_wait_seconds(),
+            step_ms: Vec::new(),
+        }
+    }
+
+    /// Counts a step; its report once the part's time is up.
+    fn step(&mut self, ms: f64) -> Option<Report> {
+        self.step_ms.push(ms);
+        let elapsed = self.started.elapsed().as_secs_f64();
+        (elapsed >= self.seconds).then(|| {
+            Report::new(
+                std::mem::take(&mut self.step_ms),
+                elapsed,
+                process_cpu_seconds() - self.cpu_s,
+                process_runqueue_wait_seconds() - self.runqueue_wait_s,
+            )
+        })
+    }
 }
 
 fn main() {
@@ -131,27 +246,51 @@ fn main() {
     let deadline = start + Duration::from_secs_f64(args.seconds);
     let mut step_ms = Vec::new();
     let mut progress = ProgressReporter::from_env();
+    let requests = args.serve.then(read_requests);
+    let mut timed: Option<TimedPart> = None;
+    let mut stdin_closed = false;
     loop {
+        if let Some(requests) = &requests
+            && timed.is_none()
+        {
+            match requests.try_recv() {
+                Ok(Some(seconds)) => timed = Some(TimedPart::start(seconds)),
+                Ok(None) | Err(mpsc::TryRecvError::Disconnected) => stdin_closed = true,
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+        }
         let step_start = Instant::now();
         for _ in 0..args.bursts {
             burn(Duration::from_micros(args.burst_us));
             std::thread::sleep(Duration::from_micros(args.gap_us));
         }
-        let done = match args.steps {
-            Some(n) => step_ms.len() as u64 + 1 >= n,
-            None => Instant::now() >= deadline,
+        let done = match (args.serve, args.steps) {
+            (true, _) => stdin_closed,
+            (false, Some(n)) => step_ms.len() as u64 + 1 >= n,
+            (false, None) => Instant::now() >= deadline,
         };
         if done {
             last_step.store(step_ms.len() as u64, Ordering::Release);
         }
         barrier.wait();
-        step_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
+        let ms = step_start.elapsed().as_secs_f64() * 1e3;
+        step_ms.push(ms);
         if let Some(progress) = &mut progress {
             progress.report(step_ms.len() as u64);
+        }
+        if let Some(report) = timed.as_mut().and_then(|part| part.step(ms)) {
+            println!("{}", serde_json::to_string(&report).expect("serialize"));
+            timed = None;
         }
         if done {
             break;
         }
+    }
+    if args.serve {
+        for loader in loaders {
+            loader.join().expect("loader panicked");
+        }
+        return;
     }
     let elapsed = start.elapsed().as_secs_f64();
     let mut runqueue_wait_s = thread_runqueue_wait_seconds();
@@ -159,23 +298,7 @@ fn main() {
         runqueue_wait_s += loader.join().expect("loader panicked");
     }
 
-    let sorted = sorted(step_ms.iter().copied());
-    // A run too short for one step reports zeros, not NaN (which JSON cannot carry).
-    let step_quantile = |q| match sorted.is_empty() {
-        true => 0.0,
-        false => quantile(&sorted, q),
-    };
-    let report = Report {
-        steps: step_ms.len() as u64,
-        seconds: elapsed,
-        steps_per_s: step_ms.len() as f64 / elapsed,
-        step_ms_p50: step_quantile(0.5),
-        step_ms_p99: step_quantile(0.99),
-        step_ms_max: sorted.last().copied().unwrap_or(0.0),
-        cpu_s: process_cpu_seconds(),
-        runqueue_wait_s,
-        step_ms,
-    };
+    let report = Report::new(step_ms, elapsed, process_cpu_seconds(), runqueue_wait_s);
     if args.json {
         println!("{}", serde_json::to_string(&report).expect("serialize"));
     } else {

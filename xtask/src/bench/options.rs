@@ -262,10 +262,11 @@ pub struct ServerOptions {
     #[arg(long, default_value_t = 150.0)]
     pub server_online_rate: f64,
     /// A stand-in for the server benchmark's PyTorch job, for a machine without a GPU: a
-    /// command (words split at whitespace) that takes `--seconds S --json` and prints a JSON
-    /// line with steps_per_s, step_ms_p50, step_ms_p99, cpu_s and seconds, as
-    /// `target/release/training-sim` does. Its figures are not the server's, and such a run
-    /// leaves docs/benchmarks.md alone.
+    /// command (words split at whitespace) that takes `--serve --json`, trains until its stdin
+    /// closes, and for each line `{"seconds": S}` on stdin prints `{"timed_start": true}`, then
+    /// after S seconds a JSON line with steps_per_s, step_ms_p50, step_ms_p99, cpu_s and
+    /// seconds, as `target/release/training-sim` does. Its figures are not the server's, and
+    /// such a run leaves docs/benchmarks.md alone.
     #[arg(long, value_name = "COMMAND")]
     pub training_cmd: Option<String>,
 }

@@ -2,21 +2,22 @@
 //! offline inference on the cores it leaves idle, scenario by scenario, in rounds.
 //!
 //! - Training: `scripts/train_resnet50.py` (ResNet-50 on the GPU, fed by DataLoader workers
-//!   that augment images on the CPU), or a stand-in given with `--training-cmd`. The command
-//!   gets `--seconds S --json` and prints its figures as one JSON line at the end (the
-//!   protocol `training-sim` follows too). The script announces the start of its timed part
-//!   (after its warm-up) with a line `{"timed_start": true}`: every figure of a window is
-//!   taken over that timed part. A stand-in's whole run is its timed part.
+//!   that augment images on the CPU), or a stand-in given with `--training-cmd`. One process
+//!   trains through the whole run, and each window asks it for a timed part of `--server-seconds`
+//!   (the protocol in `training.rs`, which `training-sim` follows too): every figure of a
+//!   window is taken over that timed part, and what runs beside training changes between
+//!   windows while it keeps training.
 //! - Online: `inference-worker online` serving the PP-OCR classifier under an open-loop
-//!   Poisson load from `load-gen`, with an SLO, from before training starts to its end.
+//!   Poisson load from `load-gen`, with an SLO, from before the timed part to its end.
 //! - Offline: `inference-worker offline` over a job of a 2048×8 MLP, large enough not to end
 //!   within a window, started afresh in each window.
 //!
 //! - Watched: one scenario runs training alone again under a daemon that observes without
-//!   enforcing, with `enforcer observe --json --interval 0.1` from before training starts (how
-//!   the shipped replay trace was recorded): what watching costs training, what the sensor
-//!   sees against the job's own CPU time, and the CPU policy replayed over the trace. Another
-//!   runs it under the same daemon, not observed: the sensor's part of that cost.
+//!   enforcing, with `enforcer observe --json --interval 0.1` from before the timed part: what
+//!   watching costs training, what the sensor sees against the job's own CPU time, and the CPU
+//!   policy replayed over the trace. Another runs it under the same daemon, not observed: the
+//!   sensor's part of that cost. A daemon knows the running job from its config (`[[training]]
+//!   pids`), which covers the job's whole process tree, its loader workers included.
 //!
 //! Every round runs every scenario once (or those `--server-scenarios` names), in an order
 //! rotated by the round, training alone among them, so that a slowdown is a ratio to training
@@ -30,7 +31,7 @@ pub mod training;
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
@@ -48,12 +49,9 @@ use serde::{Deserialize, Serialize};
 
 use self::{
     report::{Confined, Window},
-    training::next_training_line,
+    training::ServingTraining,
 };
-pub use self::{
-    scenario::Scenario,
-    training::{TrainingCommand, TrainingLine, read_training_lines},
-};
+pub use self::{scenario::Scenario, training::TrainingCommand};
 use crate::{
     bench::common::{
         cpus::{machine_cpus, upper_half_cpus},
@@ -89,22 +87,19 @@ pub fn online_min_cores(cpus: usize) -> usize {
 /// The offline job's model: an MLP of 8 layers of 2048, 16 inputs.
 const MLP_WIDTH: u32 = 2048;
 const MLP_LAYERS: u32 = 8;
-/// Inference serves this long before training starts, as it does on a node that serves all
-/// day; reamer's online pool weight settles in it (three latency reports, one a second).
+/// Inference serves this long before training's timed part starts, as it does on a node
+/// that serves all day; reamer's online pool weight settles in it (three latency reports,
+/// one a second).
 const INFERENCE_LEAD: Duration = Duration::from_millis(3500);
 /// The lead's load runs until the timed part starts; this bounds it.
 const LEAD_LOAD_MAX: Duration = Duration::from_secs(600);
-/// How long the training command may take to reach its timed part: Python's imports, CUDA's
-/// start, the loader workers' start and the script's warm-up.
-const TRAINING_START_LIMIT: Duration = Duration::from_secs(300);
-/// How long past its timed part a training command may take to report.
-const TRAINING_END_LIMIT: Duration = Duration::from_secs(120);
 /// Items per CPU-second the offline job is sized for: twice what one thread of the offline
 /// worker ran a 2048×8 MLP at on the 2-CPU EPYC VM (about 1,000); the job running out
 /// mid-window stops the run, saying so.
 const JOB_ITEMS_PER_CPU_S: f64 = 2_000.0;
-/// Seconds of offline work the job holds beyond the lead and the timed part: the training
-/// command's start (Python's imports, CUDA) and its 8 s warm-up.
+/// Seconds of offline work the job holds beyond the lead and the timed part: the wait for the
+/// timed part to start, in the first window the training command's start (Python's imports,
+/// CUDA) and its 8 s warm-up.
 const JOB_SLACK_S: f64 = 60.0;
 
 /// How a run is made.
@@ -184,6 +179,8 @@ struct Bench {
     options: Options,
     cpus: usize,
     online: OnlineWorker,
+    /// The training job, running from the first window to the last.
+    training: ServingTraining,
     online_group: Group,
     offline_group: Group,
     standby_group: Group,
@@ -209,11 +206,14 @@ impl Bench {
             &args,
             bench_dir().join("online-worker.log"),
         );
+        progress("starting the training job (it warms up before the first window's timed part)");
+        let training = ServingTraining::start(&options.training)?;
         let bench = Self {
             inputs,
             options,
             cpus: machine_cpus(),
             online,
+            training,
             online_group: Group::ensure(INSTANCE, "online")?,
             offline_group: Group::ensure(INSTANCE, "offline")?,
             standby_group: Group::ensure(INSTANCE, STANDBY)?,
@@ -228,8 +228,9 @@ impl Bench {
         Ok(())
     }
 
-    /// The enforcer's config: its defaults, the two pools, and the option a scenario compares.
-    fn daemon_config(scenario: Scenario, cpus: usize) -> String {
+    /// The enforcer's config: its defaults, the running training job, the two pools, and the
+    /// option a scenario compares.
+    fn daemon_config(scenario: Scenario, cpus: usize, training_pid: u32) -> String {
         let policy = match scenario {
             Scenario::ReamerOfflineNotPaused => {
                 "[policy]\npause_offline_when_training_short = false\n\n"
@@ -239,7 +240,8 @@ impl Bench {
             _ => "",
         };
         format!(
-            "{policy}[[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = {}\n\
+            "{policy}[[training]]\nname = \"train\"\npids = [{training_pid}]\n\n\
+             [[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = {}\n\
              slo_ms = {}\n\n[[pool]]\nname = \"offline\"\nkind = \"offline\"\n",
             online_min_cores(cpus),
             SLO_MS as u64
@@ -295,21 +297,6 @@ impl Bench {
         )
     }
 
-    fn spawn_training(&self, daemon: Option<&Daemon>) -> anyhow::Result<Child> {
-        let training = &self.options.training;
-        let seconds = format!("{:.3}", self.options.seconds);
-        let mut args: Vec<&str> = training.args.iter().map(String::as_str).collect();
-        args.extend(["--seconds", &seconds, "--json"]);
-        Ok(match daemon {
-            Some(daemon) => daemon.launch("--training", "train", &training.program, &args),
-            None => Command::new(&training.program)
-                .args(&args)
-                .stdout(Stdio::piped())
-                .spawn()
-                .with_context(|| format!("spawning the training command {}", training.program))?,
-        })
-    }
-
     fn before(&self, daemon_pid: Option<u32>) -> anyhow::Result<Before> {
         Ok(Before {
             at: Instant::now(),
@@ -356,7 +343,7 @@ impl Bench {
             Daemon::start_bin_with_fresh_log(
                 &release_bin("enforcer"),
                 INSTANCE,
-                &Self::daemon_config(scenario, self.cpus),
+                &Self::daemon_config(scenario, self.cpus, self.training.pid()),
             )
         });
         let daemon_pid = daemon.as_ref().map(Daemon::pid);
@@ -374,7 +361,7 @@ impl Bench {
             .then(|| self.spawn_offline(daemon.as_ref()))
             .transpose()?;
         let seed = (round + 1).to_string();
-        // Online traffic from before training starts until its timed part does.
+        // Online traffic from the lead until training's timed part starts.
         let lead_load = inference
             .then(|| {
                 self.load(
@@ -386,25 +373,13 @@ impl Bench {
             })
             .transpose()?;
         std::thread::sleep(INFERENCE_LEAD);
-        // Observed from before training starts, as the shipped trace was: the replay sees the
-        // job's start as well as its timed part.
+        // Observed from before the timed part starts: the replay sees the daemon's start as
+        // well as the timed part.
         let whole_run_observer = (scenario == Scenario::AloneObserved)
             .then(|| spawn_observer(round, scenario, WHOLE_RUN_INTERVAL))
             .transpose()?
             .map(Reaped);
-
-        // Killed if the window fails: a training job left running would hold the GPU and
-        // the cores through whatever runs next.
-        let mut training = Reaped(self.spawn_training(daemon.as_ref())?);
-        let lines = read_training_lines(training.0.stdout.take().context("training's stdout")?);
-        let mut early_report = None;
-        if self.options.training.announces_timed_start {
-            match next_training_line(&lines, TRAINING_START_LIMIT, "its timed part")? {
-                TrainingLine::TimedStart => {}
-                TrainingLine::Report(report) => early_report = Some(report),
-                TrainingLine::Closed => unreachable!("next_training_line refuses Closed"),
-            }
-        }
+        self.training.begin(self.options.seconds)?;
         drop(lead_load);
         let before = self.before(daemon_pid)?;
         let trace = observer_trace(round, scenario);
@@ -421,28 +396,7 @@ impl Bench {
         let load = inference
             .then(|| self.load(&online_base, (self.options.seconds - 0.3).max(0.5), &seed))
             .transpose()?;
-        let report = match early_report {
-            Some(report) => report,
-            None => {
-                // A stand-in's own announcement changes nothing: its whole run is timed.
-                let limit = Duration::from_secs_f64(self.options.seconds)
-                    + TRAINING_END_LIMIT
-                    + if self.options.training.announces_timed_start {
-                        Duration::ZERO
-                    } else {
-                        TRAINING_START_LIMIT
-                    };
-                let deadline = Instant::now() + limit;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if let TrainingLine::Report(report) =
-                        next_training_line(&lines, left, "its report")?
-                    {
-                        break report;
-                    }
-                }
-            }
-        };
+        let report = self.training.report(self.options.seconds)?;
         let elapsed = before.at.elapsed().as_secs_f64();
         let timed_last_line = trace_lines(&trace);
         let node_after = node_jiffies()?;
@@ -453,16 +407,6 @@ impl Bench {
         let enforcer_rss_mib = daemon_pid
             .and_then(resident_kib)
             .map(|kib| kib as f64 / 1024.0);
-        let status = training
-            .0
-            .wait()
-            .context("waiting for the training command")?;
-        if !status.success() {
-            bail!(
-                "the training command failed in scenario {} ({status})",
-                scenario.name()
-            );
-        }
         if inference && offline_done >= self.inputs.job_lines {
             bail!(
                 "the offline job ({} lines) ran out during a window, so its throughput would be \
@@ -520,6 +464,7 @@ impl Bench {
     }
 
     fn finish(self) {
+        self.training.stop();
         let _ = self.online.stop();
         cgroups::remove_groups(INSTANCE, &["online", "offline", STANDBY]);
     }
@@ -567,6 +512,10 @@ pub struct Measured {
     /// The engine the workers ran (`--engine`); runs saved before the choice ran tract.
     #[serde(default = "crate::bench::common::inference::tract")]
     pub engine: String,
+    /// Whether one training process served every window (false: runs saved before it did,
+    /// which started the job afresh in each window).
+    #[serde(default)]
+    pub one_training_process: bool,
     pub windows: Vec<Window>,
 }
 
@@ -599,6 +548,7 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
         online_rate,
         cpus,
         engine: engine.to_owned(),
+        one_training_process: true,
         windows: windows.to_vec(),
     };
     progress(&format!(

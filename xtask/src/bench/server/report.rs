@@ -467,13 +467,20 @@ pub fn markdown(
              which only checks the harness end to end.\n\n",
         );
     }
+    let process = match measured.one_training_process {
+        true => {
+            "one training process through the whole run, timed for a part of it in each \
+             window, while what runs beside it changes between windows"
+        }
+        false => "the training job started afresh in each window",
+    };
     text.push_str(&format!(
-        "Training: {}; {} s timed per window, {} round{}, the scenarios' order rotated each \
-         round. Online: the PP-OCR classifier behind KServe v2 (binary tensors), an open-loop \
+        "Training: {}; {process}; {} s timed per window, {} round{}, the scenarios' order \
+         rotated each round. Online: the PP-OCR classifier behind KServe v2 (binary tensors), an open-loop \
          Poisson load of {:.0} requests/s from `load-gen`, SLO {SLO_MS:.0} ms; under reamer \
          an online pool with `min_cores = {}`. Offline: `inference-worker offline` over a \
-         2048×8 MLP job. Both workers on {} (`--engine {}`). Inference starts before training; every figure is over training's \
-         timed part. Percentages of alone and of plain CFS are paired within a round; \
+         2048×8 MLP job. Both workers on {} (`--engine {}`). Inference starts before training's \
+         timed part; every figure is over that timed part. Percentages of alone and of plain CFS are paired within a round; \
          medians over rounds, with 95% bootstrap intervals.\n\n",
         measured.training,
         measured.seconds,
@@ -525,7 +532,10 @@ pub fn markdown(
         .iter()
         .find(|f| f.scenario == Scenario::AloneObserved)
     {
-        text.push_str(&observed_markdown(&observed.observed_rounds));
+        text.push_str(&observed_markdown(
+            &observed.observed_rounds,
+            measured.one_training_process,
+        ));
     }
     let targets = targets(figures);
     if !targets.is_empty() {
@@ -583,14 +593,20 @@ fn confined_markdown(windows: &[Window]) -> String {
 }
 
 /// Training alone, observed, round by round.
-fn observed_markdown(rounds: &[ObservedRound]) -> String {
+fn observed_markdown(rounds: &[ObservedRound], one_training_process: bool) -> String {
+    let from = match one_training_process {
+        true => {
+            "before the timed part starts (the trace in enforcer/tests/fixtures/ was recorded \
+             from before the job started)"
+        }
+        false => "before training starts, as the trace in enforcer/tests/fixtures/ was recorded",
+    };
     let mut text = format!(
         "\nTraining alone, observed at 10 Hz: the daemon with `[policy] enforce = false` and \
-         `enforcer observe --json --interval 0.1` from before training starts, as the trace in \
-         enforcer/tests/fixtures/ was recorded. Per round: what watching cost training, the \
-         CPUs the sensor saw it run on against the job's own CPU time over the timed part \
-         (the observed intervals' edges fall up to 0.1 s outside it), and the CPU policy \
-         replayed over the whole trace (`enforcer replay TRACE --json`, the default scenario; \
+         `enforcer observe --json --interval 0.1` from {from}. Per round: what watching cost \
+         training, the CPUs the sensor saw it run on against the job's own CPU time over the \
+         timed part (the observed intervals' edges fall up to 0.1 s outside it), and the CPU \
+         policy replayed over the whole trace (`enforcer replay TRACE --json`, the default scenario; \
          the traces are target/bench/server/{}-round-N.jsonl, N from 0):\n\n\
          | round | training, % of alone | job's CPUs | sensor's running CPUs (ratio) | replay: \
          running CPUs p50 / p90 | cores reserved p50 / p90 | offline paused | training on \

@@ -1,18 +1,38 @@
-//! The server benchmark's training job: the shipped PyTorch ResNet-50 or a stand-in, and
-//! what its stdout says (the timed part's start, then its report).
+//! The server benchmark's training job: the shipped PyTorch ResNet-50 or a stand-in, one
+//! process for the whole run, and what its stdout says (each timed part's start, then its
+//! report).
+//!
+//! The job runs with `--serve --json`: after its warm-up it trains until its stdin closes,
+//! and each line `{"seconds": S}` written there starts a timed part of S seconds at its next
+//! step, announced by a line `{"timed_start": true}` and ended by one JSON line of figures.
+//! One process serves every window: on the server, starting Python, CUDA and the loader
+//! workers, then the 8 s warm-up, cost about 25 s of each 37.6 s window when every window
+//! started its own job.
 
 use std::{
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, BufReader, Write as _},
     path::Path,
-    process::{Command, Stdio},
+    process::{ChildStdin, Command, Stdio},
     sync::mpsc,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
+use reamer_tests::harness::Reaped;
 use serde::{Deserialize, Serialize};
 
 use crate::cargo::workspace_root;
+
+/// How long the job may take to reach its first timed part: Python's imports, CUDA's start,
+/// the loader workers' start and the script's warm-up.
+const FIRST_TIMED_PART_LIMIT: Duration = Duration::from_secs(300);
+/// How long a later timed part may take to start: the step in progress when it is asked for
+/// (0.6 s at the p99 of the server's ResNet-50 beside inference), with room for a stall.
+const NEXT_TIMED_PART_LIMIT: Duration = Duration::from_secs(60);
+/// How long past its timed part the job may take to report.
+const REPORT_LIMIT: Duration = Duration::from_secs(120);
+/// How long the job may take to exit once its stdin closes, before it is killed.
+const STOP_LIMIT: Duration = Duration::from_secs(30);
 
 /// The training job, and whether it is the real one.
 #[derive(Debug, Clone)]
@@ -21,8 +41,6 @@ pub struct TrainingCommand {
     pub args: Vec<String>,
     /// A stand-in (`--training-cmd`): its figures are not the server's.
     pub stand_in: bool,
-    /// Whether it prints `{"timed_start": true}` when its timed part starts.
-    pub announces_timed_start: bool,
     /// What it is, for the report.
     pub description: String,
 }
@@ -39,7 +57,6 @@ impl TrainingCommand {
                 loader_workers.to_string(),
             ],
             stand_in: false,
-            announces_timed_start: true,
             description: format!(
                 "torchvision ResNet-50, bf16 autocast, channels_last, SGD, batch 128, fed by a \
                  DataLoader with {loader_workers} worker processes augmenting generated images \
@@ -65,7 +82,6 @@ impl TrainingCommand {
             program,
             args: words.collect(),
             stand_in: true,
-            announces_timed_start: false,
             description: format!("stand-in `{command_line}` (not the server's training job)"),
         })
     }
@@ -122,9 +138,95 @@ impl TrainingReport {
     }
 }
 
+/// The run's training job, serving one timed part per window.
+pub(super) struct ServingTraining {
+    child: Reaped,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<TrainingLine>,
+    /// Whether a timed part has started: the first waits for the job's start and warm-up.
+    warm: bool,
+}
+
+impl ServingTraining {
+    pub(super) fn start(command: &TrainingCommand) -> anyhow::Result<Self> {
+        let mut child = Reaped(
+            Command::new(&command.program)
+                .args(&command.args)
+                .args(["--serve", "--json"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .with_context(|| format!("spawning the training command {}", command.program))?,
+        );
+        let stdin = child.0.stdin.take().context("training's stdin")?;
+        let lines = read_training_lines(child.0.stdout.take().context("training's stdout")?);
+        Ok(Self {
+            child,
+            stdin,
+            lines,
+            warm: false,
+        })
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Asks for a timed part of `seconds` and returns once it has started.
+    pub(super) fn begin(&mut self, seconds: f64) -> anyhow::Result<()> {
+        writeln!(self.stdin, "{}", serde_json::json!({ "seconds": seconds }))
+            .context("asking the training command for a timed part (it has exited?)")?;
+        let limit = match self.warm {
+            true => NEXT_TIMED_PART_LIMIT,
+            false => FIRST_TIMED_PART_LIMIT,
+        };
+        match next_training_line(&self.lines, limit, "its timed part")? {
+            TrainingLine::TimedStart => {
+                self.warm = true;
+                Ok(())
+            }
+            TrainingLine::Report(_) => {
+                bail!("the training command reported before announcing its timed part")
+            }
+            TrainingLine::Closed => unreachable!("next_training_line refuses Closed"),
+        }
+    }
+
+    /// The report of the timed part of `seconds` begun last.
+    pub(super) fn report(&mut self, seconds: f64) -> anyhow::Result<TrainingReport> {
+        let limit = Duration::from_secs_f64(seconds) + REPORT_LIMIT;
+        match next_training_line(&self.lines, limit, "its report")? {
+            TrainingLine::Report(report) => Ok(report),
+            TrainingLine::TimedStart => {
+                bail!("the training command announced a timed part it was not asked for")
+            }
+            TrainingLine::Closed => unreachable!("next_training_line refuses Closed"),
+        }
+    }
+
+    /// Closes its stdin, which ends the job; kills it if it has not ended within
+    /// `STOP_LIMIT`.
+    pub(super) fn stop(self) {
+        let Self {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        let deadline = Instant::now() + STOP_LIMIT;
+        while Instant::now() < deadline {
+            if !matches!(child.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!(
+            "[bench] server: the training command had not exited {STOP_LIMIT:?} after its stdin closed: killed"
+        );
+    }
+}
+
 /// What a training command's stdout says, line by line.
 #[derive(Debug)]
-pub enum TrainingLine {
+enum TrainingLine {
     TimedStart,
     Report(TrainingReport),
     /// Its stdout closed.
@@ -133,7 +235,7 @@ pub enum TrainingLine {
 
 /// Reads `stdout` on a thread of its own: the timed part's start, then the report; other
 /// lines are left alone.
-pub fn read_training_lines(
+fn read_training_lines(
     stdout: impl std::io::Read + Send + 'static,
 ) -> mpsc::Receiver<TrainingLine> {
     let (send, receive) = mpsc::channel();
@@ -161,7 +263,7 @@ pub fn read_training_lines(
 
 /// Waits up to `limit` for the next line of `lines` that is not `Closed` (a closed stdout is
 /// an error naming `what`).
-pub(super) fn next_training_line(
+fn next_training_line(
     lines: &mpsc::Receiver<TrainingLine>,
     limit: Duration,
     what: &str,
@@ -216,10 +318,62 @@ mod tests {
         child.wait().unwrap();
     }
 
+    /// A job speaking the serving protocol: each request read is announced and answered.
+    fn serving_shell(report: &str) -> TrainingCommand {
+        TrainingCommand {
+            program: "sh".to_owned(),
+            args: vec![
+                "-c".to_owned(),
+                format!(
+                    "echo 'warming up'; while read request; do echo '{{\"timed_start\": true}}'; \
+                     echo '{report}'; done"
+                ),
+                "training".to_owned(),
+            ],
+            stand_in: true,
+            description: "a shell".to_owned(),
+        }
+    }
+
+    #[test]
+    fn one_serving_job_times_a_part_per_request_and_ends_when_its_stdin_closes() {
+        let mut training = ServingTraining::start(&serving_shell(
+            "{\"steps_per_s\": 7.0, \"step_ms_p50\": 140, \"step_ms_p99\": 180, \
+             \"cpu_s\": 30, \"seconds\": 10}",
+        ))
+        .unwrap();
+        for _ in 0..2 {
+            training.begin(10.0).unwrap();
+            assert_eq!(training.report(10.0).unwrap().throughput(), 7.0);
+        }
+        let pid = training.pid();
+        let started = Instant::now();
+        training.stop();
+        assert!(started.elapsed() < STOP_LIMIT);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn a_serving_job_that_ends_is_an_error_naming_what_was_awaited() {
+        let mut training = ServingTraining::start(&TrainingCommand {
+            program: "true".to_owned(),
+            args: vec![],
+            stand_in: true,
+            description: "exits at once".to_owned(),
+        })
+        .unwrap();
+        let err = training.begin(1.0).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("ended before its timed part")
+                || format!("{err:#}").contains("has exited"),
+            "{err:#}"
+        );
+    }
+
     #[test]
     fn a_stand_in_counts_steps_and_is_found_from_the_repository_root() {
         let command = TrainingCommand::stand_in("target/release/training-sim --loaders 3").unwrap();
-        assert!(command.stand_in && !command.announces_timed_start);
+        assert!(command.stand_in);
         assert!(command.program.ends_with("/target/release/training-sim"));
         assert!(Path::new(&command.program).is_absolute());
         assert_eq!(command.args, ["--loaders", "3"]);

@@ -56,6 +56,7 @@ fn measured(windows: Vec<Window>) -> Measured {
         online_rate: 150.0,
         cpus: 16,
         engine: "tract".to_owned(),
+        one_training_process: true,
         windows,
     }
 }
@@ -345,6 +346,25 @@ fn each_observed_round_is_paired_with_its_own_alone_and_every_replay_must_meet_t
         text.contains("| 3 | 98.0% | 2.60 | 2.63 (1.010) | 2.80 / 8.40 | 6 / 7 |"),
         "{text}"
     );
+}
+
+#[test]
+fn a_run_saved_before_one_process_served_every_window_says_its_job_started_afresh() {
+    let mut value =
+        serde_json::to_value(measured(vec![window(Scenario::Alone, 0, 1.0, None)])).unwrap();
+    let report = |run: &Measured| markdown(run, &figures(run), "c", "m");
+    let served = report(&serde_json::from_value(value.clone()).unwrap());
+    assert!(
+        served.contains("one training process through the whole run"),
+        "{served}"
+    );
+    value
+        .as_object_mut()
+        .unwrap()
+        .remove("one_training_process");
+    let old: Measured = serde_json::from_value(value).unwrap();
+    assert!(!old.one_training_process);
+    assert!(report(&old).contains("the training job started afresh in each window"));
 }
 
 #[test]
