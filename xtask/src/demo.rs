@@ -1,36 +1,166 @@
-//! `cargo xtask demo`: the built-in default scenario. A CPU-hungry offline inference pool runs
-//! under the enforcer on every core; then a simulated training job starts on the same cores.
-//! Its first threads land behind inference, and the enforcer's fast path takes cores for
-//! training within microseconds of the kernel's event; inference stops midway, and training
-//! runs on alone. The live table shows what the sensor sees: training's run-queue waits and CPU
-//! demand, and the events raised when training lands behind inference.
+//! `cargo xtask demo`: the built-in scenario, reamer's job in half a minute. A training job
+//! (the simulator, reporting its steps to the daemon as a PyTorch job does with
+//! `python/reamer_progress.py`) runs alone for a while, then real inference starts beside it:
+//! the inference worker serving the PP-OCR classifier over KServe v2 under an open-loop load,
+//! and an offline job on a second worker. The live view is `enforcer observe`; the demo ends
+//! with `enforcer status` and a table of what the mission is about: training's pace beside
+//! inference against its pace alone, the offline items a second, and the online requests
+//! within their SLO.
 
-use std::{io::Read as _, process::Command, time::Duration};
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context as _, bail};
-use reamer_tests::harness::Daemon;
-
 use enforcer_common::protocol::Snapshot;
+use reamer_tests::harness::{Daemon, Reaped, worker::OnlineWorker};
 
 use crate::{
-    cargo::{build_release, is_root, release_bin},
+    bench::{
+        common::{
+            cpus::machine_cpus,
+            inference::{
+                LoadReport, OFFLINE_MLP, classifier_serve_args, ensure_offline_job,
+                read_load_report, reset_job, results_lines, spawn_classifier_load, worker_bin,
+                worker_engine, write_classifier_requests,
+            },
+            process::run_ok,
+        },
+        server::training::{ServingTraining, TrainingCommand, TrainingReport},
+    },
+    cargo::{build_release, is_root, release_bin, workspace_root},
     wake_probe::WakeLatency,
 };
 
+const INSTANCE: &str = "demo";
+const TRAINING_JOB: &str = "demo-training";
+const SLO_MS: f64 = 50.0;
 const CONFIG: &str = "# written by `cargo xtask demo`\n[sensor]\nwait_threshold_us = 2000\n\n\
-                      [[pool]]\nname = \"inference\"\nkind = \"offline\"\n";
-/// When training starts, after inference: long enough for the pool to hold every core.
-const TRAINING_STARTS_AT: f64 = 2.0;
-const TRAINING_SECONDS: f64 = 12.0;
-const INFERENCE_SECONDS: f64 = 8.0;
-/// A phase beside inference this much faster than training alone gets the summary's
-/// explanation (the phases' rates move by a few percent from run to run).
+                      [[pool]]\nname = \"online\"\nkind = \"online\"\nmin_cores = 1\nslo_ms = 50\n\n\
+                      [[pool]]\nname = \"offline\"\nkind = \"offline\"\n";
+/// Training's pace alone, measured first.
+const ALONE_SECONDS: f64 = 6.0;
+/// Inference runs this long before training's pace beside it is measured: the online pool's
+/// weight settles on three latency reports, one a second.
+const INFERENCE_LEAD: Duration = Duration::from_secs(3);
+/// Training's pace beside inference, measured next.
+const BESIDE_SECONDS: f64 = 10.0;
+/// Online requests a second: the co-location benchmark's rate, a small share of a CPU
+/// (1.73 ms of CPU a request on the 2-vCPU VM).
+const ONLINE_RATE: f64 = 40.0;
+/// Offline items the job holds per CPU-second of the demo: twice what a thread of the worker
+/// ran the 1024×8 MLP at on the 2-vCPU VM, so that the job outlasts the demo.
+const JOB_ITEMS_PER_CPU_S: f64 = 4_000.0;
+/// Beside inference this much faster than alone gets the summary's explanation (the phases'
+/// rates move by a few percent from run to run).
 const FASTER_BESIDE_INFERENCE: f64 = 1.1;
 
-#[expect(
-    clippy::zombie_processes,
-    reason = "on an early error the workloads are left to finish on their own: each runs for a fixed few seconds"
-)]
+/// What the demo serves and runs, made once into target/demo.
+struct Inputs {
+    classifier: PathBuf,
+    request: PathBuf,
+    request_header_length: usize,
+    mlp: PathBuf,
+    job: PathBuf,
+}
+
+fn prepare_inputs() -> anyhow::Result<Inputs> {
+    let dir = workspace_root().join("target/demo");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let classifier =
+        workspace_root().join("target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+    let (request, request_header_length, _json) = write_classifier_requests(&dir)?;
+    let mlp = dir.join("mlp-1024x8.onnx");
+    run_ok(
+        Command::new(worker_bin())
+            .args(OFFLINE_MLP)
+            .arg("--out")
+            .arg(&mlp),
+        "inference-worker mlp-model",
+    )?;
+    let job = dir.join("job");
+    let seconds = INFERENCE_LEAD.as_secs_f64() + BESIDE_SECONDS;
+    let lines = (machine_cpus() as f64 * JOB_ITEMS_PER_CPU_S * seconds).ceil() as u64;
+    ensure_offline_job(&mlp, &job, lines)?;
+    reset_job(&job);
+    Ok(Inputs {
+        classifier,
+        request,
+        request_header_length,
+        mlp,
+        job,
+    })
+}
+
+/// Inference beside training: both workers launched into the daemon's pools, and the load.
+struct Inference {
+    online: OnlineWorker,
+    offline: Reaped,
+}
+
+impl Inference {
+    fn start(inputs: &Inputs) -> anyhow::Result<Self> {
+        let engine = worker_engine();
+        let mut launch = Command::new(release_bin("enforcer"));
+        launch
+            .args(["launch", "--pool", "online", "--instance", INSTANCE, "--"])
+            .arg(worker_bin());
+        let serve_args = classifier_serve_args(&inputs.classifier, SLO_MS, engine)?;
+        let serve_args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
+        let online = OnlineWorker::start_with(
+            launch,
+            &serve_args,
+            workspace_root().join("target/demo/online-worker.log"),
+        );
+        // Its log in a file, as the online worker's: the live view stays readable.
+        let log = workspace_root().join("target/demo/offline-worker.log");
+        let log =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let offline = Reaped(
+            Command::new(release_bin("enforcer"))
+                .args(["launch", "--pool", "offline", "--instance", INSTANCE, "--"])
+                .arg(worker_bin())
+                .args(["offline", "--model"])
+                .arg(&inputs.mlp)
+                .arg("--job")
+                .arg(&inputs.job)
+                .args(["--batch", "8", "--engine", engine])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .context("launching the offline worker")?,
+        );
+        Ok(Self { online, offline })
+    }
+
+    fn load(&self, inputs: &Inputs, seconds: f64, seed: &str) -> anyhow::Result<Child> {
+        spawn_classifier_load(
+            &self.online.base,
+            (&inputs.request, Some(inputs.request_header_length)),
+            ONLINE_RATE,
+            SLO_MS,
+            seconds,
+            seed,
+        )
+    }
+
+    fn stop(self) {
+        drop(self.offline);
+        self.online.stop();
+    }
+}
+
+/// One phase of the demo, as the summary reads it.
+struct Phase {
+    training: TrainingReport,
+    /// Training's pace as the daemon had it from the job's own reports, at the phase's end.
+    reported_steps_per_s: Option<f64>,
+    offline_items_per_s: Option<f64>,
+    online: Option<LoadReport>,
+}
+
 pub fn run() -> anyhow::Result<()> {
     if !is_root() {
         bail!(
@@ -38,132 +168,170 @@ pub fn run() -> anyhow::Result<()> {
         );
     }
     build_release()?;
-    println!("== reamer demo: CPU inference on every core, then a training job that needs them ==");
+    println!("== reamer demo: a training job, and inference in what it leaves ==");
     let wake = WakeLatency::probe(2, 300);
     match &wake {
         Ok(wake) => println!("this machine: {}", wake.describe()),
         Err(err) => println!("wake-probe: skipped ({err:#})"),
     }
+    println!("preparing the classifier's requests and the offline job (target/demo)");
+    let inputs = prepare_inputs()?;
     println!(
-        "starting the enforcer (instance \"demo\"), with an offline inference pool \"inference\""
+        "starting the enforcer (instance \"{INSTANCE}\"): an online pool \"online\" (SLO \
+         {SLO_MS} ms, at least 1 core) and an offline pool \"offline\""
     );
-    let daemon = Daemon::start_bin(&release_bin("enforcer"), "demo", CONFIG);
+    let daemon = Daemon::start_bin(&release_bin("enforcer"), INSTANCE, CONFIG);
 
-    println!(
-        ">>> inference starts: `enforcer launch --pool inference -- cpu-hog --threads 2` for \
-         {INFERENCE_SECONDS} s"
-    );
-    let hog = release_bin("cpu-hog");
-    let mut inference = daemon.launch(
-        "--pool",
-        "inference",
-        hog.to_str().context("path")?,
-        &[
-            "--threads",
-            "2",
-            "--seconds",
-            &INFERENCE_SECONDS.to_string(),
-        ],
-    );
-    std::thread::sleep(Duration::from_secs_f64(TRAINING_STARTS_AT));
-
+    // Training through the daemon's launcher, so that it is the daemon's training job and its
+    // steps reach the daemon; timed on request (`--serve`).
     let sim = release_bin("training-sim");
-    let mut training = daemon.launch(
-        "--training",
-        "demo-training",
-        sim.to_str().context("path")?,
-        &["--seconds", &TRAINING_SECONDS.to_string(), "--json"],
-    );
-    println!(
-        ">>> training starts: `enforcer launch --training demo-training -- training-sim` for \
-         {TRAINING_SECONDS} s; inference stops {} s into it\n",
-        INFERENCE_SECONDS - TRAINING_STARTS_AT
-    );
-    let mut observe = Command::new(release_bin("enforcer"))
-        .args([
-            "observe",
+    let enforcer = release_bin("enforcer");
+    let mut training = ServingTraining::start(&TrainingCommand {
+        program: enforcer.to_str().context("utf-8 path")?.to_owned(),
+        args: [
+            "launch",
+            "--training",
+            TRAINING_JOB,
             "--instance",
-            "demo",
-            "--interval",
-            "1",
-            "--count",
-        ])
-        .arg(((TRAINING_SECONDS - 1.0) as u64).to_string())
-        .spawn()
-        .context("starting enforcer observe")?;
+            INSTANCE,
+            "--",
+            sim.to_str().context("utf-8 path")?,
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        stand_in: true,
+        description: "training-sim".to_owned(),
+    })?;
+    let live_seconds = ALONE_SECONDS + INFERENCE_LEAD.as_secs_f64() + BESIDE_SECONDS;
+    println!(
+        ">>> training starts: `enforcer launch --training {TRAINING_JOB} -- training-sim`; its \
+         pace alone for {ALONE_SECONDS} s. Live, once a second (`enforcer observe`):\n"
+    );
+    let observe = Reaped(
+        Command::new(&enforcer)
+            .args(["observe", "--instance", INSTANCE, "--interval", "1"])
+            .spawn()
+            .context("starting enforcer observe")?,
+    );
+    let started = Instant::now();
+    training.begin(ALONE_SECONDS)?;
+    let alone = Phase {
+        training: training.report(ALONE_SECONDS)?,
+        reported_steps_per_s: reported_pace(&daemon.snapshot()),
+        offline_items_per_s: None,
+        online: None,
+    };
 
-    let mut report = String::new();
-    training
-        .stdout
-        .take()
-        .context("training stdout")?
-        .read_to_string(&mut report)?;
-    training.wait()?;
-    inference.wait()?;
-    observe.wait()?;
+    println!(
+        "\n>>> inference starts: `enforcer launch --pool online -- inference-worker online` \
+         (the PP-OCR classifier over KServe v2, {ONLINE_RATE} requests/s) and `enforcer launch \
+         --pool offline -- inference-worker offline` (a 1024×8 MLP job); training's pace \
+         beside them for {BESIDE_SECONDS} s\n"
+    );
+    let inference = Inference::start(&inputs)?;
+    let lead_load = Reaped(inference.load(&inputs, 60.0, "1000")?);
+    std::thread::sleep(INFERENCE_LEAD);
+    training.begin(BESIDE_SECONDS)?;
+    drop(lead_load);
+    let load = inference.load(&inputs, BESIDE_SECONDS - 0.3, "1")?;
+    let (items_before, at) = (results_lines(&inputs.job), Instant::now());
+    let beside_training = training.report(BESIDE_SECONDS)?;
+    let offline_items_per_s =
+        results_lines(&inputs.job).saturating_sub(items_before) as f64 / at.elapsed().as_secs_f64();
+    let beside = Phase {
+        training: beside_training,
+        reported_steps_per_s: reported_pace(&daemon.snapshot()),
+        offline_items_per_s: Some(offline_items_per_s),
+        online: Some(read_load_report(load)?),
+    };
+    // The live view has shown the whole of both phases.
+    std::thread::sleep(
+        Duration::from_secs_f64(live_seconds).saturating_sub(started.elapsed())
+            + Duration::from_millis(200),
+    );
+    drop(observe);
     let snapshot = daemon.snapshot();
-    let status = Command::new(release_bin("enforcer"))
-        .args(["status", "--instance", "demo"])
+    let status = Command::new(&enforcer)
+        .args(["status", "--instance", INSTANCE])
         .output()
         .context("running enforcer status")?;
     println!(
-        "\n== enforcer status ==\n{}",
+        "\n== enforcer status, inference still running ==\n{}",
         String::from_utf8_lossy(&status.stdout)
     );
+    inference.stop();
+    training.stop();
     daemon.stop();
 
-    summarize(&report, &snapshot, wake.ok().as_ref())?;
-    Ok(())
-}
-
-fn summarize(report: &str, snapshot: &Snapshot, wake: Option<&WakeLatency>) -> anyhow::Result<()> {
-    let report: serde_json::Value =
-        serde_json::from_str(report.trim()).context("training-sim report")?;
-    let steps: Vec<f64> = report["step_ms"]
-        .as_array()
-        .context("step_ms")?
-        .iter()
-        .filter_map(serde_json::Value::as_f64)
-        .collect();
-    // Split the steps by when they ended: while inference ran, or after it.
-    let inference_ends_at = INFERENCE_SECONDS - TRAINING_STARTS_AT;
-    let (mut clock, mut phases) = (0.0, [(0usize, 0.0f64); 2]);
-    for step in &steps {
-        clock += step / 1e3;
-        let phase = usize::from(clock >= inference_ends_at);
-        phases[phase].0 += 1;
-        phases[phase].1 += step / 1e3;
-    }
-    println!("\n== summary ==");
-    let rates = phases.map(|(count, seconds)| (count > 0).then(|| count as f64 / seconds));
-    for ((name, rate), (count, _)) in ["beside inference", "alone after it"]
-        .iter()
-        .zip(rates)
-        .zip(phases)
-    {
-        if let Some(rate) = rate {
-            println!("{name:>16}: {rate:6.1} steps/s ({count} steps)");
-        }
-    }
-    if let (Some(beside), Some(alone), Some(wake)) = (rates[0], rates[1], wake)
-        && beside > alone * FASTER_BESIDE_INFERENCE
-    {
+    println!("== summary ==\n{}", summary_table(&alone, &beside));
+    if let (Ok(wake), true) = (
+        &wake,
+        beside.training.steps_per_s > alone.training.steps_per_s * FASTER_BESIDE_INFERENCE,
+    ) {
         println!(
             "Training ran faster beside inference than alone. The likely cause is this machine, \
              not the enforcer: training alone leaves a CPU idle between its bursts, and here \
              waking a thread on an idle CPU took p99 {:.1} ms against {:.1} ms on CPUs kept busy \
              (wake-probe, above). On a VM an idle vCPU is handed back to the hypervisor, and a \
              busy host is slow to run it again; the offline pool's idle-class work keeps the \
-             vCPUs busy, and the kernel preempts it at once for training.",
+             vCPUs busy, and the kernel preempts it at once for training.\n",
             wake.idle_p99_us / 1e3,
             wake.busy_p99_us / 1e3
         );
     }
-    let job = snapshot.jobs.first().context("demo job")?;
-    println!(
-        "sensor: {} run-queue waits, {} times training was enqueued behind inference, {} events delivered",
-        job.waits, job.behind_inference, job.events_received
-    );
+    explain(&snapshot);
+    Ok(())
+}
+
+/// Training's pace as the daemon has it from the job's own progress reports.
+fn reported_pace(snapshot: &Snapshot) -> Option<f64> {
+    snapshot.job(TRAINING_JOB)?.progress?.steps_per_s
+}
+
+/// The mission in one table: training's pace against alone, offline items a second, online
+/// requests within the SLO.
+fn summary_table(alone: &Phase, beside: &Phase) -> String {
+    let reference = alone.training.steps_per_s;
+    let row = |name: &str, phase: &Phase| {
+        let online = phase.online.as_ref().map_or("–".to_owned(), |load| {
+            format!(
+                "{:.1}% of {} ({})",
+                load.within_slo as f64 * 100.0 / load.sent.max(1) as f64,
+                load.sent,
+                load.p99_ms
+                    .map_or("no answers".to_owned(), |ms| format!("p99 {ms:.1} ms"))
+            )
+        });
+        format!(
+            "| {name} | {:.1} | {} | {:.1}% | {} | {} |\n",
+            phase.training.steps_per_s,
+            phase
+                .reported_steps_per_s
+                .map_or("–".to_owned(), |pace| format!("{pace:.1}")),
+            phase.training.steps_per_s / reference * 100.0,
+            phase
+                .offline_items_per_s
+                .map_or("–".to_owned(), |items| format!("{items:.0}")),
+            online,
+        )
+    };
+    format!(
+        "| phase | training steps/s | as the daemon saw it (the job's reports) | % of alone | \
+         offline items/s | online within {SLO_MS:.0} ms |\n|---|---|---|---|---|---|\n{}{}",
+        row("training alone", alone),
+        row("beside inference, under reamer", beside)
+    )
+}
+
+/// What the enforcer did, from its snapshot.
+fn explain(snapshot: &Snapshot) {
+    if let Some(job) = snapshot.job(TRAINING_JOB) {
+        println!(
+            "sensor: {} run-queue waits, {} times training was enqueued behind inference, {} \
+             events delivered",
+            job.waits, job.behind_inference, job.events_received
+        );
+    }
     let enforcement = snapshot.enforcement.clone().unwrap_or_default();
     let micros =
         |ns: Option<u64>| ns.map_or("-".to_owned(), |ns| format!("{:.0} µs", ns as f64 / 1e3));
@@ -174,11 +342,60 @@ fn summarize(report: &str, snapshot: &Snapshot, wake: Option<&WakeLatency>) -> a
         micros(enforcement.event_to_write_p99_ns)
     );
     println!(
-        "The enforcer placed the inference pool in an offline cgroup (cpu.idle, so the kernel \
-         preempts it for training at every wakeup). When training's threads landed behind it, \
-         the fast path reserved their cores for training (decisions with trigger `contended` \
-         in `enforcer status` above); the slow path follows training's demand (`demand_rose`, \
-         `demand_fell`) and gives cores back once it has stayed low."
+        "The enforcer put the offline worker in an idle-class group (the kernel preempts it for \
+         training at every wakeup) and kept it off the cores it reserved for training, pausing \
+         it for part of each period while training was tight (`offline_duty` in `enforcer \
+         status` above); the online worker kept at least its one core, its weight following \
+         its latency tail (`weight`). The slow path follows training's demand (`demand_rose`, \
+         `demand_fell`). {}",
+        match enforcement.reactions {
+            0 => "The fast path moved no core: none of the sensor's events called for one \
+                  (docs/enforcer.md, \"Fast path\", says when one does; the online pool's \
+                  guaranteed core is never taken)."
+                .to_owned(),
+            n => format!(
+                "{n} times a training thread queued behind inference made the fast path give \
+                 that CPU's core to training at once (`contended`)."
+            ),
+        }
     );
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(steps_per_s: f64, inference: bool) -> Phase {
+        Phase {
+            training: serde_json::from_value(serde_json::json!({
+                "steps_per_s": steps_per_s, "step_ms_p50": 5.0, "step_ms_p99": 7.0,
+                "cpu_s": 1.0, "seconds": 6.0
+            }))
+            .unwrap(),
+            reported_steps_per_s: Some(steps_per_s - 1.0),
+            offline_items_per_s: inference.then_some(812.4),
+            online: inference.then(|| LoadReport {
+                sent: 400,
+                within_slo: 398,
+                p50_ms: Some(3.0),
+                p99_ms: Some(21.3),
+            }),
+        }
+    }
+
+    #[test]
+    fn the_summary_sets_training_against_alone_beside_what_inference_got() {
+        let table = summary_table(&phase(180.0, false), &phase(171.0, true));
+        let rows: Vec<&str> = table.lines().collect();
+        assert_eq!(rows.len(), 4, "{table}");
+        assert_eq!(
+            rows[2],
+            "| training alone | 180.0 | 179.0 | 100.0% | – | – |"
+        );
+        assert_eq!(
+            rows[3],
+            "| beside inference, under reamer | 171.0 | 170.0 | 95.0% | 812 | 99.5% of 400 (p99 \
+             21.3 ms) |"
+        );
+    }
 }

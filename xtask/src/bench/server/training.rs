@@ -139,7 +139,7 @@ impl TrainingReport {
 }
 
 /// The run's training job, serving one timed part per window.
-pub(super) struct ServingTraining {
+pub(crate) struct ServingTraining {
     child: Reaped,
     stdin: ChildStdin,
     lines: mpsc::Receiver<TrainingLine>,
@@ -148,7 +148,7 @@ pub(super) struct ServingTraining {
 }
 
 impl ServingTraining {
-    pub(super) fn start(command: &TrainingCommand) -> anyhow::Result<Self> {
+    pub(crate) fn start(command: &TrainingCommand) -> anyhow::Result<Self> {
         let mut child = Reaped(
             Command::new(&command.program)
                 .args(&command.args)
@@ -168,12 +168,12 @@ impl ServingTraining {
         })
     }
 
-    pub(super) fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Asks for a timed part of `seconds` and returns once it has started.
-    pub(super) fn begin(&mut self, seconds: f64) -> anyhow::Result<()> {
+    pub(crate) fn begin(&mut self, seconds: f64) -> anyhow::Result<()> {
         writeln!(self.stdin, "{}", serde_json::json!({ "seconds": seconds }))
             .context("asking the training command for a timed part (it has exited?)")?;
         let limit = match self.warm {
@@ -193,7 +193,7 @@ impl ServingTraining {
     }
 
     /// The report of the timed part of `seconds` begun last.
-    pub(super) fn report(&mut self, seconds: f64) -> anyhow::Result<TrainingReport> {
+    pub(crate) fn report(&mut self, seconds: f64) -> anyhow::Result<TrainingReport> {
         let limit = Duration::from_secs_f64(seconds) + REPORT_LIMIT;
         match next_training_line(&self.lines, limit, "its report")? {
             TrainingLine::Report(report) => Ok(report),
@@ -206,7 +206,7 @@ impl ServingTraining {
 
     /// Closes its stdin, which ends the job; kills it if it has not ended within
     /// `STOP_LIMIT`.
-    pub(super) fn stop(self) {
+    pub(crate) fn stop(self) {
         let Self {
             mut child, stdin, ..
         } = self;
