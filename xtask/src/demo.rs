@@ -374,7 +374,7 @@ mod tests {
             .unwrap(),
             reported_steps_per_s: Some(steps_per_s - 1.0),
             offline_items_per_s: inference.then_some(812.4),
-            online: inference.then(|| LoadReport {
+            online: inference.then_some(LoadReport {
                 sent: 400,
                 within_slo: 398,
                 p50_ms: Some(3.0),
