@@ -9,10 +9,10 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use enforcer_common::{
     CLASS_IDLE, CLASS_OFFLINE, CLASS_ONLINE, CLASS_OTHER, CLASS_TRAINING, COUNTER_BAD_JOB_ID,
-    COUNTER_FORKS_INHERITED, COUNTER_POOL_THREAD_MAP_FULL, COUNTER_THREAD_MAP_FULL,
-    COUNTER_WAIT_CLOCK_SKEW, CpuState, EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_LONG_WAIT,
-    EVENT_PREEMPTED_BY_INFERENCE, JobStats, MAX_JOBS, NR_CLASSES, RUN_DELAY_SEEN, SensorEvent,
-    TaskCache, WAIT_THRESHOLD_UNIT_NS,
+    COUNTER_FORKS_INHERITED, COUNTER_POOL_THREAD_MAP_FULL, COUNTER_SWITCH_FROM_UNKNOWN,
+    COUNTER_THREAD_MAP_FULL, COUNTER_WAIT_CLOCK_SKEW, CpuState, EVENT_ENQUEUED_BEHIND_INFERENCE,
+    EVENT_LONG_WAIT, EVENT_PREEMPTED_BY_INFERENCE, JobStats, MAX_JOBS, NR_CLASSES, RUN_DELAY_SEEN,
+    SensorEvent, TaskCache, WAIT_THRESHOLD_UNIT_NS,
     histogram::{NR_BUCKETS, bucket_of},
 };
 
@@ -196,6 +196,11 @@ fn on_switch(switch: &Switch) {
     let here = unsafe { &mut *here };
     // The slot describes `prev` only if a switch to it initialised it (not before attach).
     let known_prev = here.switched_at_ns != 0 && here.current_tid == switch.prev_tid;
+    // A slot initialised, naming another task: the kernel ran `prev` here without a
+    // sched_switch into it (docs/sensor.md, "Switches the kernel does not trace").
+    if !known_prev && here.switched_at_ns != 0 {
+        count(COUNTER_SWITCH_FROM_UNKNOWN);
+    }
 
     let next = match switch.next_tid {
         0 => None,

@@ -243,6 +243,20 @@ fn run_time_counts_running_slices_and_agrees_with_schedstat() {
         kernel > 1e9,
         "the job ran {kernel} ns in the window: test is void"
     );
+    // A slice that began with a switch the kernel did not trace is not counted
+    // (docs/sensor.md, "Switches the kernel does not trace"): a failure says how many there
+    // were meanwhile.
+    let counter = |snapshot: &Snapshot| {
+        snapshot
+            .counters
+            .get("switches_from_unknown_task")
+            .copied()
+            .unwrap_or(0)
+    };
+    let untraced = format!(
+        "{} switches from a task the kernel ran without a traced switch meanwhile",
+        counter(after).saturating_sub(counter(before))
+    );
     // The sensor counts completed slices from `sum_exec_runtime` itself and the running ones
     // on CLOCK_MONOTONIC, which also counts time the hypervisor stole (seen once in a full
     // run: 3.3% apart, on a VM losing CPU to its host).
@@ -250,7 +264,7 @@ fn run_time_counts_running_slices_and_agrees_with_schedstat() {
         (sensor - kernel).abs() <= 0.02 * kernel + stolen_ns + uncertain_ns,
         "sensor {sensor} ns vs schedstat {kernel} ns differ by more than 2%, the {stolen_ns} \
          ns the hypervisor stole meanwhile and the {uncertain_ns} ns of the reads around the \
-         snapshots"
+         snapshots; {untraced}"
     );
     // Readings a few microseconds apart on either end: 2% over the machine is jitter, a slice
     // counted whole at its end is tens of CPUs.
@@ -261,7 +275,8 @@ fn run_time_counts_running_slices_and_agrees_with_schedstat() {
     // A spinner counted only when it stops would leave intervals reading almost nothing.
     assert!(
         least >= 0.5 * spinners as f64,
-        "an interval read {least:.2} running CPUs with {spinners} spinners: {running:?}"
+        "an interval read {least:.2} running CPUs with {spinners} spinners: {running:?}; \
+         {untraced}"
     );
     observe_records_a_trace_that_replays(&daemon, cpus);
     wait_ok(hog, "cpu-hog");
