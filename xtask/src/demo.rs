@@ -8,7 +8,6 @@
 //! within their SLO.
 
 use std::{
-    path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -22,11 +21,9 @@ use crate::{
         common::{
             cpus::machine_cpus,
             inference::{
-                LoadReport, OFFLINE_MLP, classifier_serve_args, ensure_offline_job,
-                read_load_report, reset_job, results_lines, spawn_classifier_load, worker_bin,
-                worker_engine, write_classifier_requests,
+                Inputs, LoadReport, OFFLINE_MLP, classifier_serve_args, read_load_report,
+                reset_job, results_lines, spawn_classifier_load, worker_bin,
             },
-            process::run_ok,
         },
         server::training::{ServingTraining, TrainingCommand, TrainingReport},
     },
@@ -57,41 +54,13 @@ const JOB_ITEMS_PER_CPU_S: f64 = 4_000.0;
 /// rates move by a few percent from run to run).
 const FASTER_BESIDE_INFERENCE: f64 = 1.1;
 
-/// What the demo serves and runs, made once into target/demo.
-struct Inputs {
-    classifier: PathBuf,
-    request: PathBuf,
-    request_header_length: usize,
-    mlp: PathBuf,
-    job: PathBuf,
-}
-
+/// What the demo serves and runs, made once into target/demo; the offline job from its start.
 fn prepare_inputs() -> anyhow::Result<Inputs> {
-    let dir = workspace_root().join("target/demo");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let classifier =
-        workspace_root().join("target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
-    let (request, request_header_length, _json) = write_classifier_requests(&dir)?;
-    let mlp = dir.join("mlp-1024x8.onnx");
-    run_ok(
-        Command::new(worker_bin())
-            .args(OFFLINE_MLP)
-            .arg("--out")
-            .arg(&mlp),
-        "inference-worker mlp-model",
-    )?;
-    let job = dir.join("job");
     let seconds = INFERENCE_LEAD.as_secs_f64() + BESIDE_SECONDS;
     let lines = (machine_cpus() as f64 * JOB_ITEMS_PER_CPU_S * seconds).ceil() as u64;
-    ensure_offline_job(&mlp, &job, lines)?;
-    reset_job(&job);
-    Ok(Inputs {
-        classifier,
-        request,
-        request_header_length,
-        mlp,
-        job,
-    })
+    let inputs = Inputs::prepare(&workspace_root().join("target/demo"), OFFLINE_MLP, lines)?;
+    reset_job(&inputs.job);
+    Ok(inputs)
 }
 
 /// Inference beside training: both workers launched into the daemon's pools, and the load.
@@ -102,7 +71,7 @@ struct Inference {
 
 impl Inference {
     fn start(inputs: &Inputs) -> anyhow::Result<Self> {
-        let engine = worker_engine();
+        let engine = inputs.engine;
         let mut launch = Command::new(release_bin("enforcer"));
         launch
             .args(["launch", "--pool", "online", "--instance", INSTANCE, "--"])
@@ -122,11 +91,7 @@ impl Inference {
             Command::new(release_bin("enforcer"))
                 .args(["launch", "--pool", "offline", "--instance", INSTANCE, "--"])
                 .arg(worker_bin())
-                .args(["offline", "--model"])
-                .arg(&inputs.mlp)
-                .arg("--job")
-                .arg(&inputs.job)
-                .args(["--batch", "8", "--engine", engine])
+                .args(inputs.offline_args(engine))
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()

@@ -102,7 +102,7 @@ fn op_profiles(output: &[u8]) -> anyhow::Result<Vec<(usize, Vec<OpTime>)>> {
 }
 
 const BATCHES: &str = "1,8";
-/// The item shape of the co-location benchmark's offline MLP (`common::inference::OFFLINE_MLP`).
+/// The item shape of the co-location benchmark's offline MLP (`common::inference::Mlp`).
 const MLP_INPUT_SHAPE: &str = "16";
 /// The CPU both engines are pinned to: not CPU 0, where most interrupts land.
 const CPU: &str = "1";
@@ -159,14 +159,7 @@ pub fn run(
     // core is worth to the offline job depends on that one.
     let mlp = workspace_root().join("target/bench/worker/mlp-1024x8.onnx");
     std::fs::create_dir_all(mlp.parent().context("path")?)?;
-    output_of(
-        {
-            let mut command = Command::new(release_bin("inference-worker"));
-            command.args(OFFLINE_MLP).arg("--out").arg(&mlp);
-            command
-        },
-        "inference-worker mlp-model",
-    )?;
+    OFFLINE_MLP.make(&mlp)?;
     let measured: Vec<(&str, PathBuf, &str)> = SHIPPED
         .iter()
         .map(|m| (m.name, models::path_of(m), m.input_shape))

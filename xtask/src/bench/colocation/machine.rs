@@ -34,12 +34,10 @@ use crate::{
     bench::common::{
         cpus::{machine_cpus, upper_half_cpus},
         inference::{
-            OFFLINE_MLP, classifier_serve_args, ensure_offline_job, launch_online_worker,
-            read_load_report, reset_inference_groups, reset_job, results_lines,
-            spawn_classifier_load, spawn_observer_into, spawn_offline_worker, worker_bin,
-            worker_engine, write_classifier_requests,
+            Inputs, OFFLINE_MLP, classifier_serve_args, launch_online_worker, read_load_report,
+            reset_inference_groups, reset_job, results_lines, spawn_classifier_load,
+            spawn_observer_into, spawn_offline_worker, worker_bin,
         },
-        process::run_ok,
     },
     cargo::{release_bin, workspace_root},
 };
@@ -64,56 +62,12 @@ enum RequestBody {
     Json,
 }
 
-/// Files the benchmark generates once: the offline model and job, the online request.
-pub(super) struct Inputs {
-    classifier: PathBuf,
-    /// The online request body: a JSON header of `request_header_length` bytes, then the
-    /// image as binary FP32 (KServe's binary tensor data extension).
-    request: PathBuf,
-    request_header_length: usize,
-    /// The same request as plain JSON, its image as numbers: only measured, at the start.
-    request_json: PathBuf,
-    mlp: PathBuf,
-    job: PathBuf,
-    /// Lines in the job (`job_lines`).
-    job_lines: u64,
-    /// The workers' engine (`worker_engine`).
-    pub(super) engine: &'static str,
-}
-
 fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
-    let root = workspace_root();
-    let dir = root.join("target/bench/colocation");
-    std::fs::create_dir_all(&dir)?;
-    let classifier = root.join("target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
-    if !classifier.exists() {
-        bail!(
-            "{} is missing: the bench fetches it first",
-            classifier.display()
-        );
-    }
-    let (request, request_header_length, request_json) = write_classifier_requests(&dir)?;
-    let mlp = dir.join("mlp-1024x8.onnx");
-    run_ok(
-        Command::new(worker_bin())
-            .args(OFFLINE_MLP)
-            .arg("--out")
-            .arg(&mlp),
-        "inference-worker mlp-model",
-    )?;
-    let job = dir.join("job");
-    let job_lines = job_lines(machine_cpus(), window);
-    ensure_offline_job(&mlp, &job, job_lines)?;
-    Ok(Inputs {
-        classifier,
-        request,
-        request_header_length,
-        request_json,
-        mlp,
-        job,
-        job_lines,
-        engine: worker_engine(),
-    })
+    Inputs::prepare(
+        &workspace_root().join("target/bench/colocation"),
+        OFFLINE_MLP,
+        job_lines(machine_cpus(), window),
+    )
 }
 
 /// `inference-worker online`'s arguments after `--listen`: the classifier under the SLO, on
@@ -125,20 +79,6 @@ fn online_args(inputs: &Inputs, engine: &str) -> anyhow::Result<Vec<String>> {
 /// The stderr of the online worker the enforcer started, the last one.
 fn launched_online_log() -> PathBuf {
     workspace_root().join("target/bench/colocation/online-worker-launched.log")
-}
-
-fn offline_args(inputs: &Inputs, engine: &str) -> Vec<String> {
-    vec![
-        "offline".into(),
-        "--model".into(),
-        inputs.mlp.display().to_string(),
-        "--job".into(),
-        inputs.job.display().to_string(),
-        "--batch".into(),
-        "8".into(),
-        "--engine".into(),
-        engine.into(),
-    ]
 }
 
 /// The stderr of the offline worker started without the enforcer, the last one.
@@ -315,7 +255,7 @@ impl Bench {
     /// launcher.
     fn spawn_offline(&self, daemon: Option<&Daemon>, engine: &str) -> anyhow::Result<Reaped> {
         spawn_offline_worker(
-            &offline_args(&self.inputs, engine),
+            &self.inputs.offline_args(engine),
             daemon,
             &self.offline_group,
             &offline_log(),

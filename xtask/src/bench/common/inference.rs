@@ -8,7 +8,7 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use reamer_tests::harness::{Daemon, Reaped, cgroups::Group, worker::OnlineWorker};
 use serde::{Deserialize, Serialize};
 
@@ -57,9 +57,102 @@ pub(crate) fn write_classifier_requests(dir: &Path) -> anyhow::Result<(PathBuf, 
     Ok((request, header.len(), request_json))
 }
 
-/// `inference-worker` arguments that write the offline job's model: a synthetic MLP of 16
-/// inputs, 8 layers of 1024 and 10 outputs (docs/inference-worker.md, "Models").
-pub(crate) const OFFLINE_MLP: [&str; 5] = ["mlp-model", "--width", "1024", "--layers", "8"];
+/// A synthetic MLP of 16 inputs, `layers` layers of `width` and 10 outputs, written by
+/// `inference-worker mlp-model` (docs/inference-worker.md, "Models"): an offline job's model.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mlp {
+    pub(crate) width: u32,
+    pub(crate) layers: u32,
+}
+
+/// The co-location benchmark's and the demo's offline model.
+pub(crate) const OFFLINE_MLP: Mlp = Mlp {
+    width: 1024,
+    layers: 8,
+};
+
+impl Mlp {
+    /// Writes the model to `path`.
+    pub(crate) fn make(self, path: &Path) -> anyhow::Result<()> {
+        run_ok(
+            Command::new(worker_bin())
+                .args(["mlp-model", "--width", &self.width.to_string()])
+                .args(["--layers", &self.layers.to_string(), "--out"])
+                .arg(path),
+            "inference-worker mlp-model",
+        )
+    }
+
+    fn file_name(self) -> String {
+        format!("mlp-{}x{}.onnx", self.width, self.layers)
+    }
+}
+
+/// What the inference scenarios serve and run, made once into a folder of their own: the
+/// PP-OCR classifier (fetched by `cargo xtask`), its online request, an MLP and an offline
+/// job for it.
+pub(crate) struct Inputs {
+    pub(crate) classifier: PathBuf,
+    /// The online request body: a JSON header of `request_header_length` bytes, then the
+    /// image as binary FP32 (KServe's binary tensor data extension).
+    pub(crate) request: PathBuf,
+    pub(crate) request_header_length: usize,
+    /// The same request as plain JSON, its image as numbers.
+    pub(crate) request_json: PathBuf,
+    pub(crate) mlp: PathBuf,
+    pub(crate) job: PathBuf,
+    /// Lines in the job.
+    pub(crate) job_lines: u64,
+    /// The workers' engine (`worker_engine`).
+    pub(crate) engine: &'static str,
+}
+
+impl Inputs {
+    /// Made into `dir`: the request, `mlp`, and an offline job of `job_lines` lines for it
+    /// (reused where one of that length is there).
+    pub(crate) fn prepare(dir: &Path, mlp: Mlp, job_lines: u64) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let classifier = crate::cargo::workspace_root()
+            .join("target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
+        if !classifier.exists() {
+            bail!(
+                "{} is missing: `cargo xtask bench` and `cargo xtask demo` fetch it; with \
+                 --prebuilt, copy target/models along with target/release",
+                classifier.display()
+            );
+        }
+        let (request, request_header_length, request_json) = write_classifier_requests(dir)?;
+        let model = dir.join(mlp.file_name());
+        mlp.make(&model)?;
+        let job = dir.join("job");
+        ensure_offline_job(&model, &job, job_lines)?;
+        Ok(Self {
+            classifier,
+            request,
+            request_header_length,
+            request_json,
+            mlp: model,
+            job,
+            job_lines,
+            engine: worker_engine(),
+        })
+    }
+
+    /// `inference-worker offline`'s arguments: the MLP over the job, batch 8, on `engine`.
+    pub(crate) fn offline_args(&self, engine: &str) -> Vec<String> {
+        vec![
+            "offline".into(),
+            "--model".into(),
+            self.mlp.display().to_string(),
+            "--job".into(),
+            self.job.display().to_string(),
+            "--batch".into(),
+            "8".into(),
+            "--engine".into(),
+            engine.into(),
+        ]
+    }
+}
 
 /// An offline job of `lines` random inputs for `model` in `job`, made unless one of that
 /// length is there already (it is reused from run to run: making it takes a while).

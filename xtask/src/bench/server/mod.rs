@@ -35,7 +35,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use enforcer_common::cpu_list;
 use reamer_tests::{
     harness::{
@@ -56,12 +56,10 @@ use crate::{
     bench::common::{
         cpus::{machine_cpus, upper_half_cpus},
         inference::{
-            LoadReport, classifier_serve_args, ensure_offline_job, launch_online_worker,
-            read_load_report, reset_inference_groups, reset_job, results_lines,
-            spawn_classifier_load, spawn_observer_into, spawn_offline_worker, worker_bin,
-            worker_engine, write_classifier_requests,
+            Inputs, LoadReport, Mlp, classifier_serve_args, launch_online_worker, read_load_report,
+            reset_inference_groups, reset_job, results_lines, spawn_classifier_load,
+            spawn_observer_into, spawn_offline_worker, worker_bin,
         },
-        process::run_ok,
     },
     bench::{
         replay,
@@ -116,18 +114,6 @@ pub struct Options {
     pub about: About,
 }
 
-/// Files made once per run.
-struct Inputs {
-    classifier: PathBuf,
-    request: PathBuf,
-    request_header_length: usize,
-    mlp: PathBuf,
-    job: PathBuf,
-    job_lines: u64,
-    /// The workers' engine (`common::inference::worker_engine`).
-    engine: &'static str,
-}
-
 fn bench_dir() -> PathBuf {
     workspace_root().join("target/bench/server")
 }
@@ -139,38 +125,14 @@ fn job_lines(cpus: usize, seconds: f64) -> u64 {
 }
 
 fn prepare_inputs(seconds: f64) -> anyhow::Result<Inputs> {
-    let dir = bench_dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let classifier =
-        workspace_root().join("target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx");
-    if !classifier.exists() {
-        bail!(
-            "{} is missing: `cargo xtask bench` fetches it; with --prebuilt, copy target/models \
-             along with target/release",
-            classifier.display()
-        );
-    }
-    let (request, request_header_length, _json) = write_classifier_requests(&dir)?;
-    let mlp = dir.join(format!("mlp-{MLP_WIDTH}x{MLP_LAYERS}.onnx"));
-    run_ok(
-        Command::new(worker_bin())
-            .args(["mlp-model", "--width", &MLP_WIDTH.to_string()])
-            .args(["--layers", &MLP_LAYERS.to_string(), "--out"])
-            .arg(&mlp),
-        "inference-worker mlp-model",
-    )?;
-    let job = dir.join("job");
-    let job_lines = job_lines(machine_cpus(), seconds);
-    ensure_offline_job(&mlp, &job, job_lines)?;
-    Ok(Inputs {
-        classifier,
-        request,
-        request_header_length,
-        mlp,
-        job,
-        job_lines,
-        engine: worker_engine(),
-    })
+    Inputs::prepare(
+        &bench_dir(),
+        Mlp {
+            width: MLP_WIDTH,
+            layers: MLP_LAYERS,
+        },
+        job_lines(machine_cpus(), seconds),
+    )
 }
 
 /// The persistent parts of a run.
@@ -248,23 +210,9 @@ impl Bench {
         )
     }
 
-    fn offline_args(&self) -> Vec<String> {
-        vec![
-            "offline".into(),
-            "--model".into(),
-            self.inputs.mlp.display().to_string(),
-            "--job".into(),
-            self.inputs.job.display().to_string(),
-            "--batch".into(),
-            "8".into(),
-            "--engine".into(),
-            self.inputs.engine.into(),
-        ]
-    }
-
     fn spawn_offline(&self, daemon: Option<&Daemon>) -> anyhow::Result<Reaped> {
         spawn_offline_worker(
-            &self.offline_args(),
+            &self.inputs.offline_args(self.inputs.engine),
             daemon,
             &self.offline_group,
             &bench_dir().join("offline-worker.log"),
