@@ -476,12 +476,13 @@ pub fn markdown(
     };
     text.push_str(&format!(
         "Training: {}; {process}; {} s timed per window, {} round{}, the scenarios' order \
-         rotated each round. Online: the PP-OCR classifier behind KServe v2 (binary tensors), an open-loop \
-         Poisson load of {:.0} requests/s from `load-gen`, SLO {SLO_MS:.0} ms; under reamer \
-         an online pool with `min_cores = {}`. Offline: `inference-worker offline` over a \
-         2048×8 MLP job. Both workers on {} (`--engine {}`). Inference starts before training's \
-         timed part; every figure is over that timed part. Percentages of alone and of plain CFS are paired within a round; \
-         medians over rounds, with 95% bootstrap intervals.\n\n",
+         rotated each round. Online: the PP-OCR classifier behind KServe v2 (binary tensors), \
+         an open-loop Poisson load of {:.0} requests/s from `load-gen`, SLO {SLO_MS:.0} ms; \
+         under reamer an online pool with `min_cores = {}`. Offline: `inference-worker \
+         offline` over a 2048×8 MLP job. Both workers on {} (`--engine {}`). Inference starts \
+         before training's timed part; every figure is over that timed part. Percentages of \
+         alone and of plain CFS are paired within a round; medians over rounds, with 95% \
+         bootstrap intervals.\n\n",
         measured.training,
         measured.seconds,
         measured.rounds,
