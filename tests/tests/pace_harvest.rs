@@ -88,6 +88,14 @@ fn a_reporting_job_is_probed_then_a_level_tried_and_without_reports_the_policy_r
         .and_then(|e| e.harvest)
         .unwrap();
     assert_eq!(status.reference_steps_per_s, Some(reference));
+    // Status carries the last step as the decision log has it.
+    let last = status.last_change.expect("the controller's last step in status");
+    assert!(
+        harvest_steps(&daemon)
+            .iter()
+            .any(|step| step["level"] == last["level"] && step["reason"] == last["reason"]),
+        "{last}"
+    );
 
     // The job ends: 10 s without a report, and offline is back on the policy's CPUs, not
     // left held or narrowed.

@@ -168,6 +168,11 @@ pub struct HarvestStatus {
     pub level: String,
     /// Training's pace with offline held back, at the last probe.
     pub reference_steps_per_s: Option<f64>,
+    /// The controller's last change, as the decision log holds it: the level, the reason
+    /// (`reason`), and where a trial was judged its pace against the reference (`ratio`,
+    /// `low`, `high`: what offline cost training, measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change: Option<serde_json::Value>,
 }
 
 /// What `status` shows of enforcement.

@@ -24,12 +24,19 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
     ));
     if let Some(harvest) = &enforcement.harvest {
         out.push_str(&format!(
-            "offline's share by training's pace: {}{}\n",
+            "offline's share by training's pace: {}{}{}\n",
             harvest.level,
             harvest
                 .reference_steps_per_s
                 .map_or(String::new(), |pace| format!(
                     " | training's pace with offline held back {pace:.2} steps/s"
+                )),
+            harvest
+                .last_change
+                .as_ref()
+                .map_or(String::new(), |change| format!(
+                    " | last move: {}",
+                    harvest_move(change)
                 ))
         ));
     }
@@ -144,4 +151,45 @@ pub(crate) async fn run(socket: &Path, json: bool) -> anyhow::Result<()> {
         print!("{}", render(&snapshot));
     }
     Ok(())
+}
+
+/// The pace controller's last change in words: why, and where a level was judged, what it
+/// cost training (1 − its pace over the reference, with the interval).
+fn harvest_move(change: &serde_json::Value) -> String {
+    let reason = change["reason"].as_str().unwrap_or("?").replace('_', " ");
+    let to = change["level"].as_str().unwrap_or("?");
+    let judged = change["tried"]
+        .as_str()
+        .zip(change["ratio"]["ratio"].as_f64());
+    match judged {
+        Some((tried, ratio)) => {
+            let cost = |r: f64| (1.0 - r) * 100.0;
+            format!(
+                "{reason} ({tried} cost training {:.1}% [{:.1}, {:.1}]), now {to}",
+                cost(ratio),
+                cost(change["ratio"]["high"].as_f64().unwrap_or(ratio)),
+                cost(change["ratio"]["low"].as_f64().unwrap_or(ratio)),
+            )
+        }
+        None => format!("{reason}, now {to}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_judged_move_says_what_the_level_cost_training_and_others_say_why() {
+        let judged = serde_json::json!({
+            "level": "half", "reason": "too_costly", "tried": "three_quarters",
+            "ratio": {"ratio": 0.97, "low": 0.95, "high": 0.99}
+        });
+        assert_eq!(
+            harvest_move(&judged),
+            "too costly (three_quarters cost training 3.0% [1.0, 5.0]), now half"
+        );
+        let probe = serde_json::json!({"level": "held", "reason": "probe"});
+        assert_eq!(harvest_move(&probe), "probe, now held");
+    }
 }

@@ -151,6 +151,8 @@ pub(crate) struct Enforcement {
     started_ns: u64,
     /// The pace controller (`[policy] harvest_by_pace`): the level it holds offline at.
     harvest: Option<Harvest>,
+    /// Its last change, as logged, for status.
+    last_harvest_change: Option<serde_json::Value>,
     /// The offline pools the CPU side pauses and narrows (not those with `gpu = true`).
     cpu_offline_pools: Vec<String>,
 }
@@ -213,6 +215,7 @@ impl Enforcement {
             quiet: None,
             started_ns: monotonic_ns(),
             harvest: settings.policy.harvest.map(Harvest::new),
+            last_harvest_change: None,
             cpu_offline_pools: settings
                 .pools
                 .iter()
@@ -467,7 +470,9 @@ impl Enforcement {
             return;
         };
         info!(level = change.level.name(), why = ?change.why, "pace controller");
-        self.record(serde_json::json!({ "at_ns": now_ns, "harvest": change }));
+        let logged = serde_json::json!({ "at_ns": now_ns, "harvest": change });
+        self.last_harvest_change = Some(logged["harvest"].clone());
+        self.record(logged);
         if change.level == before {
             return;
         }
@@ -543,6 +548,7 @@ impl Enforcement {
             harvest: self.harvest.as_ref().map(|harvest| HarvestStatus {
                 level: harvest.level().name().to_owned(),
                 reference_steps_per_s: harvest.reference().map(|m| m.steps_per_s),
+                last_change: self.last_harvest_change.clone(),
             }),
         };
         StatusReading {

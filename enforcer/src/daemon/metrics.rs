@@ -221,6 +221,37 @@ impl Collector for SnapshotMetrics {
                 )?,
                 enforcement.demand_estimate_cpus,
             )?;
+            // The pace controller, where it runs: its reference, and what the last level it
+            // judged cost training (its pace over the reference, with the interval's ends).
+            if let Some(harvest) = &enforcement.harvest {
+                if let Some(reference) = harvest.reference_steps_per_s {
+                    gauge(
+                        &mut encoder.encode_descriptor(
+                            "reamer_harvest_reference_steps_per_second",
+                            "Training's pace with offline held back, at the pace controller's last \
+                             probe.",
+                            None,
+                            MetricType::Gauge,
+                        )?,
+                        reference,
+                    )?;
+                }
+                let ratio = &harvest.last_change.as_ref().map(|c| c["ratio"].clone());
+                if let Some(ratio) = ratio.as_ref().filter(|r| r["ratio"].is_f64()) {
+                    let mut family = encoder.encode_descriptor(
+                        "reamer_harvest_pace_ratio",
+                        "Training's pace over its reference at the level the pace controller \
+                         judged last (bound: the ratio and its interval's ends).",
+                        None,
+                        MetricType::Gauge,
+                    )?;
+                    for bound in ["ratio", "low", "high"] {
+                        if let Some(value) = ratio[bound].as_f64() {
+                            gauge(&mut family.encode_family(&[("bound", bound)])?, value)?;
+                        }
+                    }
+                }
+            }
             let mut family = encoder.encode_descriptor(
                 "reamer_pool_cpus",
                 "CPUs in each pool's cpuset now.",
@@ -466,7 +497,7 @@ pub(crate) async fn serve(listener: TcpListener, router: Router) {
 mod tests {
     use enforcer_common::{
         histogram::{NR_BUCKETS, bucket_of},
-        protocol::{EnforcementStatus, JobProgress, JobTotals, PoolStatus},
+        protocol::{EnforcementStatus, HarvestStatus, JobProgress, JobTotals, PoolStatus},
     };
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -534,6 +565,14 @@ mod tests {
                         ..Default::default()
                     },
                 ],
+                harvest: Some(HarvestStatus {
+                    level: "half".into(),
+                    reference_steps_per_s: Some(11.5),
+                    last_change: Some(serde_json::json!({
+                        "level": "half", "reason": "too_costly", "tried": "three_quarters",
+                        "ratio": {"ratio": 0.97, "low": 0.95, "high": 0.99}
+                    })),
+                }),
                 ..Default::default()
             }),
             ..Default::default()
@@ -573,6 +612,14 @@ mod tests {
         assert!(text.contains("reamer_training_offline_wait_seconds_total{job=\"resnet\"} 0.25"));
         assert!(text.contains("reamer_training_progress_steps_total{job=\"resnet\"} 1200"));
         assert!(text.contains("reamer_training_pace_steps_per_second{job=\"resnet\"} 11.5"));
+        assert!(
+            text.contains("reamer_harvest_reference_steps_per_second 11.5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reamer_harvest_pace_ratio{bound=\"low\"} 0.95"),
+            "{text}"
+        );
         assert!(text.contains("reamer_sensor_counter_total{counter=\"events_sent\"} 7"));
         assert!(
             text.contains("reamer_pool_cpu_weight{pool=\"web\"} 25"),
