@@ -89,7 +89,9 @@ fn a_reporting_job_is_probed_then_a_level_tried_and_without_reports_the_policy_r
         .unwrap();
     assert_eq!(status.reference_steps_per_s, Some(reference));
     // Status carries the last step as the decision log has it.
-    let last = status.last_change.expect("the controller's last step in status");
+    let last = status
+        .last_change
+        .expect("the controller's last step in status");
     assert!(
         harvest_steps(&daemon)
             .iter()

@@ -21,8 +21,8 @@ use crate::{
         common::{
             cpus::machine_cpus,
             inference::{
-                Inputs, LoadReport, OFFLINE_MLP, classifier_serve_args, read_load_report,
-                reset_job, results_lines, spawn_classifier_load, worker_bin,
+                Inputs, LoadReport, OFFLINE_MLP, classifier_serve_args, launch_into_online_pool,
+                read_load_report, reset_job, results_lines, spawn_classifier_load, worker_bin,
             },
         },
         server::training::{ServingTraining, TrainingCommand, TrainingReport},
@@ -73,15 +73,9 @@ struct Inference {
 impl Inference {
     fn start(inputs: &Inputs) -> anyhow::Result<Self> {
         let engine = inputs.engine;
-        let mut launch = Command::new(release_bin("enforcer"));
-        launch
-            .args(["launch", "--pool", "online", "--instance", INSTANCE, "--"])
-            .arg(worker_bin());
-        let serve_args = classifier_serve_args(&inputs.classifier, SLO_MS, engine)?;
-        let serve_args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
-        let online = OnlineWorker::start_with(
-            launch,
-            &serve_args,
+        let online = launch_into_online_pool(
+            INSTANCE,
+            &classifier_serve_args(&inputs.classifier, SLO_MS, engine)?,
             workspace_root().join("target/demo/online-worker.log"),
         );
         // Its log in a file, as the online worker's: the live view stays readable.

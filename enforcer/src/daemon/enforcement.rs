@@ -151,8 +151,6 @@ pub(crate) struct Enforcement {
     started_ns: u64,
     /// The pace controller (`[policy] harvest_by_pace`): the level it holds offline at.
     harvest: Option<Harvest>,
-    /// Its last change, as logged, for status.
-    last_harvest_change: Option<serde_json::Value>,
     /// The offline pools the CPU side pauses and narrows (not those with `gpu = true`).
     cpu_offline_pools: Vec<String>,
 }
@@ -215,7 +213,6 @@ impl Enforcement {
             quiet: None,
             started_ns: monotonic_ns(),
             harvest: settings.policy.harvest.map(Harvest::new),
-            last_harvest_change: None,
             cpu_offline_pools: settings
                 .pools
                 .iter()
@@ -470,9 +467,7 @@ impl Enforcement {
             return;
         };
         info!(level = change.level.name(), why = ?change.why, "pace controller");
-        let logged = serde_json::json!({ "at_ns": now_ns, "harvest": change });
-        self.last_harvest_change = Some(logged["harvest"].clone());
-        self.record(logged);
+        self.record(serde_json::json!({ "at_ns": now_ns, "harvest": change }));
         if change.level == before {
             return;
         }
@@ -548,7 +543,10 @@ impl Enforcement {
             harvest: self.harvest.as_ref().map(|harvest| HarvestStatus {
                 level: harvest.level().name().to_owned(),
                 reference_steps_per_s: harvest.reference().map(|m| m.steps_per_s),
-                last_change: self.last_harvest_change.clone(),
+                // As the decision log holds it.
+                last_change: harvest
+                    .last_change()
+                    .and_then(|change| serde_json::to_value(change).ok()),
             }),
         };
         StatusReading {

@@ -279,6 +279,8 @@ pub(crate) struct Harvest {
     ceiling: Option<(Level, u64)>,
     /// The ratios of the trials of the current level that the interval could not decide.
     undecided: Vec<f64>,
+    /// The last change, for status.
+    last: Option<Change>,
 }
 
 impl Harvest {
@@ -289,7 +291,13 @@ impl Harvest {
             reference: None,
             ceiling: None,
             undecided: Vec::new(),
+            last: None,
         }
+    }
+
+    /// The last change `tick` made, if any.
+    pub(crate) fn last_change(&self) -> Option<&Change> {
+        self.last.as_ref()
     }
 
     /// The level in force.
@@ -314,6 +322,14 @@ impl Harvest {
         signal: bool,
         reports: &[(u64, u64)],
     ) -> Option<Change> {
+        let change = self.step(now_ns, signal, reports);
+        if let Some(change) = &change {
+            self.last = Some(change.clone());
+        }
+        change
+    }
+
+    fn step(&mut self, now_ns: u64, signal: bool, reports: &[(u64, u64)]) -> Option<Change> {
         if !signal {
             match self.phase {
                 Phase::NoSignal => return None,

@@ -309,12 +309,22 @@ pub(crate) fn launch_online_worker(
     log: PathBuf,
 ) -> anyhow::Result<OnlineWorker> {
     standby.add_process(run_worker_pid)?;
+    Ok(launch_into_online_pool(instance, serve_args, log))
+}
+
+/// `enforcer launch --pool online` of the daemon of `instance`: an online worker serving
+/// with `serve_args`, its stderr in `log`.
+pub(crate) fn launch_into_online_pool(
+    instance: &str,
+    serve_args: &[String],
+    log: PathBuf,
+) -> OnlineWorker {
     let mut launch = Command::new(release_bin("enforcer"));
     launch
         .args(["launch", "--pool", "online", "--instance", instance, "--"])
         .arg(worker_bin());
     let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
-    Ok(OnlineWorker::start_with(launch, &args, log))
+    OnlineWorker::start_with(launch, &args, log)
 }
 
 /// `enforcer observe --json --interval INTERVAL` on the daemon of `instance`, as a user
