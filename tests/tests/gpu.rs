@@ -2,7 +2,8 @@
 //! in one log line and in the status, while CPU enforcement of the same pool goes on; with a
 //! driver (the device machine) it must report the GPUs it found. `enabled = "off"` turns it
 //! off with its own line. With a GPU and PyTorch, the memory guard evicts a GPU pool's process
-//! that training grows into.
+//! that training grows into, and a training job alone on its GPU gets a busy share that the
+//! pace controller follows.
 
 use std::{os::unix::process::ExitStatusExt as _, process::Command, time::Duration};
 
@@ -159,6 +160,50 @@ fn training_that_grows_into_what_inference_holds_on_the_gpu_gets_it_evicted() {
     );
     let line = format!("evicting pid {} of pool \"serve\"", inference.id());
     assert!(log.contains(&line), "no {line:?} in the log:\n{log}");
+}
+
+#[test]
+fn a_training_job_alone_on_its_gpu_gets_a_busy_share_that_the_pace_controller_follows() {
+    let test = "a_training_job_alone_on_its_gpu_gets_a_busy_share_that_the_pace_controller_follows";
+    let instance = "it-gpu-busy";
+    if gpu_test(test, 8).is_none() {
+        return;
+    }
+    // No GPU pool and no progress reports: the device's utilization is training's own, and
+    // the only pace there is.
+    let daemon = Daemon::start(
+        instance,
+        "[policy]\nharvest_by_pace = true\n\n[gpu]\nmps = \"off\"\nsample_ms = 100\n",
+    );
+    let mut training = daemon.launch("--training", "train", "python3", &["-c", BUSY_ON_GPU, "40"]);
+    let (mut busy, mut signal) = (None, None);
+    eventually(
+        "training's GPU busy share, and the pace controller on it",
+        Duration::from_secs(30),
+        || {
+            let snapshot = daemon.snapshot();
+            // The job exists once `enforcer launch` registered it.
+            busy = snapshot.job("train").and_then(|job| job.gpu_busy);
+            signal = snapshot
+                .enforcement
+                .as_ref()
+                .and_then(|e| e.harvest.as_ref())
+                .and_then(|h| h.signal.clone());
+            busy.is_some() && signal.is_some()
+        },
+    );
+    let status = status_text(instance);
+    let _ = training.kill();
+    let _ = training.wait();
+    let log = daemon.stop();
+    // A matmul loop that synchronizes every step keeps its GPU busy most of the time.
+    let busy = busy.expect("waited for");
+    assert!(
+        busy > 0.5 && busy <= 1.0,
+        "training's GPU busy share {busy}:\n{log}"
+    );
+    assert_eq!(signal.as_deref(), Some("gpu_busy"), "{log}");
+    assert!(status.contains("GPU busy"), "{status}");
 }
 
 /// The devices the daemon's GPU side reads (none where it is not active).

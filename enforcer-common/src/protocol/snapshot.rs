@@ -97,6 +97,10 @@ pub struct JobTotals {
     /// What the job reports of its own progress (`Request::Progress`), if it reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<JobProgress>,
+    /// Its GPUs' busy share over the last 5 s, in GPUs busy, where the share is its own
+    /// (the enforcer's `gpu::training_busy`): the pace signal of a job that reports nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_busy: Option<f64>,
 }
 
 /// A training job's own count of its progress, and its pace from it.
@@ -166,7 +170,11 @@ pub struct HarvestStatus {
     /// Where offline inference is held: `held`, `quarter`, `half`, `three_quarters`,
     /// `policy` (the core policy's CPUs), `training_cores` (training's cores too).
     pub level: String,
-    /// Training's pace with offline held back, at the last probe.
+    /// Where training's pace comes from: `progress` (the job's reports, steps a second) or
+    /// `gpu_busy` (its GPUs' busy share, busy microseconds a second); None without a pace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// Training's pace with offline held back, at the last probe, in the units of `signal`.
     pub reference_steps_per_s: Option<f64>,
     /// The controller's last change, as the decision log holds it: the level, the reason
     /// (`reason`), and where a trial was judged its pace against the reference (`ratio`,

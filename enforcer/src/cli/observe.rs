@@ -106,7 +106,7 @@ fn duration(ns: Option<u64>) -> String {
 /// The interval as a table.
 pub(crate) fn render(observed: &ObservedInterval) -> String {
     let mut out = format!(
-        "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10} {:>12} {:>9}\n",
+        "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>10} {:>12} {:>9} {:>8}\n",
         "job",
         "threads",
         "wait p50",
@@ -117,14 +117,16 @@ pub(crate) fn render(observed: &ObservedInterval) -> String {
         "events/s",
         "behind/s",
         "offline wait",
-        "steps/s"
+        "steps/s",
+        "GPU busy"
     );
     if observed.jobs.is_empty() {
         out.push_str("(no training jobs registered: add [[training]] to the config, or use `enforcer launch --training NAME -- CMD`)\n");
     }
     for job in &observed.jobs {
         out.push_str(&format!(
-            "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8.2} {:>8.2} {:>9.1} {:>10.1} {:>11.1}% {:>9}\n",
+            "{:<20} {:>7} {:>9} {:>9} {:>9} {:>8.2} {:>8.2} {:>9.1} {:>10.1} {:>11.1}% {:>9} \
+             {:>8}\n",
             job.name,
             job.threads,
             duration(job.wait_p50_ns),
@@ -138,6 +140,9 @@ pub(crate) fn render(observed: &ObservedInterval) -> String {
             // The job's own pace, where it reports its progress.
             job.pace_steps_per_s
                 .map_or("-".to_owned(), |pace| format!("{pace:.2}")),
+            // Its GPUs' busy share, where it is the job's own (NVML).
+            job.gpu_busy
+                .map_or("-".to_owned(), |busy| format!("{:.0}%", busy * 100.0)),
         ));
     }
     let counter = |name: &str| observed.counters.get(name).copied().unwrap_or(0);

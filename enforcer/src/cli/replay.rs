@@ -403,6 +403,7 @@ mod tests {
                 behind_inference_per_s: 0.0,
                 offline_wait_pct: 0.0,
                 pace_steps_per_s: None,
+                gpu_busy: None,
             }],
             contentions_by_cpu,
             counters: Default::default(),

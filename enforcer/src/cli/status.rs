@@ -29,7 +29,8 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
             harvest
                 .reference_steps_per_s
                 .map_or(String::new(), |pace| format!(
-                    " | training's pace with offline held back {pace:.2} steps/s"
+                    " | training's pace with offline held back {}",
+                    pace_in_words(harvest.signal.as_deref(), pace)
                 )),
             harvest
                 .last_change
@@ -46,9 +47,13 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
     }
     for job in &snapshot.jobs {
         out.push_str(&format!(
-            "  {:<20} {} threads{}\n",
+            "  {:<20} {} threads{}{}\n",
             job.name,
             job.threads,
+            job.gpu_busy.map_or(String::new(), |busy| format!(
+                "  GPU busy {:.0}% (NVML)",
+                busy * 100.0
+            )),
             job.progress.map_or(String::new(), |progress| format!(
                 "  progress {} steps, {} ({:.1} s ago)",
                 progress.steps,
@@ -153,6 +158,15 @@ pub(crate) async fn run(socket: &Path, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A pace the controller measured, in its signal's units: steps a second from the job's
+/// reports, or its GPUs' busy share (busy microseconds a second, shown as % of one GPU).
+fn pace_in_words(signal: Option<&str>, pace: f64) -> String {
+    match signal {
+        Some("gpu_busy") => format!("{:.1}% GPU busy (from NVML)", pace / 1e4),
+        _ => format!("{pace:.2} steps/s"),
+    }
+}
+
 /// The pace controller's last change in words: why, and where a level was judged, what it
 /// cost training (1 − its pace over the reference, with the interval).
 fn harvest_move(change: &serde_json::Value) -> String {
@@ -191,5 +205,14 @@ mod tests {
         );
         let probe = serde_json::json!({"level": "held", "reason": "probe"});
         assert_eq!(harvest_move(&probe), "probe, now held");
+    }
+
+    #[test]
+    fn a_gpu_busy_pace_reads_as_a_share_of_a_gpu() {
+        assert_eq!(
+            pace_in_words(Some("gpu_busy"), 870_000.0),
+            "87.0% GPU busy (from NVML)"
+        );
+        assert_eq!(pace_in_words(Some("progress"), 11.5), "11.50 steps/s");
     }
 }

@@ -33,11 +33,11 @@ pub struct PolicySection {
     /// with `gpu = true` are left to the GPU duty cycle, which owns their freezer.
     pub pause_offline_when_training_short: bool,
     /// true: offline inference's share is set by training's own pace, from the progress a
-    /// training job reports (`python/reamer_progress.py`): the most offline work that keeps
-    /// training within `pace_epsilon` of its pace with offline held back, found by short
-    /// probes (docs/enforcer.md, "Offline's share, set by training's pace"). A job that
-    /// reports nothing keeps the core policy alone. false (the default, until measured on the
-    /// GPU server): the core policy alone.
+    /// training job reports (`python/reamer_progress.py`), or else from its GPUs' busy share
+    /// (NVML): the most offline work that keeps training within `pace_epsilon` of its pace
+    /// with offline held back, found by short probes (docs/enforcer.md, "Offline's share, set
+    /// by training's pace"). A job with neither keeps the core policy alone. false (the
+    /// default, until measured on the GPU server): the core policy alone.
     pub harvest_by_pace: bool,
     /// How much of training's pace offline inference may cost under `harvest_by_pace`: 0.01 is
     /// 1%.

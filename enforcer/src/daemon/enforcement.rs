@@ -41,7 +41,7 @@ use crate::{
     policy::{
         Decision, Policy, PoolSpec,
         cores::Trigger,
-        harvest::{self, Harvest, Level},
+        harvest::{self, Harvest, Level, PaceSource},
         online_need::OnlineNeeds,
         online_weight::{WeightChange, WeightSteering},
     },
@@ -455,10 +455,15 @@ impl Enforcement {
         }
     }
 
-    /// The pace controller's step, once a tick: `signal` whether the training job it follows
-    /// has a pace now, `reports` its progress reports (`policy::pace`). A new level is
-    /// logged with its reason and written at once.
-    pub(crate) fn on_pace(&mut self, now_ns: u64, signal: bool, reports: &[(u64, u64)]) {
+    /// The pace controller's step, once a tick: `signal` where the pace of the training job it
+    /// follows comes from now (None: it has none), `reports` that pace's counts
+    /// (`policy::pace`). A new level is logged with its reason and written at once.
+    pub(crate) fn on_pace(
+        &mut self,
+        now_ns: u64,
+        signal: Option<PaceSource>,
+        reports: &[(u64, u64)],
+    ) {
         let Some(harvest) = &mut self.harvest else {
             return;
         };
@@ -542,6 +547,7 @@ impl Enforcement {
             event_to_ran_sum_ns: 0,
             harvest: self.harvest.as_ref().map(|harvest| HarvestStatus {
                 level: harvest.level().name().to_owned(),
+                signal: harvest.source().map(|source| source.name().to_owned()),
                 reference_steps_per_s: harvest.reference().map(|m| m.steps_per_s),
                 // As the decision log holds it.
                 last_change: harvest

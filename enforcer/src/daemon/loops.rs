@@ -21,6 +21,7 @@ use super::state::Shared;
 use crate::{
     actuate::thread_policy,
     host::clock::monotonic_ns,
+    policy::harvest::PaceSource,
     registry::{Reconciled, Registry},
     sensor::{Sensor, interval::Rate, readings},
 };
@@ -132,9 +133,10 @@ pub(crate) fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
     }
 }
 
-/// The pace controller's step (`[policy] harvest_by_pace`): the progress reports of the
-/// first training job with a pace now, or none. One job steers it: with several reporting, the
-/// first in the registry's order.
+/// The pace controller's step (`[policy] harvest_by_pace`): the pace of the first training job
+/// that has one now, or none. One job steers it: the first in the registry's order with
+/// progress reports, or else the first whose GPUs give a busy share of its own
+/// (`gpu::training_busy`).
 fn pace_step(shared: &Shared, now_ns: u64) {
     let jobs: Vec<String> = {
         let registry = shared.registry.lock().expect("registry poisoned");
@@ -144,7 +146,7 @@ fn pace_step(shared: &Shared, now_ns: u64) {
             .map(|job| job.name.clone())
             .collect()
     };
-    let (signal, reports) = {
+    let reported = {
         let board = shared.progress.lock().expect("progress board poisoned");
         jobs.iter()
             .filter_map(|name| board.get(name))
@@ -153,10 +155,17 @@ fn pace_step(shared: &Shared, now_ns: u64) {
                     .pace(now_ns)
                     .is_some_and(|pace| pace.steps_per_s.is_some())
             })
-            .map_or((false, Vec::new()), |tracker| {
-                (true, tracker.reports().collect())
-            })
+            .map(|tracker| (PaceSource::Progress, tracker.reports().collect()))
     };
+    let pace: Option<(PaceSource, Vec<(u64, u64)>)> = reported.or_else(|| {
+        let gpu = shared.gpu.get()?;
+        jobs.iter()
+            .find_map(|name| gpu.busy_reports(name, now_ns))
+            .map(|reports| (PaceSource::GpuBusy, reports))
+    });
+    let (signal, reports) = pace.map_or((None, Vec::new()), |(source, reports)| {
+        (Some(source), reports)
+    });
     shared
         .enforcement
         .lock()

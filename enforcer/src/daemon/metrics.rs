@@ -179,6 +179,19 @@ impl Collector for SnapshotMetrics {
             }
         }
         let mut family = encoder.encode_descriptor(
+            "reamer_training_gpu_busy",
+            "The training job's GPUs' busy share over the last 5 s, in GPUs busy, where it is \
+             the job's own (NVML's per-process figures, or a device it holds alone).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for job in &snapshot.jobs {
+            if let Some(busy) = job.gpu_busy {
+                let labels = [("job", job.name.as_str())];
+                gauge(&mut family.encode_family(&labels)?, busy)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
             "reamer_sensor_counter",
             "Sensor diagnostics: events sent, dropped, skew, map full.",
             None,
@@ -225,15 +238,24 @@ impl Collector for SnapshotMetrics {
             // judged cost training (its pace over the reference, with the interval's ends).
             if let Some(harvest) = &enforcement.harvest {
                 if let Some(reference) = harvest.reference_steps_per_s {
-                    gauge(
-                        &mut encoder.encode_descriptor(
+                    // One gauge per unit: steps from the job's reports, GPUs busy from NVML.
+                    let (name, help, value) = match harvest.signal.as_deref() {
+                        Some("gpu_busy") => (
+                            "reamer_harvest_reference_gpus_busy",
+                            "Training's GPUs' busy share with offline held back (GPUs busy, \
+                             from NVML), at the pace controller's last probe.",
+                            reference / 1e6,
+                        ),
+                        _ => (
                             "reamer_harvest_reference_steps_per_second",
-                            "Training's pace with offline held back, at the pace controller's last \
-                             probe.",
-                            None,
-                            MetricType::Gauge,
-                        )?,
-                        reference,
+                            "Training's pace with offline held back, at the pace controller's \
+                             last probe.",
+                            reference,
+                        ),
+                    };
+                    gauge(
+                        &mut encoder.encode_descriptor(name, help, None, MetricType::Gauge)?,
+                        value,
                     )?;
                 }
                 let ratio = &harvest.last_change.as_ref().map(|c| c["ratio"].clone());
@@ -544,6 +566,7 @@ mod tests {
                     steps_per_s: Some(11.5),
                     age_s: 0.4,
                 }),
+                gpu_busy: Some(0.87),
                 ..Default::default()
             }],
             counters: [("events_sent".to_owned(), 7u64)].into_iter().collect(),
@@ -567,6 +590,7 @@ mod tests {
                 ],
                 harvest: Some(HarvestStatus {
                     level: "half".into(),
+                    signal: Some("progress".into()),
                     reference_steps_per_s: Some(11.5),
                     last_change: Some(serde_json::json!({
                         "level": "half", "reason": "too_costly", "tried": "three_quarters",
@@ -612,6 +636,7 @@ mod tests {
         assert!(text.contains("reamer_training_offline_wait_seconds_total{job=\"resnet\"} 0.25"));
         assert!(text.contains("reamer_training_progress_steps_total{job=\"resnet\"} 1200"));
         assert!(text.contains("reamer_training_pace_steps_per_second{job=\"resnet\"} 11.5"));
+        assert!(text.contains("reamer_training_gpu_busy{job=\"resnet\"} 0.87"));
         assert!(
             text.contains("reamer_harvest_reference_steps_per_second 11.5"),
             "{text}"
@@ -640,5 +665,30 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn a_reference_from_the_gpus_busy_share_has_its_own_gauge() {
+        let snapshot = Snapshot {
+            enforcement: Some(EnforcementStatus {
+                harvest: Some(HarvestStatus {
+                    level: "policy".into(),
+                    signal: Some("gpu_busy".into()),
+                    reference_steps_per_s: Some(870_000.0),
+                    last_change: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = render(snapshot);
+        assert!(
+            text.contains("reamer_harvest_reference_gpus_busy 0.87"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("reamer_harvest_reference_steps_per_second"),
+            "{text}"
+        );
     }
 }

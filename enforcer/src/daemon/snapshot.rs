@@ -73,6 +73,10 @@ pub(crate) fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
             report_to_ran_ns: stats.report_to_ran_ns,
             report_to_ran_hist: stats.report_to_ran_hist.to_vec(),
             progress: progress_of(&job.name),
+            gpu_busy: shared
+                .gpu
+                .get()
+                .and_then(|gpu| gpu.busy_share(&job.name, now_ns)),
         })
         .collect();
     drop(progress);

@@ -14,3 +14,4 @@ pub(crate) mod pipe_dir;
 pub(crate) mod report;
 pub(crate) mod service;
 pub(crate) mod telemetry;
+pub(crate) mod training_busy;

@@ -6,7 +6,7 @@
 //! sampling runs on a thread of its own, off the async runtime and off the event thread.
 
 use std::{
-    collections::{BTreeSet, HashMap, HashSet, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -28,6 +28,7 @@ use super::{
     memory_guard::{self, Eviction},
     mps::{self, MpsControl},
     telemetry::GpuTelemetry,
+    training_busy::{self, BusyPace},
 };
 use crate::{
     actuate::{decision_log::DecisionLog, freezer::Freezer},
@@ -98,6 +99,9 @@ struct State {
     recent: VecDeque<GpuDecisionRecord>,
     /// Training's launching threads' latest busy share (`launcher`).
     launcher_busy: Option<f64>,
+    /// Each training job's GPU busy time, counted (`training_busy`): the pace controller's
+    /// signal for a job that reports no progress.
+    busy: BusyPace,
 }
 
 impl GpuService {
@@ -169,6 +173,7 @@ impl GpuService {
                 evicted: HashMap::new(),
                 recent: VecDeque::new(),
                 launcher_busy: None,
+                busy: BusyPace::default(),
             }),
             log,
             stop: AtomicBool::new(false),
@@ -281,6 +286,17 @@ impl GpuService {
         }
         let pipe_dir = inner.mps.as_ref().and_then(MpsControl::pipe_dir);
         Ok(mps::client_env(state.client_percentage, &limits, pipe_dir))
+    }
+
+    /// `job`'s GPU busy time as progress reports (`training_busy`): (time in ns, busy µs so
+    /// far); None where its GPUs give no figure of its own, or it has none yet.
+    pub(crate) fn busy_reports(&self, job: &str, now_ns: u64) -> Option<Vec<(u64, u64)>> {
+        lock(&self.inner.as_ref()?.state).busy.reports(job, now_ns)
+    }
+
+    /// `job`'s GPU busy share over the last 5 s, in GPUs busy (`training_busy`).
+    pub(crate) fn busy_share(&self, job: &str, now_ns: u64) -> Option<f64> {
+        lock(&self.inner.as_ref()?.state).busy.share(job, now_ns)
     }
 
     pub(crate) fn report(&self) -> GpuReport {
@@ -518,6 +534,7 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
         let mut evictions = Vec::new();
         let mut training_sm: Option<f64> = None;
         let mut training_pids: Vec<u32> = Vec::new();
+        let mut busy: BTreeMap<String, f64> = BTreeMap::new();
         for sample in telemetry.sample() {
             let sample = match sample {
                 Ok(sample) => sample,
@@ -537,6 +554,9 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
             );
             if let Some(sm) = attributed.training_sm_pct {
                 *training_sm.get_or_insert(0.0) += sm;
+            }
+            for (job, share) in training_busy::busy_on_device(&sample, &attributed) {
+                *busy.entry(job).or_insert(0.0) += share;
             }
             let verdict = memory_guard::judge(&attributed.memory, inner.reserve_mib);
             evictions.extend(verdict.evict.iter().cloned());
@@ -581,6 +601,7 @@ fn sample_forever(inner: &Inner, mut telemetry: GpuTelemetry, owners: &OwnersFn,
         let mps_due = {
             let mut state = lock(&inner.state);
             state.launcher_busy = launcher_busy;
+            state.busy.record(now, &busy);
             state.devices = devices;
             state.device_errors = device_errors;
             let on_gpu: BTreeSet<u32> = state

@@ -35,8 +35,13 @@
 //! one probe and two trials at the least: 23 s, after the job's first `WARMUP_NS` of reports;
 //! each trial the interval cannot decide adds a probe and a trial (14 s).
 //!
-//! Without reports (a job that does not report, or silent for `pace::STALE_NS`) the level is
-//! the core policy's own, as without this loop.
+//! The pace comes from the job's progress reports where it sends them, and otherwise from its
+//! GPUs' busy share (`gpu::training_busy`), counted up like reports. The job's own count comes
+//! first: it is the pace itself, while the busy share follows the pace only as long as a
+//! step's GPU work stays the same. A change of source starts the search again from a probe:
+//! the two are in different units. Without either (a job that does not report and holds no GPU
+//! of its own, or silent for `pace::STALE_NS`) the level is the core policy's own, as without
+//! this loop.
 
 use std::collections::BTreeSet;
 
@@ -133,6 +138,25 @@ pub(crate) const CEILING_NS: u64 = 300_000_000_000;
 pub(crate) const PHASE_CHANGE: f64 = 0.15;
 /// Trials of one level the interval cannot decide before their mean decides.
 pub(crate) const MAX_UNDECIDED: usize = 3;
+
+/// Where the pace the controller follows comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum PaceSource {
+    /// The job's progress reports: steps (or samples) a second.
+    Progress,
+    /// Its GPUs' busy share (`gpu::training_busy`): busy microseconds a second.
+    GpuBusy,
+}
+
+impl PaceSource {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PaceSource::Progress => "progress",
+            PaceSource::GpuBusy => "gpu_busy",
+        }
+    }
+}
 
 /// `allocation` at `level`, for the offline pools named in `offline`: `Held` pauses them; a
 /// share keeps each on that share of its CPUs (at least one), the highest-numbered, farthest
@@ -236,6 +260,9 @@ pub(crate) enum Why {
     Undecided { tried: Level, ratio: Ratio },
     /// The reference moved by more than `PHASE_CHANGE`: the search starts again.
     PhaseChange { from: f64, to: f64 },
+    /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
+    /// the search starts again from a probe.
+    SignalChanged { from: PaceSource, to: PaceSource },
 }
 
 /// A change of level.
@@ -274,6 +301,8 @@ enum Phase {
 pub(crate) struct Harvest {
     settings: HarvestSettings,
     phase: Phase,
+    /// Where the pace comes from while there is one.
+    source: Option<PaceSource>,
     reference: Option<(u64, Measured)>,
     /// The lowest level found too costly, and when.
     ceiling: Option<(Level, u64)>,
@@ -288,6 +317,7 @@ impl Harvest {
         Self {
             settings,
             phase: Phase::NoSignal,
+            source: None,
             reference: None,
             ceiling: None,
             undecided: Vec::new(),
@@ -309,17 +339,23 @@ impl Harvest {
         }
     }
 
-    /// The reference pace, where one was measured.
+    /// The reference pace, where one was measured, in the units of `source`.
     pub(crate) fn reference(&self) -> Option<Measured> {
         self.reference.map(|(_, m)| m)
     }
 
-    /// One step of the loop at `now_ns`, with the job's reports (`signal`: whether the job
-    /// has a pace now, its reports not stale). A change of level, if any.
+    /// Where the pace comes from, while the job has one.
+    pub(crate) fn source(&self) -> Option<PaceSource> {
+        self.source
+    }
+
+    /// One step of the loop at `now_ns`, with the job's reports (`signal`: where the job's
+    /// pace comes from now, None without one: no reports, or stale ones). A change of level,
+    /// if any.
     pub(crate) fn tick(
         &mut self,
         now_ns: u64,
-        signal: bool,
+        signal: Option<PaceSource>,
         reports: &[(u64, u64)],
     ) -> Option<Change> {
         let change = self.step(now_ns, signal, reports);
@@ -329,8 +365,14 @@ impl Harvest {
         change
     }
 
-    fn step(&mut self, now_ns: u64, signal: bool, reports: &[(u64, u64)]) -> Option<Change> {
-        if !signal {
+    fn step(
+        &mut self,
+        now_ns: u64,
+        signal: Option<PaceSource>,
+        reports: &[(u64, u64)],
+    ) -> Option<Change> {
+        let Some(source) = signal else {
+            self.source = None;
             match self.phase {
                 Phase::NoSignal => return None,
                 // Nothing changed yet: no step to log.
@@ -344,6 +386,19 @@ impl Harvest {
             self.reference = None;
             self.undecided.clear();
             return Some(self.change(Why::NoSignal));
+        };
+        let before = self.source.replace(source);
+        let searching = !matches!(self.phase, Phase::NoSignal | Phase::WarmingUp { .. });
+        if let Some(from) = before.filter(|&from| from != source && searching) {
+            // A reference in the other source's units means nothing now.
+            self.reference = None;
+            self.ceiling = None;
+            self.undecided.clear();
+            return Some(self.probe_then(
+                now_ns,
+                Level::Policy,
+                Why::SignalChanged { from, to: source },
+            ));
         }
         match self.phase {
             Phase::NoSignal => {

@@ -28,6 +28,10 @@ pub(crate) struct JobInterval {
     /// (`Request::Progress`): the one figure here that shows what the run queue cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pace_steps_per_s: Option<f64>,
+    /// Its GPUs' busy share over the last 5 s, in GPUs busy, where the share is its own
+    /// (`gpu::training_busy`): the pace signal of a job that reports nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_busy: Option<f64>,
 }
 
 /// Figures for `cur` over the `dt_ns` since `prev` (the same job) on a machine of
@@ -71,6 +75,7 @@ pub(crate) fn job_interval(
             cur.run_ns.saturating_sub(prev.run_ns),
         ),
         pace_steps_per_s: cur.progress.and_then(|progress| progress.steps_per_s),
+        gpu_busy: cur.gpu_busy,
     }
 }
 

@@ -53,6 +53,7 @@ fn attached(gpu_pools: &[&str], config: ClampSettings) -> GpuService {
             evicted: HashMap::new(),
             recent: VecDeque::new(),
             launcher_busy: None,
+            busy: BusyPace::default(),
         }),
         log: DecisionLog::none(),
         stop: AtomicBool::new(false),

@@ -16,6 +16,8 @@ struct Job {
     rng: SplitMix64,
     steps: f64,
     second_pace: f64,
+    /// Where the loop is told the pace comes from.
+    source: PaceSource,
 }
 
 impl Job {
@@ -27,6 +29,7 @@ impl Job {
             rng: SplitMix64::new(7),
             steps: 0.0,
             second_pace: pace,
+            source: PaceSource::Progress,
         }
     }
 }
@@ -85,7 +88,7 @@ fn run(
         }
         let level = harvest.level();
         job.steps += job.second_pace * (1.0 - (job.cost)(level)) * (TICK as f64 / S as f64);
-        if let Some(change) = harvest.tick(now, true, reports) {
+        if let Some(change) = harvest.tick(now, Some(job.source), reports) {
             out.changes.push((now, change));
         }
         out.levels.push((now, harvest.level()));
@@ -205,18 +208,59 @@ fn a_new_phase_of_the_job_starts_the_search_again() {
 }
 
 #[test]
+fn a_change_of_signal_starts_the_search_again_from_a_probe() {
+    let mut harvest = Harvest::new(settings());
+    let mut reports = Vec::new();
+    let mut job = Job::new(100.0, |_| 0.0, 0.01);
+    let first = run(&mut harvest, &mut job, &mut reports, 0, 100);
+    assert_eq!(first.last_level(), Level::TrainingCores);
+    assert_eq!(harvest.source(), Some(PaceSource::Progress));
+    // The job stops reporting; its GPU's busy share, in other units, takes over.
+    job.source = PaceSource::GpuBusy;
+    let second = run(&mut harvest, &mut job, &mut reports, 100, 100);
+    let (at, change) = &second.changes[0];
+    assert_eq!(*at, 100 * S);
+    assert_eq!(change.level, Level::Held);
+    assert_eq!(
+        change.why,
+        Why::SignalChanged {
+            from: PaceSource::Progress,
+            to: PaceSource::GpuBusy
+        }
+    );
+    assert_eq!(harvest.source(), Some(PaceSource::GpuBusy));
+    // Searched again from the policy's level, against a reference of the new source.
+    assert!(
+        matches!(second.changes[1].1.why, Why::Trial { .. }),
+        "{:?}",
+        second.changes
+    );
+    assert_eq!(second.changes[1].1.level, Level::Policy);
+    assert!(
+        second.first_at_or_above(Level::TrainingCores).is_some(),
+        "{:?}",
+        second.changes
+    );
+}
+
+#[test]
 fn without_a_signal_the_policy_level_stands_and_a_lost_one_returns_to_it() {
     let mut harvest = Harvest::new(settings());
-    assert_eq!(harvest.tick(0, false, &[]), None);
+    assert_eq!(harvest.tick(0, None, &[]), None);
     assert_eq!(harvest.level(), Level::Policy);
     // A signal: the first probe waits for the job's first WARMUP_NS.
-    assert_eq!(harvest.tick(S, true, &[]), None);
-    assert_eq!(harvest.tick(S + WARMUP_NS - 1, true, &[]), None);
+    assert_eq!(harvest.tick(S, Some(PaceSource::Progress), &[]), None);
+    assert_eq!(
+        harvest.tick(S + WARMUP_NS - 1, Some(PaceSource::Progress), &[]),
+        None
+    );
     assert_eq!(harvest.level(), Level::Policy);
-    let change = harvest.tick(S + WARMUP_NS, true, &[]).unwrap();
+    let change = harvest
+        .tick(S + WARMUP_NS, Some(PaceSource::Progress), &[])
+        .unwrap();
     assert_eq!((change.level, change.why), (Level::Held, Why::Probe));
     // Lost (the job went silent): back to the policy's level at once.
-    let change = harvest.tick(2 * S + WARMUP_NS, false, &[]).unwrap();
+    let change = harvest.tick(2 * S + WARMUP_NS, None, &[]).unwrap();
     assert_eq!((change.level, change.why), (Level::Policy, Why::NoSignal));
     assert_eq!(harvest.reference(), None);
 }

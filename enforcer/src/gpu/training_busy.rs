@@ -1,0 +1,254 @@
+//! Each training job's GPU busy share, counted up as a pace: the pace controller's signal
+//! (`policy::harvest`) for a job that reports no progress of its own.
+//!
+//! While nothing else runs on a job's GPUs, each of its steps does the same GPU work, so the
+//! share of time its GPUs are busy moves with its pace: a loader-bound job's GPU idles while
+//! its input pipeline is slowed, and a GPU-bound job's idles while its launching thread is.
+//! The share is counted only where it is the job's own:
+//! - NVML's per-process SM utilization of the job's processes, where the driver gives it;
+//! - otherwise the device's utilization, where the job is the only training job on the device
+//!   and no inference pool has a process there. Processes reamer does not own do not stop it:
+//!   under MPS the control daemon's server is such a process, and it is the one that runs
+//!   every client's kernels. A foreign tenant's kernels on the device would read as training's.
+//!
+//! A device shared with a GPU pool and without per-process figures (MPS on the H100 and H200
+//! gives none) has no figure for training: there, the GPU pool's work changes what a step costs
+//! the GPU, and the share would follow the gate, not the job.
+//!
+//! The shares are summed over the job's devices (GPUs busy, 0 to the job's GPU count) and
+//! counted up in busy microseconds into a `PaceTracker`, as if the job had reported them, so
+//! the controller measures both signals alike.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{
+    attribution::{Attributed, Owner},
+    telemetry::GpuSample,
+};
+use crate::policy::pace::{PaceTracker, STALE_NS};
+
+/// Samples further apart than this start a job's count again: the share of one sample says
+/// nothing of a gap that long (the sampler's default period is 200 ms).
+pub(crate) const MAX_GAP_NS: u64 = 2_000_000_000;
+
+/// Each training job's busy share on one device's sample, in GPUs busy (0 to 1); a job whose
+/// share there is not its own is absent. A job's shares over its devices add up.
+pub(crate) fn busy_on_device(sample: &GpuSample, attributed: &Attributed) -> BTreeMap<String, f64> {
+    let mut jobs: BTreeMap<&str, Option<u32>> = BTreeMap::new();
+    let mut pool_on_device = false;
+    for (process, (_, owner)) in sample.processes.iter().zip(&attributed.processes) {
+        match owner {
+            Some(Owner::Training(job)) => {
+                let sm = jobs.entry(job.as_str()).or_default();
+                if let Some(pct) = process.sm_pct {
+                    *sm = Some(sm.unwrap_or(0) + pct);
+                }
+            }
+            Some(Owner::Pool(_)) => pool_on_device = true,
+            None => {}
+        }
+    }
+    let alone = jobs.len() == 1 && !pool_on_device;
+    jobs.into_iter()
+        .filter_map(|(job, sm_pct)| {
+            let pct = match sm_pct {
+                Some(pct) => pct,
+                None if alone => sample.utilization_pct,
+                None => return None,
+            };
+            Some((job.to_owned(), f64::from(pct.min(100)) / 100.0))
+        })
+        .collect()
+}
+
+/// One job's busy time, counted.
+#[derive(Debug, Clone)]
+struct Counted {
+    at_ns: u64,
+    busy_us: f64,
+    tracker: PaceTracker,
+}
+
+/// Every training job's busy time, counted up from sample to sample.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct BusyPace {
+    jobs: HashMap<String, Counted>,
+}
+
+impl BusyPace {
+    /// Counts one sample's `shares` (`busy_on_device`, summed over devices) at `now_ns`: each
+    /// job's share, held since its previous sample. A job's first sample, or its first after
+    /// `MAX_GAP_NS` without one, starts its count at zero. Jobs silent for `STALE_NS` are
+    /// forgotten.
+    pub(crate) fn record(&mut self, now_ns: u64, shares: &BTreeMap<String, f64>) {
+        for (job, &share) in shares {
+            let counted = self.jobs.entry(job.clone()).or_insert_with(|| Counted {
+                at_ns: now_ns,
+                busy_us: 0.0,
+                tracker: PaceTracker::default(),
+            });
+            let gap_ns = now_ns.saturating_sub(counted.at_ns);
+            if gap_ns > MAX_GAP_NS {
+                counted.busy_us = 0.0;
+                counted.tracker = PaceTracker::default();
+            } else {
+                counted.busy_us += share * gap_ns as f64 / 1e3;
+            }
+            counted.at_ns = now_ns;
+            counted.tracker.record(now_ns, counted.busy_us as u64);
+        }
+        self.jobs
+            .retain(|_, counted| now_ns.saturating_sub(counted.at_ns) < STALE_NS);
+    }
+
+    /// `job`'s busy share over the pace window (`pace::WINDOW_NS`), in GPUs busy; None unless
+    /// it has a pace at `now_ns`.
+    pub(crate) fn share(&self, job: &str, now_ns: u64) -> Option<f64> {
+        let pace = self.jobs.get(job)?.tracker.pace(now_ns)?;
+        pace.steps_per_s.map(|busy_us_per_s| busy_us_per_s / 1e6)
+    }
+
+    /// `job`'s count, as progress reports: (time in ns, busy µs so far); None unless it has a
+    /// pace at `now_ns`.
+    pub(crate) fn reports(&self, job: &str, now_ns: u64) -> Option<Vec<(u64, u64)>> {
+        let tracker = &self.jobs.get(job)?.tracker;
+        tracker
+            .pace(now_ns)
+            .and_then(|pace| pace.steps_per_s)
+            .map(|_| tracker.reports().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{super::telemetry::GpuProcess, *};
+
+    const MS: u64 = 1_000_000;
+
+    fn process(pid: u32, sm_pct: Option<u32>) -> GpuProcess {
+        GpuProcess {
+            pid,
+            used_mib: Some(1_000),
+            sm_pct,
+        }
+    }
+
+    fn device(
+        utilization_pct: u32,
+        processes: Vec<(GpuProcess, Option<Owner>)>,
+    ) -> (GpuSample, Attributed) {
+        let sample = GpuSample {
+            index: 0,
+            name: "H100".to_owned(),
+            utilization_pct,
+            memory_used_mib: 10_000,
+            memory_total_mib: 81_559,
+            processes: processes.iter().map(|(p, _)| p.clone()).collect(),
+        };
+        let owners: HashMap<u32, Owner> = processes
+            .iter()
+            .filter_map(|(p, owner)| owner.clone().map(|o| (p.pid, o)))
+            .collect();
+        let attributed = super::super::attribution::attribute(&sample, &owners);
+        (sample, attributed)
+    }
+
+    fn training(name: &str) -> Option<Owner> {
+        Some(Owner::Training(name.to_owned()))
+    }
+
+    fn shares(devices: &[(GpuSample, Attributed)]) -> BTreeMap<String, f64> {
+        let mut shares = BTreeMap::new();
+        for (sample, attributed) in devices {
+            for (job, share) in busy_on_device(sample, attributed) {
+                *shares.entry(job).or_insert(0.0) += share;
+            }
+        }
+        shares
+    }
+
+    #[test]
+    fn per_process_figures_win_over_the_device_and_sum_over_devices() {
+        let devices = [
+            // The job's two processes' SM figures, though the device reads higher (a foreign
+            // process's kernels).
+            device(
+                90,
+                vec![
+                    (process(1, Some(30)), training("llm")),
+                    (process(2, Some(20)), training("llm")),
+                    (process(9, None), None),
+                ],
+            ),
+            // Alone on its second GPU, without per-process figures: the device's.
+            device(70, vec![(process(3, None), training("llm"))]),
+        ];
+        let shares = shares(&devices);
+        assert_eq!(shares.len(), 1);
+        assert!((shares["llm"] - 1.2).abs() < 1e-9, "{shares:?}");
+    }
+
+    #[test]
+    fn a_device_shared_with_inference_or_another_job_gives_no_figure_without_per_process() {
+        let with_pool = device(
+            95,
+            vec![
+                (process(1, None), training("llm")),
+                (process(2, None), Some(Owner::Pool("gpu-serve".to_owned()))),
+            ],
+        );
+        let two_jobs = device(
+            95,
+            vec![
+                (process(1, None), training("a")),
+                (process(2, None), training("b")),
+            ],
+        );
+        assert!(shares(&[with_pool]).is_empty());
+        assert!(shares(&[two_jobs]).is_empty());
+        // The MPS server, owned by no one, does not stop the device's figure.
+        let under_mps = device(
+            88,
+            vec![
+                (process(1, None), training("llm")),
+                (process(5, None), None),
+            ],
+        );
+        assert_eq!(
+            shares(&[under_mps]),
+            BTreeMap::from([("llm".to_owned(), 0.88)])
+        );
+    }
+
+    #[test]
+    fn the_count_gives_the_busy_share_as_a_pace_and_a_gap_starts_it_again() {
+        let mut pace = BusyPace::default();
+        let half = BTreeMap::from([("llm".to_owned(), 0.5)]);
+        for i in 0..=10 {
+            pace.record(i * 200 * MS, &half);
+        }
+        let reports = pace.reports("llm", 2_000 * MS).expect("a pace");
+        // Half a GPU busy for 2 s: a million µs.
+        assert_eq!(reports.last(), Some(&(2_000 * MS, 1_000_000)));
+        let measured = crate::policy::harvest::measure(&reports, 0, 2_000 * MS).unwrap();
+        assert!(
+            (measured.steps_per_s - 500_000.0).abs() < 1.0,
+            "{measured:?}"
+        );
+        let share = pace.share("llm", 2_000 * MS).unwrap();
+        assert!((share - 0.5).abs() < 1e-6, "{share}");
+        // Three seconds without a sample: the count starts again, not a pace read across it.
+        pace.record(5_000 * MS, &half);
+        assert_eq!(
+            pace.reports("llm", 5_000 * MS),
+            None,
+            "one report is no pace yet"
+        );
+        pace.record(5_200 * MS, &half);
+        let reports = pace.reports("llm", 5_200 * MS).unwrap();
+        assert_eq!(reports, vec![(5_000 * MS, 0), (5_200 * MS, 100_000)]);
+        // Silent past STALE_NS: forgotten.
+        pace.record(5_200 * MS + STALE_NS, &BTreeMap::new());
+        assert_eq!(pace.reports("llm", 5_200 * MS + STALE_NS), None);
+    }
+}
