@@ -24,13 +24,16 @@ pub struct PolicySection {
     /// them and the online pools' (the enforcer's behaviour before this option): more offline
     /// throughput on a small machine, for a slower training job. false (the default): training
     /// first; offline pools share training's cores only where training has reserved every core.
+    /// Under `harvest_by_pace` the pace controller chooses it (its `training_cores` level).
     pub offline_on_training_cores: bool,
     /// true (the default): offline pools pause (their cgroup is frozen) while training's
     /// demand estimate is more CPUs than the online pools' minimums leave it, and resume after
     /// the estimate has stayed below that for `give_back_after_ms`. Training first, at the price of offline
     /// work where training is short of cores; where it is not, nothing changes. false: offline
     /// pools run on whatever CPUs they get, under SCHED_IDLE, however short training is. Pools
-    /// with `gpu = true` are left to the GPU duty cycle, which owns their freezer.
+    /// with `gpu = true` are left to the GPU duty cycle, which owns their freezer. Under
+    /// `harvest_by_pace` the pace controller lifts it where training's pace shows it free (its
+    /// `unpaused` level and above).
     pub pause_offline_when_training_short: bool,
     /// true: offline inference's share is set by training's own pace, from the progress a
     /// training job reports (`python/reamer_progress.py`), or else from its GPUs' busy share

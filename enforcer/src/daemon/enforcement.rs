@@ -153,6 +153,9 @@ pub(crate) struct Enforcement {
     harvest: Option<Harvest>,
     /// The offline pools the CPU side pauses and narrows (not those with `gpu = true`).
     cpu_offline_pools: Vec<String>,
+    /// `pause_offline_when_training_short` as configured (and kept where some pool can
+    /// pause): what the pace controller's levels under `Unpaused` keep.
+    pause_when_short: bool,
 }
 
 impl Enforcement {
@@ -199,6 +202,7 @@ impl Enforcement {
         }
         let threads_per_core = (topology.threads_per_core() as usize).max(1);
         let specs = settings.pools.iter().map(PoolSpec::from).collect();
+        let pause_when_short = policy_settings.pause_offline_when_training_short;
         let mut enforcement = Self {
             enforcing: settings.enforce,
             threads_per_core,
@@ -219,6 +223,7 @@ impl Enforcement {
                 .filter(|p| p.kind == PoolKind::Offline && !p.gpu)
                 .map(|p| p.name.clone())
                 .collect(),
+            pause_when_short,
         };
         if enforcement.harvest.is_some() {
             // The controller chooses whether offline shares training's cores (its top level).
@@ -478,6 +483,8 @@ impl Enforcement {
         }
         self.policy
             .share_training_cores(change.level == Level::TrainingCores);
+        self.policy
+            .pause_when_short(self.pause_when_short && change.level.pauses_when_short());
         let cores = self.policy.training_cores();
         let decision = Decision {
             trigger: Trigger::Pace {

@@ -364,6 +364,19 @@ impl Policy {
         self.config.offline_on_training_cores = share;
     }
 
+    /// Whether offline pools pause while training is short of cores, and run on the duty
+    /// cycle while it is tight: the pace controller lifts the configured
+    /// `pause_offline_when_training_short` from its `Unpaused` level up. Lifted, a pause in
+    /// force ends at once.
+    pub(crate) fn pause_when_short(&mut self, pause: bool) {
+        self.config.pause_offline_when_training_short = pause;
+        if !pause {
+            self.offline_paused = false;
+            self.duty_paused = false;
+            self.duty_since_ns = None;
+        }
+    }
+
     /// The number of cores training holds.
     pub(crate) fn training_cores(&self) -> usize {
         self.training.len()

@@ -403,6 +403,38 @@ fn offline_pauses_while_training_is_short_and_resumes_first_after_the_hold() {
 }
 
 #[test]
+fn the_pause_lifted_by_the_pace_controller_ends_at_once_and_returns_when_restored() {
+    let pausing = PolicySettings {
+        pause_offline_when_training_short: true,
+        ..config()
+    };
+    // Two cores, one online: training at 1.6 CPUs is short of the one it may reserve.
+    let mut policy = Policy::new(pausing, Topology::flat(2), pools());
+    policy.observe_demand(0, 1.6);
+    assert!(policy.allocation().offline_paused);
+    policy.pause_when_short(false);
+    assert!(
+        !policy.allocation().offline_paused,
+        "lifted: offline runs now"
+    );
+    for ms in 1..=20 {
+        policy.observe_demand(ms * 100 * MS, 1.6);
+        assert!(!policy.allocation().offline_paused, "lifted, at {ms}00 ms");
+    }
+    // Tight but not short (the duty cycle's case): no pause either while lifted.
+    let mut tight = Policy::new(pausing, Topology::flat(2), pools());
+    tight.pause_when_short(false);
+    for ms in 0..20 {
+        tight.observe_demand(ms * 100 * MS, 0.95);
+        assert!(!tight.allocation().offline_paused, "lifted, at {ms}00 ms");
+    }
+    // Restored: the next tick short of cores pauses again.
+    policy.pause_when_short(true);
+    policy.observe_demand(2_100 * MS, 1.6);
+    assert!(policy.allocation().offline_paused);
+}
+
+#[test]
 fn offline_runs_a_duty_cycle_while_training_fits_its_cores_but_not_its_headroom() {
     let pausing = PolicySettings {
         pause_offline_when_training_short: true,
