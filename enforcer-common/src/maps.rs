@@ -96,7 +96,10 @@ pub mod globals {
     /// `task_struct.se.sum_exec_runtime`: the kernel's own total of the time the task ran,
     /// which training's run time is taken from.
     pub const TASK_SUM_EXEC_OFFSET: &str = "TASK_SUM_EXEC_OFFSET";
-    pub const ALL: [&str; 10] = [
+    /// `task_struct.se.prev_sum_exec_runtime`: `sum_exec_runtime` when the scheduler last
+    /// picked the task to run, the start of its current slice by the kernel's own count.
+    pub const TASK_PREV_SUM_EXEC_OFFSET: &str = "TASK_PREV_SUM_EXEC_OFFSET";
+    pub const ALL: [&str; 11] = [
         TASK_PID_OFFSET,
         TASK_CPU_OFFSET,
         TASK_CFS_RQ_OFFSET,
@@ -107,5 +110,6 @@ pub mod globals {
         TASK_RUN_DELAY_OFFSET,
         WAITS_FROM_SCHED_INFO,
         TASK_SUM_EXEC_OFFSET,
+        TASK_PREV_SUM_EXEC_OFFSET,
     ];
 }

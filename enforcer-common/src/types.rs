@@ -232,10 +232,12 @@ pub const COUNTER_TASK_CACHE_MISSING: u32 = 7;
 /// Inference threads' children not classified at fork because `pool_threads` was full.
 pub const COUNTER_POOL_THREAD_MAP_FULL: u32 = 8;
 /// Switches away from a task that the CPU's state did not name: the kernel ran that task
-/// without a `sched_switch` into it. Whatever a training thread ran after such a switch is not
-/// in its job's `run_ns` (docs/sensor.md, "Switches the kernel does not trace").
+/// without a `sched_switch` into it (docs/sensor.md, "Switches the kernel does not trace").
 pub const COUNTER_SWITCH_FROM_UNKNOWN: u32 = 9;
-pub const NR_COUNTERS: u32 = 10;
+/// Of those, switches away from a training thread: its slice, which no reading saw in
+/// progress, went into its job's `run_ns` whole at its end.
+pub const COUNTER_UNTRACED_TRAINING_SLICE: u32 = 10;
+pub const NR_COUNTERS: u32 = 11;
 
 /// Human names of the counters, indexed like them.
 pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
@@ -249,6 +251,7 @@ pub const COUNTER_NAMES: [&str; NR_COUNTERS as usize] = [
     "task_cache_missing",
     "pool_thread_map_full",
     "switches_from_unknown_task",
+    "untraced_training_slices",
 ];
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 8);

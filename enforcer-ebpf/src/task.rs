@@ -35,6 +35,10 @@ static WAITS_FROM_SCHED_INFO: u32 = 0;
 /// switches out before the sched_switch tracepoint (`put_prev_task`, then `update_curr`).
 #[unsafe(no_mangle)]
 static TASK_SUM_EXEC_OFFSET: u32 = 0;
+/// `task_struct.se.prev_sum_exec_runtime`, which `set_next_entity` sets to
+/// `sum_exec_runtime` when the scheduler picks the task to run.
+#[unsafe(no_mangle)]
+static TASK_PREV_SUM_EXEC_OFFSET: u32 = 0;
 
 /// Whether run-queue waits are read from the scheduler's `sched_info` instead of stamped by
 /// the programs. A constant to the verifier (frozen .rodata): the other branch is dead code.
@@ -136,6 +140,15 @@ impl Task {
     pub fn sum_exec_runtime(self) -> u64 {
         // SAFETY: as in `read_u32`.
         unsafe { read_at::<u64>(self.0, global(&TASK_SUM_EXEC_OFFSET)) }
+    }
+
+    /// `se.prev_sum_exec_runtime`: `sum_exec_runtime` when the scheduler last picked the task
+    /// to run, so that at its switch-out the difference is the slice it ran, whether or not
+    /// its switch-in was traced.
+    #[inline(always)]
+    pub fn prev_sum_exec_runtime(self) -> u64 {
+        // SAFETY: as in `read_u32`.
+        unsafe { read_at::<u64>(self.0, global(&TASK_PREV_SUM_EXEC_OFFSET)) }
     }
 
     /// The CPU whose run queue holds the task.

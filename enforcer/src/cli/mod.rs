@@ -43,7 +43,7 @@ pub struct Cli {
 
 #[derive(Args, Clone)]
 struct InstanceArg {
-    /// Which daemon: each instance has its own pins (/sys/fs/bpf/reamer/v7/INSTANCE) and
+    /// Which daemon: each instance has its own pins (/sys/fs/bpf/reamer/v8/INSTANCE) and
     /// control socket (/run/reamer/INSTANCE.sock).
     #[arg(long, default_value = DEFAULT_INSTANCE, value_parser = parse_instance)]
     instance: String,

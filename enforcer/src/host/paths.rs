@@ -15,8 +15,9 @@ pub const PIN_ROOT: &str = "/sys/fs/bpf/reamer";
 /// `CpuState` padded to 128 bytes, a cache line pair of its own per CPU. v5: `CpuState` gained
 /// the training slice in progress and grew to 192 bytes; `run_ns` counts `sum_exec_runtime`.
 /// v6: inference threads moved from `thread_state` to `pool_threads`, and `counters` gained
-/// `pool_thread_map_full`. v7: `counters` gained `switches_from_unknown_task`.
-pub const PIN_LAYOUT: &str = "v7";
+/// `pool_thread_map_full`. v7: `counters` gained `switches_from_unknown_task`. v8: `counters`
+/// gained `untraced_training_slices`.
+pub const PIN_LAYOUT: &str = "v8";
 /// Runtime directory for control sockets.
 pub const RUN_DIR: &str = "/run/reamer";
 /// The pipe directory of an MPS control daemon the enforcer starts (`[gpu] mps = "start"`)
@@ -29,7 +30,7 @@ pub const DEFAULT_CONFIG: &str = "/etc/reamer/enforcer.toml";
 /// of their own beside the node's.
 pub const DEFAULT_INSTANCE: &str = "default";
 
-/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v7/<instance>`.
+/// Directory holding this instance's pinned maps: `/sys/fs/bpf/reamer/v8/<instance>`.
 pub fn pin_dir(instance: &str) -> PathBuf {
     PathBuf::from(PIN_ROOT).join(PIN_LAYOUT).join(instance)
 }

@@ -73,6 +73,7 @@ pub(crate) fn resolve(
         None => (0, [0; 2]),
     };
     let sum_exec = btf.member_offset("task_struct", &["se", "sum_exec_runtime"])?;
+    let prev_sum_exec = btf.member_offset("task_struct", &["se", "prev_sum_exec_runtime"])?;
     Ok(vec![
         (globals::TASK_PID_OFFSET, pid),
         (globals::TASK_CPU_OFFSET, cpu),
@@ -84,6 +85,7 @@ pub(crate) fn resolve(
         (globals::TASK_RUN_DELAY_OFFSET, run_delay),
         (globals::WAITS_FROM_SCHED_INFO, waits_from_sched_info),
         (globals::TASK_SUM_EXEC_OFFSET, sum_exec),
+        (globals::TASK_PREV_SUM_EXEC_OFFSET, prev_sum_exec),
     ])
 }
 

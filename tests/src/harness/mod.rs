@@ -27,7 +27,7 @@ pub const REQUIRE_PRIVILEGED: &str = "REAMER_REQUIRE_PRIVILEGED";
 
 /// Where a daemon of `instance` pins its maps (the enforcer's `paths::pin_dir`).
 pub fn pin_dir_of(instance: &str) -> PathBuf {
-    PathBuf::from(format!("/sys/fs/bpf/reamer/v7/{instance}"))
+    PathBuf::from(format!("/sys/fs/bpf/reamer/v8/{instance}"))
 }
 
 /// Mounts bpffs at /sys/fs/bpf where it is not (a fresh boot here), as the daemon does at
