@@ -1,6 +1,6 @@
 //! The GPU server's recording, prepared: the server is lent now and then for a few minutes of
 //! machine time, at most 10 minutes a command, without the Rust toolchain. So the recording
-//! is two parts, each one command that fits, each ending by its own deadline and leaving what
+//! is in parts, each one command that fits, each ending by its own deadline and leaving what
 //! it measured in `--out`, saved window by window so that a part cut short still reports.
 //!
 //! - `cargo xtask record-server --prepare`, here: builds the release binaries, strips those
@@ -10,6 +10,11 @@
 //!   static frontier and reamer on it (the bench's `--only server`), 3 rounds.
 //! - `target/release/xtask record-server --part 2 --out DIR`: the GPU clamp on need with both
 //!   training jobs (`--only gpu`), 1 round.
+//! - `target/release/xtask record-server --part 3 --out DIR`: the pace controller
+//!   (`harvest_by_pace`) beside reamer's defaults and training alone, in windows long enough
+//!   for its search (about 42 s from the daemon's start to the top of its ladder) to settle,
+//!   into its own section (`--server-section server-pace`), 2 rounds of 70 s. A lease has
+//!   room for part 1 and 2, or for part 3 and 2.
 //!
 //! The parts' deadlines come from the server's own timings (2026-11-26, H200, 16 vCPUs): a
 //! server-bench window of 15 s took 37.6 s in all while each window started its own PyTorch
@@ -37,8 +42,10 @@ pub struct Options {
     /// On the server: which part to record. 1: the server section (training alone, plain CFS,
     /// offline in a `cpu.idle` group, the same on a quarter, half and three quarters of the
     /// cores, and reamer; 3 rounds of 12 s; at most 530 s). 2: the GPU clamp on need with
-    /// the GPU-bound and the loader-bound job (1 round; about 4 minutes).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    /// the GPU-bound and the loader-bound job (1 round; about 4 minutes). 3: the pace
+    /// controller (`harvest_by_pace`, following the job's GPU busy share) beside reamer's
+    /// defaults and training alone, 2 rounds of 70 s, its own section (at most 530 s).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     part: Option<u8>,
     /// Where a part copies what it recorded: the saved runs, the traces, the log, and
     /// docs/benchmarks.md and the plots as the bench rewrote them.
@@ -99,9 +106,15 @@ fn unpack_onnxruntime() -> anyhow::Result<()> {
 const FRONTIER: &str = "plain_cfs,offline_cpu_idle,offline_cpu_idle_quarter,\
                         offline_cpu_idle_half,offline_cpu_idle_three_quarters,reamer";
 
+/// Part 3's scenarios: reamer's defaults and the pace controller.
+const PACE: &str = "reamer,reamer_by_pace";
+
 /// One part: the bench command it runs, its deadline, and how a run cut short is reported.
 struct Part {
     bench_args: Vec<String>,
+    /// The bench's own section (`--only`), and the name the part's results are copied under:
+    /// the docs section it writes.
+    bench_section: &'static str,
     /// The bench is stopped here, leaving the rest of the command's limit to report and copy.
     deadline: Duration,
     /// The saved run, and the flag that reports it (`--server-from`, `--gpu-from`).
@@ -116,6 +129,42 @@ struct Part {
 fn part(number: u8, training_cmd: Option<&str>) -> Part {
     let mut args: Vec<String> = ["bench", "--prebuilt"].map(str::to_owned).to_vec();
     match number {
+        3 => {
+            args.extend(
+                [
+                    "--only",
+                    "server",
+                    "--server-section",
+                    "server-pace",
+                    "--server-rounds",
+                    "2",
+                    "--server-seconds",
+                    "70",
+                    "--server-scenarios",
+                    PACE,
+                ]
+                .map(str::to_owned),
+            );
+            if let Some(command) = training_cmd {
+                args.extend(["--training-cmd".to_owned(), command.to_owned()]);
+            }
+            Part {
+                bench_args: args,
+                bench_section: "server",
+                // 6 windows of 70 s at about 74 s each: 444 s, and the bench's and the job's
+                // start, about 60 s.
+                deadline: Duration::from_secs(530),
+                saved: "target/bench/server/run.json",
+                report_flag: "--server-from",
+                section: "server-pace",
+                results: &[
+                    "target/bench/server/run.json",
+                    "target/bench/server/observed-*",
+                    "docs/benchmarks.md",
+                    "docs/server-pace-tradeoff.svg",
+                ],
+            }
+        }
         1 => {
             args.extend(
                 [
@@ -135,6 +184,7 @@ fn part(number: u8, training_cmd: Option<&str>) -> Part {
             }
             Part {
                 bench_args: args,
+                bench_section: "server",
                 // 21 windows of 12 s at about 17 s each: 360 s; the bench's start (the
                 // online worker's profile) and the job's start and warm-up, about 60 s. A
                 // window that does not fit is cut and the rest reported.
@@ -154,6 +204,7 @@ fn part(number: u8, training_cmd: Option<&str>) -> Part {
             args.extend(["--only", "gpu", "--gpu-rounds", "1"].map(str::to_owned));
             Part {
                 bench_args: args,
+                bench_section: "gpu",
                 deadline: Duration::from_secs(330),
                 saved: "target/bench/gpu/run.json",
                 report_flag: "--gpu-from",
@@ -170,7 +221,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     }
     let Some(number) = options.part else {
         bail!(
-            "say what to do: --prepare here, then --part 1 and --part 2 on the server \
+            "say what to do: --prepare here, then --part 1 (or 3) and --part 2 on the server \
              (`cargo xtask record-server --help`)"
         );
     };
@@ -203,15 +254,19 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             part.section,
             saved.display()
         );
-        let report = [
+        let mut report: Vec<String> = [
             "bench",
             "--prebuilt",
             "--only",
-            part.section,
+            part.bench_section,
             part.report_flag,
             part.saved,
         ]
-        .map(str::to_owned);
+        .map(str::to_owned)
+        .to_vec();
+        if part.section != part.bench_section {
+            report.extend(["--server-section".to_owned(), part.section.to_owned()]);
+        }
         run_until(&xtask, &report, Duration::from_secs(60), &log)?;
     }
     let copied = copy_results(part.results, started, &out, part.section)?;
@@ -386,9 +441,11 @@ fn prepare() -> anyhow::Result<()> {
     }
     println!(
         "{:.1} MiB in all. Then, there, as root: `target/release/xtask record-server --part 1 \
-         --out DIR`, and `--part 2`. A part cut short still reports what it saved. Back here, \
-         each section from its saved run: `cargo xtask bench --only server --server-from \
-         DIR/server-run.json`, `cargo xtask bench --only gpu --gpu-from DIR/gpu-run.json`.",
+         --out DIR` (or `--part 3`, the pace controller), and `--part 2`. A part cut short \
+         still reports what it saved. Back here, each section from its saved run: `cargo xtask \
+         bench --only server --server-from DIR/server-run.json`, `cargo xtask bench --only \
+         server --server-section server-pace --server-from DIR/server-pace-run.json`, `cargo \
+         xtask bench --only gpu --gpu-from DIR/gpu-run.json`.",
         total as f64 / 1048576.0
     );
     Ok(())
@@ -400,7 +457,7 @@ mod tests {
 
     #[test]
     fn the_parts_fit_a_ten_minute_command_with_time_to_report() {
-        for number in [1, 2] {
+        for number in [1, 2, 3] {
             let part = part(number, None);
             // The report from the saved run and the copy take under a minute.
             assert!(part.deadline + Duration::from_secs(60) <= Duration::from_secs(600));
@@ -417,6 +474,25 @@ mod tests {
                 "{name}"
             );
         }
+        // Part 3's too, and it writes a section of its own.
+        for name in PACE.split(',') {
+            assert!(
+                crate::bench::server::Scenario::ALL
+                    .iter()
+                    .any(|s| s.name() == name),
+                "{name}"
+            );
+        }
+        let pace = part(3, None);
+        assert!(
+            pace.bench_args
+                .windows(2)
+                .any(|w| w == ["--server-section", "server-pace"])
+        );
+        assert_eq!(
+            (pace.bench_section, pace.section),
+            ("server", "server-pace")
+        );
         let stand_in = part(1, Some("target/release/training-sim"));
         assert!(stand_in.bench_args.ends_with(&[
             "--training-cmd".to_owned(),

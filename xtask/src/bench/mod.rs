@@ -68,7 +68,7 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         for (section, text) in &report.sections {
             match keeps_its_section(*section, &options) {
                 Some(why) => eprintln!("[bench] docs/benchmarks.md keeps its {why}"),
-                None => docs::replace_section(section.name(), text)?,
+                None => docs::replace_section(docs_section(*section, &options), text)?,
             }
         }
         eprintln!("[bench] docs/benchmarks.md updated");
@@ -83,6 +83,14 @@ struct Report {
 }
 
 /// Where docs/benchmarks.md keeps its section although the run measured it: why.
+/// The docs/benchmarks.md section `section` writes: its name, or the server's chosen one.
+fn docs_section(section: Section, options: &Options) -> &str {
+    match section {
+        Section::Server => &options.server.server_section,
+        _ => section.name(),
+    }
+}
+
 fn keeps_its_section(section: Section, options: &Options) -> Option<&'static str> {
     match section {
         Section::Colocation if !options.colocation.every_scenario() => {
@@ -263,12 +271,13 @@ fn run_server(
     )?;
     let figures = server::report::figures(&measured);
     let targets = server::report::targets(&figures);
+    let plot = server::plot::tradeoff_file(&options.server.server_section);
     plots_written::write(
         server::plot::tradeoff(&figures, &about.machine, measured.stand_in),
-        server::plot::TRADEOFF_FILE,
+        &plot,
         !options.quick && !options.no_docs && !stand_in,
     )?;
-    let text = server::report::markdown(&measured, &figures, &about.command, &about.machine);
+    let text = server::report::markdown(&measured, &figures, &about.command, &about.machine, &plot);
     let json = serde_json::json!({
         "scenarios": figures,
         "targets": targets,
@@ -296,11 +305,13 @@ fn report_saved_run(
             let saved = saved::Saved::<server::Measured>::load(path, name)?;
             let measured = &saved.run;
             let figures = server::report::figures(measured);
+            let plot = server::plot::tradeoff_file(&options.server.server_section);
             let text = server::report::markdown(
                 measured,
                 &figures,
                 &saved.report_command(path, name, &flag),
                 &saved.about.machine,
+                &plot,
             );
             let json = serde_json::json!({
                 "scenarios": figures,
@@ -311,7 +322,7 @@ fn report_saved_run(
             let updates = saved.may_update_docs() && !measured.stand_in && !no_docs;
             plots_written::write(
                 server::plot::tradeoff(&figures, &saved.about.machine, measured.stand_in),
-                server::plot::TRADEOFF_FILE,
+                &plot,
                 updates,
             )?;
             (text, json, updates, saved.about.machine)
@@ -354,7 +365,7 @@ fn report_saved_run(
              stand-in's figures or some scenarios only"
         );
     } else {
-        docs::replace_section(name, &text)?;
+        docs::replace_section(docs_section(section, options), &text)?;
         eprintln!("[bench] docs/benchmarks.md updated");
     }
     Ok(())

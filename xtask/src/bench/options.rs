@@ -258,6 +258,12 @@ pub struct ServerOptions {
     /// Seconds of the server benchmark's training job timed per window (after its warm-up).
     #[arg(long, default_value_t = 25.0)]
     pub server_seconds: f64,
+    /// The docs/benchmarks.md section the server benchmark writes (`<!-- NAME:begin -->`),
+    /// and its plot, docs/NAME-tradeoff.svg: `server`, the frontier; `server-pace`, the pace
+    /// controller in longer windows (`record-server --part 3`). Give it with --server-from too.
+    #[arg(long, default_value = "server", value_name = "NAME",
+          value_parser = ["server", "server-pace"])]
+    pub server_section: String,
     /// The server benchmark's online load, requests a second (40 with --quick).
     #[arg(long, default_value_t = 150.0)]
     pub server_online_rate: f64,
@@ -452,6 +458,9 @@ impl Options {
                 let named = server.scenarios().unwrap_or_default();
                 let names: Vec<&str> = named.iter().map(|s| s.name()).collect();
                 command.push_str(&format!(" --server-scenarios {}", names.join(",")));
+            }
+            if server.server_section != "server" {
+                command.push_str(&format!(" --server-section {}", server.server_section));
             }
             match &server.training_cmd {
                 Some(training) => command.push_str(&format!(" --training-cmd '{training}'")),

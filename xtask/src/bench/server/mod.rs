@@ -24,6 +24,7 @@
 //! alone in the same round.
 
 pub mod cores;
+pub mod harvest;
 pub mod plot;
 pub mod report;
 pub mod scenario;
@@ -41,6 +42,7 @@ use reamer_tests::{
     harness::{
         Daemon, Reaped,
         cgroups::{self, Group},
+        decision_log_of,
         worker::OnlineWorker,
     },
     measure::proc_stats::{JIFFIES_PER_S, node_jiffies, process_jiffies, resident_kib},
@@ -197,6 +199,9 @@ impl Bench {
             Scenario::ReamerOfflineNotPaused => {
                 "[policy]\npause_offline_when_training_short = false\n\n"
             }
+            // The job reports no progress here (the bench, not the enforcer, started it): the
+            // controller follows its GPU's busy share, where NVML gives one.
+            Scenario::ReamerByPace => "[policy]\nharvest_by_pace = true\n\n",
             // The shipped trace's recording: the sensor and the policy run, nothing is moved.
             Scenario::AloneObserved | Scenario::AloneSensed => "[policy]\nenforce = false\n\n",
             _ => "",
@@ -385,6 +390,13 @@ impl Bench {
         if let Some(worker) = launched_online {
             worker.stop();
         }
+        let harvest = (scenario == Scenario::ReamerByPace).then(|| {
+            harvest::read(
+                &release_bin("enforcer"),
+                INSTANCE,
+                &decision_log_of(INSTANCE),
+            )
+        });
         if let Some(daemon) = daemon {
             daemon.stop();
         }
@@ -408,6 +420,7 @@ impl Bench {
             enforcer_cpu_pct,
             enforcer_rss_mib,
             confined,
+            harvest,
         })
     }
 

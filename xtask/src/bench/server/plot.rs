@@ -9,8 +9,11 @@ use crate::bench::plot::{
     tradeoff::{self, Kind, Point, Tradeoff},
 };
 
-/// The file name the plot is written to, beside benchmarks.md.
-pub const TRADEOFF_FILE: &str = "server-tradeoff.svg";
+/// The file name the plot of docs/benchmarks.md's `section` is written to, beside it:
+/// `server-tradeoff.svg` for the frontier's section.
+pub fn tradeoff_file(section: &str) -> String {
+    format!("{section}-tradeoff.svg")
+}
 
 /// A scenario's place on the plot, from what runs in it: training alone is the reference,
 /// reamer's scenarios are marked, every other one with inference is a fixed setting, and one

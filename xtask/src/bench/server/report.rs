@@ -46,6 +46,9 @@ pub struct Window {
     /// frontier's scenarios). Absent from runs saved before it was recorded.
     #[serde(default)]
     pub confined: Option<Confined>,
+    /// Under `harvest_by_pace`: what the pace controller did. Absent from runs saved before.
+    #[serde(default)]
+    pub harvest: Option<super::harvest::HarvestSteps>,
 }
 
 /// The CPUs a window confined inference to.
@@ -283,7 +286,10 @@ pub fn targets(figures: &[ScenarioFigures]) -> Vec<Target> {
     let find = |scenario| figures.iter().find(|f| f.scenario == scenario);
     let mut rows = Vec::new();
     if let Some(reamer) = find(Scenario::Reamer) {
-        rows.extend(reamer_targets(reamer, figures));
+        rows.extend(reamer_targets("reamer", reamer, figures));
+    }
+    if let Some(by_pace) = find(Scenario::ReamerByPace) {
+        rows.extend(reamer_targets("reamer by pace", by_pace, figures));
     }
     if let Some(sensed) = find(Scenario::AloneSensed) {
         rows.push(training_target(
@@ -374,11 +380,13 @@ fn observed_targets(observed: &ScenarioFigures) -> Vec<Target> {
     ]
 }
 
-/// Reamer's targets against the other scenarios.
-fn reamer_targets(reamer: &ScenarioFigures, figures: &[ScenarioFigures]) -> Vec<Target> {
-    let mut rows = vec![training_target("reamer", reamer.training_pct)];
+/// The targets of one of reamer's scenarios (`who`) against the other scenarios.
+fn reamer_targets(who: &str, reamer: &ScenarioFigures, figures: &[ScenarioFigures]) -> Vec<Target> {
+    let mut rows = vec![training_target(who, reamer.training_pct)];
     rows.push(Target {
-        target: format!("online ≥ {ONLINE_TARGET_PCT:.0}% of requests within {SLO_MS:.0} ms"),
+        target: format!(
+            "{who}: online ≥ {ONLINE_TARGET_PCT:.0}% of requests within {SLO_MS:.0} ms"
+        ),
         result: reamer
             .online_within_slo_pct
             .map_or("not measured".to_owned(), |p| format!("{p:.1}%")),
@@ -387,7 +395,7 @@ fn reamer_targets(reamer: &ScenarioFigures, figures: &[ScenarioFigures]) -> Vec<
             .is_some_and(|p| p >= ONLINE_TARGET_PCT),
     });
     rows.push(Target {
-        target: format!("offline ≥ {OFFLINE_TARGET_PCT:.0}% of plain CFS's items/s"),
+        target: format!("{who}: offline ≥ {OFFLINE_TARGET_PCT:.0}% of plain CFS's items/s"),
         result: reamer
             .offline_pct_of_cfs
             .map_or("not measured".to_owned(), |o| {
@@ -400,7 +408,7 @@ fn reamer_targets(reamer: &ScenarioFigures, figures: &[ScenarioFigures]) -> Vec<
     // Ahead: more offline work than every other scenario that keeps training at the target.
     let rivals: Vec<&ScenarioFigures> = figures
         .iter()
-        .filter(|f| f.scenario.inference() && f.scenario != Scenario::Reamer)
+        .filter(|f| f.scenario.inference() && f.scenario != reamer.scenario)
         .filter(|f| {
             f.training_pct
                 .is_some_and(|t| t.median >= TRAINING_TARGET_PCT)
@@ -420,11 +428,11 @@ fn reamer_targets(reamer: &ScenarioFigures, figures: &[ScenarioFigures]) -> Vec<
         .collect();
     rows.push(Target {
         target: format!(
-            "ahead of every other scenario that keeps training ≥ {TRAINING_TARGET_PCT:.0}% of \
-             alone (offline items/s)"
+            "{who}: ahead of every other scenario that keeps training ≥ \
+             {TRAINING_TARGET_PCT:.0}% of alone (offline items/s)"
         ),
         result: if rivals.is_empty() {
-            format!("no other scenario keeps training there; reamer: {mine:.0} items/s")
+            format!("no other scenario keeps training there; {who}: {mine:.0} items/s")
         } else if behind.is_empty() {
             format!(
                 "{mine:.0} items/s, ahead of {}",
@@ -448,11 +456,13 @@ fn interval(value: Option<WithInterval>) -> String {
     })
 }
 
+/// The section's Markdown; `plot` the file name of its plot, beside docs/benchmarks.md.
 pub fn markdown(
     measured: &Measured,
     figures: &[ScenarioFigures],
     command: &str,
     machine: &str,
+    plot: &str,
 ) -> String {
     let counts_images = measured.windows.iter().all(|w| w.counts_images);
     let unit = if counts_images && !measured.windows.is_empty() {
@@ -494,8 +504,7 @@ pub fn markdown(
     ));
     text.push_str(&format!(
         "![training's pace against offline inference's share of plain CFS's, one point per \
-         scenario]({})\n\n",
-        super::plot::TRADEOFF_FILE
+         scenario]({plot})\n\n"
     ));
     text.push_str(&format!(
         "| scenario | training {unit} | % of alone (95% interval) | step p50 / p99 ms | \
@@ -529,6 +538,7 @@ pub fn markdown(
         ));
     }
     text.push_str(&confined_markdown(&measured.windows));
+    text.push_str(&super::harvest::markdown(&measured.windows));
     if let Some(observed) = figures
         .iter()
         .find(|f| f.scenario == Scenario::AloneObserved)
@@ -541,7 +551,7 @@ pub fn markdown(
     let targets = targets(figures);
     if !targets.is_empty() {
         text.push_str(
-            "\nTargets, for reamer with its defaults and for training alone under a daemon:\n\n\
+            "\nTargets, for reamer's scenarios and for training alone under a daemon:\n\n\
              | target | result | |\n|---|---|---|\n",
         );
         for t in &targets {

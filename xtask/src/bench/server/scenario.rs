@@ -15,12 +15,13 @@ pub enum Scenario {
     StaticPartition,
     Reamer,
     ReamerOfflineNotPaused,
+    ReamerByPace,
     AloneObserved,
     AloneSensed,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::Alone,
         Scenario::PlainCfs,
         Scenario::OfflineCpuIdle,
@@ -30,6 +31,7 @@ impl Scenario {
         Scenario::StaticPartition,
         Scenario::Reamer,
         Scenario::ReamerOfflineNotPaused,
+        Scenario::ReamerByPace,
         Scenario::AloneObserved,
         Scenario::AloneSensed,
     ];
@@ -45,6 +47,7 @@ impl Scenario {
             Scenario::StaticPartition => "static_partition",
             Scenario::Reamer => "reamer",
             Scenario::ReamerOfflineNotPaused => "reamer_offline_not_paused",
+            Scenario::ReamerByPace => "reamer_by_pace",
             Scenario::AloneObserved => "alone_observed_10hz",
             Scenario::AloneSensed => "alone_sensed",
         }
@@ -69,6 +72,7 @@ impl Scenario {
             Scenario::ReamerOfflineNotPaused => {
                 "reamer, `pause_offline_when_training_short = false`"
             }
+            Scenario::ReamerByPace => "reamer, `harvest_by_pace = true`",
             Scenario::AloneObserved => {
                 "training alone, observed at 10 Hz by a daemon that does not enforce"
             }
@@ -90,7 +94,10 @@ impl Scenario {
     }
 
     pub(crate) fn reamer(self) -> bool {
-        matches!(self, Scenario::Reamer | Scenario::ReamerOfflineNotPaused)
+        matches!(
+            self,
+            Scenario::Reamer | Scenario::ReamerOfflineNotPaused | Scenario::ReamerByPace
+        )
     }
 
     /// Whether inference runs beside training.

@@ -27,6 +27,7 @@ fn window(scenario: Scenario, round: usize, throughput: f64, offline: Option<f64
         sensor_running_cpus: None,
         replay: None,
         confined: None,
+        harvest: None,
     }
 }
 
@@ -105,6 +106,7 @@ fn ratios_are_paired_within_a_round_and_a_miss_is_never_hidden() {
         &figures,
         "cargo xtask bench",
         "test machine",
+        "server-tradeoff.svg",
     );
     assert!(text.contains("**missed**"), "{text}");
 }
@@ -157,6 +159,12 @@ fn the_plot_has_a_point_for_each_scenario_with_inference_and_reads_cleanly() {
             alone * 0.95,
             Some(2300.0),
         ));
+        windows.push(window(
+            Scenario::ReamerByPace,
+            round,
+            alone * 0.99,
+            Some(2100.0),
+        ));
         windows.push(window(Scenario::AloneObserved, round, alone, None));
         windows.push(window(Scenario::AloneSensed, round, alone, None));
     }
@@ -176,7 +184,13 @@ fn the_plot_has_a_point_for_each_scenario_with_inference_and_reads_cleanly() {
     assert!(!labels.iter().any(|l| l.contains("does not enforce")));
 
     // The table says where each confined scenario put inference, in the table's order.
-    let text = markdown(&measured, &figures, "cargo xtask bench", "test machine");
+    let text = markdown(
+        &measured,
+        &figures,
+        "cargo xtask bench",
+        "test machine",
+        "server-tradeoff.svg",
+    );
     let line = text
         .lines()
         .find(|l| l.starts_with("Inference confined"))
@@ -341,7 +355,13 @@ fn each_observed_round_is_paired_with_its_own_alone_and_every_replay_must_meet_t
         targets[1]
     );
     assert!(targets[2].met, "{:?}", targets[2]);
-    let text = markdown(&measured(Vec::new()), &figures, "cargo xtask bench", "test");
+    let text = markdown(
+        &measured(Vec::new()),
+        &figures,
+        "cargo xtask bench",
+        "test",
+        "server-tradeoff.svg",
+    );
     assert!(
         text.contains("| 3 | 98.0% | 2.60 | 2.63 (1.010) | 2.80 / 8.40 | 6 / 7 |"),
         "{text}"
@@ -352,7 +372,7 @@ fn each_observed_round_is_paired_with_its_own_alone_and_every_replay_must_meet_t
 fn a_run_saved_before_one_process_served_every_window_says_its_job_started_afresh() {
     let mut value =
         serde_json::to_value(measured(vec![window(Scenario::Alone, 0, 1.0, None)])).unwrap();
-    let report = |run: &Measured| markdown(run, &figures(run), "c", "m");
+    let report = |run: &Measured| markdown(run, &figures(run), "c", "m", "server-tradeoff.svg");
     let served = report(&serde_json::from_value(value.clone()).unwrap());
     assert!(
         served.contains("one training process through the whole run"),
@@ -394,7 +414,7 @@ fn a_run_saved_after_a_window_reads_back_to_the_same_report() {
     .unwrap();
     let back = Saved::<Measured>::load(&path, "server").unwrap();
     std::fs::remove_file(&path).unwrap();
-    let report = |run: &Measured| markdown(run, &figures(run), "c", "m");
+    let report = |run: &Measured| markdown(run, &figures(run), "c", "m", "server-tradeoff.svg");
     assert_eq!(report(&back.run), report(&measured(windows)));
 }
 
@@ -408,4 +428,50 @@ fn a_round_without_its_replay_does_not_meet_the_replay_targets() {
     windows.push(window(Scenario::AloneObserved, 1, 1000.0, None));
     let targets = targets(&figures(&measured(windows)));
     assert!(!targets[1].met && !targets[2].met, "{targets:?}");
+}
+
+#[test]
+fn the_pace_controller_gets_its_own_targets_and_its_steps_under_the_table() {
+    let mut windows = Vec::new();
+    for (round, alone) in [1000.0, 1100.0].into_iter().enumerate() {
+        windows.push(window(Scenario::Alone, round, alone, None));
+        windows.push(window(Scenario::PlainCfs, round, alone * 0.8, Some(2600.0)));
+        windows.push(window(Scenario::Reamer, round, alone * 0.97, Some(1500.0)));
+        let mut by_pace = window(Scenario::ReamerByPace, round, alone * 0.995, Some(2000.0));
+        by_pace.harvest = Some(crate::bench::server::harvest::HarvestSteps {
+            signal: Some("gpu_busy".to_owned()),
+            steps: vec![
+                ("held".to_owned(), "probe".to_owned()),
+                ("policy".to_owned(), "trial".to_owned()),
+                ("unpaused".to_owned(), "kept".to_owned()),
+            ],
+        });
+        windows.push(by_pace);
+    }
+    let run = measured(windows);
+    let figures = figures(&run);
+    let targets = targets(&figures);
+    let by_pace: Vec<&Target> = targets
+        .iter()
+        .filter(|t| t.target.starts_with("reamer by pace:"))
+        .collect();
+    assert_eq!(by_pace.len(), 4, "{targets:?}");
+    assert!(
+        by_pace[0].met,
+        "99.5% of alone in both rounds: {:?}",
+        by_pace[0]
+    );
+    // Ahead of reamer's defaults, which do not keep training at 99%, so are no rival.
+    assert!(
+        by_pace[3].result.contains("no other scenario"),
+        "{:?}",
+        by_pace[3]
+    );
+    let text = markdown(&run, &figures, "c", "m", "server-pace-tradeoff.svg");
+    assert!(
+        text.contains(
+            "- round 1: signal `gpu_busy`; held (probe) → policy (trial) → unpaused (kept)"
+        ),
+        "{text}"
+    );
 }
