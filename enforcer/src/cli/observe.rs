@@ -25,10 +25,26 @@ pub(crate) struct ObservedInterval {
     /// Whether offline pools were paused at the interval's end, where the daemon enforces.
     #[serde(default)]
     pub offline_paused: Option<bool>,
+    /// Where the pace controller holds offline at the interval's end, and why it last moved
+    /// (`harvest_by_pace`): `held`, `quarter`, ... `training_cores`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harvest: Option<HarvestAt>,
     /// Sensor counters that changed in the interval (events sent, dropped, ...).
     pub counters: HashMap<String, u64>,
     /// Average cost of one sensor program run in the interval, when bpf_stats is enabled.
     pub sensor_ns_per_run: Option<f64>,
+}
+
+/// The pace controller at an interval's end.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct HarvestAt {
+    pub level: String,
+    /// Its signal: `progress` or `gpu_busy`; None without one.
+    #[serde(default)]
+    pub signal: Option<String>,
+    /// The reason of its last move (`probe`, `trial`, `kept`, `too_costly`, ...).
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// Figures between two snapshots.
@@ -60,6 +76,17 @@ pub(crate) fn interval(prev: &Snapshot, cur: &Snapshot) -> ObservedInterval {
     let reserved_cpus =
         enforced.map(|e| cpu_list::parse(&e.training_cpus).map_or(0, |cpus| cpus.len()));
     let offline_paused = enforced.map(|e| e.pools.iter().any(|pool| pool.paused));
+    let harvest = enforced
+        .and_then(|e| e.harvest.as_ref())
+        .map(|h| HarvestAt {
+            level: h.level.clone(),
+            signal: h.signal.clone(),
+            reason: h
+                .last_change
+                .as_ref()
+                .and_then(|c| c["reason"].as_str())
+                .map(str::to_owned),
+        });
     let counters = cur
         .counters
         .iter()
@@ -88,6 +115,7 @@ pub(crate) fn interval(prev: &Snapshot, cur: &Snapshot) -> ObservedInterval {
         contentions_by_cpu,
         reserved_cpus,
         offline_paused,
+        harvest,
         counters,
         sensor_ns_per_run,
     }
@@ -143,6 +171,18 @@ pub(crate) fn render(observed: &ObservedInterval) -> String {
             // Its GPUs' busy share, where it is the job's own (NVML).
             job.gpu_busy
                 .map_or("-".to_owned(), |busy| format!("{:.0}%", busy * 100.0)),
+        ));
+    }
+    if let Some(harvest) = &observed.harvest {
+        out.push_str(&format!(
+            "offline's share by training's pace: {} (signal: {}; last move: {})\n",
+            harvest.level,
+            harvest.signal.as_deref().unwrap_or("none"),
+            harvest
+                .reason
+                .as_deref()
+                .unwrap_or("none yet")
+                .replace('_', " "),
         ));
     }
     let counter = |name: &str| observed.counters.get(name).copied().unwrap_or(0);
@@ -204,4 +244,57 @@ pub(crate) async fn run(
         printed += 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use enforcer_common::protocol::{EnforcementStatus, HarvestStatus};
+
+    use super::*;
+
+    #[test]
+    fn the_pace_controllers_level_and_last_move_are_in_the_interval() {
+        let prev = Snapshot::default();
+        let cur = Snapshot {
+            monotonic_ns: 100_000_000,
+            enforcement: Some(EnforcementStatus {
+                enforcing: true,
+                harvest: Some(HarvestStatus {
+                    level: "unpaused".into(),
+                    signal: Some("gpu_busy".into()),
+                    reference_steps_per_s: Some(870_000.0),
+                    last_change: Some(serde_json::json!({"level": "unpaused", "reason": "kept"})),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let observed = interval(&prev, &cur);
+        assert_eq!(
+            observed.harvest,
+            Some(HarvestAt {
+                level: "unpaused".into(),
+                signal: Some("gpu_busy".into()),
+                reason: Some("kept".into()),
+            })
+        );
+        assert!(
+            render(&observed).contains(
+                "offline's share by training's pace: unpaused (signal: gpu_busy; last move: kept)"
+            ),
+            "{}",
+            render(&observed)
+        );
+        // A trace line says it, and one recorded before it was there still reads.
+        let line = serde_json::to_string(&observed).unwrap();
+        assert!(
+            line.contains("\"harvest\":{\"level\":\"unpaused\""),
+            "{line}"
+        );
+        let old: ObservedInterval = serde_json::from_str(
+            r#"{"seconds":0.1,"jobs":[],"counters":{},"sensor_ns_per_run":null}"#,
+        )
+        .unwrap();
+        assert_eq!(old.harvest, None);
+    }
 }

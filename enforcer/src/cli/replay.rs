@@ -410,6 +410,7 @@ mod tests {
             sensor_ns_per_run: None,
             reserved_cpus: None,
             offline_paused: None,
+            harvest: None,
         }
     }
 
