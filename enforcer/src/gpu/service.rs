@@ -173,7 +173,7 @@ impl GpuService {
                 evicted: HashMap::new(),
                 recent: VecDeque::new(),
                 launcher_busy: None,
-                busy: BusyPace::default(),
+                busy: BusyPace::new(section.sample_every.as_nanos() as u64),
             }),
             log,
             stop: AtomicBool::new(false),

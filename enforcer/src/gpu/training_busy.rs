@@ -27,8 +27,9 @@ use super::{
 };
 use crate::policy::pace::{PaceTracker, STALE_NS};
 
-/// Samples further apart than this start a job's count again: the share of one sample says
-/// nothing of a gap that long (the sampler's default period is 200 ms).
+/// Samples further apart than this, or than three sampling periods where that is longer,
+/// start a job's count again: the share of one sample says nothing of a gap that long (the
+/// sampler's default period is 200 ms). A period of `pace::STALE_NS` or more leaves no pace.
 pub(crate) const MAX_GAP_NS: u64 = 2_000_000_000;
 
 /// Each training job's busy share on one device's sample, in GPUs busy (0 to 1); a job whose
@@ -70,16 +71,24 @@ struct Counted {
 }
 
 /// Every training job's busy time, counted up from sample to sample.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct BusyPace {
     jobs: HashMap<String, Counted>,
+    max_gap_ns: u64,
 }
 
 impl BusyPace {
+    /// For samples every `period_ns`.
+    pub(crate) fn new(period_ns: u64) -> Self {
+        Self {
+            jobs: HashMap::new(),
+            max_gap_ns: MAX_GAP_NS.max(period_ns.saturating_mul(3)),
+        }
+    }
+
     /// Counts one sample's `shares` (`busy_on_device`, summed over devices) at `now_ns`: each
-    /// job's share, held since its previous sample. A job's first sample, or its first after
-    /// `MAX_GAP_NS` without one, starts its count at zero. Jobs silent for `STALE_NS` are
-    /// forgotten.
+    /// job's share, held since its previous sample. A job's first sample, or its first after a
+    /// gap (`MAX_GAP_NS`), starts its count at zero. Jobs silent for `STALE_NS` are forgotten.
     pub(crate) fn record(&mut self, now_ns: u64, shares: &BTreeMap<String, f64>) {
         for (job, &share) in shares {
             let counted = self.jobs.entry(job.clone()).or_insert_with(|| Counted {
@@ -88,7 +97,7 @@ impl BusyPace {
                 tracker: PaceTracker::default(),
             });
             let gap_ns = now_ns.saturating_sub(counted.at_ns);
-            if gap_ns > MAX_GAP_NS {
+            if gap_ns > self.max_gap_ns {
                 counted.busy_us = 0.0;
                 counted.tracker = PaceTracker::default();
             } else {
@@ -222,7 +231,7 @@ mod tests {
 
     #[test]
     fn the_count_gives_the_busy_share_as_a_pace_and_a_gap_starts_it_again() {
-        let mut pace = BusyPace::default();
+        let mut pace = BusyPace::new(200 * MS);
         let half = BTreeMap::from([("llm".to_owned(), 0.5)]);
         for i in 0..=10 {
             pace.record(i * 200 * MS, &half);
@@ -250,5 +259,18 @@ mod tests {
         // Silent past STALE_NS: forgotten.
         pace.record(5_200 * MS + STALE_NS, &BTreeMap::new());
         assert_eq!(pace.reports("llm", 5_200 * MS + STALE_NS), None);
+    }
+
+    #[test]
+    fn a_slow_sampler_is_no_gap_until_three_of_its_periods() {
+        let mut pace = BusyPace::new(3_000 * MS);
+        let full = BTreeMap::from([("llm".to_owned(), 1.0)]);
+        for i in 0..=3 {
+            pace.record(i * 3_000 * MS, &full);
+        }
+        let reports = pace
+            .reports("llm", 9_000 * MS)
+            .expect("a pace at 3 s a sample");
+        assert_eq!(reports.last(), Some(&(9_000 * MS, 9_000_000)));
     }
 }

@@ -53,7 +53,7 @@ fn attached(gpu_pools: &[&str], config: ClampSettings) -> GpuService {
             evicted: HashMap::new(),
             recent: VecDeque::new(),
             launcher_busy: None,
-            busy: BusyPace::default(),
+            busy: BusyPace::new(200 * MS),
         }),
         log: DecisionLog::none(),
         stop: AtomicBool::new(false),
