@@ -127,83 +127,37 @@ struct Part {
 }
 
 fn part(number: u8, training_cmd: Option<&str>) -> Part {
-    let mut args: Vec<String> = ["bench", "--prebuilt"].map(str::to_owned).to_vec();
     match number {
-        3 => {
-            args.extend(
-                [
-                    "--only",
-                    "server",
-                    "--server-section",
-                    "server-pace",
-                    "--server-rounds",
-                    "2",
-                    "--server-seconds",
-                    "70",
-                    "--server-scenarios",
-                    PACE,
-                ]
-                .map(str::to_owned),
-            );
-            if let Some(command) = training_cmd {
-                args.extend(["--training-cmd".to_owned(), command.to_owned()]);
-            }
-            Part {
-                bench_args: args,
-                bench_section: "server",
-                // 6 windows of 70 s at about 74 s each: 444 s, and the bench's and the job's
-                // start, about 60 s.
-                deadline: Duration::from_secs(530),
-                saved: "target/bench/server/run.json",
-                report_flag: "--server-from",
-                section: "server-pace",
-                results: &[
-                    "target/bench/server/run.json",
-                    "target/bench/server/observed-*",
-                    "docs/benchmarks.md",
-                    "docs/server-pace-tradeoff.svg",
-                ],
-            }
-        }
-        1 => {
-            args.extend(
-                [
-                    "--only",
-                    "server",
-                    "--server-rounds",
-                    "3",
-                    "--server-seconds",
-                    "12",
-                    "--server-scenarios",
-                    FRONTIER,
-                ]
-                .map(str::to_owned),
-            );
-            if let Some(command) = training_cmd {
-                args.extend(["--training-cmd".to_owned(), command.to_owned()]);
-            }
-            Part {
-                bench_args: args,
-                bench_section: "server",
-                // 21 windows of 12 s at about 17 s each: 360 s; the bench's start (the
-                // online worker's profile) and the job's start and warm-up, about 60 s. A
-                // window that does not fit is cut and the rest reported.
-                deadline: Duration::from_secs(530),
-                saved: "target/bench/server/run.json",
-                report_flag: "--server-from",
-                section: "server",
-                results: &[
-                    "target/bench/server/run.json",
-                    "target/bench/server/observed-*",
-                    "docs/benchmarks.md",
-                    "docs/server-tradeoff.svg",
-                ],
-            }
-        }
+        // 21 windows of 12 s at about 17 s each: 360 s; the bench's start (the online worker's
+        // profile) and the job's start and warm-up, about 60 s. A window that does not fit is
+        // cut and the rest reported.
+        1 => server_part(
+            "server",
+            ["3", "12", FRONTIER],
+            training_cmd,
+            &[
+                "target/bench/server/run.json",
+                "target/bench/server/observed-*",
+                "docs/benchmarks.md",
+                "docs/server-tradeoff.svg",
+            ],
+        ),
+        // 6 windows of 70 s at about 74 s each: 444 s, and the same starts.
+        3 => server_part(
+            "server-pace",
+            ["2", "70", PACE],
+            training_cmd,
+            &[
+                "target/bench/server/run.json",
+                "target/bench/server/observed-*",
+                "docs/benchmarks.md",
+                "docs/server-pace-tradeoff.svg",
+            ],
+        ),
         _ => {
-            args.extend(["--only", "gpu", "--gpu-rounds", "1"].map(str::to_owned));
+            let args = ["bench", "--prebuilt", "--only", "gpu", "--gpu-rounds", "1"];
             Part {
-                bench_args: args,
+                bench_args: args.map(str::to_owned).to_vec(),
                 bench_section: "gpu",
                 deadline: Duration::from_secs(330),
                 saved: "target/bench/gpu/run.json",
@@ -212,6 +166,45 @@ fn part(number: u8, training_cmd: Option<&str>) -> Part {
                 results: &["target/bench/gpu/run.json", "docs/benchmarks.md"],
             }
         }
+    }
+}
+
+/// A part of the server bench into docs section `section` (its own `--server-section` where
+/// it is not the frontier's): `[rounds, seconds, scenarios]`, stopped at 530 s.
+fn server_part(
+    section: &'static str,
+    [rounds, seconds, scenarios]: [&str; 3],
+    training_cmd: Option<&str>,
+    results: &'static [&'static str],
+) -> Part {
+    let mut args: Vec<String> = ["bench", "--prebuilt", "--only", "server"]
+        .map(str::to_owned)
+        .to_vec();
+    if section != "server" {
+        args.extend(["--server-section".to_owned(), section.to_owned()]);
+    }
+    args.extend(
+        [
+            "--server-rounds",
+            rounds,
+            "--server-seconds",
+            seconds,
+            "--server-scenarios",
+            scenarios,
+        ]
+        .map(str::to_owned),
+    );
+    if let Some(command) = training_cmd {
+        args.extend(["--training-cmd".to_owned(), command.to_owned()]);
+    }
+    Part {
+        bench_args: args,
+        bench_section: "server",
+        deadline: Duration::from_secs(530),
+        saved: "target/bench/server/run.json",
+        report_flag: "--server-from",
+        section,
+        results,
     }
 }
 
