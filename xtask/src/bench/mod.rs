@@ -65,13 +65,22 @@ pub fn run(options: Options) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if !options.quick && !options.no_docs {
+        let mut updated = 0;
         for (section, text) in &report.sections {
+            let name = docs_section(*section, &options);
             match keeps_its_section(*section, &options) {
-                Some(why) => eprintln!("[bench] docs/benchmarks.md keeps its {why}"),
-                None => docs::replace_section(docs_section(*section, &options), text)?,
+                Some(why) => {
+                    eprintln!("[bench] docs/benchmarks.md keeps its {name} section: {why}")
+                }
+                None => {
+                    docs::replace_section(name, text)?;
+                    updated += 1;
+                }
             }
         }
-        eprintln!("[bench] docs/benchmarks.md updated");
+        if updated > 0 {
+            eprintln!("[bench] docs/benchmarks.md updated");
+        }
     }
     Ok(())
 }
@@ -82,7 +91,6 @@ struct Report {
     sections: Vec<(Section, String)>,
 }
 
-/// Where docs/benchmarks.md keeps its section although the run measured it: why.
 /// The docs/benchmarks.md section `section` writes: its name, or the server's chosen one.
 fn docs_section(section: Section, options: &Options) -> &str {
     match section {
@@ -91,13 +99,12 @@ fn docs_section(section: Section, options: &Options) -> &str {
     }
 }
 
+/// Where docs/benchmarks.md keeps its section although the run measured it: why.
 fn keeps_its_section(section: Section, options: &Options) -> Option<&'static str> {
     match section {
-        Section::Colocation if !options.colocation.every_scenario() => {
-            Some("co-location section: --scenarios")
-        }
+        Section::Colocation if !options.colocation.every_scenario() => Some("--scenarios"),
         Section::Server if options.server.training_cmd.is_some() => {
-            Some("server section: a stand-in's figures are not the server's")
+            Some("a stand-in's figures are not the server's")
         }
         _ => None,
     }
@@ -361,8 +368,9 @@ fn report_saved_run(
     }
     if no_docs || !updates_docs {
         eprintln!(
-            "[bench] docs/benchmarks.md keeps its {name} section: --no-docs, a --quick run, a \
-             stand-in's figures or some scenarios only"
+            "[bench] docs/benchmarks.md keeps its {} section: --no-docs, a --quick run, a \
+             stand-in's figures or some scenarios only",
+            docs_section(section, options)
         );
     } else {
         docs::replace_section(docs_section(section, options), &text)?;
