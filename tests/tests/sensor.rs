@@ -204,13 +204,7 @@ fn run_time_counts_running_slices_and_agrees_with_schedstat() {
     let (kernel_before, before) = (&start.kernel, &start.snapshot);
     let mut previous = before.clone();
     let mut running = Vec::new();
-    let untraced_slices = |snapshot: &Snapshot| {
-        snapshot
-            .counters
-            .get("untraced_training_slices")
-            .copied()
-            .unwrap_or(0)
-    };
+    let untraced_slices = |snapshot: &Snapshot| counter(snapshot, "untraced_training_slices");
     // Per interval: training slices that began with a switch the kernel did not trace and
     // were counted at their end.
     let mut landed = Vec::new();
@@ -267,18 +261,12 @@ fn run_time_counts_running_slices_and_agrees_with_schedstat() {
     // A slice that began with a switch the kernel did not trace is not counted
     // (docs/sensor.md, "Switches the kernel does not trace"): a failure says how many there
     // were meanwhile.
-    let counter = |snapshot: &Snapshot| {
-        snapshot
-            .counters
-            .get("switches_from_unknown_task")
-            .copied()
-            .unwrap_or(0)
-    };
+    let unknown = |snapshot: &Snapshot| counter(snapshot, "switches_from_unknown_task");
     let untraced = format!(
         "{} switches from a task the kernel ran without a traced switch meanwhile, {} of them \
          from a training thread, whose slice was counted at its end; {} of {} intervals checked \
          one by one",
-        counter(after).saturating_sub(counter(before)),
+        unknown(after).saturating_sub(unknown(before)),
         untraced_slices(after).saturating_sub(untraced_slices(before)),
         checked.len(),
         running.len(),
@@ -307,6 +295,11 @@ fn run_time_counts_running_slices_and_agrees_with_schedstat() {
     observe_records_a_trace_that_replays(&daemon, cpus);
     wait_ok(hog, "cpu-hog");
     daemon.stop();
+}
+
+/// A sensor counter of `snapshot`, 0 where it is absent.
+fn counter(snapshot: &Snapshot, name: &str) -> u64 {
+    snapshot.counters.get(name).copied().unwrap_or(0)
 }
 
 /// The readings (running CPUs per interval) of the intervals no untraced training slice
