@@ -17,15 +17,13 @@ use enforcer_common::protocol::Snapshot;
 use reamer_tests::harness::{Daemon, Reaped, worker::OnlineWorker};
 
 use crate::{
-    bench::{
-        common::{
-            cpus::machine_cpus,
-            inference::{
-                Inputs, LoadReport, OFFLINE_MLP, classifier_serve_args, launch_into_online_pool,
-                read_load_report, reset_job, results_lines, spawn_classifier_load, worker_bin,
-            },
+    bench::common::{
+        cpus::machine_cpus,
+        inference::{
+            Inputs, LoadReport, OFFLINE_MLP, classifier_serve_args, launch_into_online_pool,
+            read_load_report, reset_job, results_lines, spawn_classifier_load, worker_bin,
         },
-        server::training::{ServingTraining, TrainingCommand, TrainingReport},
+        training::{ServingTraining, TrainingCommand, TrainingReport},
     },
     cargo::{build_release, is_root, release_bin, workspace_root},
     wake_probe::WakeLatency,

@@ -189,6 +189,7 @@ fn run_section(
             let measured = colocation::run(
                 colocation.colocation_rounds,
                 colocation.window,
+                colocation.settle,
                 options.max_steal,
                 &colocation.scenarios()?,
                 &progress,

@@ -152,11 +152,17 @@ pub struct ColocationOptions {
     /// Seconds of training per co-location window.
     #[arg(long, default_value_t = 4.0)]
     pub window: f64,
+    /// Seconds each window's training runs before it is timed, with inference running: a job
+    /// that has run a while, and the time for reamer_by_pace's controller to find its level
+    /// (its search takes 30-45 s). Every scenario gets the same, training alone included.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    pub settle: f64,
     /// Only these co-location scenarios (comma-separated keys of the JSON report, such as
     /// reamer,reamer_offline_not_paused), each beside training alone; for a quicker look.
     /// Such a run leaves docs/benchmarks.md alone. Default: every scenario but
-    /// reamer_by_pace (offline's share set by training's pace), which takes about 25 s to
-    /// settle: name it with --window 60.
+    /// reamer_by_pace (offline's share set by training's pace), which takes 30-45 s to
+    /// settle: name it with --settle 45 --window 60 (a window as long as its 60 s between
+    /// checks, so that one of its probes falls in each).
     #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
     pub scenarios: Vec<String>,
     /// Report the co-location benchmark from what a run saved (target/bench/colocation/run.json,
@@ -334,16 +340,19 @@ impl Options {
     /// Refuses values no benchmark can run with, naming the flag.
     pub fn check(&self) -> anyhow::Result<()> {
         let (colocation, gpu, server) = (&self.colocation, &self.gpu, &self.server);
-        if !(colocation.window >= 1.0 && colocation.window.is_finite())
+        let window_valid = colocation.window >= 1.0 && colocation.window.is_finite();
+        let settle_valid = colocation.settle >= 0.0 && colocation.settle.is_finite();
+        if !window_valid
+            || !settle_valid
             || colocation.colocation_rounds == 0
             || gpu.gpu_rounds == 0
             || server.server_rounds == 0
             || gpu.gpu_jobs.is_empty()
         {
             bail!(
-                "--window must be at least 1 second, --colocation-rounds, --gpu-rounds and \
-                 --server-rounds at least 1, and --gpu-jobs must name a job (mlp, \
-                 resnet50-loader)"
+                "--window must be at least 1 second, --settle 0 or more, --colocation-rounds, \
+                 --gpu-rounds and --server-rounds at least 1, and --gpu-jobs must name a job \
+                 (mlp, resnet50-loader)"
             );
         }
         let seconds_valid = server.server_seconds >= 1.0 && server.server_seconds.is_finite();
@@ -428,6 +437,9 @@ impl Options {
                 " --colocation-rounds {} --window {}",
                 colocation.colocation_rounds, colocation.window
             ));
+            if colocation.settle > 0.0 {
+                command.push_str(&format!(" --settle {}", colocation.settle));
+            }
         }
         // The default run's scenarios go unsaid; any other set (fewer, or more) is named.
         if !colocation.default_scenarios() {
@@ -558,6 +570,16 @@ mod tests {
             parse(&["--only", "colocation,sensor", "--window", "60"]).command(),
             "cargo xtask bench --only sensor,colocation --rounds 30 --seconds 1 \
              --colocation-rounds 12 --window 60 --max-steal 3"
+        );
+        assert_eq!(
+            parse(&["--only", "colocation", "--window", "60", "--settle", "45"]).command(),
+            "cargo xtask bench --only colocation --colocation-rounds 12 --window 60 --settle 45 \
+             --max-steal 3"
+        );
+        assert!(
+            parse(&["--only", "colocation", "--settle=-1"])
+                .check()
+                .is_err()
         );
         assert_eq!(
             parse(&[

@@ -4,7 +4,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
@@ -23,8 +23,8 @@ use serde::Deserialize;
 
 use super::{
     HEAVY_ONLINE_CPUS, INFERENCE_LEAD, INSTANCE, JOB_ITEMS_PER_CPU_S, LEAD_SEED_BASE, OFFLINE_LEAD,
-    OFFLINE_START_LIMIT, ONLINE_CALIBRATION, ONLINE_RATE, SLO_MS, STANDBY, SUPPRESS_THRESHOLD,
-    job_lines,
+    OFFLINE_START_LIMIT, ONLINE_CALIBRATION, ONLINE_RATE, SETTLE_SEED_BASE, SLO_MS, STANDBY,
+    SUPPRESS_THRESHOLD, job_lines,
     {
         report::{SloNeeds, Window},
         scenario::Scenario,
@@ -33,16 +33,18 @@ use super::{
 use crate::{
     bench::common::{
         cpus::{machine_cpus, upper_half_cpus},
+        harvest,
         inference::{
             Inputs, OFFLINE_MLP, classifier_serve_args, launch_online_worker, read_load_report,
             reset_inference_groups, reset_job, results_lines, spawn_classifier_load,
             spawn_observer_into, spawn_offline_worker, worker_bin,
         },
+        training::{ServingTraining, TrainingCommand},
     },
     cargo::{release_bin, workspace_root},
 };
 
-/// The training simulator's report (the fields the benchmark uses).
+/// The training simulator's report of a timed part (the fields the benchmark uses).
 #[derive(Deserialize)]
 struct TrainingReport {
     steps_per_s: f64,
@@ -107,6 +109,8 @@ pub(super) struct Bench {
     pub(super) inputs: Inputs,
     pub(super) cpus: usize,
     window: Duration,
+    /// Training's untimed run before each window (`--settle`).
+    settle: Duration,
     online: OnlineWorker,
     online_group: Group,
     offline_group: Group,
@@ -130,8 +134,13 @@ enum Control {
 }
 
 impl Bench {
-    pub(super) fn start(window: Duration, progress: &dyn Fn(&str)) -> anyhow::Result<Self> {
-        let inputs = prepare_inputs(window)?;
+    pub(super) fn start(
+        window: Duration,
+        settle: Duration,
+        progress: &dyn Fn(&str),
+    ) -> anyhow::Result<Self> {
+        // The offline job runs through the settling time too.
+        let inputs = prepare_inputs(window + settle)?;
         progress("starting the online worker (PP-OCR cls; it profiles itself first)");
         let log = workspace_root().join("target/bench/colocation/online-worker.log");
         let args = online_args(&inputs, inputs.engine)?;
@@ -149,6 +158,7 @@ impl Bench {
             inputs,
             cpus: machine_cpus(),
             window,
+            settle,
             online,
             online_group,
             offline_group,
@@ -391,9 +401,60 @@ impl Bench {
         }
 
         let seed = (round + 1).to_string();
-        let seconds = format!("{:.3}", self.window.as_secs_f64());
+        let window_s = self.window.as_secs_f64();
         let sim = release_bin("training-sim");
-        let sim_args = ["--seconds", &seconds, "--json", "--seed", &seed];
+        let sim = sim.to_str().context("utf-8 path")?.to_owned();
+        let sim_args = ["--seed".to_owned(), seed.clone()];
+        // Timed on request (`--serve`): started now, timed after the settling time.
+        let command = match &control {
+            Control::Daemon(_) => TrainingCommand {
+                program: release_bin("enforcer")
+                    .to_str()
+                    .context("utf-8 path")?
+                    .to_owned(),
+                args: [
+                    "launch",
+                    "--training",
+                    "train",
+                    "--instance",
+                    INSTANCE,
+                    "--",
+                ]
+                .map(str::to_owned)
+                .into_iter()
+                .chain([sim])
+                .chain(sim_args)
+                .collect(),
+                stand_in: true,
+                description: "training-sim".to_owned(),
+            },
+            _ => TrainingCommand {
+                program: sim,
+                args: sim_args.to_vec(),
+                stand_in: true,
+                description: "training-sim".to_owned(),
+            },
+        };
+        let training_started = Instant::now();
+        let mut training: ServingTraining<TrainingReport> = ServingTraining::start(&command)?;
+        if let Some(group) = &self.training_group {
+            // Membership only: no controller, so scheduling is unchanged; PSI reads it.
+            let _ = std::fs::write(group.join("cgroup.procs"), training.pid().to_string());
+        }
+        if inference && !self.settle.is_zero() {
+            // Traffic while training settles, at the window's rate, from a seed of its own.
+            let settling = self.spawn_load(
+                &online_worker.base,
+                rate,
+                self.settle.as_secs_f64(),
+                &(SETTLE_SEED_BASE + round as u64).to_string(),
+            )?;
+            read_load_report(settling)?;
+        } else {
+            std::thread::sleep(self.settle);
+        }
+        training.begin(window_s)?;
+        let window_start_ns = harvest::monotonic_ns();
         let offline_items_before = results_lines(&self.inputs.job);
         let online_pid = online_worker.child.id();
         let online_jiffies = process_jiffies(online_pid);
@@ -405,38 +466,17 @@ impl Bench {
         let daemon_jiffies = daemon_pid.map(process_jiffies);
         let node_before = node_jiffies()?;
         let started = Instant::now();
-        let training = match &control {
-            Control::Daemon(daemon) => daemon.launch(
-                "--training",
-                "train",
-                sim.to_str().context("utf-8 path")?,
-                &sim_args,
-            ),
-            _ => Command::new(&sim)
-                .args(sim_args)
-                .stdout(Stdio::piped())
-                .spawn()
-                .context("spawning training-sim")?,
-        };
-        if let Some(group) = &self.training_group {
-            // Membership only: no controller, so scheduling is unchanged; PSI reads it.
-            let _ = std::fs::write(group.join("cgroup.procs"), training.id().to_string());
-        }
         let observer = (scenario == Scenario::ReamerObserved)
             .then(|| spawn_observer(round))
             .transpose()?;
         let load = inference
-            .then(|| {
-                self.spawn_load(
-                    &online_worker.base,
-                    rate,
-                    (self.window.as_secs_f64() - 0.3).max(0.5),
-                    &seed,
-                )
-            })
+            .then(|| self.spawn_load(&online_worker.base, rate, (window_s - 0.3).max(0.5), &seed))
             .transpose()?;
-        let output = training.wait_with_output()?;
+        let report = training.report(window_s);
         let elapsed = started.elapsed().as_secs_f64();
+        training.stop();
+        let report =
+            report.with_context(|| format!("training-sim in scenario {}", scenario.name()))?;
         if let Some(mut observer) = observer {
             let _ = observer.kill();
             let _ = observer.wait();
@@ -466,20 +506,19 @@ impl Bench {
         let enforcer_rss_mib = daemon_pid
             .and_then(resident_kib)
             .map(|kib| kib as f64 / 1024.0);
-        if !output.status.success() {
-            bail!(
-                "training-sim failed in scenario {} ({})",
-                scenario.name(),
-                output.status
-            );
-        }
-        let report: TrainingReport =
-            serde_json::from_slice(&output.stdout).context("reading training-sim's report")?;
         let online = load.map(read_load_report).transpose()?;
         drop(offline);
         if let Some(worker) = launched_online {
             worker.stop();
         }
+        let harvest = (scenario == Scenario::ReamerByPace).then(|| {
+            harvest::read(
+                &release_bin("enforcer"),
+                INSTANCE,
+                &decision_log(),
+                window_start_ns,
+            )
+        });
         let (mut reaction_us, mut controller_cpu_pct, mut slo_needs) = (Vec::new(), None, None);
         match std::mem::replace(&mut control, Control::None) {
             Control::Daemon(daemon) => {
@@ -493,8 +532,8 @@ impl Bench {
                     report
                         .tightened_at
                         .iter()
-                        .find(|t| **t >= started)
-                        .map(|t| t.duration_since(started).as_secs_f64() * 1e6),
+                        .find(|t| **t >= training_started)
+                        .map(|t| t.duration_since(training_started).as_secs_f64() * 1e6),
                 );
                 controller_cpu_pct = Some(report.cpu_s / elapsed * 100.0);
                 if let Some(note) = report.note
@@ -523,6 +562,7 @@ impl Bench {
             steal_pct,
             cpus_left_idle,
             slo_needs,
+            harvest,
         })
     }
 

@@ -65,6 +65,8 @@ const OFFLINE_LEAD: Duration = Duration::from_millis(600);
 const INFERENCE_LEAD: Duration = Duration::from_millis(3500);
 /// The lead's traffic is seeded from here on, by round: apart from the windows' seeds.
 const LEAD_SEED_BASE: u64 = 1_000_000;
+/// The settling time's traffic (`--settle`), likewise.
+const SETTLE_SEED_BASE: u64 = 2_000_000;
 /// How long the offline worker may take to finish its first items when alone.
 const OFFLINE_START_LIMIT: Duration = Duration::from_secs(20);
 /// The offline job's length on the smallest machine: 2 CPUs at ~3,600 items per CPU-second
@@ -97,6 +99,10 @@ pub struct Measured {
     pub rounds: usize,
     pub rounds_asked: usize,
     pub window_s: f64,
+    /// Training's untimed run before each window, inference running (`--settle`); 0 in runs
+    /// saved before.
+    #[serde(default)]
+    pub settle_s: f64,
     /// Inference's lead before training in each window, s (`INFERENCE_LEAD`).
     pub lead_s: f64,
     /// The online worker's CPU time per request alone, ms, and the heavy-online scenarios'
@@ -143,6 +149,7 @@ pub struct DiscardedRound {
 pub fn run(
     rounds: usize,
     window_s: f64,
+    settle_s: f64,
     max_steal_pct: f64,
     scenarios: &[Scenario],
     progress: &dyn Fn(&str),
@@ -152,7 +159,7 @@ pub fn run(
         .chain(scenarios.iter().copied().filter(|&s| s != Scenario::Alone))
         .collect();
     let window = Duration::from_secs_f64(window_s);
-    let mut bench = Bench::start(window, progress)?;
+    let mut bench = Bench::start(window, Duration::from_secs_f64(settle_s), progress)?;
     progress("timing how slowly an idle vCPU wakes (wake-probe)");
     let wake_before = probe_wake_latency();
     let per_round = scenarios.len() + 1;
@@ -230,6 +237,7 @@ pub fn run(
         cpus,
         rounds_asked: rounds,
         window_s,
+        settle_s,
         lead_s: INFERENCE_LEAD.as_secs_f64(),
         online_cpu_ms_per_request,
         online_cpu_ms_per_json_request,

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{HEAVY_ONLINE_CPUS, Measured, ONLINE_RATE, SLO_MS, scenario::Scenario};
 use crate::{
+    bench::common::harvest::HarvestSteps,
     bench::common::inference::LoadReport,
     bench::common::stats::{bootstrap_median_ci, cell, median, min_max, quantile},
     wake_probe::WakeLatency,
@@ -51,6 +52,9 @@ pub struct Window {
     /// reamer: what the online worker, launched through the enforcer, told it of its SLO
     /// need during the window, and how its latency reports moved the pool's weight.
     pub slo_needs: Option<SloNeeds>,
+    /// Under `harvest_by_pace`: what the pace controller did. Absent from runs saved before.
+    #[serde(default)]
+    pub harvest: Option<HarvestSteps>,
 }
 
 /// The SLO needs an online worker sent the enforcer in one window, and the changes of the
@@ -371,7 +375,7 @@ pub fn markdown(
         "Command: `{command}`\n\nMachine: {machine}\n\n\
          {} rounds of {} windows of {:.1} s (offline alone, then the {} scenarios in an order \
          rotated every round), each after a lead of {:.1} s in which inference ran without \
-         training, its online traffic included; training-sim seeded by round; online: PP-OCR cls at {} \
+         training, its online traffic included{}; training-sim seeded by round; online: PP-OCR cls at {} \
          requests/s (Poisson), each image as binary tensor data, and at {:.0} requests/s in the \
          heavy-online scenarios ({} CPUs of its work: the worker took {:.2} ms of CPU per request \
          alone, measured at the start, and {:.2} ms with the image as JSON numbers), SLO {} ms; \
@@ -387,6 +391,7 @@ pub fn markdown(
         measured.window_s,
         measured.scenarios.len(),
         measured.lead_s,
+        settle_clause(measured.settle_s),
         ONLINE_RATE,
         measured.heavy_online_rate,
         HEAVY_ONLINE_CPUS,
@@ -457,6 +462,7 @@ pub fn markdown(
     out.push_str(&rounds_note(measured));
     out.push_str(&slo_needs_note(measured));
     out.push_str(&wake_note(measured));
+    out.push_str(&harvest_note(measured));
     out.push_str(&format!(
         "\nThe workers ran on {} (`inference-worker --engine {}`){}.\n",
         engine_label(&measured.engine),
@@ -526,6 +532,85 @@ pub fn markdown(
         verdict(reaction_met),
     ));
     out
+}
+
+/// The header's words on training's untimed run before each window: none without one.
+fn settle_clause(settle_s: f64) -> String {
+    match settle_s > 0.0 {
+        true => format!(
+            ", then {settle_s:.0} s of training, untimed, with inference beside it (`--settle`)"
+        ),
+        false => String::new(),
+    }
+}
+
+/// What the pace controller did in each of its windows: its signal, when its search first
+/// ended, its level as the window began, and how long its probes held offline back within the
+/// window (what it cost offline). Empty where it did not run.
+fn harvest_note(measured: &Measured) -> String {
+    let window_s = measured.window_s;
+    let by_pace: Vec<(usize, &HarvestSteps)> = measured
+        .windows
+        .iter()
+        .filter_map(|w| Some((w.round, w.harvest.as_ref()?)))
+        .collect();
+    if by_pace.is_empty() {
+        return String::new();
+    }
+    let since_training = |at_s: f64| at_s + measured.settle_s;
+    let lines: Vec<String> = by_pace
+        .iter()
+        .map(|(round, harvest)| {
+            let signal = harvest
+                .signal
+                .as_deref()
+                .map_or("no signal at the end".to_owned(), |s| {
+                    format!("signal `{s}`")
+                });
+            let settled = harvest.settled_at_s().map_or(
+                "its search had not ended by the window's end".to_owned(),
+                |at_s| {
+                    format!(
+                        "its search ended {:.0} s after training started",
+                        since_training(at_s)
+                    )
+                },
+            );
+            format!(
+                "- round {}: {signal}; {settled}; `{}` as the window began, `{}` at its end; \
+                 offline held back {:.1} s of the {window_s:.0} s",
+                round + 1,
+                harvest.level_at(0.0),
+                harvest.level_at(window_s),
+                harvest.held_s(window_s),
+            )
+        })
+        .collect();
+    let settled: Vec<f64> = by_pace
+        .iter()
+        .filter_map(|(_, h)| h.settled_at_s().map(since_training))
+        .collect();
+    let held_pct: Vec<f64> = by_pace
+        .iter()
+        .map(|(_, h)| h.held_s(window_s) / window_s * 100.0)
+        .collect();
+    let settling = match settled.is_empty() {
+        true => "Its search did not end in any window".to_owned(),
+        false => format!(
+            "Its search ended a median {:.0} s after training started (in {} of {} windows)",
+            median(&settled),
+            settled.len(),
+            by_pace.len()
+        ),
+    };
+    format!(
+        "\nThe pace controller (`harvest_by_pace = true`, from training-sim's progress reports), \
+         window by window: each level is a rung of its ladder (docs/enforcer.md, \"Offline's \
+         share, set by training's pace\"). {settling}; its probes held offline back a median \
+         {:.1}% of the timed window.\n\n{}\n",
+        median(&held_pct),
+        lines.join("\n")
+    )
 }
 
 fn verdict(met: Option<bool>) -> &'static str {

@@ -24,11 +24,10 @@
 //! alone in the same round.
 
 pub mod cores;
-pub mod harvest;
+mod harvest;
 pub mod plot;
 pub mod report;
 pub mod scenario;
-pub mod training;
 
 use std::{
     path::{Path, PathBuf},
@@ -49,19 +48,19 @@ use reamer_tests::{
 };
 use serde::{Deserialize, Serialize};
 
-use self::{
-    report::{Confined, Window},
-    training::ServingTraining,
-};
-pub use self::{scenario::Scenario, training::TrainingCommand};
+use self::report::{Confined, Window};
+pub use self::scenario::Scenario;
+pub use crate::bench::common::training::TrainingCommand;
 use crate::{
     bench::common::{
         cpus::{machine_cpus, upper_half_cpus},
+        harvest as common_harvest,
         inference::{
             Inputs, LoadReport, Mlp, classifier_serve_args, launch_online_worker, read_load_report,
             reset_inference_groups, reset_job, results_lines, spawn_classifier_load,
             spawn_observer_into, spawn_offline_worker, worker_bin,
         },
+        training::ServingTraining,
     },
     bench::{
         replay,
@@ -153,6 +152,8 @@ struct Bench {
 /// Counters read at the start of a window's timed part.
 struct Before {
     at: Instant,
+    /// CLOCK_MONOTONIC at `at`: the decision log's clock.
+    monotonic_ns: u64,
     offline_items: u64,
     node: reamer_tests::measure::proc_stats::NodeJiffies,
     daemon_jiffies: Option<u64>,
@@ -253,6 +254,7 @@ impl Bench {
     fn before(&self, daemon_pid: Option<u32>) -> anyhow::Result<Before> {
         Ok(Before {
             at: Instant::now(),
+            monotonic_ns: common_harvest::monotonic_ns(),
             offline_items: results_lines(&self.inputs.job),
             node: node_jiffies()?,
             daemon_jiffies: daemon_pid.map(process_jiffies),
@@ -391,10 +393,11 @@ impl Bench {
             worker.stop();
         }
         let harvest = (scenario == Scenario::ReamerByPace).then(|| {
-            harvest::read(
+            common_harvest::read(
                 &release_bin("enforcer"),
                 INSTANCE,
                 &decision_log_of(INSTANCE),
+                before.monotonic_ns,
             )
         });
         if let Some(daemon) = daemon {

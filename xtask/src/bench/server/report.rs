@@ -48,7 +48,7 @@ pub struct Window {
     pub confined: Option<Confined>,
     /// Under `harvest_by_pace`: what the pace controller did. Absent from runs saved before.
     #[serde(default)]
-    pub harvest: Option<super::harvest::HarvestSteps>,
+    pub harvest: Option<crate::bench::common::harvest::HarvestSteps>,
 }
 
 /// The CPUs a window confined inference to.

@@ -1,7 +1,7 @@
 //! Unit tests of `report`.
 
 use super::*;
-use crate::bench::colocation::DiscardedRound;
+use crate::bench::{colocation::DiscardedRound, common::harvest::HarvestStep};
 
 fn measured(rounds: usize, discarded: Vec<DiscardedRound>) -> Measured {
     Measured {
@@ -12,6 +12,7 @@ fn measured(rounds: usize, discarded: Vec<DiscardedRound>) -> Measured {
         rounds,
         rounds_asked: 4,
         window_s: 4.0,
+        settle_s: 0.0,
         lead_s: 3.5,
         online_cpu_ms_per_request: 3.5,
         online_cpu_ms_per_json_request: 5.0,
@@ -141,6 +142,7 @@ fn windows(within: fn(Scenario) -> u64) -> Vec<Window> {
                     steal_pct: 0.0,
                     cpus_left_idle: 0.05,
                     slo_needs: None,
+                    harvest: None,
                 }
             })
         })
@@ -215,4 +217,63 @@ fn the_rounds_note_names_the_worst_steal_and_the_rounds_missing() {
     assert!(note.contains("2 rounds were run again"), "{note}");
     assert!(note.contains("the worst: 41%, in training alone"), "{note}");
     assert!(note.contains("Only 3 of the 4 rounds"), "{note}");
+}
+
+#[test]
+fn the_pace_controllers_windows_say_when_its_search_ended_and_what_its_probes_held_back() {
+    let step = |at_s, level: &str, reason: &str, settles| HarvestStep {
+        at_s,
+        level: level.to_owned(),
+        reason: reason.to_owned(),
+        settles,
+    };
+    let mut run = measured(2, Vec::new());
+    run.scenarios = vec![Scenario::Alone, Scenario::ReamerByPace];
+    (run.window_s, run.settle_s) = (60.0, 45.0);
+    run.windows = windows(|_| 100)
+        .into_iter()
+        .filter(|w| w.scenario == Scenario::Alone)
+        .collect();
+    for round in 0..2 {
+        let mut by_pace = run.windows[round].clone();
+        by_pace.scenario = Scenario::ReamerByPace;
+        by_pace.harvest = Some(HarvestSteps {
+            signal: Some("progress".to_owned()),
+            steps: vec![
+                step(-35.0, "held", "probe", false),
+                step(-30.0, "policy", "trial", false),
+                step(-21.0, "training_cores", "kept", false),
+                step(-12.0 + round as f64, "training_cores", "kept", true),
+                // A recheck: offline held back for 5 s within the window.
+                step(48.0, "held", "probe", false),
+                step(53.0, "training_cores", "trial", false),
+            ],
+        });
+        run.windows.push(by_pace);
+    }
+    assert_eq!(
+        settle_clause(0.0),
+        "",
+        "a run without --settle reads as before"
+    );
+    let report = markdown(&figures(&run), &run, "cargo xtask bench", "test machine");
+    assert!(
+        report.contains("then 45 s of training, untimed, with inference beside it (`--settle`)"),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "Its search ended a median 34 s after training started (in 2 of 2 windows); its \
+             probes held offline back a median 8.3% of the timed window."
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "- round 1: signal `progress`; its search ended 33 s after training started; \
+             `training_cores` as the window began, `training_cores` at its end; offline held \
+             back 5.0 s of the 60 s"
+        ),
+        "{report}"
+    );
 }

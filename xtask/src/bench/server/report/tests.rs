@@ -1,6 +1,7 @@
 //! Unit tests of `report`.
 
 use super::*;
+use crate::bench::common::harvest::{HarvestStep, HarvestSteps};
 
 fn window(scenario: Scenario, round: usize, throughput: f64, offline: Option<f64>) -> Window {
     Window {
@@ -438,12 +439,18 @@ fn the_pace_controller_gets_its_own_targets_and_its_steps_under_the_table() {
         windows.push(window(Scenario::PlainCfs, round, alone * 0.8, Some(2600.0)));
         windows.push(window(Scenario::Reamer, round, alone * 0.97, Some(1500.0)));
         let mut by_pace = window(Scenario::ReamerByPace, round, alone * 0.995, Some(2000.0));
-        by_pace.harvest = Some(crate::bench::server::harvest::HarvestSteps {
+        let step = |at_s, level: &str, reason: &str| HarvestStep {
+            at_s,
+            level: level.to_owned(),
+            reason: reason.to_owned(),
+            settles: false,
+        };
+        by_pace.harvest = Some(HarvestSteps {
             signal: Some("gpu_busy".to_owned()),
             steps: vec![
-                ("held".to_owned(), "probe".to_owned()),
-                ("policy".to_owned(), "trial".to_owned()),
-                ("unpaused".to_owned(), "kept".to_owned()),
+                step(-3.0, "held", "probe"),
+                step(2.0, "policy", "trial"),
+                step(11.0, "unpaused", "kept"),
             ],
         });
         windows.push(by_pace);
@@ -470,7 +477,8 @@ fn the_pace_controller_gets_its_own_targets_and_its_steps_under_the_table() {
     let text = markdown(&run, &figures, "c", "m", "server-pace-tradeoff.svg");
     assert!(
         text.contains(
-            "- round 1: signal `gpu_busy`; held (probe) → policy (trial) → unpaused (kept)"
+            "- round 1: signal `gpu_busy`; held (probe, -3 s) → policy (trial, 2 s) → unpaused \
+             (kept, 11 s)"
         ),
         "{text}"
     );

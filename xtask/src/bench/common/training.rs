@@ -1,13 +1,14 @@
-//! The server benchmark's training job: the shipped PyTorch ResNet-50 or a stand-in, one
-//! process for the whole run, and what its stdout says (each timed part's start, then its
-//! report).
+//! A training job timed on request, and what its stdout says (each timed part's start, then
+//! its report): the server benchmark's job (the shipped PyTorch ResNet-50 or a stand-in), the
+//! co-location benchmark's `training-sim` and the demo's.
 //!
 //! The job runs with `--serve --json`: after its warm-up it trains until its stdin closes,
 //! and each line `{"seconds": S}` written there starts a timed part of S seconds at its next
 //! step, announced by a line `{"timed_start": true}` and ended by one JSON line of figures.
-//! One process serves every window: on the server, starting Python, CUDA and the loader
+//! On the server one process serves every window: starting Python, CUDA and the loader
 //! workers, then the 8 s warm-up, cost about 25 s of each 37.6 s window when every window
-//! started its own job.
+//! started its own job. In the co-location benchmark a job runs untimed first where the run
+//! asks (`--settle`), for the enforcer's pace controller to find its level.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -19,7 +20,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use reamer_tests::harness::Reaped;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::cargo::workspace_root;
 
@@ -138,16 +139,16 @@ impl TrainingReport {
     }
 }
 
-/// The run's training job, serving one timed part per window.
-pub(crate) struct ServingTraining {
+/// A training job serving timed parts, whose reports read as `R`.
+pub(crate) struct ServingTraining<R = TrainingReport> {
     child: Reaped,
     stdin: ChildStdin,
-    lines: mpsc::Receiver<TrainingLine>,
+    lines: mpsc::Receiver<TrainingLine<R>>,
     /// Whether a timed part has started: the first waits for the job's start and warm-up.
     warm: bool,
 }
 
-impl ServingTraining {
+impl<R: DeserializeOwned + Send + 'static> ServingTraining<R> {
     pub(crate) fn start(command: &TrainingCommand) -> anyhow::Result<Self> {
         let mut child = Reaped(
             Command::new(&command.program)
@@ -193,7 +194,7 @@ impl ServingTraining {
     }
 
     /// The report of the timed part of `seconds` begun last.
-    pub(crate) fn report(&mut self, seconds: f64) -> anyhow::Result<TrainingReport> {
+    pub(crate) fn report(&mut self, seconds: f64) -> anyhow::Result<R> {
         let limit = Duration::from_secs_f64(seconds) + REPORT_LIMIT;
         match next_training_line(&self.lines, limit, "its report")? {
             TrainingLine::Report(report) => Ok(report),
@@ -226,18 +227,18 @@ impl ServingTraining {
 
 /// What a training command's stdout says, line by line.
 #[derive(Debug)]
-enum TrainingLine {
+enum TrainingLine<R> {
     TimedStart,
-    Report(TrainingReport),
+    Report(R),
     /// Its stdout closed.
     Closed,
 }
 
 /// Reads `stdout` on a thread of its own: the timed part's start, then the report; other
 /// lines are left alone.
-fn read_training_lines(
+fn read_training_lines<R: DeserializeOwned + Send + 'static>(
     stdout: impl std::io::Read + Send + 'static,
-) -> mpsc::Receiver<TrainingLine> {
+) -> mpsc::Receiver<TrainingLine<R>> {
     let (send, receive) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -247,7 +248,7 @@ fn read_training_lines(
             };
             let event = if value.get("timed_start").is_some() {
                 TrainingLine::TimedStart
-            } else if let Ok(report) = serde_json::from_value::<TrainingReport>(value) {
+            } else if let Ok(report) = serde_json::from_value::<R>(value) {
                 TrainingLine::Report(report)
             } else {
                 continue;
@@ -263,11 +264,11 @@ fn read_training_lines(
 
 /// Waits up to `limit` for the next line of `lines` that is not `Closed` (a closed stdout is
 /// an error naming `what`).
-fn next_training_line(
-    lines: &mpsc::Receiver<TrainingLine>,
+fn next_training_line<R>(
+    lines: &mpsc::Receiver<TrainingLine<R>>,
     limit: Duration,
     what: &str,
-) -> anyhow::Result<TrainingLine> {
+) -> anyhow::Result<TrainingLine<R>> {
     match lines.recv_timeout(limit) {
         Ok(TrainingLine::Closed) | Err(mpsc::RecvTimeoutError::Disconnected) => {
             bail!("the training command ended before {what}: its output is above")
@@ -297,7 +298,7 @@ mod tests {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = read_training_lines(child.stdout.take().unwrap());
+        let lines = read_training_lines::<TrainingReport>(child.stdout.take().unwrap());
         let limit = Duration::from_secs(5);
         assert!(matches!(
             next_training_line(&lines, limit, "its timed part").unwrap(),
@@ -337,7 +338,7 @@ mod tests {
 
     #[test]
     fn one_serving_job_times_a_part_per_request_and_ends_when_its_stdin_closes() {
-        let mut training = ServingTraining::start(&serving_shell(
+        let mut training: ServingTraining = ServingTraining::start(&serving_shell(
             "{\"steps_per_s\": 7.0, \"step_ms_p50\": 140, \"step_ms_p99\": 180, \
              \"cpu_s\": 30, \"seconds\": 10}",
         ))
@@ -355,7 +356,7 @@ mod tests {
 
     #[test]
     fn a_serving_job_that_ends_is_an_error_naming_what_was_awaited() {
-        let mut training = ServingTraining::start(&TrainingCommand {
+        let mut training: ServingTraining = ServingTraining::start(&TrainingCommand {
             program: "true".to_owned(),
             args: vec![],
             stand_in: true,

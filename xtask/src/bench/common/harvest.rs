@@ -1,0 +1,204 @@
+//! What the enforcer's pace controller (`harvest_by_pace`) did in a benchmark window: the
+//! signal it followed at the window's end, and every level it moved to, when and why, read
+//! back from the daemon's decision log. The co-location and server benchmarks both read it.
+
+use std::{path::Path, process::Command};
+
+use serde::{Deserialize, Serialize};
+
+/// The controller's window: its signal at the end, and its steps in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HarvestSteps {
+    /// `progress` or `gpu_busy`; None where it had no signal at the end.
+    pub signal: Option<String>,
+    pub steps: Vec<HarvestStep>,
+}
+
+/// One change of level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HarvestStep {
+    /// Seconds from the timed window's start (negative: before it, while training settled).
+    pub at_s: f64,
+    /// The level it moved to (`held`, `quarter`, ..., `training_cores`).
+    pub level: String,
+    /// Why (`probe`, `trial`, `kept`, `too_costly`, ...).
+    pub reason: String,
+    /// Whether the search ended here: a level kept without trying the next one up, or
+    /// offline held back because even the lowest share cost too much.
+    pub settles: bool,
+}
+
+/// The level without a step: the core policy's (`policy::harvest::Level::Policy`).
+const POLICY: &str = "policy";
+/// The level of a probe, and of a search that found every share too costly.
+const HELD: &str = "held";
+
+/// CLOCK_MONOTONIC now, ns: the clock of the decision log's `at_ns`.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    assert_eq!(rc, 0, "CLOCK_MONOTONIC is always readable");
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// Reads the steps from `decision_log`, timed from `window_start_ns` (CLOCK_MONOTONIC), and
+/// the signal from `enforcer status --json`.
+pub(crate) fn read(
+    enforcer: &Path,
+    instance: &str,
+    decision_log: &Path,
+    window_start_ns: u64,
+) -> HarvestSteps {
+    let steps = std::fs::read_to_string(decision_log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|record| {
+            let step = &record["harvest"];
+            let level = step["level"].as_str()?.to_owned();
+            let reason = step["reason"].as_str()?.to_owned();
+            let tried = step["tried"].as_str();
+            let settles = match reason.as_str() {
+                "kept" => tried == Some(level.as_str()),
+                "too_costly" => level == HELD,
+                _ => false,
+            };
+            Some(HarvestStep {
+                at_s: (record["at_ns"].as_u64()? as f64 - window_start_ns as f64) / 1e9,
+                level,
+                reason,
+                settles,
+            })
+        })
+        .collect();
+    let signal = Command::new(enforcer)
+        .args(["status", "--json", "--instance", instance])
+        .output()
+        .ok()
+        .and_then(|output| serde_json::from_slice::<serde_json::Value>(&output.stdout).ok())
+        .and_then(|status| {
+            status["enforcement"]["harvest"]["signal"]
+                .as_str()
+                .map(str::to_owned)
+        });
+    HarvestSteps { signal, steps }
+}
+
+impl HarvestSteps {
+    /// The level in force at `at_s`: the last step's before it, the core policy's before any.
+    pub fn level_at(&self, at_s: f64) -> &str {
+        self.steps
+            .iter()
+            .take_while(|step| step.at_s <= at_s)
+            .last()
+            .map_or(POLICY, |step| step.level.as_str())
+    }
+
+    /// When the search first ended, s from the window's start.
+    pub fn settled_at_s(&self) -> Option<f64> {
+        self.steps
+            .iter()
+            .find(|step| step.settles)
+            .map(|step| step.at_s)
+    }
+
+    /// Seconds of `[0, window_s]` during which offline was held back (probes, or a search that
+    /// found even a quarter too costly): what the controller cost offline in the window.
+    pub fn held_s(&self, window_s: f64) -> f64 {
+        let mut held = 0.0;
+        let mut from = 0.0;
+        let mut holding = self.level_at(0.0) == HELD;
+        for step in self
+            .steps
+            .iter()
+            .filter(|s| s.at_s > 0.0 && s.at_s < window_s)
+        {
+            if holding {
+                held += step.at_s - from;
+            }
+            from = step.at_s;
+            holding = step.level == HELD;
+        }
+        if holding {
+            held += window_s - from;
+        }
+        held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(at_s: f64, level: &str, reason: &str, settles: bool) -> HarvestStep {
+        HarvestStep {
+            at_s,
+            level: level.to_owned(),
+            reason: reason.to_owned(),
+            settles,
+        }
+    }
+
+    #[test]
+    fn steps_are_read_from_the_decision_log_in_order_timed_from_the_window() {
+        let dir = std::env::temp_dir().join(format!("reamer-harvest-steps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("decisions.jsonl");
+        std::fs::write(
+            &log,
+            "{\"at_ns\":1000000000,\"harvest\":{\"level\":\"held\",\"reason\":\"probe\"}}\n\
+             {\"trigger\":\"demand_rose\"}\n\
+             not json\n\
+             {\"at_ns\":6000000000,\"harvest\":{\"level\":\"policy\",\"reason\":\"trial\",\"reference\":{}}}\n\
+             {\"at_ns\":15000000000,\"harvest\":{\"level\":\"policy\",\"reason\":\"kept\",\"tried\":\"policy\"}}\n",
+        )
+        .unwrap();
+        // No daemon of this instance: no signal, the steps all the same.
+        let harvest = read(
+            Path::new("/nonexistent/enforcer"),
+            "none",
+            &log,
+            5_000_000_000,
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(harvest.signal, None);
+        assert_eq!(
+            harvest.steps,
+            vec![
+                step(-4.0, "held", "probe", false),
+                step(1.0, "policy", "trial", false),
+                step(10.0, "policy", "kept", true),
+            ]
+        );
+        assert_eq!(harvest.settled_at_s(), Some(10.0));
+    }
+
+    #[test]
+    fn offline_is_held_from_each_probe_to_the_next_step_within_the_window() {
+        let harvest = HarvestSteps {
+            signal: Some("progress".to_owned()),
+            steps: vec![
+                // Held when the window starts: 2 s of it count.
+                step(-3.0, "held", "probe", false),
+                step(2.0, "training_cores", "trial", false),
+                step(11.0, "training_cores", "kept", true),
+                // A recheck's probe running past the window's end: 4 s of it count.
+                step(56.0, "held", "probe", false),
+            ],
+        };
+        assert_eq!(harvest.level_at(0.0), "held");
+        assert_eq!(harvest.level_at(30.0), "training_cores");
+        assert_eq!(harvest.held_s(60.0), 6.0);
+        let none = HarvestSteps {
+            signal: None,
+            steps: vec![],
+        };
+        assert_eq!(none.level_at(0.0), "policy");
+        assert_eq!(none.held_s(60.0), 0.0);
+        assert_eq!(none.settled_at_s(), None);
+    }
+}
