@@ -1,8 +1,9 @@
 //! Privileged test of `[policy] harvest_by_pace` on real cgroups: a training job that reports
 //! its progress (the training simulator, launched through the daemon) and an offline hog.
-//! The controller probes (offline frozen while training's reference pace is measured), then
-//! tries a level against it, each step in the decision log with its reason; `status` shows
-//! the level; when the job stops reporting, offline goes back to the core policy's CPUs.
+//! The controller compares the top of its ladder with offline held back, in cycles of a half
+//! at that level and a half with offline frozen, each step in the decision log with its
+//! reason; `status` shows the level and the held pace; when the job stops reporting, offline
+//! goes back to the core policy's CPUs.
 
 use std::time::Duration;
 
@@ -35,10 +36,10 @@ fn has_step(steps: &[Value], level: &str, reason: &str) -> bool {
 }
 
 #[test]
-fn a_reporting_job_is_probed_then_a_level_tried_and_without_reports_the_policy_returns() {
+fn a_reporting_job_is_compared_with_offline_held_and_without_reports_the_policy_returns() {
     let instance = "it-pace";
     if !privileged(
-        "a_reporting_job_is_probed_then_a_level_tried_and_without_reports_the_policy_returns",
+        "a_reporting_job_is_compared_with_offline_held_and_without_reports_the_policy_returns",
     ) {
         return;
     }
@@ -61,26 +62,35 @@ fn a_reporting_job_is_probed_then_a_level_tried_and_without_reports_the_policy_r
         &["--seconds", "24", "--loaders", "1"],
     );
     // Two reports a second apart give the job a pace; after its first 10 s of reports the
-    // controller probes, offline frozen.
-    eventually("a probe", Duration::from_secs(16), || {
+    // controller compares the top of its ladder: offline running, on training's cores too.
+    eventually("a comparison of the top", Duration::from_secs(16), || {
+        has_step(&harvest_steps(&daemon), "training_cores", "trial")
+    });
+    assert!(!pool_in(&daemon.snapshot(), "batch").0.paused);
+    // After the level's half (1 s to settle, 2 s measured), its held half: offline frozen.
+    eventually("a held half", Duration::from_secs(5), || {
         has_step(&harvest_steps(&daemon), "held", "probe")
     });
     assert!(
         pool_in(&daemon.snapshot(), "batch").0.paused,
-        "offline not held during the probe"
+        "offline not held during the held half"
     );
     let status = daemon.snapshot().enforcement.and_then(|e| e.harvest);
     assert_eq!(status.map(|h| h.level).as_deref(), Some("held"));
 
-    // After 1 s to settle and 4 s measured, the reference, and the core policy's level tried
-    // against it: offline running again.
-    eventually("a trial", Duration::from_secs(9), || {
-        has_step(&harvest_steps(&daemon), "policy", "trial")
+    // The next cycle carries the held pace measured: offline running again.
+    let held_pace = |steps: &[Value]| {
+        steps
+            .iter()
+            .filter(|s| s["reason"] == "trial")
+            .filter_map(|s| s["reference"]["steps_per_s"].as_f64())
+            .last()
+    };
+    eventually("the next cycle", Duration::from_secs(5), || {
+        held_pace(&harvest_steps(&daemon)).is_some()
     });
-    let steps = harvest_steps(&daemon);
-    let trial = steps.iter().find(|s| s["reason"] == "trial").unwrap();
-    let reference = trial["reference"]["steps_per_s"].as_f64().unwrap_or(0.0);
-    assert!(reference > 0.0, "{trial}");
+    let reference = held_pace(&harvest_steps(&daemon)).unwrap();
+    assert!(reference > 0.0, "{reference}");
     assert!(!pool_in(&daemon.snapshot(), "batch").0.paused);
     let status = daemon
         .snapshot()

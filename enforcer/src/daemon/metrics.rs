@@ -243,13 +243,13 @@ impl Collector for SnapshotMetrics {
                         Some("gpu_busy") => (
                             "reamer_harvest_reference_gpus_busy",
                             "Training's GPUs' busy share with offline held back (GPUs busy, \
-                             from NVML), at the pace controller's last probe.",
+                             from NVML): the mean of the pace controller's last held halves.",
                             reference / 1e6,
                         ),
                         _ => (
                             "reamer_harvest_reference_steps_per_second",
-                            "Training's pace with offline held back, at the pace controller's \
-                             last probe.",
+                            "Training's pace with offline held back: the mean of the pace \
+                             controller's last held halves.",
                             reference,
                         ),
                     };

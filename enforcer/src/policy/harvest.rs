@@ -13,36 +13,43 @@
 //! farthest from training, which grows from CPU 0); all of them (the policy as it is); the
 //! same without the core policy's pause while training is short of cores
 //! (`pause_offline_when_training_short` and its duty cycle); and training's reserved cores too.
-//! So the two fixed rules of the core policy are rungs the controller climbs past where
-//! training's pace shows them free, not settings fixed for every machine: on the VM, offline on
+//! So the two fixed rules of the core policy are rungs the controller passes where training's
+//! pace shows them free, not settings fixed for every machine: on the VM, offline on
 //! training's cores cost training 0.6% on one host and 7.6% on another.
 //!
-//! The loop, from the job's progress reports (`pace::PaceTracker`):
-//! - a **probe** holds offline back for `PROBE_SETTLE_NS` and measures training's pace over
-//!   `PROBE_MEASURE_NS`: the reference;
-//! - a **trial** runs a level for `TRIAL_SETTLE_NS`, then measures over `TRIAL_MEASURE_NS`;
-//! - the two are compared as an interval, not as single readings: each is the mean of the
-//!   paces between consecutive reports, with its standard error; the ratio's interval is
-//!   the ratio ± 2 standard errors. A level whose interval lies at or above `1 − ε` is kept and
-//!   the next one up tried; one whose interval lies below is left for the one under it; one
-//!   the interval cannot tell is tried again, and after `MAX_UNDECIDED` such trials judged by
-//!   their mean ratio: kept without trying higher where it is at or above `1 − ε`, left
-//!   otherwise;
-//! - settled, the level is checked against a fresh probe every `RECHECK_NS`; the level above
-//!   one found too costly is tried again after `CEILING_NS`; a reference that moved by more
-//!   than `PHASE_CHANGE` (a new phase of the job: evaluation, a checkpoint, a new job) starts
-//!   the search again from the current level.
+//! The loop, from the job's progress reports (`pace::PaceTracker`), compares a level with
+//! offline held back **in pairs**: a cycle runs the level for a half, then holds offline back
+//! for a half, each half settling for `SETTLE_NS` and then measuring training's pace; the
+//! cycle's ratio is the level's pace over the held pace just after it. Paired halves seconds
+//! apart cancel the drift that a reference measured once and trials compared with it for
+//! half a minute do not. On the VM (AMD EPYC host) the training simulator alone, timed in
+//! half-second parts for a minute, varied by 2.1% from part to part, and 4 s of it against
+//! the next 8 s by 1.2% (standard deviation) with nothing beside it; four paired cycles of the
+//! same readings by 0.6%. The design before this one (one 4 s reference, 8 s trials against
+//! it), against a 1% ε, left most of its trials undecided there and judged levels costly that
+//! a static setting above them showed cost 0.8% in the same run.
 //!
-//! What it costs offline: a probe holds it back for 5 s; searching, one probe serves the
-//! trials of the next `REFERENCE_TTL_NS`; settled, one probe every `RECHECK_NS` (5 s of 60:
-//! about 8% of offline's time). A search from the policy's level to the top of the ladder takes
-//! one probe and three trials at the least: 32 s, after the job's first `WARMUP_NS` of reports;
-//! each trial the interval cannot decide adds a probe and a trial (14 s).
+//! - The search starts at the top of the ladder and comes down: a level whose interval lies
+//!   below `1 − ε` gives way to the one under it, and the levels above it are not tried again
+//!   for `CEILING_NS`; the first level not shown costly whose cycles say it keeps training's
+//!   pace is kept. A machine where the top is free settles after one comparison.
+//! - The interval: the mean of the cycles' ratios ± Student's t (95%) standard errors, judged
+//!   from `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly; after
+//!   `MAX_CYCLES` the mean decides (kept where at or above `1 − ε`, left otherwise).
+//! - Settled, the level is compared again every `RECHECK_NS` (and the level above it too,
+//!   once the ceiling is older than `CEILING_NS`); a held pace that moved by more than
+//!   `PHASE_CHANGE` from the last comparison's (a new phase of the job: evaluation, a
+//!   checkpoint, a new job) starts the search again from the top.
+//!
+//! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
+//! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
+//! 36 s. Settled, one comparison a minute: about 10 to 20% of offline's time. The first
+//! comparison waits for the job's first `WARMUP_NS` of reports.
 //!
 //! The pace comes from the job's progress reports where it sends them, and otherwise from its
 //! GPUs' busy share (`gpu::training_busy`), counted up like reports. The job's own count comes
 //! first: it is the pace itself, while the busy share follows the pace only as long as a
-//! step's GPU work stays the same. A change of source starts the search again from a probe:
+//! step's GPU work stays the same. A change of source starts the search again from the top:
 //! the two are in different units. Without either (a job that does not report and holds no GPU
 //! of its own, or silent for `pace::STALE_NS`) the level is the core policy's own, as without
 //! this loop.
@@ -82,6 +89,9 @@ impl Level {
         Level::Unpaused,
         Level::TrainingCores,
     ];
+
+    /// Where a search starts: it comes down from the most offline work.
+    const TOP: Level = Level::TrainingCores;
 
     fn index(self) -> usize {
         Self::LADDER
@@ -129,29 +139,30 @@ impl Level {
     }
 }
 
-/// A job's first probe waits until it has reported a pace this long: its first seconds
+/// A job's first comparison waits until it has reported a pace this long: its first seconds
 /// (imports, a data loader's start, autotuning) are not its pace. Measured on the VM: a probe
 /// in the training simulator's first 5 s read 174 steps/s against 179 alone.
 pub(crate) const WARMUP_NS: u64 = 10_000_000_000;
-/// Offline held back before a probe measures: long enough for offline's threads to leave the
-/// CPUs and the caches to refill with training's (two of the 1 s report periods).
-pub(crate) const PROBE_SETTLE_NS: u64 = 1_000_000_000;
-/// A probe measures the reference over this: four reports of a job reporting once a second.
-pub(crate) const PROBE_MEASURE_NS: u64 = 4_000_000_000;
-pub(crate) const TRIAL_SETTLE_NS: u64 = 1_000_000_000;
-/// A trial measures over this: eight reports, twice the probe's, since a trial costs
-/// offline nothing.
-pub(crate) const TRIAL_MEASURE_NS: u64 = 8_000_000_000;
-/// A reference this young serves a trial without a new probe.
-pub(crate) const REFERENCE_TTL_NS: u64 = 30_000_000_000;
-/// Settled, the level is checked this often.
+/// Each half of a cycle settles this long before it measures: offline's threads leave the
+/// CPUs (or come back) and the caches refill.
+pub(crate) const SETTLE_NS: u64 = 1_000_000_000;
+/// A half measures over `REPORTS_PER_HALF` of the job's report periods, at least this: two
+/// periods of a job reporting once a second.
+pub(crate) const MIN_MEASURE_NS: u64 = 2_000_000_000;
+/// The most a half measures: a job reporting every 5 s or less often gets 10 s halves.
+pub(crate) const MAX_MEASURE_NS: u64 = 10_000_000_000;
+/// Report periods in a half's measurement: two give it two or three reports.
+const REPORTS_PER_HALF: u64 = 2;
+/// Cycles before the interval may judge a level: fewer give no useful interval.
+pub(crate) const MIN_CYCLES: usize = 3;
+/// Cycles after which the mean judges a level the interval could not.
+pub(crate) const MAX_CYCLES: usize = 6;
+/// Settled, the level is compared again this often.
 pub(crate) const RECHECK_NS: u64 = 60_000_000_000;
 /// The level above one found too costly is not tried again before this.
 pub(crate) const CEILING_NS: u64 = 300_000_000_000;
-/// A reference this far from the last one (relative) is a new phase of the job.
+/// A held pace this far from the last comparison's (relative) is a new phase of the job.
 pub(crate) const PHASE_CHANGE: f64 = 0.15;
-/// Trials of one level the interval cannot decide before their mean decides.
-pub(crate) const MAX_UNDECIDED: usize = 3;
 
 /// Where the pace the controller follows comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -195,44 +206,19 @@ pub(crate) fn shape(level: Level, mut allocation: Allocation, offline: &[String]
     allocation
 }
 
-/// A pace measured over a window: the mean of the paces between consecutive reports, and its
+/// Training's pace with offline held back: the mean of a comparison's held halves, and its
 /// standard error.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub(crate) struct Measured {
+    /// In the units of the pace's source: steps (or samples) a second, or busy µs a second.
     pub steps_per_s: f64,
     pub standard_error: f64,
+    /// The held halves it is the mean of.
     pub intervals: usize,
 }
 
-/// The paces between consecutive reports within `[from_ns, to_ns]`, as a measurement; None
-/// with fewer than two intervals.
-pub(crate) fn measure(reports: &[(u64, u64)], from_ns: u64, to_ns: u64) -> Option<Measured> {
-    let inside: Vec<(u64, u64)> = reports
-        .iter()
-        .copied()
-        .filter(|&(at, _)| at >= from_ns && at <= to_ns)
-        .collect();
-    let paces: Vec<f64> = inside
-        .windows(2)
-        .filter(|pair| pair[1].0 > pair[0].0)
-        .map(|pair| {
-            pair[1].1.saturating_sub(pair[0].1) as f64 * 1e9 / (pair[1].0 - pair[0].0) as f64
-        })
-        .collect();
-    if paces.len() < 2 {
-        return None;
-    }
-    let n = paces.len() as f64;
-    let mean = paces.iter().sum::<f64>() / n;
-    let variance = paces.iter().map(|p| (p - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    Some(Measured {
-        steps_per_s: mean,
-        standard_error: (variance / n).sqrt(),
-        intervals: paces.len(),
-    })
-}
-
-/// A trial's pace against its reference: the ratio and its interval (± 2 standard errors).
+/// A level's pace against offline held back: the mean of its cycles' ratios and its
+/// interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub(crate) struct Ratio {
     pub ratio: f64,
@@ -240,21 +226,48 @@ pub(crate) struct Ratio {
     pub high: f64,
 }
 
-pub(crate) fn ratio(trial: &Measured, reference: &Measured) -> Option<Ratio> {
-    if reference.steps_per_s <= 0.0 {
+/// Student's t at 95% (two-sided) for 1 to 9 degrees of freedom; 2.2 beyond.
+const T95: [f64; 9] = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26];
+
+/// The mean of `ratios` with its 95% interval; None with fewer than two.
+pub(crate) fn paired_interval(ratios: &[f64]) -> Option<Ratio> {
+    let n = ratios.len();
+    if n < 2 {
         return None;
     }
-    let ratio = trial.steps_per_s / reference.steps_per_s;
-    let relative = |m: &Measured| match m.steps_per_s {
-        pace if pace > 0.0 => m.standard_error / pace,
-        _ => 0.0,
-    };
-    let spread = 2.0 * ratio * (relative(trial).powi(2) + relative(reference).powi(2)).sqrt();
+    let mean = ratios.iter().sum::<f64>() / n as f64;
+    let variance = ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let t = T95.get(n - 2).copied().unwrap_or(2.2);
+    let spread = t * (variance / n as f64).sqrt();
     Some(Ratio {
-        ratio,
-        low: ratio - spread,
-        high: ratio + spread,
+        ratio: mean,
+        low: mean - spread,
+        high: mean + spread,
     })
+}
+
+/// Training's pace over `[from_ns, to_ns]`: the count between the first and the last report
+/// inside, over their time; None with fewer than two.
+pub(crate) fn pace_between(reports: &[(u64, u64)], from_ns: u64, to_ns: u64) -> Option<f64> {
+    let mut inside = reports
+        .iter()
+        .filter(|&&(at, _)| at >= from_ns && at <= to_ns);
+    let (first_at, first) = *inside.next()?;
+    let (last_at, last) = *inside.next_back()?;
+    (last_at > first_at)
+        .then(|| last.saturating_sub(first) as f64 * 1e9 / (last_at - first_at) as f64)
+}
+
+/// How long a half measures for a job reporting as in `reports`: `REPORTS_PER_HALF` of its
+/// median report period, within `MIN_MEASURE_NS` and `MAX_MEASURE_NS`.
+fn measure_ns(reports: &[(u64, u64)]) -> u64 {
+    let mut gaps: Vec<u64> = reports
+        .windows(2)
+        .map(|pair| pair[1].0.saturating_sub(pair[0].0))
+        .collect();
+    gaps.sort_unstable();
+    let period = gaps.get(gaps.len() / 2).copied().unwrap_or(0);
+    (period * REPORTS_PER_HALF).clamp(MIN_MEASURE_NS, MAX_MEASURE_NS)
 }
 
 /// Why the level changed: what the decision log and status show.
@@ -263,20 +276,21 @@ pub(crate) fn ratio(trial: &Measured, reference: &Measured) -> Option<Ratio> {
 pub(crate) enum Why {
     /// The job reports no pace (any more): the core policy's level.
     NoSignal,
-    /// Offline held back to measure training's reference pace.
+    /// Offline held back: a cycle's second half, training's pace with offline held back.
     Probe,
-    /// A level tried against the reference.
-    Trial { reference: Measured },
-    /// Level `tried` kept training's pace: kept, or the next one up tried.
+    /// A level compared with offline held back: a comparison's first cycle starts. The held
+    /// pace of the last comparison, where there was one.
+    Trial { reference: Option<Measured> },
+    /// Level `tried` kept training's pace: kept, or the one above tried.
     Kept { tried: Level, ratio: Ratio },
     /// Level `tried` cost training more than ε: the one below.
     TooCostly { tried: Level, ratio: Ratio },
-    /// The interval could not tell of level `tried`: it is tried again.
+    /// The cycles so far cannot tell of level `tried`: another cycle.
     Undecided { tried: Level, ratio: Ratio },
-    /// The reference moved by more than `PHASE_CHANGE`: the search starts again.
+    /// The held pace moved by more than `PHASE_CHANGE`: the search starts again.
     PhaseChange { from: f64, to: f64 },
     /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
-    /// the search starts again from a probe.
+    /// the search starts again.
     SignalChanged { from: PaceSource, to: PaceSource },
 }
 
@@ -291,19 +305,18 @@ pub(crate) struct Change {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     NoSignal,
-    /// The job has had a pace since `since`: its first probe after `WARMUP_NS`.
+    /// The job has had a pace since `since`: its first comparison after `WARMUP_NS`.
     WarmingUp {
         since: u64,
     },
-    /// Offline held back since `since`; then `then` is tried.
-    Probe {
-        since: u64,
-        then: Level,
-    },
-    /// `level` tried since `since`.
-    Trial {
+    /// `level` compared with offline held back in cycles from `since`, each `level` for a
+    /// half of `half_ns`, then held back for one (`holding`); `judged` cycles are over.
+    Comparing {
         since: u64,
         level: Level,
+        half_ns: u64,
+        holding: bool,
+        judged: usize,
     },
     /// `level` kept since `since`.
     Settled {
@@ -318,11 +331,15 @@ pub(crate) struct Harvest {
     phase: Phase,
     /// Where the pace comes from while there is one.
     source: Option<PaceSource>,
-    reference: Option<(u64, Measured)>,
+    /// The current comparison's cycles: the level's pace over the held pace, and the held
+    /// pace.
+    cycles: Vec<(f64, f64)>,
+    /// The held pace of the last comparison judged, and of the current one so far.
+    reference: Option<Measured>,
+    /// The held pace the last judged comparison measured: a new phase is judged against it.
+    last_held: Option<f64>,
     /// The lowest level found too costly, and when.
     ceiling: Option<(Level, u64)>,
-    /// The ratios of the trials of the current level that the interval could not decide.
-    undecided: Vec<f64>,
     /// The last change, for status.
     last: Option<Change>,
 }
@@ -333,9 +350,10 @@ impl Harvest {
             settings,
             phase: Phase::NoSignal,
             source: None,
+            cycles: Vec::new(),
             reference: None,
+            last_held: None,
             ceiling: None,
-            undecided: Vec::new(),
             last: None,
         }
     }
@@ -349,14 +367,14 @@ impl Harvest {
     pub(crate) fn level(&self) -> Level {
         match self.phase {
             Phase::NoSignal | Phase::WarmingUp { .. } => Level::Policy,
-            Phase::Probe { .. } => Level::Held,
-            Phase::Trial { level, .. } | Phase::Settled { level, .. } => level,
+            Phase::Comparing { holding: true, .. } => Level::Held,
+            Phase::Comparing { level, .. } | Phase::Settled { level, .. } => level,
         }
     }
 
-    /// The reference pace, where one was measured, in the units of `source`.
+    /// Training's pace with offline held back, where measured, in the units of `source`.
     pub(crate) fn reference(&self) -> Option<Measured> {
-        self.reference.map(|(_, m)| m)
+        self.reference
     }
 
     /// Where the pace comes from, while the job has one.
@@ -398,66 +416,50 @@ impl Harvest {
                 _ => {}
             }
             self.phase = Phase::NoSignal;
-            self.reference = None;
-            self.undecided.clear();
+            self.forget();
             return Some(self.change(Why::NoSignal));
         };
         let before = self.source.replace(source);
         let searching = !matches!(self.phase, Phase::NoSignal | Phase::WarmingUp { .. });
         if let Some(from) = before.filter(|&from| from != source && searching) {
-            // A reference in the other source's units means nothing now.
-            self.reference = None;
-            self.ceiling = None;
-            self.undecided.clear();
-            return Some(self.probe_then(
-                now_ns,
-                Level::Policy,
-                Why::SignalChanged { from, to: source },
-            ));
+            // Paces in the other source's units mean nothing now.
+            self.forget();
+            let why = Why::SignalChanged { from, to: source };
+            return Some(self.compare(now_ns, Level::TOP, reports, why));
         }
         match self.phase {
             Phase::NoSignal => {
                 self.phase = Phase::WarmingUp { since: now_ns };
                 None
             }
-            Phase::WarmingUp { since } => (now_ns.saturating_sub(since) >= WARMUP_NS)
-                .then(|| self.probe(now_ns, Level::Policy)),
-            Phase::Probe { since, then } => {
-                let from = since + PROBE_SETTLE_NS;
-                if now_ns < from + PROBE_MEASURE_NS {
-                    return None;
+            Phase::WarmingUp { since } => (now_ns.saturating_sub(since) >= WARMUP_NS).then(|| {
+                let why = Why::Trial { reference: None };
+                self.compare(now_ns, Level::TOP, reports, why)
+            }),
+            Phase::Comparing {
+                since,
+                level,
+                half_ns,
+                holding,
+                judged,
+            } => {
+                let cycle_ns = 2 * half_ns;
+                let elapsed = now_ns.saturating_sub(since);
+                if elapsed / cycle_ns > judged as u64 {
+                    let start = since + judged as u64 * cycle_ns;
+                    return self.judge_cycle(now_ns, start, reports);
                 }
-                let Some(reference) = measure(reports, from, now_ns) else {
-                    // Too few reports in the window: the job reports slowly, measure longer.
-                    return None;
-                };
-                let phase_change = self.reference.and_then(|(_, before)| {
-                    let moved = (reference.steps_per_s / before.steps_per_s - 1.0).abs();
-                    (moved > PHASE_CHANGE).then_some((before.steps_per_s, reference.steps_per_s))
-                });
-                self.reference = Some((now_ns, reference));
-                if let Some((from, to)) = phase_change {
-                    self.ceiling = None;
-                    self.phase = Phase::Trial {
-                        since: now_ns,
-                        level: then,
+                if !holding && elapsed % cycle_ns >= half_ns {
+                    self.phase = Phase::Comparing {
+                        since,
+                        level,
+                        half_ns,
+                        holding: true,
+                        judged,
                     };
-                    return Some(self.change(Why::PhaseChange { from, to }));
+                    return Some(self.change(Why::Probe));
                 }
-                self.phase = Phase::Trial {
-                    since: now_ns,
-                    level: then,
-                };
-                Some(self.change(Why::Trial { reference }))
-            }
-            Phase::Trial { since, level } => {
-                let from = since + TRIAL_SETTLE_NS;
-                if now_ns < from + TRIAL_MEASURE_NS {
-                    return None;
-                }
-                let (_, reference) = self.reference.expect("a trial follows a probe");
-                let ratio = measure(reports, from, now_ns).and_then(|t| ratio(&t, &reference))?;
-                Some(self.judge(now_ns, level, ratio))
+                None
             }
             Phase::Settled { since, level } => {
                 if now_ns.saturating_sub(since) < RECHECK_NS {
@@ -470,117 +472,142 @@ impl Harvest {
                 {
                     self.ceiling = None;
                 }
-                Some(self.probe(now_ns, level))
+                // Compared again where it stands: no change of level until its held half.
+                self.compare(now_ns, level, reports, Why::Probe);
+                None
             }
         }
     }
 
-    /// After a trial of `level`: keep it and try the next one up, fall to the one below, or
-    /// try again.
-    fn judge(&mut self, now_ns: u64, level: Level, ratio: Ratio) -> Change {
-        let floor = 1.0 - self.settings.epsilon;
-        let proven_within = ratio.low >= floor;
-        let proven_costly = ratio.high < floor;
-        if !proven_within && !proven_costly {
-            self.undecided.push(ratio.ratio);
-            if self.undecided.len() < MAX_UNDECIDED {
-                return self.probe_then(
-                    now_ns,
-                    level,
-                    Why::Undecided {
-                        tried: level,
-                        ratio,
-                    },
-                );
-            }
-        }
-        let mean = match self.undecided.len() {
-            0 => ratio.ratio,
-            n => self.undecided.iter().sum::<f64>() / n as f64,
+    /// The cycle that began at `start` is over: its ratio counted, then the level judged
+    /// where its cycles can tell, or another cycle begun.
+    fn judge_cycle(&mut self, now_ns: u64, start: u64, reports: &[(u64, u64)]) -> Option<Change> {
+        let Phase::Comparing {
+            since,
+            level,
+            half_ns,
+            judged,
+            ..
+        } = self.phase
+        else {
+            unreachable!("a cycle is judged while comparing");
         };
-        let undecided = !std::mem::take(&mut self.undecided).is_empty();
-        if proven_within || (undecided && mean >= floor) {
-            // Kept; the next level up only where this one was shown within ε.
-            let next = level
+        self.phase = Phase::Comparing {
+            since,
+            level,
+            half_ns,
+            holding: false,
+            judged: judged + 1,
+        };
+        let level_pace = pace_between(reports, start + SETTLE_NS, start + half_ns);
+        let held_pace = pace_between(reports, start + half_ns + SETTLE_NS, start + 2 * half_ns);
+        if let (Some(level_pace), Some(held)) = (level_pace, held_pace.filter(|&p| p > 0.0)) {
+            if let Some(before) = self.last_held
+                && (held / before - 1.0).abs() > PHASE_CHANGE
+            {
+                // A new phase of the job: what was found of the old one says nothing now.
+                self.forget();
+                let why = Why::PhaseChange {
+                    from: before,
+                    to: held,
+                };
+                return Some(self.compare(now_ns, Level::TOP, reports, why));
+            }
+            self.cycles.push((level_pace / held, held));
+            self.reference = self.held_reference();
+        }
+        let ratios: Vec<f64> = self.cycles.iter().map(|&(ratio, _)| ratio).collect();
+        let Some(ratio) = paired_interval(&ratios).filter(|_| ratios.len() >= MIN_CYCLES) else {
+            // Too few cycles yet (or a half without two reports): another cycle.
+            return Some(self.change(Why::Trial {
+                reference: self.reference,
+            }));
+        };
+        let floor = 1.0 - self.settings.epsilon;
+        let decided = ratio.low >= floor || ratio.high < floor || ratios.len() >= MAX_CYCLES;
+        if !decided {
+            return Some(self.change(Why::Undecided {
+                tried: level,
+                ratio,
+            }));
+        }
+        self.last_held = self.reference.map(|r| r.steps_per_s);
+        self.cycles.clear();
+        if ratio.ratio >= floor {
+            // Kept; the level above is tried once no ceiling stands in its way (after a
+            // search that came down, the ceiling is the level just above).
+            let why = Why::Kept {
+                tried: level,
+                ratio,
+            };
+            match level
                 .up()
-                .filter(|_| proven_within)
-                .filter(|up| self.ceiling.is_none_or(|(ceiling, _)| *up < ceiling));
-            match next {
-                Some(up) => self.try_level(
-                    now_ns,
-                    up,
-                    Why::Kept {
-                        tried: level,
-                        ratio,
-                    },
-                ),
-                None => {
-                    self.phase = Phase::Settled {
-                        since: now_ns,
-                        level,
-                    };
-                    self.change(Why::Kept {
-                        tried: level,
-                        ratio,
-                    })
-                }
+                .filter(|up| self.ceiling.is_none_or(|(ceiling, _)| *up < ceiling))
+            {
+                Some(up) => Some(self.compare(now_ns, up, reports, why)),
+                None => Some(self.settle(now_ns, level, why)),
             }
         } else {
-            // Too costly, shown or on the mean of the undecided trials: training first.
+            // Too costly, shown or on the mean: training first.
             self.ceiling = Some((level, now_ns));
+            let why = Why::TooCostly {
+                tried: level,
+                ratio,
+            };
             match level.down().filter(|&down| down > Level::Held) {
-                Some(down) => self.try_level(
-                    now_ns,
-                    down,
-                    Why::TooCostly {
-                        tried: level,
-                        ratio,
-                    },
-                ),
-                None => {
-                    // Even a quarter costs training more than ε: held back until the next
-                    // check.
-                    self.phase = Phase::Settled {
-                        since: now_ns,
-                        level: Level::Held,
-                    };
-                    self.change(Why::TooCostly {
-                        tried: level,
-                        ratio,
-                    })
-                }
+                Some(down) => Some(self.compare(now_ns, down, reports, why)),
+                // Even a quarter costs training more than ε: held back until the next check.
+                None => Some(self.settle(now_ns, Level::Held, why)),
             }
         }
     }
 
-    /// Tries `level` next: at once against a young reference, else after a new probe.
-    fn try_level(&mut self, now_ns: u64, level: Level, why: Why) -> Change {
-        let young = self
-            .reference
-            .is_some_and(|(at, _)| now_ns.saturating_sub(at) < REFERENCE_TTL_NS);
-        if !young {
-            return self.probe_then(now_ns, level, why);
-        }
-        self.phase = Phase::Trial {
+    /// Begins comparing `level` with offline held back: its half first.
+    fn compare(&mut self, now_ns: u64, level: Level, reports: &[(u64, u64)], why: Why) -> Change {
+        self.cycles.clear();
+        self.phase = Phase::Comparing {
             since: now_ns,
             level,
-        };
-        Change { level, why }
-    }
-
-    /// Holds offline back for a probe, then tries `then`. Also how a trial the interval could
-    /// not decide is tried again: after a new probe, since a reference read high or low by
-    /// chance would tilt every trial against it.
-    fn probe_then(&mut self, now_ns: u64, then: Level, why: Why) -> Change {
-        self.phase = Phase::Probe {
-            since: now_ns,
-            then,
+            half_ns: SETTLE_NS + measure_ns(reports),
+            holding: false,
+            judged: 0,
         };
         self.change(why)
     }
 
-    fn probe(&mut self, now_ns: u64, then: Level) -> Change {
-        self.probe_then(now_ns, then, Why::Probe)
+    fn settle(&mut self, now_ns: u64, level: Level, why: Why) -> Change {
+        self.phase = Phase::Settled {
+            since: now_ns,
+            level,
+        };
+        self.change(why)
+    }
+
+    /// The held halves' pace so far, as a measurement.
+    fn held_reference(&self) -> Option<Measured> {
+        let held: Vec<f64> = self.cycles.iter().map(|&(_, held)| held).collect();
+        let n = held.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = held.iter().sum::<f64>() / n as f64;
+        let variance = match n {
+            1 => 0.0,
+            _ => held.iter().map(|p| (p - mean).powi(2)).sum::<f64>() / (n - 1) as f64,
+        };
+        Some(Measured {
+            steps_per_s: mean,
+            standard_error: (variance / n as f64).sqrt(),
+            intervals: n,
+        })
+    }
+
+    /// Drops what was measured: a new signal, or none.
+    fn forget(&mut self) {
+        self.cycles.clear();
+        self.reference = None;
+        self.last_held = None;
+        self.ceiling = None;
     }
 
     fn change(&self, why: Why) -> Change {

@@ -21,7 +21,7 @@ pub(crate) const WINDOW_NS: u64 = 5_000_000_000;
 /// checkpoint or an end.
 pub(crate) const STALE_NS: u64 = 10_000_000_000;
 /// Reports are kept this long: the harvest controller (`harvest`) measures the pace over
-/// its probes and trials, up to 10 s each, from them.
+/// the halves of its cycles, up to 11 s each, from them.
 pub(crate) const HISTORY_NS: u64 = 30_000_000_000;
 /// Reports kept are at least this far apart: a job that reports on every step has its newest
 /// report replace the one before while they are closer, so the history stays covered with at

@@ -561,12 +561,7 @@ fn harvest_note(measured: &Measured) -> String {
     let lines: Vec<String> = by_pace
         .iter()
         .map(|(round, harvest)| {
-            let signal = harvest
-                .signal
-                .as_deref()
-                .map_or("no signal at the end".to_owned(), |s| {
-                    format!("signal `{s}`")
-                });
+            let signal = harvest.signal_words();
             let settled = harvest.settled_at_s().map_or(
                 "its search had not ended by the window's end".to_owned(),
                 |at_s| {

@@ -22,8 +22,9 @@ pub enum Scenario {
     /// training's cores once none is free, as the enforcer did by default before that.
     ReamerOfflineOnTrainingCores,
     /// Reamer with `[policy] harvest_by_pace = true`: offline inference's share set by the
-    /// training simulator's reported pace (`policy::harvest`). Its probes and trials take
-    /// about 25 s to settle: it needs windows far longer than the 4 s default (`--window`).
+    /// training simulator's reported pace (`policy::harvest`). Its first probe waits for 10 s
+    /// of reports and its search takes 30-45 s: it needs training to run untimed first
+    /// (`--settle`) and windows as long as its 60 s between checks (`--window`).
     ReamerByPace,
     /// Reamer with both workers on tract (`--engine tract`) where the others run ONNX
     /// Runtime: what a harvested CPU is worth to offline inference on each engine, side by

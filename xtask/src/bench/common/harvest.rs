@@ -89,6 +89,15 @@ pub(crate) fn read(
 }
 
 impl HarvestSteps {
+    /// The signal at the window's end, in words for a report.
+    pub fn signal_words(&self) -> String {
+        self.signal
+            .as_deref()
+            .map_or("no signal at the end".to_owned(), |s| {
+                format!("signal `{s}`")
+            })
+    }
+
     /// The level in force at `at_s`: the last step's before it, the core policy's before any.
     pub fn level_at(&self, at_s: f64) -> &str {
         self.steps

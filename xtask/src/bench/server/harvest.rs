@@ -12,12 +12,7 @@ pub(super) fn markdown(windows: &[Window]) -> String {
         .iter()
         .filter_map(|w| Some((w.round, w.harvest.as_ref()?)))
         .map(|(round, harvest)| {
-            let signal = harvest
-                .signal
-                .as_deref()
-                .map_or("no signal at the end".to_owned(), |s| {
-                    format!("signal `{s}`")
-                });
+            let signal = harvest.signal_words();
             let steps = match harvest.steps.is_empty() {
                 true => "no step (the core policy's level throughout)".to_owned(),
                 false => harvest
