@@ -11,10 +11,10 @@
 //! - `target/release/xtask record-server --part 2 --out DIR`: the GPU clamp on need with both
 //!   training jobs (`--only gpu`), 1 round.
 //! - `target/release/xtask record-server --part 3 --out DIR`: the pace controller
-//!   (`harvest_by_pace`) beside reamer's defaults and training alone, in windows long enough
-//!   for its search (about 42 s from the daemon's start to the top of its ladder) to settle,
-//!   into its own section (`--server-section server-pace`), 2 rounds of 70 s. A lease has
-//!   room for part 1 and 2, or for part 3 and 2.
+//!   (`harvest_by_pace`) beside reamer's defaults and training alone, into its own section
+//!   (`--server-section server-pace`), 2 rounds of 55 s; the controller's windows are timed
+//!   45 s after its daemon starts, once its first comparison (18 to 36 s, after 10 s of
+//!   signal) is over. A lease has room for part 1 and 2, or for part 3 and 2.
 //!
 //! The parts' deadlines come from the server's own timings (2026-11-26, H200, 16 vCPUs): a
 //! server-bench window of 15 s took 37.6 s in all while each window started its own PyTorch
@@ -44,7 +44,8 @@ pub struct Options {
     /// cores, and reamer; 3 rounds of 12 s; at most 530 s). 2: the GPU clamp on need with
     /// the GPU-bound and the loader-bound job (1 round; about 4 minutes). 3: the pace
     /// controller (`harvest_by_pace`, following the job's GPU busy share) beside reamer's
-    /// defaults and training alone, 2 rounds of 70 s, its own section (at most 530 s).
+    /// defaults and training alone, 2 rounds of 55 s (the controller's timed 45 s after its
+    /// daemon starts), its own section (at most 530 s).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     part: Option<u8>,
     /// Where a part copies what it recorded: the saved runs, the traces, the log, and
@@ -142,10 +143,11 @@ fn part(number: u8, training_cmd: Option<&str>) -> Part {
                 "docs/server-tradeoff.svg",
             ],
         ),
-        // 6 windows of 70 s at about 74 s each: 444 s, and the same starts.
+        // 6 windows of 55 s at about 59 s each, and the controller's two 45 s settles: 444 s,
+        // and the same starts.
         3 => server_part(
             "server-pace",
-            ["2", "70", PACE],
+            ["2", "55", PACE],
             training_cmd,
             &[
                 "target/bench/server/run.json",

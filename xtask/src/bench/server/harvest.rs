@@ -38,8 +38,10 @@ pub(super) fn markdown(windows: &[Window]) -> String {
     format!(
         "\nThe pace controller (`harvest_by_pace = true`), window by window: the signal it \
          followed at the window's end, and each level it moved to over the window, with why \
-         and when (s from the timed part's start; its first probe waits for 10 s of signal; \
-         docs/enforcer.md, \"Offline's share, set by training's pace\"):\n\n{}\n",
+         and when (s from the timed part's start; its daemon started {:.0} s before it, and its \
+         first comparison waits for 10 s of signal; docs/enforcer.md, \"Offline's share, set \
+         by training's pace\"):\n\n{}\n",
+        (super::INFERENCE_LEAD + super::PACE_SETTLE).as_secs_f64(),
         lines.join("\n")
     )
 }

@@ -90,6 +90,11 @@ const MLP_LAYERS: u32 = 8;
 /// that serves all day; reamer's online pool weight settles in it (three latency reports,
 /// one a second).
 const INFERENCE_LEAD: Duration = Duration::from_millis(3500);
+/// The pace controller's windows (`reamer_by_pace`) are timed this much later: the daemon
+/// starts with each window, and the controller's first comparison waits for 10 s of signal
+/// and takes 18 to 36 s (`policy::harvest`). Training, one process for the whole run, is past
+/// its warm-up already: only the daemon settles.
+const PACE_SETTLE: Duration = Duration::from_secs(45);
 /// The lead's load runs until the timed part starts; this bounds it.
 const LEAD_LOAD_MAX: Duration = Duration::from_secs(600);
 /// Items per CPU-second the offline job is sized for: twice what one thread of the offline
@@ -121,7 +126,7 @@ fn bench_dir() -> PathBuf {
 
 /// Lines enough that the offline job outlasts a window with every CPU on it.
 fn job_lines(cpus: usize, seconds: f64) -> u64 {
-    let window_s = INFERENCE_LEAD.as_secs_f64() + seconds + JOB_SLACK_S;
+    let window_s = (INFERENCE_LEAD + PACE_SETTLE).as_secs_f64() + seconds + JOB_SLACK_S;
     (cpus as f64 * JOB_ITEMS_PER_CPU_S * window_s).ceil() as u64
 }
 
@@ -327,7 +332,11 @@ impl Bench {
                 .map(Reaped)
             })
             .transpose()?;
-        std::thread::sleep(INFERENCE_LEAD);
+        let settle = match scenario {
+            Scenario::ReamerByPace => PACE_SETTLE,
+            _ => Duration::ZERO,
+        };
+        std::thread::sleep(INFERENCE_LEAD + settle);
         // Observed from before the timed part starts: the replay sees the daemon's start as
         // well as the timed part.
         let whole_run_observer = (scenario == Scenario::AloneObserved)
