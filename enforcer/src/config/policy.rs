@@ -38,9 +38,10 @@ pub struct PolicySection {
     /// true: offline inference's share is set by training's own pace, from the progress a
     /// training job reports (`python/reamer_progress.py`), or else from its GPUs' busy share
     /// (NVML): the most offline work that keeps training within `pace_epsilon` of its pace
-    /// with offline held back, found by comparing each level with offline held back, seconds
-    /// apart (docs/enforcer.md, "Offline's share, set by training's pace"). A job with neither keeps the core policy alone. false (the
-    /// default, until measured on the GPU server): the core policy alone.
+    /// with offline held back, found by running each level and holding offline back in turn,
+    /// seconds apart (docs/enforcer.md, "Offline's share, set by training's pace"). A job
+    /// with neither keeps the core policy alone. false (the default, until measured on the GPU
+    /// server): the core policy alone.
     pub harvest_by_pace: bool,
     /// How much of training's pace offline inference may cost under `harvest_by_pace`: 0.01 is
     /// 1%.

@@ -220,7 +220,8 @@ impl<R: DeserializeOwned + Send + 'static> ServingTraining<R> {
             std::thread::sleep(Duration::from_millis(100));
         }
         eprintln!(
-            "[bench] server: the training command had not exited {STOP_LIMIT:?} after its stdin closed: killed"
+            "[bench] the training command had not exited {STOP_LIMIT:?} after its stdin \
+             closed: killed"
         );
     }
 }
