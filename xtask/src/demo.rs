@@ -142,24 +142,10 @@ pub fn run() -> anyhow::Result<()> {
 
     // Training through the daemon's launcher, so that it is the daemon's training job and its
     // steps reach the daemon; timed on request (`--serve`).
-    let sim = release_bin("training-sim");
     let enforcer = release_bin("enforcer");
-    let mut training = ServingTraining::start(&TrainingCommand {
-        program: enforcer.to_str().context("utf-8 path")?.to_owned(),
-        args: [
-            "launch",
-            "--training",
-            TRAINING_JOB,
-            "--instance",
-            INSTANCE,
-            "--",
-            sim.to_str().context("utf-8 path")?,
-        ]
-        .map(str::to_owned)
-        .to_vec(),
-        stand_in: true,
-        description: "training-sim".to_owned(),
-    })?;
+    let mut training = ServingTraining::start(
+        &TrainingCommand::training_sim(&[])?.launched_as_training(TRAINING_JOB, INSTANCE)?,
+    )?;
     let live_seconds = ALONE_SECONDS + INFERENCE_LEAD.as_secs_f64() + BESIDE_SECONDS;
     println!(
         ">>> training starts: `enforcer launch --training {TRAINING_JOB} -- training-sim`; its \

@@ -402,38 +402,11 @@ impl Bench {
 
         let seed = (round + 1).to_string();
         let window_s = self.window.as_secs_f64();
-        let sim = release_bin("training-sim");
-        let sim = sim.to_str().context("utf-8 path")?.to_owned();
-        let sim_args = ["--seed".to_owned(), seed.clone()];
         // Timed on request (`--serve`): started now, timed after the settling time.
+        let sim = TrainingCommand::training_sim(&["--seed", &seed])?;
         let command = match &control {
-            Control::Daemon(_) => TrainingCommand {
-                program: release_bin("enforcer")
-                    .to_str()
-                    .context("utf-8 path")?
-                    .to_owned(),
-                args: [
-                    "launch",
-                    "--training",
-                    "train",
-                    "--instance",
-                    INSTANCE,
-                    "--",
-                ]
-                .map(str::to_owned)
-                .into_iter()
-                .chain([sim])
-                .chain(sim_args)
-                .collect(),
-                stand_in: true,
-                description: "training-sim".to_owned(),
-            },
-            _ => TrainingCommand {
-                program: sim,
-                args: sim_args.to_vec(),
-                stand_in: true,
-                description: "training-sim".to_owned(),
-            },
+            Control::Daemon(_) => sim.launched_as_training("train", INSTANCE)?,
+            _ => sim,
         };
         let training_started = Instant::now();
         let mut training: ServingTraining<TrainingReport> = ServingTraining::start(&command)?;

@@ -22,7 +22,7 @@ use anyhow::{Context as _, bail};
 use reamer_tests::harness::Reaped;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
-use crate::cargo::workspace_root;
+use crate::cargo::{release_bin, workspace_root};
 
 /// How long the job may take to reach its first timed part: Python's imports, CUDA's start,
 /// the loader workers' start and the script's warm-up.
@@ -87,6 +87,32 @@ impl TrainingCommand {
         })
     }
 
+    /// The training simulator (`training-sim`) with `args`: a stand-in.
+    pub fn training_sim(args: &[&str]) -> anyhow::Result<Self> {
+        Ok(Self {
+            program: utf8(&release_bin("training-sim"))?,
+            args: args.iter().map(|&arg| arg.to_owned()).collect(),
+            stand_in: true,
+            description: "training-sim".to_owned(),
+        })
+    }
+
+    /// This command started through `enforcer launch --training JOB --instance INSTANCE`: the
+    /// daemon's training job, whose progress reports reach the daemon.
+    pub fn launched_as_training(self, job: &str, instance: &str) -> anyhow::Result<Self> {
+        let launch = ["launch", "--training", job, "--instance", instance, "--"];
+        Ok(Self {
+            program: utf8(&release_bin("enforcer"))?,
+            args: launch
+                .iter()
+                .map(|&arg| arg.to_owned())
+                .chain([self.program])
+                .chain(self.args)
+                .collect(),
+            ..self
+        })
+    }
+
     /// Why the shipped job cannot run here, if it cannot.
     pub fn unavailable(&self) -> Option<String> {
         if self.stand_in {
@@ -118,6 +144,12 @@ impl TrainingCommand {
             )),
         }
     }
+}
+
+fn utf8(path: &Path) -> anyhow::Result<String> {
+    path.to_str()
+        .map(str::to_owned)
+        .with_context(|| format!("{} is not UTF-8", path.display()))
 }
 
 /// The training command's report (the fields the benchmark uses).
@@ -370,6 +402,30 @@ mod tests {
                 || format!("{err:#}").contains("has exited"),
             "{err:#}"
         );
+    }
+
+    #[test]
+    fn the_simulator_launched_as_training_runs_through_the_enforcers_launcher() {
+        let command = TrainingCommand::training_sim(&["--seed", "3"])
+            .unwrap()
+            .launched_as_training("train", "bench-colo")
+            .unwrap();
+        assert!(command.program.ends_with("/target/release/enforcer"));
+        let args: Vec<&str> = command.args.iter().map(String::as_str).collect();
+        assert_eq!(
+            args[..6],
+            [
+                "launch",
+                "--training",
+                "train",
+                "--instance",
+                "bench-colo",
+                "--"
+            ]
+        );
+        assert!(args[6].ends_with("/target/release/training-sim"));
+        assert_eq!(args[7..], ["--seed", "3"]);
+        assert!(command.stand_in);
     }
 
     #[test]
