@@ -84,7 +84,7 @@ fn a_reporting_job_is_compared_with_offline_held_and_without_reports_the_policy_
             .iter()
             .filter(|s| s["reason"] == "trial")
             .filter_map(|s| s["reference"]["steps_per_s"].as_f64())
-            .last()
+            .next_back()
     };
     eventually("the next cycle", Duration::from_secs(5), || {
         held_pace(&harvest_steps(&daemon)).is_some()

@@ -24,8 +24,13 @@ pub struct PolicySection {
     /// them and the online pools' (the enforcer's behaviour before this option): more offline
     /// throughput on a small machine, for a slower training job. false (the default): training
     /// first; offline pools share training's cores only where training has reserved every core.
-    /// Under `harvest_by_pace` the pace controller chooses it (its `training_cores` level).
+    /// Under `harvest_by_pace` the pace controller chooses it (its `training_cores` levels).
     pub offline_on_training_cores: bool,
+    /// With `offline_on_training_cores`: the share of each second offline pools may run on
+    /// training's cores (the first part of each second; the rest they are kept off them). 1
+    /// (the default): all the time; 0.25: a quarter of it. A static point between training
+    /// first and full sharing, for a machine where full sharing costs training too much.
+    pub offline_on_training_cores_share: f64,
     /// true (the default): offline pools pause (their cgroup is frozen) while training's
     /// demand estimate is more CPUs than the online pools' minimums leave it, and resume after
     /// the estimate has stayed below that for `give_back_after_ms`. Training first, at the price of offline
@@ -77,6 +82,29 @@ impl PolicySection {
                 ),
             });
         }
+        if !(self.offline_on_training_cores_share.is_finite()
+            && self.offline_on_training_cores_share > 0.0
+            && self.offline_on_training_cores_share <= 1.0)
+        {
+            return Err(InvalidField {
+                field: "offline_on_training_cores_share",
+                message: format!(
+                    "{} is not a share of each second: it must be above 0 and at most 1 (to \
+                     keep offline off training's cores, set offline_on_training_cores = false)",
+                    self.offline_on_training_cores_share
+                ),
+            });
+        }
+        // A share set without the option would share nothing, silently.
+        if self.offline_on_training_cores_share < 1.0 && !self.offline_on_training_cores {
+            return Err(InvalidField {
+                field: "offline_on_training_cores_share",
+                message: format!(
+                    "{} shares nothing without offline_on_training_cores = true",
+                    self.offline_on_training_cores_share
+                ),
+            });
+        }
         Ok(())
     }
 }
@@ -97,6 +125,7 @@ impl Default for PolicySection {
             // Training first: offline work on training's reserved core cost training its pace
             // (docs/experiments/2026-11-24-offline-off-training-cores.md).
             offline_on_training_cores: false,
+            offline_on_training_cores_share: 1.0,
             // Training first: offline work on the online pool's core, while training spills
             // onto it, cost training its pace (docs/experiments/2026-11-24-offline-pause.md).
             pause_offline_when_training_short: true,

@@ -62,9 +62,9 @@ pub struct PolicySettings {
     pub give_back_after_ns: u64,
     /// CPUs reserved above the estimate.
     pub headroom_cpus: f64,
-    /// Offline pools share training's cores as soon as no free core is left, not only where
-    /// training holds every core.
-    pub offline_on_training_cores: bool,
+    /// The share of each second offline pools run on training's cores as soon as no free
+    /// core is left, not only where training holds every core: 0, never; 1, always.
+    pub training_cores_share: f64,
     /// Offline pools pause (the enforcer freezes them) while training's estimate is more CPUs
     /// than it may reserve beside the online pools' minimums.
     pub pause_offline_when_training_short: bool,
@@ -172,7 +172,11 @@ impl Config {
                 demand_window_ns: ms_to_ns(policy.demand_window_ms),
                 give_back_after_ns: ms_to_ns(policy.give_back_after_ms),
                 headroom_cpus: policy.headroom_cpus,
-                offline_on_training_cores: policy.offline_on_training_cores,
+                training_cores_share: if policy.offline_on_training_cores {
+                    policy.offline_on_training_cores_share
+                } else {
+                    0.0
+                },
                 pause_offline_when_training_short: policy.pause_offline_when_training_short,
                 harvest: policy.harvest_by_pace.then_some(HarvestSettings {
                     epsilon: policy.pace_epsilon,

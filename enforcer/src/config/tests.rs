@@ -138,8 +138,36 @@ fn policy_defaults_and_online_only_fields() {
         "training first"
     );
     assert_eq!(config.pool[0].min_cores(), 1);
+    assert_eq!(config.settings().policy.training_cores_share, 0.0);
     let sharing = parse("[policy]\noffline_on_training_cores = true\n").unwrap();
     assert!(sharing.policy.offline_on_training_cores);
+    assert_eq!(sharing.settings().policy.training_cores_share, 1.0);
+    let quarter =
+        "[policy]\noffline_on_training_cores = true\noffline_on_training_cores_share = 0.25\n";
+    assert_eq!(
+        parse(quarter)
+            .unwrap()
+            .settings()
+            .policy
+            .training_cores_share,
+        0.25
+    );
+    // The share alone would share nothing: the option says whether, the share how much.
+    let err = error_of("[policy]\noffline_on_training_cores_share = 0.5\n");
+    assert!(
+        err.contains("without offline_on_training_cores = true"),
+        "{err}"
+    );
+    for bad in ["0", "1.5", "nan", "-0.25"] {
+        let err = error_of(&format!(
+            "[policy]\noffline_on_training_cores = true\noffline_on_training_cores_share = {bad}\n"
+        ));
+        assert!(
+            err.starts_with("test.toml:3: field `offline_on_training_cores_share`")
+                && err.contains("at most 1"),
+            "{err}"
+        );
+    }
     let running = parse("[policy]\npause_offline_when_training_short = false\n").unwrap();
     assert!(!running.policy.pause_offline_when_training_short);
     let err = error_of("[policy]\npause_offline_when_training_short = 1\n");

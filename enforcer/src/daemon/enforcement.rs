@@ -227,7 +227,7 @@ impl Enforcement {
         };
         if enforcement.harvest.is_some() {
             // The controller chooses whether offline shares training's cores (its top level).
-            enforcement.policy.share_training_cores(false);
+            enforcement.policy.share_training_cores(0.0);
         }
         let initial = enforcement.policy.allocation();
         if enforcement.enforcing {
@@ -482,7 +482,7 @@ impl Enforcement {
             return;
         }
         self.policy
-            .share_training_cores(change.level == Level::TrainingCores);
+            .share_training_cores(change.level.training_cores_share());
         self.policy
             .pause_when_short(self.pause_when_short && change.level.pauses_when_short());
         let cores = self.policy.training_cores();

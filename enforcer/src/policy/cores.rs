@@ -23,7 +23,7 @@
 //!   online pools' cores, under SCHED_IDLE (`cpu.idle`), where the kernel preempts them at
 //!   every wakeup of online inference or of a training thread placed there. They share
 //!   training's reserved cores only where training holds every core (or where
-//!   `offline_on_training_cores` says so).
+//!   `offline_on_training_cores` says so, for the share of each second it says).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -83,6 +83,9 @@ pub(crate) enum Trigger {
     OfflineDuty { paused_fraction: f64 },
     /// The workers of online pool `pool` need `cores` cores for their SLO at their load.
     OnlineNeed { pool: String, cores: usize },
+    /// Offline pools share training's cores for `share` of each period: this is one of its
+    /// flips (the allocation says which way).
+    TrainingCoresShare { share: f64 },
     /// The pace controller moved offline inference to `level` (`policy::harvest`; its
     /// reason is the decision log's `harvest` line just before).
     Pace { level: &'static str },
@@ -101,8 +104,9 @@ pub(crate) struct Decision {
 /// housekeeping threads use; with the headroom, any positive estimate would hold a core.
 const IDLE_DEMAND_CPUS: f64 = 0.02;
 
-/// The period of the offline duty cycle while training is tight on its cores: short enough
-/// that offline work comes every second, long enough that each stretch is several ticks.
+/// The period of the offline duty cycles (paused while training is tight on its cores; on
+/// training's cores for a share of the time): short enough that offline work comes every
+/// second, long enough that each stretch is several ticks.
 const DUTY_PERIOD_NS: u64 = 1_000_000_000;
 
 #[derive(Clone)]
@@ -119,6 +123,10 @@ pub(crate) struct Policy {
     duty_since_ns: Option<u64>,
     /// Offline pools paused in this period of the duty cycle.
     duty_paused: bool,
+    /// The current period of offline's part-time share of training's cores began then.
+    share_since_ns: Option<u64>,
+    /// Offline pools on training's cores in this period (a share under 1).
+    sharing_now: bool,
     /// Since when the estimate has wanted less than training holds (fewer cores, or no pause).
     low_since_ns: Option<u64>,
     /// Cores each online pool's workers need for their SLO, where they said so.
@@ -136,6 +144,9 @@ impl Policy {
             offline_paused: false,
             duty_since_ns: None,
             duty_paused: false,
+            share_since_ns: None,
+            // Part-time sharing starts with the first tick's period.
+            sharing_now: config.training_cores_share >= 1.0,
             low_since_ns: None,
             online_need: BTreeMap::new(),
         }
@@ -258,18 +269,27 @@ impl Policy {
     /// Slow path: a new demand sample (average CPUs runnable or running over the tick that
     /// ended at `now_ns`). Grows the reservation, or pauses offline pools, at once when the
     /// estimate asks for it; gives back after the hold; runs the offline duty cycle while
-    /// training is tight on its cores.
+    /// training is tight on its cores, and offline's part-time share of training's cores.
     pub(crate) fn observe_demand(&mut self, now_ns: u64, demand_cpus: f64) -> Option<Decision> {
         let before = self.training.len();
         let was_paused = self.allocation_paused();
+        // Only a part-time share flips offline on and off training's cores.
+        let share = self.config.training_cores_share;
+        let part_time = share > 0.0 && share < 1.0;
+        let pools_before = part_time.then(|| self.allocation().pools);
         self.demand.add(now_ns, demand_cpus);
         let by_demand = self.follow_demand(now_ns);
         let paused_fraction = self.tight_paused_fraction();
         self.duty_paused = self.duty_flip(now_ns, paused_fraction);
+        self.sharing_now = self.share_flip(now_ns);
         match by_demand {
             Some(trigger) => Some(self.decision(trigger, before)),
             None if self.allocation_paused() != was_paused => {
                 Some(self.decision(Trigger::OfflineDuty { paused_fraction }, before))
+            }
+            // A flip of the share, where it moves offline (only where no core is free).
+            None if pools_before.is_some_and(|pools| pools != self.allocation().pools) => {
+                Some(self.decision(Trigger::TrainingCoresShare { share }, before))
             }
             None => None,
         }
@@ -313,12 +333,18 @@ impl Policy {
             self.duty_since_ns = None;
             return false;
         }
-        let since = self.duty_since_ns.get_or_insert(now_ns);
-        if now_ns.saturating_sub(*since) >= DUTY_PERIOD_NS {
-            *since = now_ns;
+        into_period(&mut self.duty_since_ns, now_ns) >= 1.0 - paused_fraction
+    }
+
+    /// Whether offline pools may be on training's cores at `now_ns`: always at a share of 1,
+    /// never at 0, and otherwise in the first `training_cores_share` of each period.
+    fn share_flip(&mut self, now_ns: u64) -> bool {
+        let share = self.config.training_cores_share;
+        if share <= 0.0 || share >= 1.0 {
+            self.share_since_ns = None;
+            return share >= 1.0;
         }
-        let into_period = now_ns.saturating_sub(*since) as f64;
-        into_period >= (1.0 - paused_fraction) * DUTY_PERIOD_NS as f64
+        into_period(&mut self.share_since_ns, now_ns) < share
     }
 
     /// The reservation and the demand pause after a new estimate: the trigger of a change.
@@ -358,10 +384,13 @@ impl Policy {
         Some(Trigger::DemandFell { estimate_cpus })
     }
 
-    /// Whether offline pools may share training's reserved cores once no free core is left:
-    /// the pace controller's top level sets it, over the config's `offline_on_training_cores`.
-    pub(crate) fn share_training_cores(&mut self, share: bool) {
-        self.config.offline_on_training_cores = share;
+    /// The share of the time offline pools may run on training's reserved cores once no
+    /// free core is left (0: never, 1: always): the pace controller's `training_cores` levels
+    /// set it, over the config's `offline_on_training_cores` and its share.
+    pub(crate) fn share_training_cores(&mut self, share: f64) {
+        self.config.training_cores_share = share;
+        self.sharing_now = share >= 1.0;
+        self.share_since_ns = None;
     }
 
     /// Whether offline pools pause while training is short of cores, and run on the duty
@@ -422,9 +451,7 @@ impl Policy {
         // (docs/experiments/2026-11-24-offline-off-training-cores.md).
         let outside_training: BTreeSet<u32> =
             self.topology.cpus.difference(&training).copied().collect();
-        let offline = if outside_training.is_empty()
-            || (free.is_empty() && self.config.offline_on_training_cores)
-        {
+        let offline = if outside_training.is_empty() || (free.is_empty() && self.sharing_now) {
             self.topology.cpus.clone()
         } else {
             outside_training
@@ -440,6 +467,16 @@ impl Policy {
             offline_paused: self.allocation_paused(),
         }
     }
+}
+
+/// How far `now_ns` is into the duty period that began at `since` (0 to 1), starting a
+/// period there where none is running or the last is over.
+fn into_period(since: &mut Option<u64>, now_ns: u64) -> f64 {
+    let start = since.get_or_insert(now_ns);
+    if now_ns.saturating_sub(*start) >= DUTY_PERIOD_NS {
+        *start = now_ns;
+    }
+    now_ns.saturating_sub(*start) as f64 / DUTY_PERIOD_NS as f64
 }
 
 /// What training's demand estimate asks for.

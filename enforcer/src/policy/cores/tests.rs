@@ -20,7 +20,7 @@ fn config() -> PolicySettings {
         demand_window_ns: 1000 * MS,
         give_back_after_ns: 2000 * MS,
         headroom_cpus: 0.25,
-        offline_on_training_cores: false,
+        training_cores_share: 0.0,
         pause_offline_when_training_short: false,
         harvest: None,
     }
@@ -254,7 +254,7 @@ fn online_minimum_is_guaranteed_and_offline_keeps_off_training_with_no_free_core
     assert_eq!(allocation.pools["batch"], allocation.pools["web"]);
     // Where the operator chose offline throughput, it shares every core, training's too.
     let sharing = PolicySettings {
-        offline_on_training_cores: true,
+        training_cores_share: 1.0,
         ..config()
     };
     let mut shared = Policy::new(sharing, Topology::flat(4), pools());
@@ -278,6 +278,50 @@ fn online_minimum_is_guaranteed_and_offline_keeps_off_training_with_no_free_core
     let web_cpu = *allocation.pools["web"].iter().next().unwrap();
     assert!(policy.contended(web_cpu).is_none());
     assert_eq!(policy.allocation().pools["web"], allocation.pools["web"]);
+}
+
+#[test]
+fn a_part_time_share_puts_offline_on_trainings_cores_for_that_part_of_each_second() {
+    // A quarter: offline on every CPU for the first 250 ms of each second, on the online
+    // pool's core alone for the rest, each flip a decision that says so.
+    let quarter = PolicySettings {
+        training_cores_share: 0.25,
+        ..config()
+    };
+    let mut policy = Policy::new(quarter, Topology::flat(4), pools());
+    let all: BTreeSet<u32> = (0..4).collect();
+    let mut on_training = Vec::new();
+    let mut flips = 0;
+    for tick in 0..30u64 {
+        let decision = policy.observe_demand(tick * 100 * MS, 10.0);
+        if let Some(Decision {
+            trigger: Trigger::TrainingCoresShare { share },
+            ..
+        }) = decision
+        {
+            assert_eq!(share, 0.25);
+            flips += 1;
+        }
+        let allocation = policy.allocation();
+        assert_eq!(allocation.training.len(), 3);
+        on_training.push(allocation.pools["batch"] == all);
+    }
+    // Ticks 0-2 of each 10 are the first 250 ms: 0, 100 and 200 ms.
+    let expected: Vec<bool> = (0..30).map(|tick| tick % 10 < 3).collect();
+    assert_eq!(on_training, expected);
+    assert_eq!(
+        flips, 5,
+        "off at 300 ms, on at 1 s, off, on, off: the first tick grew training"
+    );
+    // The controller's level overrides it: none, then all of the time.
+    policy.share_training_cores(0.0);
+    assert_eq!(policy.allocation().pools["batch"].len(), 1);
+    policy.share_training_cores(1.0);
+    assert_eq!(policy.allocation().pools["batch"], all);
+    assert!(
+        policy.observe_demand(3000 * MS, 10.0).is_none(),
+        "no flips at a share of 1"
+    );
 }
 
 #[test]

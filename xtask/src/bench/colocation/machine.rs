@@ -291,6 +291,14 @@ impl Bench {
                 "[policy]\npause_offline_when_training_short = false\n\
                  offline_on_training_cores = true\n\n"
             }
+            Scenario::ReamerTrainingCoresQuarter => {
+                "[policy]\npause_offline_when_training_short = false\n\
+                 offline_on_training_cores = true\noffline_on_training_cores_share = 0.25\n\n"
+            }
+            Scenario::ReamerTrainingCoresHalf => {
+                "[policy]\npause_offline_when_training_short = false\n\
+                 offline_on_training_cores = true\noffline_on_training_cores_share = 0.5\n\n"
+            }
             Scenario::ReamerByPace => "[policy]\nharvest_by_pace = true\n\n",
             _ => "",
         };

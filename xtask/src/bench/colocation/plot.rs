@@ -28,6 +28,8 @@ fn kind(scenario: Scenario) -> Kind {
         Scenario::Reamer
         | Scenario::ReamerOfflineNotPaused
         | Scenario::ReamerOfflineOnTrainingCores
+        | Scenario::ReamerTrainingCoresQuarter
+        | Scenario::ReamerTrainingCoresHalf
         | Scenario::ReamerByPace
         | Scenario::ReamerTract
         | Scenario::ReamerObserved

@@ -21,6 +21,12 @@ pub enum Scenario {
     /// Reamer with `offline_on_training_cores = true` as well: offline inference also shares
     /// training's cores once none is free, as the enforcer did by default before that.
     ReamerOfflineOnTrainingCores,
+    /// The same with `offline_on_training_cores_share = 0.25` and `0.5`: offline on
+    /// training's cores for the first quarter, or half, of each second. The static points
+    /// between training first and full sharing, where the pace controller's part-time rungs
+    /// stand: what each costs training on this host.
+    ReamerTrainingCoresQuarter,
+    ReamerTrainingCoresHalf,
     /// Reamer with `[policy] harvest_by_pace = true`: offline inference's share set by the
     /// training simulator's reported pace (`policy::harvest`). Its first probe waits for 10 s
     /// of reports and its search takes 30-45 s: it needs training to run untimed first
@@ -60,6 +66,13 @@ impl Scenario {
     /// Scenarios that need longer windows than the default run's 4 s, left out of it.
     pub const LONG_WINDOWS: [Self; 1] = [Self::ReamerByPace];
 
+    /// The static sharing of part of training's cores, left out of the default run: the
+    /// frontier that `ReamerByPace` is compared with.
+    pub const TRAINING_CORE_SHARES: [Self; 2] = [
+        Self::ReamerTrainingCoresQuarter,
+        Self::ReamerTrainingCoresHalf,
+    ];
+
     /// Scenarios that compare the workers' engines, left out of the default run.
     pub const OTHER_ENGINE: [Self; 1] = [Self::ReamerTract];
 
@@ -70,11 +83,12 @@ impl Scenario {
     }
 
     /// Every scenario `--scenarios` may name: the default run's, then those needing long
-    /// windows, then the engine comparison.
+    /// windows, the part-time shares of training's cores, and the engine comparison.
     pub fn known() -> impl Iterator<Item = Self> {
         Self::ALL
             .into_iter()
             .chain(Self::LONG_WINDOWS)
+            .chain(Self::TRAINING_CORE_SHARES)
             .chain(Self::OTHER_ENGINE)
     }
 
@@ -94,6 +108,8 @@ impl Scenario {
             Self::ReamerHeavyOnline
             | Self::ReamerOfflineNotPaused
             | Self::ReamerOfflineOnTrainingCores
+            | Self::ReamerTrainingCoresQuarter
+            | Self::ReamerTrainingCoresHalf
             | Self::ReamerByPace
             | Self::ReamerTract
             | Self::ReamerObserved => Self::Reamer,
@@ -120,6 +136,8 @@ impl Scenario {
             Self::Reamer => "reamer",
             Self::ReamerOfflineNotPaused => "reamer_offline_not_paused",
             Self::ReamerOfflineOnTrainingCores => "reamer_offline_on_training_cores",
+            Self::ReamerTrainingCoresQuarter => "reamer_training_cores_quarter",
+            Self::ReamerTrainingCoresHalf => "reamer_training_cores_half",
             Self::ReamerByPace => "reamer_by_pace",
             Self::ReamerTract => "reamer_tract",
             Self::ReamerObserved => "reamer_observed_10hz",
@@ -140,6 +158,10 @@ impl Scenario {
             Self::Reamer => "reamer",
             Self::ReamerOfflineNotPaused => "reamer, offline not paused",
             Self::ReamerOfflineOnTrainingCores => "reamer, offline on training's cores",
+            Self::ReamerTrainingCoresQuarter => {
+                "reamer, offline on training's cores 1/4 of the time"
+            }
+            Self::ReamerTrainingCoresHalf => "reamer, offline on training's cores 1/2 of the time",
             Self::ReamerByPace => "reamer, offline's share by training's pace",
             Self::ReamerTract => "reamer, workers on tract",
             Self::ReamerObserved => "reamer, observed at 10 Hz",
