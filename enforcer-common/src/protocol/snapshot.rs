@@ -169,8 +169,7 @@ pub struct ProgramStats {
 pub struct HarvestStatus {
     /// Where offline inference is held: `held`, `quarter`, `half`, `three_quarters`,
     /// `policy` (the core policy's CPUs), `unpaused` (without its pause for training's
-    /// shortage), `training_cores_quarter`, `training_cores_half`, `training_cores`
-    /// (training's cores too, for that share of each second).
+    /// shortage), `training_cores` (training's cores too).
     pub level: String,
     /// Where training's pace comes from: `progress` (the job's reports, steps a second) or
     /// `gpu_busy` (its GPUs' busy share, busy microseconds a second); None without a pace.

@@ -12,11 +12,14 @@
 //! quarter, half, three quarters of the CPUs the core policy gives offline (the top ones,
 //! farthest from training, which grows from CPU 0); all of them (the policy as it is); the
 //! same without the core policy's pause while training is short of cores
-//! (`pause_offline_when_training_short` and its duty cycle); and training's reserved cores too,
-//! for a quarter, a half, all of each second. So the two fixed rules of the core policy are
-//! rungs the controller passes where training's pace shows them free, not settings fixed for
-//! every machine: on the VM, offline on training's cores cost training 0.6% on one host and
-//! 7.6% on another; the part-time rungs are for a machine in between.
+//! (`pause_offline_when_training_short` and its duty cycle); and training's reserved cores too.
+//! So the two fixed rules of the core policy are rungs the controller passes where training's
+//! pace shows them free, not settings fixed for every machine: on the VM, offline on
+//! training's cores cost training 0.6% on one host and 7.6% on another. Offline on training's
+//! cores for a part of each second (`offline_on_training_cores_share`) is not a rung: on the
+//! VM a quarter of each second cost training as much as all of it, 2.3% against 2.4%, and
+//! such rungs only lengthened the search through costly levels
+//! (docs/experiments/2026-11-27-training-core-shares-vm.md).
 //!
 //! The loop, from the job's progress reports (`pace::PaceTracker`), compares a level with
 //! offline held back **in pairs**: a cycle runs the level for a half, then holds offline back
@@ -79,23 +82,18 @@ pub(crate) enum Level {
     Policy,
     /// The policy's, without its pause of offline while training is short of cores.
     Unpaused,
-    /// The policy's without the pause, with offline on training's reserved cores for a
-    /// quarter, a half, all of each second (`Policy::share_training_cores`).
-    TrainingCoresQuarter,
-    TrainingCoresHalf,
+    /// The policy's without the pause, with offline on training's reserved cores too.
     TrainingCores,
 }
 
 impl Level {
-    const LADDER: [Level; 9] = [
+    const LADDER: [Level; 7] = [
         Level::Held,
         Level::Quarter,
         Level::Half,
         Level::ThreeQuarters,
         Level::Policy,
         Level::Unpaused,
-        Level::TrainingCoresQuarter,
-        Level::TrainingCoresHalf,
         Level::TrainingCores,
     ];
 
@@ -125,8 +123,6 @@ impl Level {
             Level::ThreeQuarters => "three_quarters",
             Level::Policy => "policy",
             Level::Unpaused => "unpaused",
-            Level::TrainingCoresQuarter => "training_cores_quarter",
-            Level::TrainingCoresHalf => "training_cores_half",
             Level::TrainingCores => "training_cores",
         }
     }
@@ -139,27 +135,18 @@ impl Level {
             Level::Quarter => 0.25,
             Level::Half => 0.5,
             Level::ThreeQuarters => 0.75,
-            Level::Policy
-            | Level::Unpaused
-            | Level::TrainingCoresQuarter
-            | Level::TrainingCoresHalf
-            | Level::TrainingCores => 1.0,
+            Level::Policy | Level::Unpaused | Level::TrainingCores => 1.0,
         }
     }
 
     /// The share of each second offline may run on training's reserved cores at this level,
-    /// once no free core is left (`Policy::share_training_cores`).
+    /// once no free core is left (`Policy::share_training_cores`): all of it at the top, none
+    /// below.
     pub(crate) fn training_cores_share(self) -> f64 {
-        match self {
-            Level::TrainingCoresQuarter => 0.25,
-            Level::TrainingCoresHalf => 0.5,
-            Level::TrainingCores => 1.0,
-            Level::Held
-            | Level::Quarter
-            | Level::Half
-            | Level::ThreeQuarters
-            | Level::Policy
-            | Level::Unpaused => 0.0,
+        if self == Level::TrainingCores {
+            1.0
+        } else {
+            0.0
         }
     }
 
@@ -218,8 +205,8 @@ impl PaceSource {
 /// share keeps each on that share of its CPUs (at least one), the highest-numbered, farthest
 /// from training, which the policy grows from CPU 0; `Policy` and above leave the allocation
 /// as the policy made it (which does not pause for training's shortage from `Unpaused` up,
-/// `Policy::pause_when_short`, and shares training's cores for a part of each second from
-/// `TrainingCoresQuarter` up, all of it at `TrainingCores`, `Policy::share_training_cores`).
+/// `Policy::pause_when_short`, and shares training's cores at `TrainingCores`,
+/// `Policy::share_training_cores`).
 pub(crate) fn shape(level: Level, mut allocation: Allocation, offline: &[String]) -> Allocation {
     match level {
         Level::Held => allocation.offline_paused = true,
@@ -232,11 +219,7 @@ pub(crate) fn shape(level: Level, mut allocation: Allocation, offline: &[String]
                 }
             }
         }
-        Level::Policy
-        | Level::Unpaused
-        | Level::TrainingCoresQuarter
-        | Level::TrainingCoresHalf
-        | Level::TrainingCores => {}
+        Level::Policy | Level::Unpaused | Level::TrainingCores => {}
     }
     allocation
 }
