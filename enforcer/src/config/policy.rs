@@ -24,7 +24,7 @@ pub struct PolicySection {
     /// them and the online pools' (the enforcer's behaviour before this option): more offline
     /// throughput on a small machine, for a slower training job. false (the default): training
     /// first; offline pools share training's cores only where training has reserved every core.
-    /// Under `harvest_by_pace` the pace controller chooses it (its `training_cores` levels).
+    /// Under `harvest_by_pace` the pace controller chooses it (its `training_cores` level).
     pub offline_on_training_cores: bool,
     /// With `offline_on_training_cores`: the share of each second offline pools may run on
     /// training's cores (the first part of each second; the rest they are kept off them). 1
