@@ -500,21 +500,25 @@ impl Harvest {
     /// The cycle that began at `start` is over: its ratio counted, then the level judged
     /// where its cycles can tell, or another cycle begun.
     fn judge_cycle(&mut self, now_ns: u64, start: u64, reports: &[(u64, u64)]) -> Option<Change> {
-        let Phase::Comparing { level, recheck, .. } = self.phase else {
-            unreachable!("a cycle is judged while comparing");
-        };
         let Phase::Comparing {
+            since,
+            level,
             half_ns,
-            holding,
             judged,
+            recheck,
             ..
-        } = &mut self.phase
+        } = self.phase
         else {
             unreachable!("a cycle is judged while comparing");
         };
-        let half_ns = *half_ns;
-        *holding = false;
-        *judged += 1;
+        self.phase = Phase::Comparing {
+            since,
+            level,
+            half_ns,
+            holding: false,
+            judged: judged + 1,
+            recheck,
+        };
         let level_pace = pace_between(reports, start + SETTLE_NS, start + half_ns);
         let held_pace = pace_between(reports, start + half_ns + SETTLE_NS, start + 2 * half_ns);
         if let (Some(level_pace), Some(held)) = (level_pace, held_pace.filter(|&p| p > 0.0)) {
