@@ -23,8 +23,8 @@ pub enum Scenario {
     ReamerOfflineOnTrainingCores,
     /// The same with `offline_on_training_cores_share = 0.25` and `0.5`: offline on
     /// training's cores for the first quarter, or half, of each second. The static points
-    /// between training first and full sharing, where the pace controller's part-time rungs
-    /// stand: what each costs training on this host.
+    /// between training first and full sharing: what each costs training on this host (not
+    /// rungs of the pace controller: docs/experiments/2026-11-27-training-core-shares-vm.md).
     ReamerTrainingCoresQuarter,
     ReamerTrainingCoresHalf,
     /// Reamer with `[policy] harvest_by_pace = true`: offline inference's share set by the
