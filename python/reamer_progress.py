@@ -19,7 +19,9 @@ metrics `reamer_training_pace_steps_per_second` and `reamer_training_progress_st
   REAMER_SOCKET, or named in the config's [[training]]). A process of no job is refused.
 - Training never fails because of reamer. Without a daemon (REAMER_SOCKET unset, the socket
   missing, the daemon refusing) `report` does nothing, says why once on stderr, and tries
-  again 30 s later. A report waits at most 0.2 s for the daemon.
+  again 30 s later (REAMER_PROGRESS_RETRY_S, in seconds, where set: for a job that outlives
+  its daemon, so that reports resume soon after a new one starts). A report waits at most
+  0.2 s for the daemon.
 """
 
 import json
@@ -28,7 +30,7 @@ import socket
 import sys
 import time
 
-__all__ = ["report", "Reporter", "SOCKET_ENV"]
+__all__ = ["report", "Reporter", "SOCKET_ENV", "RETRY_ENV"]
 
 #: Set by `enforcer launch` for the command it starts: the daemon's control socket.
 SOCKET_ENV = "REAMER_SOCKET"
@@ -36,6 +38,10 @@ SOCKET_ENV = "REAMER_SOCKET"
 PERIOD_S = 1.0
 #: After a failure, the next try this much later.
 RETRY_S = 30.0
+#: Where set (seconds, above 0), the next try after a failure comes this much later instead:
+#: for a job that outlives its daemons, as a benchmark's job does while a daemon is started
+#: for each of its windows.
+RETRY_ENV = "REAMER_PROGRESS_RETRY_S"
 #: How long a report waits for the daemon's answer.
 TIMEOUT_S = 0.2
 
@@ -44,10 +50,9 @@ class Reporter:
     """One connection to the daemon and the state of its reports. `report` below uses one of
     its own; make one where the socket is not REAMER_SOCKET's."""
 
-    def __init__(self, path=None, period_s=PERIOD_S, retry_s=RETRY_S, timeout_s=TIMEOUT_S):
+    def __init__(self, path=None, period_s=PERIOD_S, retry_s=None, timeout_s=TIMEOUT_S):
         self.path = path if path is not None else os.environ.get(SOCKET_ENV)
         self.period_s = period_s
-        self.retry_s = retry_s
         self.timeout_s = timeout_s
         #: The daemon's last answer: {"job": ..., "steps_per_s": ...}, or None.
         self.last_answer = None
@@ -56,6 +61,22 @@ class Reporter:
         self._sent_at = None
         self._retry_at = 0.0
         self._said = set()
+        self.retry_s = retry_s if retry_s is not None else self._retry_from_env()
+
+    def _retry_from_env(self):
+        """RETRY_ENV's seconds where it holds a number above 0; RETRY_S otherwise, said once."""
+        value = os.environ.get(RETRY_ENV)
+        if value is None:
+            return RETRY_S
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = 0.0
+        if not seconds > 0.0 or seconds == float("inf"):
+            self._say_once("retry", f"{RETRY_ENV}={value!r} is not a number of seconds above "
+                           f"0; trying again {RETRY_S:.0f} s after a failure")
+            return RETRY_S
+        return seconds
 
     def report(self, count, force=False):
         """Reports `count` (steps or samples done since the job started, never going back
@@ -129,7 +150,7 @@ class Reporter:
     def _give_up(self, now, kind, message):
         self._retry_at = now + self.retry_s
         self._close()
-        self._say_once(kind, f"{message}; trying again in {self.retry_s:.0f} s")
+        self._say_once(kind, f"{message}; trying again in {self.retry_s:g} s")
 
     def _say_once(self, kind, message):
         if kind not in self._said:

@@ -1,10 +1,13 @@
 //! Privileged tests of a training job's progress reports (`Request::Progress`): the training
 //! simulator and the shipped Python helper (`python/reamer_progress.py`), each launched as a
 //! training job through a real daemon, report their steps; the daemon turns them into the
-//! job's pace in its snapshot, and refuses a report from a process of no training job.
+//! job's pace in its snapshot, and refuses a report from a process of no training job. One
+//! test needs no privilege: the helper's reports resume once a socket that was missing
+//! appears, as soon as `REAMER_PROGRESS_RETRY_S` says.
 
 use std::{
-    io::Read as _,
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    os::unix::net::UnixListener,
     path::PathBuf,
     process::{Command, Stdio},
     time::Duration,
@@ -22,6 +25,82 @@ fn helper_dir() -> PathBuf {
         .parent()
         .expect("the workspace")
         .join("python")
+}
+
+/// A Python job reporting a step every 20 ms for 2 s to `socket`, which appears 0.5 s after
+/// it starts (a daemon started after its job, as in a benchmark that starts one per window):
+/// the reports a listener there answered, with `REAMER_PROGRESS_RETRY_S` set to `retry`.
+fn reports_once_the_socket_appears(retry: Option<&str>) -> usize {
+    let dir = std::env::temp_dir().join(format!(
+        "reamer-progress-retry-{}-{}",
+        std::process::id(),
+        retry.unwrap_or("unset")
+    ));
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    let socket = dir.join("daemon.sock");
+    let _ = std::fs::remove_file(&socket);
+    let script = format!(
+        "import sys, time\n\
+         sys.path.insert(0, {dir:?})\n\
+         import reamer_progress\n\
+         for step in range(1, 101):\n\
+         \x20   time.sleep(0.02)\n\
+         \x20   reamer_progress.report(step)\n",
+        dir = helper_dir().display().to_string()
+    );
+    let mut command = Command::new("python3");
+    command
+        .args(["-c", &script])
+        .env("REAMER_SOCKET", &socket)
+        .env_remove("REAMER_PROGRESS_RETRY_S")
+        .stderr(Stdio::null());
+    if let Some(retry) = retry {
+        command.env("REAMER_PROGRESS_RETRY_S", retry);
+    }
+    let mut python = command.spawn().expect("python3");
+    std::thread::sleep(Duration::from_millis(500));
+    let listener = UnixListener::bind(&socket).expect("binding the stand-in socket");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let mut answered = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while python.try_wait().expect("python's state").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the script ran past 10 s"
+        );
+        let Ok((stream, _)) = listener.accept() else {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        stream.set_nonblocking(false).expect("blocking");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .expect("a read timeout");
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+            let answer = "{\"status\":\"ok\",\"job\":\"train\",\"steps_per_s\":50.0}\n";
+            reader
+                .get_mut()
+                .write_all(answer.as_bytes())
+                .expect("answering");
+            answered += 1;
+            line.clear();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    answered
+}
+
+#[test]
+fn the_python_helper_tries_again_as_soon_as_reamer_progress_retry_s_says() {
+    // The first report, at 20 ms, finds no socket; the socket appears at 0.5 s.
+    let soon = reports_once_the_socket_appears(Some("0.3"));
+    assert!(soon >= 1, "{soon} reports answered with a 0.3 s retry");
+    // The default waits 30 s: the job ends first.
+    assert_eq!(reports_once_the_socket_appears(None), 0);
+    // A value that is not seconds above 0 is the default.
+    assert_eq!(reports_once_the_socket_appears(Some("-1")), 0);
 }
 
 #[test]

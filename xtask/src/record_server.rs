@@ -43,7 +43,7 @@ pub struct Options {
     /// offline in a `cpu.idle` group, the same on a quarter, half and three quarters of the
     /// cores, and reamer; 3 rounds of 12 s; at most 530 s). 2: the GPU clamp on need with
     /// the GPU-bound and the loader-bound job (1 round; about 4 minutes). 3: the pace
-    /// controller (`harvest_by_pace`, following the job's GPU busy share) beside reamer's
+    /// controller (`harvest_by_pace`, following the steps the job reports) beside reamer's
     /// defaults and training alone, 2 rounds of 55 s (the controller's timed 45 s after its
     /// daemon starts), its own section (at most 530 s).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]

@@ -18,6 +18,11 @@ pub use snapshot::{
 /// Set for every command `enforcer launch` starts: the control socket of the daemon it
 /// registered with.
 pub const SOCKET_ENV: &str = "REAMER_SOCKET";
+/// Where set (seconds, above 0), a job's progress reporter tries again this long after a
+/// failure instead of 30 s: for a job that outlives its daemons, as a benchmark's job does
+/// while a daemon is started for each of its windows. Read by `python/reamer_progress.py`
+/// too.
+pub const PROGRESS_RETRY_ENV: &str = "REAMER_PROGRESS_RETRY_S";
 /// Set for a command launched into a pool: the pool's name, so that an inference worker
 /// subscribes to its grants without being told twice.
 pub const POOL_ENV: &str = "REAMER_POOL";

@@ -53,6 +53,11 @@ pub fn decision_log_of(instance: &str) -> PathBuf {
     PathBuf::from(format!("/run/reamer/{instance}.decisions.jsonl"))
 }
 
+/// The control socket of a daemon of `instance`, running or not.
+pub fn socket_of(instance: &str) -> PathBuf {
+    PathBuf::from(format!("/run/reamer/{instance}.sock"))
+}
+
 /// Whether privileged tests can run here; prints why not. Panics instead of returning false
 /// when REAMER_REQUIRE_PRIVILEGED=1.
 pub fn privileged(test: &str) -> bool {
@@ -224,7 +229,7 @@ impl Daemon {
     }
 
     pub fn socket(&self) -> PathBuf {
-        PathBuf::from(format!("/run/reamer/{}.sock", self.instance))
+        socket_of(&self.instance)
     }
 
     pub fn pin_dir(&self) -> PathBuf {

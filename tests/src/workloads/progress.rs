@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use enforcer_common::protocol::{self, Request, Response, SOCKET_ENV};
+use enforcer_common::protocol::{self, PROGRESS_RETRY_ENV, Request, Response, SOCKET_ENV};
 
 /// At most one report this often, as the Python helper.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -25,18 +25,28 @@ pub struct ProgressReporter {
     connection: Option<BufReader<UnixStream>>,
     sent_at: Option<Instant>,
     retry_at: Option<Instant>,
+    /// `RETRY`, or what `PROGRESS_RETRY_ENV` says.
+    retry: Duration,
     said: bool,
 }
 
 impl ProgressReporter {
-    /// A reporter to the socket in `REAMER_SOCKET`, where it is set.
+    /// A reporter to the socket in `REAMER_SOCKET`, where it is set, trying again after a
+    /// failure as `REAMER_PROGRESS_RETRY_S` says (seconds above 0; `RETRY` otherwise).
     pub fn from_env() -> Option<Self> {
         let socket = std::env::var_os(SOCKET_ENV)?;
+        let retry = std::env::var(PROGRESS_RETRY_ENV)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .filter(|d| !d.is_zero())
+            .unwrap_or(RETRY);
         Some(Self {
             socket: PathBuf::from(socket),
             connection: None,
             sent_at: None,
             retry_at: None,
+            retry,
             said: false,
         })
     }
@@ -84,12 +94,12 @@ impl ProgressReporter {
 
     fn give_up(&mut self, now: Instant, why: &str) -> bool {
         self.connection = None;
-        self.retry_at = Some(now + RETRY);
+        self.retry_at = Some(now + self.retry);
         if !std::mem::replace(&mut self.said, true) {
             eprintln!(
                 "progress not reported to {}: {why}; trying again every {} s",
                 self.socket.display(),
-                RETRY.as_secs()
+                self.retry.as_secs_f64()
             );
         }
         false

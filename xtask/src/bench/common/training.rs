@@ -19,6 +19,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use enforcer_common::protocol::{PROGRESS_RETRY_ENV, SOCKET_ENV};
 use reamer_tests::harness::Reaped;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
@@ -44,6 +45,8 @@ pub struct TrainingCommand {
     pub stand_in: bool,
     /// What it is, for the report.
     pub description: String,
+    /// Environment variables set for it.
+    pub env: Vec<(String, String)>,
 }
 
 impl TrainingCommand {
@@ -58,6 +61,7 @@ impl TrainingCommand {
                 loader_workers.to_string(),
             ],
             stand_in: false,
+            env: Vec::new(),
             description: format!(
                 "torchvision ResNet-50, bf16 autocast, channels_last, SGD, batch 128, fed by a \
                  DataLoader with {loader_workers} worker processes augmenting generated images \
@@ -83,6 +87,7 @@ impl TrainingCommand {
             program,
             args: words.collect(),
             stand_in: true,
+            env: Vec::new(),
             description: format!("stand-in `{command_line}` (not the server's training job)"),
         })
     }
@@ -93,6 +98,7 @@ impl TrainingCommand {
             program: utf8(&release_bin("training-sim"))?,
             args: args.iter().map(|&arg| arg.to_owned()).collect(),
             stand_in: true,
+            env: Vec::new(),
             description: "training-sim".to_owned(),
         })
     }
@@ -111,6 +117,18 @@ impl TrainingCommand {
                 .collect(),
             ..self
         })
+    }
+
+    /// This command with its progress reports sent to the daemon at `socket`, whenever one
+    /// runs there: the job outlives the daemons a benchmark starts for its windows, so its
+    /// reporter tries again a second after a failure, not 30 s.
+    pub fn reporting_progress_to(mut self, socket: &Path) -> Self {
+        self.env.extend([
+            (SOCKET_ENV.to_owned(), socket.display().to_string()),
+            (PROGRESS_RETRY_ENV.to_owned(), "1".to_owned()),
+        ]);
+        self.description += "; its steps reported to each window's enforcer, once a second";
+        self
     }
 
     /// Why the shipped job cannot run here, if it cannot.
@@ -186,6 +204,7 @@ impl<R: DeserializeOwned + Send + 'static> ServingTraining<R> {
             Command::new(&command.program)
                 .args(&command.args)
                 .args(["--serve", "--json"])
+                .envs(command.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -365,6 +384,7 @@ mod tests {
                 "training".to_owned(),
             ],
             stand_in: true,
+            env: Vec::new(),
             description: "a shell".to_owned(),
         }
     }
@@ -393,6 +413,7 @@ mod tests {
             program: "true".to_owned(),
             args: vec![],
             stand_in: true,
+            env: Vec::new(),
             description: "exits at once".to_owned(),
         })
         .unwrap();

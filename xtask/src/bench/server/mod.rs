@@ -41,7 +41,7 @@ use reamer_tests::{
     harness::{
         Daemon, Reaped,
         cgroups::{self, Group},
-        decision_log_of,
+        decision_log_of, socket_of,
         worker::OnlineWorker,
     },
     measure::proc_stats::{JIFFIES_PER_S, node_jiffies, process_jiffies, resident_kib},
@@ -177,7 +177,13 @@ impl Bench {
             bench_dir().join("online-worker.log"),
         );
         progress("starting the training job (it warms up before the first window's timed part)");
-        let training = ServingTraining::start(&options.training)?;
+        // Its progress goes to each window's daemon: the pace controller follows the job's
+        // own count of steps, not its GPU's busy share.
+        let training = options
+            .training
+            .clone()
+            .reporting_progress_to(&socket_of(INSTANCE));
+        let training = ServingTraining::start(&training)?;
         let bench = Self {
             inputs,
             options,
@@ -205,8 +211,8 @@ impl Bench {
             Scenario::ReamerOfflineNotPaused => {
                 "[policy]\npause_offline_when_training_short = false\n\n"
             }
-            // The job reports no progress here (the bench, not the enforcer, started it): the
-            // controller follows its GPU's busy share, where NVML gives one.
+            // The job reports its steps to the daemon (`TrainingCommand::reporting_progress_to`):
+            // the controller follows them, and its GPU's busy share only where they stop.
             Scenario::ReamerByPace => "[policy]\nharvest_by_pace = true\n\n",
             // The shipped trace's recording: the sensor and the policy run, nothing is moved.
             Scenario::AloneObserved | Scenario::AloneSensed => "[policy]\nenforce = false\n\n",
