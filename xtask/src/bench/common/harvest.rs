@@ -26,6 +26,22 @@ pub struct HarvestStep {
     /// Whether the search ended here: a level kept without trying the next one up, or
     /// offline held back because even the lowest share cost too much.
     pub settles: bool,
+    /// Where the step judged a level (`kept`, `too_costly`, `undecided`): its pace over the
+    /// pace with offline held back, the mean of its cycles, and that mean's 95% interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<StepRatio>,
+    /// Where the step is a `phase_change`: the held pace it was judged against, and the one
+    /// that moved away from it, in the signal's units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_moved: Option<[f64; 2]>,
+}
+
+/// A judged level's ratio and interval, as the decision log gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepRatio {
+    pub ratio: f64,
+    pub low: f64,
+    pub high: f64,
 }
 
 /// The level without a step: the core policy's (`policy::harvest::Level::Policy`).
@@ -67,11 +83,22 @@ pub(crate) fn read(
                 "too_costly" => level == HELD,
                 _ => false,
             };
+            let ratio = &step["ratio"];
+            let ratio = (|| {
+                Some(StepRatio {
+                    ratio: ratio["ratio"].as_f64()?,
+                    low: ratio["low"].as_f64()?,
+                    high: ratio["high"].as_f64()?,
+                })
+            })();
+            let held_moved = step["from"].as_f64().zip(step["to"].as_f64());
             Some(HarvestStep {
                 at_s: (record["at_ns"].as_u64()? as f64 - window_start_ns as f64) / 1e9,
                 level,
                 reason,
                 settles,
+                ratio,
+                held_moved: held_moved.map(|(from, to)| [from, to]),
             })
         })
         .collect();
@@ -86,6 +113,22 @@ pub(crate) fn read(
                 .map(str::to_owned)
         });
     HarvestSteps { signal, steps }
+}
+
+impl HarvestStep {
+    /// The step for a report: its level, why (with the judged ratio, or how far the held
+    /// pace moved), and when: `unpaused (too costly, 0.962 [0.941, 0.983], -3 s)`.
+    pub fn words(&self) -> String {
+        let why = self.reason.replace('_', " ");
+        let detail = match (self.ratio, self.held_moved) {
+            (Some(r), _) => format!(", {:.3} [{:.3}, {:.3}]", r.ratio, r.low, r.high),
+            (None, Some([from, to])) if from > 0.0 => {
+                format!(", held pace {:+.0}%", (to / from - 1.0) * 100.0)
+            }
+            _ => String::new(),
+        };
+        format!("{} ({why}{detail}, {:.0} s)", self.level, self.at_s)
+    }
 }
 
 impl HarvestSteps {
@@ -105,6 +148,26 @@ impl HarvestSteps {
             .take_while(|step| step.at_s <= at_s)
             .last()
             .map_or(POLICY, |step| step.level.as_str())
+    }
+
+    /// The steps that judged a level or saw a new phase, in words (`HarvestStep::words`);
+    /// "none" where there were none.
+    pub fn judgments(&self) -> String {
+        let judged: Vec<String> = self
+            .steps
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.reason.as_str(),
+                    "kept" | "too_costly" | "not_shown_free" | "phase_change"
+                )
+            })
+            .map(HarvestStep::words)
+            .collect();
+        match judged.is_empty() {
+            true => "none".to_owned(),
+            false => judged.join(", "),
+        }
     }
 
     /// When the search first ended, s from the window's start.
@@ -149,6 +212,8 @@ mod tests {
             level: level.to_owned(),
             reason: reason.to_owned(),
             settles,
+            ratio: None,
+            held_moved: None,
         }
     }
 
@@ -163,7 +228,8 @@ mod tests {
              {\"trigger\":\"demand_rose\"}\n\
              not json\n\
              {\"at_ns\":6000000000,\"harvest\":{\"level\":\"policy\",\"reason\":\"trial\",\"reference\":{}}}\n\
-             {\"at_ns\":15000000000,\"harvest\":{\"level\":\"policy\",\"reason\":\"kept\",\"tried\":\"policy\"}}\n",
+             {\"at_ns\":15000000000,\"harvest\":{\"level\":\"policy\",\"reason\":\"kept\",\"tried\":\"policy\",\"ratio\":{\"ratio\":0.995,\"low\":0.991,\"high\":0.999}}}\n\
+             {\"at_ns\":20000000000,\"harvest\":{\"level\":\"held\",\"reason\":\"phase_change\",\"from\":200.0,\"to\":250.0}}\n",
         )
         .unwrap();
         // No daemon of this instance: no signal, the steps all the same.
@@ -180,10 +246,31 @@ mod tests {
             vec![
                 step(-4.0, "held", "probe", false),
                 step(1.0, "policy", "trial", false),
-                step(10.0, "policy", "kept", true),
+                HarvestStep {
+                    ratio: Some(StepRatio {
+                        ratio: 0.995,
+                        low: 0.991,
+                        high: 0.999
+                    }),
+                    ..step(10.0, "policy", "kept", true)
+                },
+                HarvestStep {
+                    held_moved: Some([200.0, 250.0]),
+                    ..step(15.0, "held", "phase_change", false)
+                },
             ]
         );
         assert_eq!(harvest.settled_at_s(), Some(10.0));
+        let words: Vec<String> = harvest.steps.iter().map(HarvestStep::words).collect();
+        assert_eq!(
+            words,
+            [
+                "held (probe, -4 s)",
+                "policy (trial, 1 s)",
+                "policy (kept, 0.995 [0.991, 0.999], 10 s)",
+                "held (phase change, held pace +25%, 15 s)",
+            ]
+        );
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The server section's paragraph on the pace controller (`reamer_by_pace`), window by
-//! window (`common::harvest` reads what it did). The job the server bench starts reports no
-//! progress (the bench, not the enforcer, started it), so on the GPU server the controller
-//! follows the job's GPU busy share from NVML; on a machine without a GPU it has no signal and
-//! holds the core policy's level.
+//! window (`common::harvest` reads what it did). The job the server bench starts reports its
+//! steps to each window's daemon, so the controller follows them; the signal it followed is
+//! named, since a job that did not report would be followed by its GPU's busy share, and
+//! without either the controller holds the core policy's level.
 
 use super::report::Window;
+use crate::bench::common::harvest::HarvestStep;
 
 /// A paragraph under the table, per window of the pace controller: empty where none ran.
 pub(super) fn markdown(windows: &[Window]) -> String {
@@ -18,14 +19,7 @@ pub(super) fn markdown(windows: &[Window]) -> String {
                 false => harvest
                     .steps
                     .iter()
-                    .map(|step| {
-                        format!(
-                            "{} ({}, {:.0} s)",
-                            step.level,
-                            step.reason.replace('_', " "),
-                            step.at_s
-                        )
-                    })
+                    .map(HarvestStep::words)
                     .collect::<Vec<_>>()
                     .join(" → "),
             };
@@ -38,9 +32,11 @@ pub(super) fn markdown(windows: &[Window]) -> String {
     format!(
         "\nThe pace controller (`harvest_by_pace = true`), window by window: the signal it \
          followed at the window's end, and each level it moved to over the window, with why \
-         and when (s from the timed part's start; its daemon started {:.0} s before it, and its \
-         first comparison waits for 10 s of signal; docs/enforcer.md, \"Offline's share, set \
-         by training's pace\"):\n\n{}\n",
+         and when (s from the timed part's start). Where it judged a level, the step gives \
+         training's pace there over its pace with offline held back (the mean of the cycles, \
+         and its 95% interval); at a new phase, how far the held pace moved. Its daemon \
+         started {:.0} s before the timed part, and its first comparison waits for 10 s of \
+         signal (docs/enforcer.md, \"Offline's share, set by training's pace\"):\n\n{}\n",
         (super::INFERENCE_LEAD + super::PACE_SETTLE).as_secs_f64(),
         lines.join("\n")
     )

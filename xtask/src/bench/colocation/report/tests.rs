@@ -226,6 +226,8 @@ fn the_pace_controllers_windows_say_when_its_search_ended_and_what_its_probes_he
         level: level.to_owned(),
         reason: reason.to_owned(),
         settles,
+        ratio: None,
+        held_moved: None,
     };
     let mut run = measured(2, Vec::new());
     run.scenarios = vec![Scenario::Alone, Scenario::ReamerByPace];

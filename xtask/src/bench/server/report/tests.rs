@@ -444,6 +444,8 @@ fn the_pace_controller_gets_its_own_targets_and_its_steps_under_the_table() {
             level: level.to_owned(),
             reason: reason.to_owned(),
             settles: false,
+            ratio: None,
+            held_moved: None,
         };
         by_pace.harvest = Some(HarvestSteps {
             signal: Some("gpu_busy".to_owned()),
