@@ -11,6 +11,13 @@
 //!   under MPS the control daemon's server is such a process, and it is the one that runs
 //!   every client's kernels. A foreign tenant's kernels on the device would read as training's.
 //!
+//! "Each step does the same GPU work" is the weak link: on the H200 server offline slowed the
+//! ResNet-50 job's steps on the CPU side too (step p50 32 → 35 ms), and the busy share with
+//! offline running over the share with it held back averaged 0.998 at levels running more
+//! offline than reamer's defaults, which cost the job 8.7% of its images/s in the same run
+//! (docs/experiments/2026-11-27-pace-controller-server.md). A job that can report its steps
+//! should.
+//!
 //! A device shared with a GPU pool and without per-process figures (MPS on the H100 and H200
 //! gives none) has no figure for training: there, the GPU pool's work changes what a step costs
 //! the GPU, and the share would follow the gate, not the job.

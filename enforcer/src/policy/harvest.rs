@@ -38,13 +38,16 @@
 //!   for `CEILING_NS`; the first level not shown costly whose cycles say it keeps training's
 //!   pace is kept. A machine where the top is free settles after one comparison.
 //! - The interval: the mean of the cycles' ratios ± Student's t (95%) standard errors, judged
-//!   from `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly; after
-//!   `MAX_CYCLES` the mean decides (kept where at or above `1 − ε`, left otherwise).
+//!   from `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly. After
+//!   `MAX_CYCLES` cycles that could not tell, a level above the core policy's is left (not
+//!   shown free: the policy's level is the default, and more needs proof); at the policy's
+//!   level and below, the mean decides (kept where at or above `1 − ε`, left otherwise).
 //! - Settled, the level is compared again every `RECHECK_NS` (and the level above it too,
 //!   once the ceiling is older than `CEILING_NS`); a recheck keeps the level on its mean from
 //!   `MIN_CYCLES` cycles, and runs on only where the mean is below `1 − ε`; a held pace that
-//!   moved by more than `PHASE_CHANGE` from the last comparison's (a new phase of the job:
-//!   evaluation, a checkpoint, a new job) starts the search again from the top.
+//!   moved by more than `PHASE_CHANGE` from the last comparison's in two cycles in a row, the
+//!   same way (a new phase of the job: evaluation, a checkpoint, a new job), starts the search
+//!   again from the top.
 //!
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
@@ -178,7 +181,8 @@ pub(crate) const MAX_CYCLES: usize = 6;
 pub(crate) const RECHECK_NS: u64 = 60_000_000_000;
 /// The level above one found too costly is not tried again before this.
 pub(crate) const CEILING_NS: u64 = 300_000_000_000;
-/// A held pace this far from the last comparison's (relative) is a new phase of the job.
+/// A held pace this far from the last comparison's (relative), in two cycles in a row, is a
+/// new phase of the job.
 pub(crate) const PHASE_CHANGE: f64 = 0.15;
 
 /// Where the pace the controller follows comes from.
@@ -302,9 +306,13 @@ pub(crate) enum Why {
     Kept { tried: Level, ratio: Ratio },
     /// Level `tried` cost training more than ε: the one below.
     TooCostly { tried: Level, ratio: Ratio },
+    /// Level `tried`, above the core policy's, was not shown to keep training's pace in
+    /// `MAX_CYCLES` cycles (its interval still reaches below `1 − ε`): the one below.
+    NotShownFree { tried: Level, ratio: Ratio },
     /// The cycles so far cannot tell of level `tried`: another cycle.
     Undecided { tried: Level, ratio: Ratio },
-    /// The held pace moved by more than `PHASE_CHANGE`: the search starts again.
+    /// The held pace moved by more than `PHASE_CHANGE`, in two cycles in a row: the search
+    /// starts again.
     PhaseChange { from: f64, to: f64 },
     /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
     /// the search starts again.
@@ -317,6 +325,15 @@ pub(crate) struct Change {
     pub level: Level,
     #[serde(flatten)]
     pub why: Why,
+}
+
+/// What a comparison's cycles say of its level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Kept,
+    TooCostly,
+    /// Above the core policy's level and not shown to keep training's pace.
+    NotShownFree,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -357,6 +374,9 @@ pub(crate) struct Harvest {
     reference: Option<Measured>,
     /// The held pace the last judged comparison measured: a new phase is judged against it.
     last_held: Option<f64>,
+    /// The last cycle's held pace, where it had moved more than `PHASE_CHANGE` from
+    /// `last_held`: one more such cycle, the same way, is a new phase.
+    moved_once: Option<f64>,
     /// The lowest level found too costly, and when.
     ceiling: Option<(Level, u64)>,
     /// The last change, for status.
@@ -372,6 +392,7 @@ impl Harvest {
             cycles: Vec::new(),
             reference: None,
             last_held: None,
+            moved_once: None,
             ceiling: None,
             last: None,
         }
@@ -522,16 +543,25 @@ impl Harvest {
         let level_pace = pace_between(reports, start + SETTLE_NS, start + half_ns);
         let held_pace = pace_between(reports, start + half_ns + SETTLE_NS, start + 2 * half_ns);
         if let (Some(level_pace), Some(held)) = (level_pace, held_pace.filter(|&p| p > 0.0)) {
-            if let Some(before) = self.last_held
-                && (held / before - 1.0).abs() > PHASE_CHANGE
-            {
-                // A new phase of the job: what was found of the old one says nothing now.
-                self.forget();
-                let why = Why::PhaseChange {
-                    from: before,
-                    to: held,
-                };
-                return Some(self.compare(now_ns, Level::TOP, reports, why));
+            let moved = self
+                .last_held
+                .filter(|before| (held / before - 1.0).abs() > PHASE_CHANGE);
+            match (moved, self.moved_once.take()) {
+                // Twice in a row, the same way: a new phase of the job, and what was found of
+                // the old one says nothing now. One held half alone is not enough: on the GPU
+                // server the ResNet-50 job's busy share moved by 8–10% (standard deviation)
+                // from one 2 s stretch to the next with nothing changing, and single halves
+                // beyond 15% restarted the search from the top four times in two windows.
+                (Some(before), Some(first)) if (first > before) == (held > before) => {
+                    self.forget();
+                    let why = Why::PhaseChange {
+                        from: before,
+                        to: held,
+                    };
+                    return Some(self.compare(now_ns, Level::TOP, reports, why));
+                }
+                (Some(_), _) => self.moved_once = Some(held),
+                (None, _) => {}
             }
             self.cycles.push((level_pace / held, held));
             self.reference = self.held_reference();
@@ -544,58 +574,72 @@ impl Harvest {
             }));
         };
         let floor = 1.0 - self.settings.epsilon;
-        let kept = if ratio.low >= floor {
-            true
+        let verdict = if ratio.low >= floor {
+            Verdict::Kept
         } else if ratio.high < floor {
-            false
+            Verdict::TooCostly
         } else if recheck && ratio.ratio >= floor {
             // A recheck looks for a kept level turned costly: a mean that still keeps
             // training's pace ends it, where a search waits for the interval. On the VM every
             // comparison ran its six cycles (docs/experiments/2026-11-27-pace-pairs-vm.md): a
             // settled level's rechecks held offline back for 18 s a minute; ended at the
             // third cycle where the mean allows, 9 s.
-            true
-        } else if ratios.len() >= MAX_CYCLES {
-            // The mean decides. Keeping a level only where the interval also ruled out twice
-            // ε was tried: in the VM's co-location run with it, on a day training's pace was
-            // noisy, the controller came down below the core policy's level in every window
-            // and harvested half what reamer's defaults did
-            // (docs/experiments/2026-11-27-training-core-shares-vm.md).
-            ratio.ratio >= floor
-        } else {
+            Verdict::Kept
+        } else if ratios.len() < MAX_CYCLES {
             return Some(self.change(Why::Undecided {
                 tried: level,
                 ratio,
             }));
+        } else if level > Level::Policy {
+            // The cycles cannot tell, and above the core policy's level a level is kept only
+            // where shown free. On the GPU server the ResNet-50 job's GPU busy share moved by
+            // 8–10% (standard deviation) from one 2 s stretch to the next with nothing
+            // changing, and the mean of six cycles kept `training_cores` or left it on a
+            // coin's throw (docs/experiments/2026-11-27-pace-controller-server.md).
+            Verdict::NotShownFree
+        } else if ratio.ratio >= floor {
+            // At the policy's level and below, the mean decides. Keeping those only where the
+            // interval also ruled out twice ε was tried: on a noisy day on the VM the
+            // controller came down below the policy's level in every window and harvested
+            // half what reamer's defaults did
+            // (docs/experiments/2026-11-27-training-core-shares-vm.md).
+            Verdict::Kept
+        } else {
+            Verdict::TooCostly
         };
         self.last_held = self.reference.map(|r| r.steps_per_s);
         self.cycles.clear();
-        if kept {
+        if verdict == Verdict::Kept {
             // Kept; the level above is tried once no ceiling stands in its way (after a
             // search that came down, the ceiling is the level just above).
             let why = Why::Kept {
                 tried: level,
                 ratio,
             };
-            match level
+            return match level
                 .up()
                 .filter(|up| self.ceiling.is_none_or(|(ceiling, _)| *up < ceiling))
             {
                 Some(up) => Some(self.compare(now_ns, up, reports, why)),
                 None => Some(self.settle(now_ns, level, why)),
-            }
-        } else {
-            // Too costly, shown or on the mean: training first.
-            self.ceiling = Some((level, now_ns));
-            let why = Why::TooCostly {
+            };
+        }
+        // Too costly, shown, on the mean, or not shown free: training first.
+        self.ceiling = Some((level, now_ns));
+        let why = match verdict {
+            Verdict::NotShownFree => Why::NotShownFree {
                 tried: level,
                 ratio,
-            };
-            match level.down().filter(|&down| down > Level::Held) {
-                Some(down) => Some(self.compare(now_ns, down, reports, why)),
-                // Even a quarter costs training more than ε: held back until the next check.
-                None => Some(self.settle(now_ns, Level::Held, why)),
-            }
+            },
+            _ => Why::TooCostly {
+                tried: level,
+                ratio,
+            },
+        };
+        match level.down().filter(|&down| down > Level::Held) {
+            Some(down) => Some(self.compare(now_ns, down, reports, why)),
+            // Even a quarter costs training more than ε: held back until the next check.
+            None => Some(self.settle(now_ns, Level::Held, why)),
         }
     }
 
@@ -645,6 +689,7 @@ impl Harvest {
         self.cycles.clear();
         self.reference = None;
         self.last_held = None;
+        self.moved_once = None;
         self.ceiling = None;
     }
 
