@@ -602,10 +602,10 @@ fn harvest_note(measured: &Measured) -> String {
     format!(
         "\nThe pace controller (`harvest_by_pace = true`, from training-sim's progress reports), \
          window by window: each level is a rung of its ladder (docs/enforcer.md, \"Offline's \
-         share, set by training's pace\"); \"judged\" lists each level it kept or found too \
-         costly, with training's pace there over its pace with offline held back (the mean of \
-         the cycles, and its 95% interval), and each new phase it saw, with how far the held \
-         pace moved. {settling}; its probes held offline back a median \
+         share, set by training's pace\"); \"judged\" lists each verdict as the level it went \
+         to, then the level it judged, the verdict, and training's pace there over its pace \
+         with offline held back (the mean of the cycles, and its 95% interval), and each new \
+         phase it saw, with how far the held pace moved. {settling}; its probes held offline back a median \
          {:.1}% of the timed window.\n\n{}\n",
         median(&held_pct),
         lines.join("\n")

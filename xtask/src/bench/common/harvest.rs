@@ -26,8 +26,12 @@ pub struct HarvestStep {
     /// Whether the search ended here: a level kept without trying the next one up, or
     /// offline held back because even the lowest share cost too much.
     pub settles: bool,
-    /// Where the step judged a level (`kept`, `too_costly`, `undecided`): its pace over the
-    /// pace with offline held back, the mean of its cycles, and that mean's 95% interval.
+    /// Where the step judged a level: the level it judged (`level` is where it went next).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tried: Option<String>,
+    /// Where the step judged a level (`kept`, `too_costly`, `not_shown_free`, `undecided`): its
+    /// pace over the pace with offline held back, the mean of its cycles, and that mean's 95%
+    /// interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ratio: Option<StepRatio>,
     /// Where the step is a `phase_change`: the held pace it was judged against, and the one
@@ -97,6 +101,7 @@ pub(crate) fn read(
                 level,
                 reason,
                 settles,
+                tried: tried.map(str::to_owned),
                 ratio,
                 held_moved: held_moved.map(|(from, to)| [from, to]),
             })
@@ -116,10 +121,15 @@ pub(crate) fn read(
 }
 
 impl HarvestStep {
-    /// The step for a report: its level, why (with the judged ratio, or how far the held
-    /// pace moved), and when: `unpaused (too costly, 0.962 [0.941, 0.983], -3 s)`.
+    /// The step for a report: the level it went to, why (with the level it judged and its
+    /// ratio, or how far the held pace moved), and when:
+    /// `unpaused (training_cores too costly, 0.962 [0.941, 0.983], -3 s)`.
     pub fn words(&self) -> String {
-        let why = self.reason.replace('_', " ");
+        let reason = self.reason.replace('_', " ");
+        let why = match &self.tried {
+            Some(tried) => format!("{tried} {reason}"),
+            None => reason,
+        };
         let detail = match (self.ratio, self.held_moved) {
             (Some(r), _) => format!(", {:.3} [{:.3}, {:.3}]", r.ratio, r.low, r.high),
             (None, Some([from, to])) if from > 0.0 => {
@@ -212,6 +222,7 @@ mod tests {
             level: level.to_owned(),
             reason: reason.to_owned(),
             settles,
+            tried: None,
             ratio: None,
             held_moved: None,
         }
@@ -247,6 +258,7 @@ mod tests {
                 step(-4.0, "held", "probe", false),
                 step(1.0, "policy", "trial", false),
                 HarvestStep {
+                    tried: Some("policy".to_owned()),
                     ratio: Some(StepRatio {
                         ratio: 0.995,
                         low: 0.991,
@@ -267,7 +279,7 @@ mod tests {
             [
                 "held (probe, -4 s)",
                 "policy (trial, 1 s)",
-                "policy (kept, 0.995 [0.991, 0.999], 10 s)",
+                "policy (policy kept, 0.995 [0.991, 0.999], 10 s)",
                 "held (phase change, held pace +25%, 15 s)",
             ]
         );

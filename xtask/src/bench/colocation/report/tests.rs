@@ -226,6 +226,7 @@ fn the_pace_controllers_windows_say_when_its_search_ended_and_what_its_probes_he
         level: level.to_owned(),
         reason: reason.to_owned(),
         settles,
+        tried: None,
         ratio: None,
         held_moved: None,
     };

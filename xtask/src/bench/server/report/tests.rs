@@ -444,6 +444,7 @@ fn the_pace_controller_gets_its_own_targets_and_its_steps_under_the_table() {
             level: level.to_owned(),
             reason: reason.to_owned(),
             settles: false,
+            tried: None,
             ratio: None,
             held_moved: None,
         };
