@@ -12,9 +12,9 @@
 //!   every client's kernels. A foreign tenant's kernels on the device would read as training's.
 //!
 //! "Each step does the same GPU work" is the weak link: on the H200 server offline slowed the
-//! ResNet-50 job's steps on the CPU side too (step p50 32 → 35 ms), and the busy share with
-//! offline running over the share with it held back averaged 0.998 at levels running more
-//! offline than reamer's defaults, which cost the job 8.7% of its images/s in the same run
+//! ResNet-50 job's steps on the CPU side too (step p50 32 → 35 ms), which keeps a step's GPU
+//! busy time up as steps get fewer, and the share, even averaged over 5 s, moved by 8–10%
+//! from one 2 s stretch to the next with nothing changing
 //! (docs/experiments/2026-11-27-pace-controller-server.md). A job that can report its steps
 //! should.
 //!

@@ -549,9 +549,10 @@ impl Harvest {
             match (moved, self.moved_once.take()) {
                 // Twice in a row, the same way: a new phase of the job, and what was found of
                 // the old one says nothing now. One held half alone is not enough: on the GPU
-                // server the ResNet-50 job's busy share moved by 8–10% (standard deviation)
-                // from one 2 s stretch to the next with nothing changing, and single halves
-                // beyond 15% restarted the search from the top four times in two windows.
+                // server the ResNet-50 job's busy share, even averaged over 5 s, moved by
+                // 8–10% (standard deviation) from one 2 s stretch to the next with nothing
+                // changing, and single halves beyond 15% restarted the search from the top
+                // four times in two windows.
                 (Some(before), Some(first)) if (first > before) == (held > before) => {
                     self.forget();
                     let why = Why::PhaseChange {
@@ -592,10 +593,10 @@ impl Harvest {
             }));
         } else if level > Level::Policy {
             // The cycles cannot tell, and above the core policy's level a level is kept only
-            // where shown free. On the GPU server the ResNet-50 job's GPU busy share moved by
-            // 8–10% (standard deviation) from one 2 s stretch to the next with nothing
-            // changing, and the mean of six cycles kept `training_cores` or left it on a
-            // coin's throw (docs/experiments/2026-11-27-pace-controller-server.md).
+            // where shown free. On the GPU server the ResNet-50 job's GPU busy share, even
+            // averaged over 5 s, moved by 8–10% (standard deviation) from one 2 s stretch to
+            // the next with nothing changing, and five cycles never told whether
+            // `training_cores` kept 1% (docs/experiments/2026-11-27-pace-controller-server.md).
             Verdict::NotShownFree
         } else if ratio.ratio >= floor {
             // At the policy's level and below, the mean decides. Keeping those only where the

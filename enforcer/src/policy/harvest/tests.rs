@@ -313,9 +313,10 @@ fn a_noisy_job_is_not_given_a_costly_level_on_a_lucky_reading() {
     }
 }
 
-/// The GPU server's ResNet-50 job as its GPU busy share showed it: the share moved by 8–10%
-/// (standard deviation) from one 2 s stretch to the next with nothing changing (uniform ±15%
-/// a second here: about 6% over a 2 s half, and 8% for the ratio of two).
+/// The GPU server's ResNet-50 job as its GPU busy share showed it: the share, even averaged
+/// over 5 s, moved by 8–10% (standard deviation) from one 2 s stretch to the next with
+/// nothing changing (uniform ±15% a second here: about 6% over a 2 s half, and 8% for the
+/// ratio of two).
 const SERVER_NOISE: f64 = 0.15;
 
 #[test]

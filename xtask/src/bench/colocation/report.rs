@@ -605,8 +605,8 @@ fn harvest_note(measured: &Measured) -> String {
          share, set by training's pace\"); \"judged\" lists each verdict as the level it went \
          to, then the level it judged, the verdict, and training's pace there over its pace \
          with offline held back (the mean of the cycles, and its 95% interval), and each new \
-         phase it saw, with how far the held pace moved. {settling}; its probes held offline back a median \
-         {:.1}% of the timed window.\n\n{}\n",
+         phase it saw, with how far the held pace moved. {settling}; its probes held offline \
+         back a median {:.1}% of the timed window.\n\n{}\n",
         median(&held_pct),
         lines.join("\n")
     )

@@ -34,9 +34,10 @@ pub(super) fn markdown(windows: &[Window]) -> String {
          followed at the window's end, and each level it moved to over the window, with why \
          and when (s from the timed part's start). Where it judged a level, the step names the \
          level judged and gives training's pace there over its pace with offline held back \
-         (the mean of the cycles, and its 95% interval); at a new phase, how far the held pace moved. Its daemon \
-         started {:.0} s before the timed part, and its first comparison waits for 10 s of \
-         signal (docs/enforcer.md, \"Offline's share, set by training's pace\"):\n\n{}\n",
+         (the mean of the cycles, and its 95% interval); at a new phase, how far the held \
+         pace moved. Its daemon started {:.0} s before the timed part, and its first \
+         comparison waits for 10 s of signal (docs/enforcer.md, \"Offline's share, set by \
+         training's pace\"):\n\n{}\n",
         (super::INFERENCE_LEAD + super::PACE_SETTLE).as_secs_f64(),
         lines.join("\n")
     )
