@@ -610,13 +610,23 @@ impl Harvest {
         };
         self.last_held = self.reference.map(|r| r.steps_per_s);
         self.cycles.clear();
+        let why = match verdict {
+            Verdict::Kept => Why::Kept {
+                tried: level,
+                ratio,
+            },
+            Verdict::TooCostly => Why::TooCostly {
+                tried: level,
+                ratio,
+            },
+            Verdict::NotShownFree => Why::NotShownFree {
+                tried: level,
+                ratio,
+            },
+        };
         if verdict == Verdict::Kept {
             // Kept; the level above is tried once no ceiling stands in its way (after a
             // search that came down, the ceiling is the level just above).
-            let why = Why::Kept {
-                tried: level,
-                ratio,
-            };
             return match level
                 .up()
                 .filter(|up| self.ceiling.is_none_or(|(ceiling, _)| *up < ceiling))
@@ -627,16 +637,6 @@ impl Harvest {
         }
         // Too costly, shown, on the mean, or not shown free: training first.
         self.ceiling = Some((level, now_ns));
-        let why = match verdict {
-            Verdict::NotShownFree => Why::NotShownFree {
-                tried: level,
-                ratio,
-            },
-            _ => Why::TooCostly {
-                tried: level,
-                ratio,
-            },
-        };
         match level.down().filter(|&down| down > Level::Held) {
             Some(down) => Some(self.compare(now_ns, down, reports, why)),
             // Even a quarter costs training more than ε: held back until the next check.
