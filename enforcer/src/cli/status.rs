@@ -167,11 +167,16 @@ fn pace_in_words(signal: Option<&str>, pace: f64) -> String {
     }
 }
 
-/// The pace controller's last change in words: why, and where a level was judged, what it
-/// cost training (1 − its pace over the reference, with the interval).
+/// The pace controller's last change in words: why, where a level was judged what it cost
+/// training (1 − its pace over the reference, with the interval), and the level it went to
+/// (settled there until the next recheck, or for now).
 fn harvest_move(change: &serde_json::Value) -> String {
     let reason = change["reason"].as_str().unwrap_or("?").replace('_', " ");
-    let to = change["level"].as_str().unwrap_or("?");
+    let level = change["level"].as_str().unwrap_or("?");
+    let to = match change["settles"].as_bool() {
+        Some(true) => format!("settled at {level}"),
+        _ => format!("now {level}"),
+    };
     let judged = change["tried"]
         .as_str()
         .zip(change["ratio"]["ratio"].as_f64());
@@ -179,13 +184,13 @@ fn harvest_move(change: &serde_json::Value) -> String {
         Some((tried, ratio)) => {
             let cost = |r: f64| (1.0 - r) * 100.0;
             format!(
-                "{reason} ({tried} cost training {:.1}% [{:.1}, {:.1}]), now {to}",
+                "{reason} ({tried} cost training {:.1}% [{:.1}, {:.1}]), {to}",
                 cost(ratio),
                 cost(change["ratio"]["high"].as_f64().unwrap_or(ratio)),
                 cost(change["ratio"]["low"].as_f64().unwrap_or(ratio)),
             )
         }
-        None => format!("{reason}, now {to}"),
+        None => format!("{reason}, {to}"),
     }
 }
 
@@ -205,6 +210,14 @@ mod tests {
         );
         let probe = serde_json::json!({"level": "held", "reason": "probe"});
         assert_eq!(harvest_move(&probe), "probe, now held");
+        let settled = serde_json::json!({
+            "level": "policy", "settles": true, "reason": "not_shown_free", "tried": "unpaused",
+            "ratio": {"ratio": 0.995, "low": 0.97, "high": 1.02}
+        });
+        assert_eq!(
+            harvest_move(&settled),
+            "not shown free (unpaused cost training 0.5% [-2.0, 3.0]), settled at policy"
+        );
     }
 
     #[test]

@@ -40,8 +40,11 @@
 //! - The interval: the mean of the cycles' ratios ± Student's t (95%) standard errors, judged
 //!   from `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly. After
 //!   `MAX_CYCLES` cycles that could not tell, a level above the core policy's is left (not
-//!   shown free: the policy's level is the default, and more needs proof); at the policy's
-//!   level and below, the mean decides (kept where at or above `1 − ε`, left otherwise).
+//!   shown free: the policy's level is the default, and more needs proof), and sooner where
+//!   the cycles left could show it free with less than a 5% chance at the mean and spread so
+//!   far; at the policy's level and below, the mean decides (kept where at or above `1 − ε`,
+//!   left otherwise). A level tried above one just kept, and left, settles the search back on
+//!   the kept one without comparing it again.
 //! - Settled, the level is compared again every `RECHECK_NS` (and the level above it too,
 //!   once the ceiling is older than `CEILING_NS`); a recheck keeps the level on its mean from
 //!   `MIN_CYCLES` cycles, and runs on only where the mean is below `1 − ε`; a held pace that
@@ -177,6 +180,11 @@ const REPORTS_PER_HALF: u64 = 2;
 pub(crate) const MIN_CYCLES: usize = 3;
 /// Cycles after which the mean judges a level the interval could not.
 pub(crate) const MAX_CYCLES: usize = 6;
+/// Above the core policy's level, a comparison ends before `MAX_CYCLES` where the cycles left
+/// would need a mean this many of their standard errors above the mean so far to show the
+/// level free: a chance under 5% (one-sided normal). On the VM, where each cycle's ratio spread
+/// by 2.2 to 2.6%, every such level ran its six cycles and none was shown free.
+const FUTILITY_Z: f64 = 1.645;
 /// Settled, the level is compared again this often.
 pub(crate) const RECHECK_NS: u64 = 60_000_000_000;
 /// The level above one found too costly is not tried again before this.
@@ -256,8 +264,7 @@ pub(crate) fn paired_interval(ratios: &[f64]) -> Option<Ratio> {
     if n < 2 {
         return None;
     }
-    let mean = ratios.iter().sum::<f64>() / n as f64;
-    let variance = ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let (mean, variance) = mean_and_variance(ratios);
     let t = T95.get(n - 2).copied().unwrap_or(2.2);
     let spread = t * (variance / n as f64).sqrt();
     Some(Ratio {
@@ -265,6 +272,46 @@ pub(crate) fn paired_interval(ratios: &[f64]) -> Option<Ratio> {
         low: mean - spread,
         high: mean + spread,
     })
+}
+
+/// The mean of `values` (at least one) and their sample variance (0 for one).
+fn mean_and_variance(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let variance = match values.len() {
+        0 | 1 => 0.0,
+        _ => values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0),
+    };
+    (mean, variance)
+}
+
+/// Whether `ratios` could still show a level free by `MAX_CYCLES` cycles: a sequential test's
+/// futility stop. The interval at `MAX_CYCLES` clears `floor` where the mean of all cycles is
+/// at least `floor + t·s/√MAX_CYCLES`; the cycles left, drawn around the mean so far with the
+/// spread so far, reach that mean with a chance of at least 5% (`FUTILITY_Z`). Below it, they
+/// would only hold offline back for a verdict already known.
+fn could_show_free_by_max_cycles(ratios: &[f64], floor: f64) -> bool {
+    let n = ratios.len();
+    if n >= MAX_CYCLES {
+        return false;
+    }
+    if n < 2 {
+        // No spread yet to judge from.
+        return true;
+    }
+    let (mean, variance) = mean_and_variance(ratios);
+    let spread = variance.sqrt();
+    let total = MAX_CYCLES as f64;
+    let left = (MAX_CYCLES - n) as f64;
+    let t = T95.get(MAX_CYCLES - 2).copied().unwrap_or(2.2);
+    let needed = floor + t * spread / total.sqrt();
+    if spread == 0.0 {
+        return mean >= needed;
+    }
+    // The mean the cycles left must have, in standard errors of their own mean above the
+    // mean so far.
+    let z = total * (needed - mean) / (spread * left.sqrt());
+    z <= FUTILITY_Z
 }
 
 /// Training's pace over `[from_ns, to_ns]`: the count between the first and the last report
@@ -323,6 +370,9 @@ pub(crate) enum Why {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Change {
     pub level: Level,
+    /// Whether the loop settled at `level` with this change: no comparison runs until the
+    /// next recheck.
+    pub settles: bool,
     #[serde(flatten)]
     pub why: Why,
 }
@@ -379,6 +429,9 @@ pub(crate) struct Harvest {
     moved_once: Option<f64>,
     /// The lowest level found too costly, and when.
     ceiling: Option<(Level, u64)>,
+    /// The level kept by the comparison before the current one, which tries the level above
+    /// it: where that one is left, the search settles back here.
+    kept_below: Option<Level>,
     /// The last change, for status.
     last: Option<Change>,
 }
@@ -394,6 +447,7 @@ impl Harvest {
             last_held: None,
             moved_once: None,
             ceiling: None,
+            kept_below: None,
             last: None,
         }
     }
@@ -586,17 +640,23 @@ impl Harvest {
             // settled level's rechecks held offline back for 18 s a minute; ended at the
             // third cycle where the mean allows, 9 s.
             Verdict::Kept
-        } else if ratios.len() < MAX_CYCLES {
+        } else if ratios.len() < MAX_CYCLES
+            && (level <= Level::Policy || could_show_free_by_max_cycles(&ratios, floor))
+        {
             return Some(self.change(Why::Undecided {
                 tried: level,
                 ratio,
             }));
         } else if level > Level::Policy {
             // The cycles cannot tell, and above the core policy's level a level is kept only
-            // where shown free. On the GPU server the ResNet-50 job's GPU busy share, even
-            // averaged over 5 s, moved by 8–10% (standard deviation) from one 2 s stretch to
-            // the next with nothing changing, and five cycles never told whether
-            // `training_cores` kept 1% (docs/experiments/2026-11-27-pace-controller-server.md).
+            // where shown free: after `MAX_CYCLES`, or sooner where the cycles left could
+            // hardly show it (`could_show_free_by_max_cycles`). On the VM each level above the
+            // policy's ran its six cycles, 36 s with 18 s held back, and none was shown free
+            // (docs/experiments/2026-11-27-pace-proof-vm.md). On the GPU server the ResNet-50
+            // job's GPU busy share, even averaged over 5 s, moved by 8–10% (standard
+            // deviation) from one 2 s stretch to the next with nothing changing, and five
+            // cycles never told whether `training_cores` kept 1%
+            // (docs/experiments/2026-11-27-pace-controller-server.md).
             Verdict::NotShownFree
         } else if ratio.ratio >= floor {
             // At the policy's level and below, the mean decides. Keeping those only where the
@@ -631,13 +691,23 @@ impl Harvest {
                 .up()
                 .filter(|up| self.ceiling.is_none_or(|(ceiling, _)| *up < ceiling))
             {
-                Some(up) => Some(self.compare(now_ns, up, reports, why)),
+                Some(up) => {
+                    let change = self.compare(now_ns, up, reports, why);
+                    self.kept_below = Some(level);
+                    Some(change)
+                }
                 None => Some(self.settle(now_ns, level, why)),
             };
         }
         // Too costly, shown, on the mean, or not shown free: training first.
         self.ceiling = Some((level, now_ns));
-        match level.down().filter(|&down| down > Level::Held) {
+        let down = level.down();
+        if let Some(kept) = down.filter(|&down| Some(down) == self.kept_below) {
+            // The level under it was kept by the comparison just before this one: settled
+            // there again without a second comparison (18 to 36 s, half of it held back).
+            return Some(self.settle(now_ns, kept, why));
+        }
+        match down.filter(|&down| down > Level::Held) {
             Some(down) => Some(self.compare(now_ns, down, reports, why)),
             // Even a quarter costs training more than ε: held back until the next check.
             None => Some(self.settle(now_ns, Level::Held, why)),
@@ -647,6 +717,7 @@ impl Harvest {
     /// Begins comparing `level` with offline held back: its half first.
     fn compare(&mut self, now_ns: u64, level: Level, reports: &[(u64, u64)], why: Why) -> Change {
         self.cycles.clear();
+        self.kept_below = None;
         self.phase = Phase::Comparing {
             since: now_ns,
             level,
@@ -659,6 +730,7 @@ impl Harvest {
     }
 
     fn settle(&mut self, now_ns: u64, level: Level, why: Why) -> Change {
+        self.kept_below = None;
         self.phase = Phase::Settled {
             since: now_ns,
             level,
@@ -673,11 +745,7 @@ impl Harvest {
         if n == 0 {
             return None;
         }
-        let mean = held.iter().sum::<f64>() / n as f64;
-        let variance = match n {
-            1 => 0.0,
-            _ => held.iter().map(|p| (p - mean).powi(2)).sum::<f64>() / (n - 1) as f64,
-        };
+        let (mean, variance) = mean_and_variance(&held);
         Some(Measured {
             steps_per_s: mean,
             standard_error: (variance / n as f64).sqrt(),
@@ -692,11 +760,13 @@ impl Harvest {
         self.last_held = None;
         self.moved_once = None;
         self.ceiling = None;
+        self.kept_below = None;
     }
 
     fn change(&self, why: Why) -> Change {
         Change {
             level: self.level(),
+            settles: matches!(self.phase, Phase::Settled { .. }),
             why,
         }
     }

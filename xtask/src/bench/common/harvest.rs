@@ -82,11 +82,7 @@ pub(crate) fn read(
             let level = step["level"].as_str()?.to_owned();
             let reason = step["reason"].as_str()?.to_owned();
             let tried = step["tried"].as_str();
-            let settles = match reason.as_str() {
-                "kept" => tried == Some(level.as_str()),
-                "too_costly" => level == HELD,
-                _ => false,
-            };
+            let settles = step["settles"].as_bool().unwrap_or(false);
             let ratio = &step["ratio"];
             let ratio = (|| {
                 Some(StepRatio {
@@ -235,12 +231,12 @@ mod tests {
         let log = dir.join("decisions.jsonl");
         std::fs::write(
             &log,
-            "{\"at_ns\":1000000000,\"harvest\":{\"level\":\"held\",\"reason\":\"probe\"}}\n\
+            "{\"at_ns\":1000000000,\"harvest\":{\"level\":\"held\",\"settles\":false,\"reason\":\"probe\"}}\n\
              {\"trigger\":\"demand_rose\"}\n\
              not json\n\
-             {\"at_ns\":6000000000,\"harvest\":{\"level\":\"policy\",\"reason\":\"trial\",\"reference\":{}}}\n\
-             {\"at_ns\":15000000000,\"harvest\":{\"level\":\"policy\",\"reason\":\"kept\",\"tried\":\"policy\",\"ratio\":{\"ratio\":0.995,\"low\":0.991,\"high\":0.999}}}\n\
-             {\"at_ns\":20000000000,\"harvest\":{\"level\":\"held\",\"reason\":\"phase_change\",\"from\":200.0,\"to\":250.0}}\n",
+             {\"at_ns\":6000000000,\"harvest\":{\"level\":\"policy\",\"settles\":false,\"reason\":\"trial\",\"reference\":{}}}\n\
+             {\"at_ns\":15000000000,\"harvest\":{\"level\":\"policy\",\"settles\":true,\"reason\":\"kept\",\"tried\":\"policy\",\"ratio\":{\"ratio\":0.995,\"low\":0.991,\"high\":0.999}}}\n\
+             {\"at_ns\":20000000000,\"harvest\":{\"level\":\"held\",\"settles\":false,\"reason\":\"phase_change\",\"from\":200.0,\"to\":250.0}}\n",
         )
         .unwrap();
         // No daemon of this instance: no signal, the steps all the same.
