@@ -45,18 +45,22 @@
 //!   far; at the policy's level and below, the mean decides (kept where at or above `1 − ε`,
 //!   left otherwise). A level tried above one just kept, and left, settles the search back on
 //!   the kept one without comparing it again.
-//! - Settled, the level is compared again every `RECHECK_NS` (and the level above it too,
-//!   once the ceiling is older than `CEILING_NS`); a recheck keeps the level on its mean from
-//!   `MIN_CYCLES` cycles, and runs on only where the mean is below `1 − ε`; a held pace that
-//!   moved by more than `PHASE_CHANGE` from the last comparison's in two cycles in a row, the
-//!   same way (a new phase of the job: evaluation, a checkpoint, a new job), starts the search
-//!   again from the top.
+//! - Settled, the level is compared again after `RECHECK_NS`, and after twice as long each
+//!   time a recheck settles the loop at the same level again, up to `RECHECK_MAX_NS` (and the
+//!   level above it too, once the ceiling is older than `CEILING_NS`); a recheck keeps the
+//!   level on its mean from `MIN_CYCLES` cycles, and runs on only where the mean is below
+//!   `1 − ε`; a held pace that moved from the last comparison's by more than `PHASE_CHANGE`
+//!   and twice that comparison's standard error, in two cycles in a row, the same way (a new
+//!   phase of the job: evaluation, a checkpoint, a new job), starts the search again from the
+//!   top.
 //!
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
-//! 36 s. Settled, one recheck a minute, of 3 cycles where the level still keeps the pace:
-//! about 11% of offline's time. The first comparison waits for the job's first `WARMUP_NS`
-//! of reports.
+//! 36 s. Settled, one recheck of 3 cycles where the level still keeps the pace: at one a
+//! minute, about 11% of offline's time; at one in four minutes, about 3.5%. The first
+//! comparison waits for the job's first `WARMUP_NS` of reports. The price of the longer
+//! waits: a level that turns costly while the job's pace stays the same is found up to four
+//! minutes late (the fast path still moves offline off a training thread it queues).
 //!
 //! The pace comes from the job's progress reports where it sends them, and otherwise from its
 //! GPUs' busy share (`gpu::training_busy`), counted up like reports. The job's own count comes
@@ -185,8 +189,13 @@ pub(crate) const MAX_CYCLES: usize = 6;
 /// level free: a chance under 5% (one-sided normal). On the VM, where each cycle's ratio spread
 /// by 2.2 to 2.6%, every such level ran its six cycles and none was shown free.
 const FUTILITY_Z: f64 = 1.645;
-/// Settled, the level is compared again this often.
+/// Settled, the level is compared again after this long the first time.
 pub(crate) const RECHECK_NS: u64 = 60_000_000_000;
+/// Each recheck that settles the loop at the same level doubles the wait before the next, up
+/// to this: a settled level's held halves take about 11% of offline's time at one recheck a
+/// minute, more than offline can give up to stay within 10% of the best static level's work,
+/// and about 3.5% at one in four minutes.
+pub(crate) const RECHECK_MAX_NS: u64 = 240_000_000_000;
 /// The level above one found too costly is not tried again before this.
 pub(crate) const CEILING_NS: u64 = 300_000_000_000;
 /// A held pace this far from the last comparison's (relative), in two cycles in a row, is a
@@ -422,8 +431,9 @@ pub(crate) struct Harvest {
     cycles: Vec<(f64, f64)>,
     /// The held pace of the last comparison judged, and of the current one so far.
     reference: Option<Measured>,
-    /// The held pace the last judged comparison measured: a new phase is judged against it.
-    last_held: Option<f64>,
+    /// The held pace the last judged comparison measured, with its standard error: a new
+    /// phase is judged against it.
+    last_held: Option<Measured>,
     /// The last cycle's held pace, where it had moved more than `PHASE_CHANGE` from
     /// `last_held`: one more such cycle, the same way, is a new phase.
     moved_once: Option<f64>,
@@ -432,6 +442,9 @@ pub(crate) struct Harvest {
     /// The level kept by the comparison before the current one, which tries the level above
     /// it: where that one is left, the search settles back here.
     kept_below: Option<Level>,
+    /// The level the loop last settled at, and how long it waits there before a recheck.
+    settled_at: Option<Level>,
+    recheck_after_ns: u64,
     /// The last change, for status.
     last: Option<Change>,
 }
@@ -448,6 +461,8 @@ impl Harvest {
             moved_once: None,
             ceiling: None,
             kept_below: None,
+            settled_at: None,
+            recheck_after_ns: RECHECK_NS,
             last: None,
         }
     }
@@ -552,7 +567,7 @@ impl Harvest {
                 None
             }
             Phase::Settled { since, level } => {
-                if now_ns.saturating_sub(since) < RECHECK_NS {
+                if now_ns.saturating_sub(since) < self.recheck_after_ns {
                     return None;
                 }
                 // The level above may be tried again once the ceiling is old.
@@ -599,14 +614,21 @@ impl Harvest {
         if let (Some(level_pace), Some(held)) = (level_pace, held_pace.filter(|&p| p > 0.0)) {
             let moved = self
                 .last_held
-                .filter(|before| (held / before - 1.0).abs() > PHASE_CHANGE);
+                .filter(|before| {
+                    let error = 2.0 * before.standard_error / before.steps_per_s;
+                    (held / before.steps_per_s - 1.0).abs() > PHASE_CHANGE + error
+                })
+                .map(|before| before.steps_per_s);
             match (moved, self.moved_once.take()) {
                 // Twice in a row, the same way: a new phase of the job, and what was found of
                 // the old one says nothing now. One held half alone is not enough: on the GPU
                 // server the ResNet-50 job's busy share, even averaged over 5 s, moved by
                 // 8–10% (standard deviation) from one 2 s stretch to the next with nothing
                 // changing, and single halves beyond 15% restarted the search from the top
-                // four times in two windows.
+                // four times in two windows. Farther, too, by twice the last comparison's
+                // standard error: its held pace is a mean of a few such halves; in ten hours of
+                // a model of that noise, two halves in a row passed 15% twice, once from a
+                // held pace itself 10% low.
                 (Some(before), Some(first)) if (first > before) == (held > before) => {
                     self.forget();
                     let why = Why::PhaseChange {
@@ -641,7 +663,7 @@ impl Harvest {
             // third cycle where the mean allows, 9 s.
             Verdict::Kept
         } else if ratios.len() < MAX_CYCLES
-            && (level <= Level::Policy || could_show_free_by_max_cycles(&ratios, floor))
+            && (level <= Level::Policy || recheck || could_show_free_by_max_cycles(&ratios, floor))
         {
             return Some(self.change(Why::Undecided {
                 tried: level,
@@ -668,7 +690,7 @@ impl Harvest {
         } else {
             Verdict::TooCostly
         };
-        self.last_held = self.reference.map(|r| r.steps_per_s);
+        self.last_held = self.reference;
         self.cycles.clear();
         let why = match verdict {
             Verdict::Kept => Why::Kept {
@@ -731,6 +753,12 @@ impl Harvest {
 
     fn settle(&mut self, now_ns: u64, level: Level, why: Why) -> Change {
         self.kept_below = None;
+        // Settled again where it was: the level keeps training's pace, and the next recheck
+        // waits longer. Anywhere else, the first wait.
+        self.recheck_after_ns = match self.settled_at.replace(level) == Some(level) {
+            true => (self.recheck_after_ns * 2).min(RECHECK_MAX_NS),
+            false => RECHECK_NS,
+        };
         self.phase = Phase::Settled {
             since: now_ns,
             level,
@@ -761,6 +789,7 @@ impl Harvest {
         self.moved_once = None;
         self.ceiling = None;
         self.kept_below = None;
+        self.settled_at = None;
     }
 
     fn change(&self, why: Why) -> Change {
