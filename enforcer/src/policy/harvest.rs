@@ -663,6 +663,9 @@ impl Harvest {
             // third cycle where the mean allows, 9 s.
             Verdict::Kept
         } else if ratios.len() < MAX_CYCLES
+            // Above the policy's level a search stops early where its cycles can hardly show
+            // the level free; a recheck keeps a level on its mean (above), which its next
+            // cycles may still lift.
             && (level <= Level::Policy || recheck || could_show_free_by_max_cycles(&ratios, floor))
         {
             return Some(self.change(Why::Undecided {
