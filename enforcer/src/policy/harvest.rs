@@ -70,101 +70,15 @@
 //! of its own, or silent for `pace::STALE_NS`) the level is the core policy's own, as without
 //! this loop.
 
-use std::collections::BTreeSet;
+mod level;
+mod statistics;
 
 use serde::Serialize;
 
-use super::cores::Allocation;
+pub(crate) use self::level::{Level, shape};
+pub(crate) use self::statistics::{Ratio, pace_between, paired_interval};
+use self::statistics::{could_show_free_by_max_cycles, mean_and_variance, measure_ns};
 use crate::config::HarvestSettings;
-
-/// The rungs, least offline work first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Level {
-    /// Offline pools paused.
-    Held,
-    /// Offline pools on a share of the CPUs the core policy gives them.
-    Quarter,
-    Half,
-    ThreeQuarters,
-    /// The core policy's allocation as it is.
-    Policy,
-    /// The policy's, without its pause of offline while training is short of cores.
-    Unpaused,
-    /// The policy's without the pause, with offline on training's reserved cores too.
-    TrainingCores,
-}
-
-impl Level {
-    const LADDER: [Level; 7] = [
-        Level::Held,
-        Level::Quarter,
-        Level::Half,
-        Level::ThreeQuarters,
-        Level::Policy,
-        Level::Unpaused,
-        Level::TrainingCores,
-    ];
-
-    /// Where a search starts: it comes down from the most offline work.
-    const TOP: Level = Level::TrainingCores;
-
-    fn index(self) -> usize {
-        Self::LADDER
-            .iter()
-            .position(|&l| l == self)
-            .expect("every level is on the ladder")
-    }
-
-    fn up(self) -> Option<Level> {
-        Self::LADDER.get(self.index() + 1).copied()
-    }
-
-    fn down(self) -> Option<Level> {
-        self.index().checked_sub(1).map(|i| Self::LADDER[i])
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Level::Held => "held",
-            Level::Quarter => "quarter",
-            Level::Half => "half",
-            Level::ThreeQuarters => "three_quarters",
-            Level::Policy => "policy",
-            Level::Unpaused => "unpaused",
-            Level::TrainingCores => "training_cores",
-        }
-    }
-
-    /// The share of the offline CPUs the policy gives that offline keeps at this level (1 at
-    /// `Policy` and above; `Held` pauses instead).
-    pub(crate) fn offline_share(self) -> f64 {
-        match self {
-            Level::Held => 0.0,
-            Level::Quarter => 0.25,
-            Level::Half => 0.5,
-            Level::ThreeQuarters => 0.75,
-            Level::Policy | Level::Unpaused | Level::TrainingCores => 1.0,
-        }
-    }
-
-    /// The share of each second offline may run on training's reserved cores at this level,
-    /// once no free core is left (`Policy::share_training_cores`): all of it at the top, none
-    /// below.
-    pub(crate) fn training_cores_share(self) -> f64 {
-        if self == Level::TrainingCores {
-            1.0
-        } else {
-            0.0
-        }
-    }
-
-    /// Whether the core policy may pause offline while training is short of cores at this
-    /// level (where configured: `pause_offline_when_training_short`).
-    pub(crate) fn pauses_when_short(self) -> bool {
-        self < Level::Unpaused
-    }
-}
 
 /// A job's first comparison waits until it has reported a pace this long: its first seconds
 /// (imports, a data loader's start, autotuning) are not its pace. Measured on the VM: a probe
@@ -221,29 +135,6 @@ impl PaceSource {
     }
 }
 
-/// `allocation` at `level`, for the offline pools named in `offline`: `Held` pauses them; a
-/// share keeps each on that share of its CPUs (at least one), the highest-numbered, farthest
-/// from training, which the policy grows from CPU 0; `Policy` and above leave the allocation
-/// as the policy made it (which does not pause for training's shortage from `Unpaused` up,
-/// `Policy::pause_when_short`, and shares training's cores at `TrainingCores`,
-/// `Policy::share_training_cores`).
-pub(crate) fn shape(level: Level, mut allocation: Allocation, offline: &[String]) -> Allocation {
-    match level {
-        Level::Held => allocation.offline_paused = true,
-        Level::Quarter | Level::Half | Level::ThreeQuarters => {
-            for name in offline {
-                if let Some(cpus) = allocation.pools.get_mut(name) {
-                    let keep = ((cpus.len() as f64 * level.offline_share()).ceil() as usize).max(1);
-                    let top: BTreeSet<u32> = cpus.iter().rev().take(keep).copied().collect();
-                    *cpus = top;
-                }
-            }
-        }
-        Level::Policy | Level::Unpaused | Level::TrainingCores => {}
-    }
-    allocation
-}
-
 /// Training's pace with offline held back: the mean of a comparison's held halves, and its
 /// standard error.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -253,98 +144,6 @@ pub(crate) struct Measured {
     pub standard_error: f64,
     /// The held halves it is the mean of.
     pub intervals: usize,
-}
-
-/// A level's pace against offline held back: the mean of its cycles' ratios and its
-/// interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct Ratio {
-    pub ratio: f64,
-    pub low: f64,
-    pub high: f64,
-}
-
-/// Student's t at 95% (two-sided) for 1 to 9 degrees of freedom; 2.2 beyond.
-const T95: [f64; 9] = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26];
-
-/// The mean of `ratios` with its 95% interval; None with fewer than two.
-pub(crate) fn paired_interval(ratios: &[f64]) -> Option<Ratio> {
-    let n = ratios.len();
-    if n < 2 {
-        return None;
-    }
-    let (mean, variance) = mean_and_variance(ratios);
-    let t = T95.get(n - 2).copied().unwrap_or(2.2);
-    let spread = t * (variance / n as f64).sqrt();
-    Some(Ratio {
-        ratio: mean,
-        low: mean - spread,
-        high: mean + spread,
-    })
-}
-
-/// The mean of `values` (at least one) and their sample variance (0 for one).
-fn mean_and_variance(values: &[f64]) -> (f64, f64) {
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let variance = match values.len() {
-        0 | 1 => 0.0,
-        _ => values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0),
-    };
-    (mean, variance)
-}
-
-/// Whether `ratios` could still show a level free by `MAX_CYCLES` cycles: a sequential test's
-/// futility stop. The interval at `MAX_CYCLES` clears `floor` where the mean of all cycles is
-/// at least `floor + t·s/√MAX_CYCLES`; the cycles left, drawn around the mean so far with the
-/// spread so far, reach that mean with a chance of at least 5% (`FUTILITY_Z`). Below it, they
-/// would only hold offline back for a verdict already known.
-fn could_show_free_by_max_cycles(ratios: &[f64], floor: f64) -> bool {
-    let n = ratios.len();
-    if n >= MAX_CYCLES {
-        return false;
-    }
-    if n < 2 {
-        // No spread yet to judge from.
-        return true;
-    }
-    let (mean, variance) = mean_and_variance(ratios);
-    let spread = variance.sqrt();
-    let total = MAX_CYCLES as f64;
-    let left = (MAX_CYCLES - n) as f64;
-    let t = T95.get(MAX_CYCLES - 2).copied().unwrap_or(2.2);
-    let needed = floor + t * spread / total.sqrt();
-    if spread == 0.0 {
-        return mean >= needed;
-    }
-    // The mean the cycles left must have, in standard errors of their own mean above the
-    // mean so far.
-    let z = total * (needed - mean) / (spread * left.sqrt());
-    z <= FUTILITY_Z
-}
-
-/// Training's pace over `[from_ns, to_ns]`: the count between the first and the last report
-/// inside, over their time; None with fewer than two.
-pub(crate) fn pace_between(reports: &[(u64, u64)], from_ns: u64, to_ns: u64) -> Option<f64> {
-    let mut inside = reports
-        .iter()
-        .filter(|&&(at, _)| at >= from_ns && at <= to_ns);
-    let (first_at, first) = *inside.next()?;
-    let (last_at, last) = *inside.next_back()?;
-    (last_at > first_at)
-        .then(|| last.saturating_sub(first) as f64 * 1e9 / (last_at - first_at) as f64)
-}
-
-/// How long a half measures for a job reporting as in `reports`: `REPORTS_PER_HALF` of its
-/// median report period, within `MIN_MEASURE_NS` and `MAX_MEASURE_NS`.
-fn measure_ns(reports: &[(u64, u64)]) -> u64 {
-    let mut gaps: Vec<u64> = reports
-        .windows(2)
-        .map(|pair| pair[1].0.saturating_sub(pair[0].0))
-        .collect();
-    gaps.sort_unstable();
-    let period = gaps.get(gaps.len() / 2).copied().unwrap_or(0);
-    (period * REPORTS_PER_HALF).clamp(MIN_MEASURE_NS, MAX_MEASURE_NS)
 }
 
 /// Why the level changed: what the decision log and status show.

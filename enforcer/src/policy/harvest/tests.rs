@@ -3,6 +3,7 @@
 use enforcer_common::rng::SplitMix64;
 
 use super::*;
+use crate::policy::cores::Allocation;
 
 const S: u64 = 1_000_000_000;
 const TICK: u64 = S / 10;

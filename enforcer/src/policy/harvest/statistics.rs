@@ -1,0 +1,98 @@
+//! The pace controller's arithmetic: a job's pace between two instants, the paired cycles'
+//! interval, and whether more cycles could still show a level free.
+
+use serde::Serialize;
+
+use super::{FUTILITY_Z, MAX_CYCLES, MAX_MEASURE_NS, MIN_MEASURE_NS, REPORTS_PER_HALF};
+
+/// A level's pace against offline held back: the mean of its cycles' ratios and its
+/// interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Ratio {
+    pub ratio: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// Student's t at 95% (two-sided) for 1 to 9 degrees of freedom; 2.2 beyond.
+const T95: [f64; 9] = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26];
+
+/// The mean of `ratios` with its 95% interval; None with fewer than two.
+pub(crate) fn paired_interval(ratios: &[f64]) -> Option<Ratio> {
+    let n = ratios.len();
+    if n < 2 {
+        return None;
+    }
+    let (mean, variance) = mean_and_variance(ratios);
+    let t = T95.get(n - 2).copied().unwrap_or(2.2);
+    let spread = t * (variance / n as f64).sqrt();
+    Some(Ratio {
+        ratio: mean,
+        low: mean - spread,
+        high: mean + spread,
+    })
+}
+
+/// The mean of `values` (at least one) and their sample variance (0 for one).
+pub(super) fn mean_and_variance(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let variance = match values.len() {
+        0 | 1 => 0.0,
+        _ => values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0),
+    };
+    (mean, variance)
+}
+
+/// Whether `ratios` could still show a level free by `MAX_CYCLES` cycles: a sequential test's
+/// futility stop. The interval at `MAX_CYCLES` clears `floor` where the mean of all cycles is
+/// at least `floor + t·s/√MAX_CYCLES`; the cycles left, drawn around the mean so far with the
+/// spread so far, reach that mean with a chance of at least 5% (`FUTILITY_Z`). Below it, they
+/// would only hold offline back for a verdict already known.
+pub(super) fn could_show_free_by_max_cycles(ratios: &[f64], floor: f64) -> bool {
+    let n = ratios.len();
+    if n >= MAX_CYCLES {
+        return false;
+    }
+    if n < 2 {
+        // No spread yet to judge from.
+        return true;
+    }
+    let (mean, variance) = mean_and_variance(ratios);
+    let spread = variance.sqrt();
+    let total = MAX_CYCLES as f64;
+    let left = (MAX_CYCLES - n) as f64;
+    let t = T95.get(MAX_CYCLES - 2).copied().unwrap_or(2.2);
+    let needed = floor + t * spread / total.sqrt();
+    if spread == 0.0 {
+        return mean >= needed;
+    }
+    // The mean the cycles left must have, in standard errors of their own mean above the
+    // mean so far.
+    let z = total * (needed - mean) / (spread * left.sqrt());
+    z <= FUTILITY_Z
+}
+
+/// Training's pace over `[from_ns, to_ns]`: the count between the first and the last report
+/// inside, over their time; None with fewer than two.
+pub(crate) fn pace_between(reports: &[(u64, u64)], from_ns: u64, to_ns: u64) -> Option<f64> {
+    let mut inside = reports
+        .iter()
+        .filter(|&&(at, _)| at >= from_ns && at <= to_ns);
+    let (first_at, first) = *inside.next()?;
+    let (last_at, last) = *inside.next_back()?;
+    (last_at > first_at)
+        .then(|| last.saturating_sub(first) as f64 * 1e9 / (last_at - first_at) as f64)
+}
+
+/// How long a half measures for a job reporting as in `reports`: `REPORTS_PER_HALF` of its
+/// median report period, within `MIN_MEASURE_NS` and `MAX_MEASURE_NS`.
+pub(super) fn measure_ns(reports: &[(u64, u64)]) -> u64 {
+    let mut gaps: Vec<u64> = reports
+        .windows(2)
+        .map(|pair| pair[1].0.saturating_sub(pair[0].0))
+        .collect();
+    gaps.sort_unstable();
+    let period = gaps.get(gaps.len() / 2).copied().unwrap_or(0);
+    (period * REPORTS_PER_HALF).clamp(MIN_MEASURE_NS, MAX_MEASURE_NS)
+}
