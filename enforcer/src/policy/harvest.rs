@@ -41,15 +41,19 @@
 //!   from `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly. After
 //!   `MAX_CYCLES` cycles that could not tell, a level above the core policy's is left (not
 //!   shown free: the policy's level is the default, and more needs proof), and sooner where
-//!   the cycles left could show it free with less than a 5% chance at the mean and spread so
-//!   far; at the policy's level and below, the mean decides (kept where at or above `1 − ε`,
-//!   left otherwise). A level tried above one just kept, and left, settles the search back on
-//!   the kept one without comparing it again.
+//!   the cycles left could show it free with less than a 5% chance at the mean (no higher
+//!   than 1) and spread so far; where that spread could show no level free at all, the levels
+//!   between it and the policy's are passed over. At the policy's level and below, the mean
+//!   decides (kept where at or above `1 − ε`, left otherwise), where it can: a mean too noisy
+//!   to judge ε by (`MEAN_NOISE_LIMIT`) keeps the level unless the interval lies below
+//!   `1 − ε` (reason `too_noisy`), as a job without a signal keeps the policy's. A level tried
+//!   above one just kept, and left, settles the search back on the kept one without comparing
+//!   it again.
 //! - Settled, the level is compared again after `RECHECK_NS`, and after twice as long each
 //!   time a recheck settles the loop at the same level again, up to `RECHECK_MAX_NS` (and the
 //!   level above it too, once the ceiling is older than `CEILING_NS`); a recheck keeps the
-//!   level on its mean from `MIN_CYCLES` cycles, and runs on only where the mean is below
-//!   `1 − ε`; a held pace that moved from the last comparison's by more than `PHASE_CHANGE`
+//!   level on its mean from `MIN_CYCLES` cycles where the mean is not too noisy to, and runs
+//!   on otherwise; a held pace that moved from the last comparison's by more than `PHASE_CHANGE`
 //!   and twice that comparison's standard error, in two cycles in a row, the same way (a new
 //!   phase of the job: evaluation, a checkpoint, a new job), starts the search again from the
 //!   top.
@@ -77,7 +81,10 @@ use serde::Serialize;
 
 pub(crate) use self::level::{Level, shape};
 pub(crate) use self::statistics::{Ratio, pace_between, paired_interval};
-use self::statistics::{could_show_free_by_max_cycles, mean_and_variance, measure_ns};
+use self::statistics::{
+    could_show_free_at_spread, could_show_free_by_max_cycles, mean_and_variance, mean_too_noisy,
+    measure_ns,
+};
 use crate::config::HarvestSettings;
 
 /// A job's first comparison waits until it has reported a pace this long: its first seconds
@@ -103,6 +110,10 @@ pub(crate) const MAX_CYCLES: usize = 6;
 /// level free: a chance under 5% (one-sided normal). On the VM, where each cycle's ratio spread
 /// by 2.2 to 2.6%, every such level ran its six cycles and none was shown free.
 const FUTILITY_Z: f64 = 1.645;
+/// At the policy's level and below, the mean of a comparison's cycles decides only where its
+/// standard error at `MAX_CYCLES` cycles is at most this many ε (`mean_too_noisy`); noisier,
+/// the level is kept unless its interval lies below `1 − ε`.
+const MEAN_NOISE_LIMIT: f64 = 2.0;
 /// Settled, the level is compared again after this long the first time.
 pub(crate) const RECHECK_NS: u64 = 60_000_000_000;
 /// Each recheck that settles the loop at the same level doubles the wait before the next, up
@@ -166,6 +177,9 @@ pub(crate) enum Why {
     NotShownFree { tried: Level, ratio: Ratio },
     /// The cycles so far cannot tell of level `tried`: another cycle.
     Undecided { tried: Level, ratio: Ratio },
+    /// Level `tried`, at the core policy's level or below, kept: its cycles are too noisy for
+    /// their mean to judge it (`MEAN_NOISE_LIMIT`), and their interval does not show it costly.
+    TooNoisy { tried: Level, ratio: Ratio },
     /// The held pace moved by more than `PHASE_CHANGE`, in two cycles in a row: the search
     /// starts again.
     PhaseChange { from: f64, to: f64 },
@@ -192,6 +206,8 @@ enum Verdict {
     TooCostly,
     /// Above the core policy's level and not shown to keep training's pace.
     NotShownFree,
+    /// At the core policy's level or below, kept: too noisy to judge on the mean.
+    TooNoisy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -450,17 +466,29 @@ impl Harvest {
             }));
         };
         let floor = 1.0 - self.settings.epsilon;
+        let noisy = mean_too_noisy(&ratios, self.settings.epsilon);
         let verdict = if ratio.low >= floor {
             Verdict::Kept
         } else if ratio.high < floor {
             Verdict::TooCostly
-        } else if recheck && ratio.ratio >= floor {
+        } else if recheck && ratio.ratio >= floor && !noisy {
             // A recheck looks for a kept level turned costly: a mean that still keeps
             // training's pace ends it, where a search waits for the interval. On the VM every
             // comparison ran its six cycles (docs/experiments/2026-11-27-pace-pairs-vm.md): a
             // settled level's rechecks held offline back for 18 s a minute; ended at the
-            // third cycle where the mean allows, 9 s.
+            // third cycle where the mean allows, 9 s. Not where the mean is too noisy to say
+            // anything of ε: a level above the policy's is then rechecked as it was found.
             Verdict::Kept
+        } else if level <= Level::Policy
+            && noisy
+            && (ratio.ratio >= floor || ratios.len() >= MAX_CYCLES)
+        {
+            // A signal too noisy for the mean is, for the mean, no signal: the level stays, as
+            // without one (the core policy's own, where the search came down to it), and only
+            // an interval below `1 − ε` moves it. On the GPU server the ResNet-50 job's cycles
+            // spread by 18 to 27%: there a mean below `1 − ε` would take a level that costs
+            // nothing down in four comparisons of ten, each one lower.
+            Verdict::TooNoisy
         } else if ratios.len() < MAX_CYCLES
             // Above the policy's level a search stops early where its cycles can hardly show
             // the level free; a recheck keeps a level on its mean (above), which its next
@@ -494,6 +522,7 @@ impl Harvest {
         };
         self.last_held = self.reference;
         self.cycles.clear();
+        let (_, variance) = mean_and_variance(&ratios);
         let why = match verdict {
             Verdict::Kept => Why::Kept {
                 tried: level,
@@ -507,7 +536,15 @@ impl Harvest {
                 tried: level,
                 ratio,
             },
+            Verdict::TooNoisy => Why::TooNoisy {
+                tried: level,
+                ratio,
+            },
         };
+        if verdict == Verdict::TooNoisy {
+            // Nothing learned of the levels above either: settled until the next recheck.
+            return Some(self.settle(now_ns, level, why));
+        }
         if verdict == Verdict::Kept {
             // Kept; the level above is tried once no ceiling stands in its way (after a
             // search that came down, the ceiling is the level just above).
@@ -530,6 +567,16 @@ impl Harvest {
             // The level under it was kept by the comparison just before this one: settled
             // there again without a second comparison (18 to 36 s, half of it held back).
             return Some(self.settle(now_ns, kept, why));
+        }
+        if verdict == Verdict::NotShownFree
+            && down.is_some_and(|down| down > Level::Policy)
+            && !could_show_free_at_spread(variance.sqrt(), floor)
+        {
+            // Cycles this noisy could show no level free: the levels between are passed over
+            // as not shown free, and the policy's is compared. On the GPU server each level
+            // above the policy's took 20 to 45 s, half of it held back, for no verdict.
+            self.ceiling = Level::Policy.up().map(|above| (above, now_ns));
+            return Some(self.compare(now_ns, Level::Policy, reports, why));
         }
         match down.filter(|&down| down > Level::Held) {
             Some(down) => Some(self.compare(now_ns, down, reports, why)),

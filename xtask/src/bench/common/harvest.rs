@@ -165,7 +165,7 @@ impl HarvestSteps {
             .filter(|s| {
                 matches!(
                     s.reason.as_str(),
-                    "kept" | "too_costly" | "not_shown_free" | "phase_change"
+                    "kept" | "too_costly" | "not_shown_free" | "too_noisy" | "phase_change"
                 )
             })
             .map(HarvestStep::words)
