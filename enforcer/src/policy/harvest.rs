@@ -486,8 +486,8 @@ impl Harvest {
             // A signal too noisy for the mean is, for the mean, no signal: the level stays, as
             // without one (the core policy's own, where the search came down to it), and only
             // an interval below `1 − ε` moves it. On the GPU server the ResNet-50 job's cycles
-            // spread by 18 to 27%: there a mean below `1 − ε` would take a level that costs
-            // nothing down in four comparisons of ten, each one lower.
+            // spread by 9 to 20%: there a mean below `1 − ε` would take a level that costs
+            // nothing down in about four comparisons of ten, each one lower.
             Verdict::TooNoisy
         } else if ratios.len() < MAX_CYCLES
             // Above the policy's level a search stops early where its cycles can hardly show
@@ -574,7 +574,7 @@ impl Harvest {
         {
             // Cycles this noisy could show no level free: the levels between are passed over
             // as not shown free, and the policy's is compared. On the GPU server each level
-            // above the policy's took 20 to 45 s, half of it held back, for no verdict.
+            // above the policy's took 21 to 53 s, half of it held back, for no verdict.
             self.ceiling = Level::Policy.up().map(|above| (above, now_ns));
             return Some(self.compare(now_ns, Level::Policy, reports, why));
         }

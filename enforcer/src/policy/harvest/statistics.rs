@@ -55,8 +55,8 @@ pub(super) fn mean_and_variance(values: &[f64]) -> (f64, f64) {
 /// No higher than 1: offline held back is the reference, and a level that shares the machine
 /// with offline does not run training faster than that. A mean above 1 is the noise. On the
 /// GPU server the ResNet-50 job's reported steps gave `training_cores` means of 1.05 to 1.14
-/// over cycles that spread by 18 to 27%, and the cycles left were drawn around those means:
-/// each such level ran five to seven cycles, half of them held back, for no verdict.
+/// over cycles that spread by 15 to 20%, and the cycles left were drawn around those means:
+/// such levels ran three to eight cycles, half of each held back, for no verdict.
 pub(super) fn could_show_free_by_max_cycles(ratios: &[f64], floor: f64) -> bool {
     let n = ratios.len();
     if n >= MAX_CYCLES {
@@ -98,8 +98,8 @@ fn could_reach_free(n: usize, mean: f64, spread: f64, floor: f64) -> bool {
 /// noisy to judge a level by: its standard error above `MEAN_NOISE_LIMIT` times `epsilon`.
 /// On the VM a comparison's cycles spread by 2.2 to 2.6% (a standard error of about 1% at six
 /// cycles, within the limit at ε = 1%); on the GPU server the ResNet-50 job's reported steps
-/// spread by 18 to 27% (7 to 11%), where a mean below `1 − ε` says nothing of the level: a
-/// level that costs nothing reads that low in four comparisons of ten.
+/// spread by 9 to 20% (4 to 8%), where a mean below `1 − ε` says nothing of the level: a
+/// level that costs nothing reads that low in about four comparisons of ten.
 pub(super) fn mean_too_noisy(ratios: &[f64], epsilon: f64) -> bool {
     let (_, variance) = mean_and_variance(ratios);
     (variance / MAX_CYCLES as f64).sqrt() > MEAN_NOISE_LIMIT * epsilon
