@@ -179,6 +179,9 @@ pub struct TrainingReport {
     pub steps_per_s: f64,
     pub step_ms_p50: f64,
     pub step_ms_p99: f64,
+    /// Each step's time, ms, in order, where the job gives them.
+    #[serde(default)]
+    pub step_ms: Vec<f64>,
     pub cpu_s: f64,
     pub seconds: f64,
 }

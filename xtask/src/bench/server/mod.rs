@@ -25,6 +25,7 @@
 
 pub mod cores;
 mod harvest;
+mod pace_noise;
 pub mod plot;
 pub mod report;
 pub mod scenario;
@@ -439,6 +440,10 @@ impl Bench {
             enforcer_rss_mib,
             confined,
             harvest,
+            step_ms: match scenario {
+                Scenario::Alone => report.step_ms,
+                _ => Vec::new(),
+            },
         })
     }
 

@@ -49,6 +49,10 @@ pub struct Window {
     /// Under `harvest_by_pace`: what the pace controller did. Absent from runs saved before.
     #[serde(default)]
     pub harvest: Option<crate::bench::common::harvest::HarvestSteps>,
+    /// Training alone: each step's time, ms, in order (`pace_noise`). Absent from runs saved
+    /// before, and from the other scenarios' windows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_ms: Vec<f64>,
 }
 
 /// The CPUs a window confined inference to.
@@ -539,6 +543,7 @@ pub fn markdown(
     }
     text.push_str(&confined_markdown(&measured.windows));
     text.push_str(&super::harvest::markdown(&measured.windows));
+    text.push_str(&super::pace_noise::markdown(&measured.windows));
     if let Some(observed) = figures
         .iter()
         .find(|f| f.scenario == Scenario::AloneObserved)

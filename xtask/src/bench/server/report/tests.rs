@@ -29,6 +29,7 @@ fn window(scenario: Scenario, round: usize, throughput: f64, offline: Option<f64
         replay: None,
         confined: None,
         harvest: None,
+        step_ms: Vec::new(),
     }
 }
 
