@@ -61,6 +61,14 @@ impl Run {
             .find_map(|(_, c)| c.settles.then_some(c.level))
     }
 
+    /// When the loop first settled.
+    fn first_settled_at(&self) -> Option<u64> {
+        self.changes
+            .iter()
+            .find(|(_, c)| c.settles)
+            .map(|(at, _)| *at)
+    }
+
     /// The share of the ticks from `from_s` on spent at `level`.
     fn share_at(&self, from_s: u64, level: Level) -> f64 {
         let after: Vec<_> = self
@@ -125,13 +133,9 @@ fn a_job_that_nothing_slows_keeps_the_top_level_from_its_first_comparison() {
     let run = run(&mut harvest, &mut job, &mut Vec::new(), 0, 300);
     assert_eq!(run.settled_level(), Some(Level::TrainingCores));
     // 10 s of warm-up, then one comparison of the top: three to six cycles of 6 s.
-    let (settled, _) = run
-        .changes
-        .iter()
-        .find(|(_, c)| c.settles)
-        .expect("settled");
+    let settled = run.first_settled_at().expect("settled");
     assert!(
-        *settled <= 46 * S,
+        settled <= 46 * S,
         "settled at {} s: {:?}",
         settled / S,
         run.changes
@@ -718,14 +722,10 @@ fn a_pace_too_noisy_to_judge_one_percent_settles_at_the_policys_level_soon() {
             "seed {seed}: {:?}",
             run.changes
         );
-        let (settled, _) = run
-            .changes
-            .iter()
-            .find(|(_, c)| c.settles)
-            .expect("settled");
+        let settled = run.first_settled_at().expect("settled");
         // 10 s of warm-up, three cycles of 6 s at the top, three to six at the policy's.
         assert!(
-            *settled <= 70 * S,
+            settled <= 70 * S,
             "seed {seed}: settled at {} s",
             settled / S
         );
