@@ -49,14 +49,14 @@
 //!   `1 − ε` (reason `too_noisy`), as a job without a signal keeps the policy's. A level tried
 //!   above one just kept, and left, settles the search back on the kept one without comparing
 //!   it again.
-//! - Settled, the level is compared again after `RECHECK_NS`, and after twice as long each
-//!   time a recheck settles the loop at the same level again, up to `RECHECK_MAX_NS` (and the
-//!   level above it too, once the ceiling is older than `CEILING_NS`); a recheck keeps the
-//!   level on its mean from `MIN_CYCLES` cycles where the mean is not too noisy to, and runs
-//!   on otherwise; a held pace that moved from the last comparison's by more than `PHASE_CHANGE`
-//!   and twice that comparison's standard error, in two cycles in a row, the same way (a new
-//!   phase of the job: evaluation, a checkpoint, a new job), starts the search again from the
-//!   top.
+//! - Settled, the level is compared again after `RECHECK_NS`, and after twice as long each time
+//!   a recheck settles the loop at the same level again, up to `RECHECK_MAX_NS` (and the level
+//!   above it too, once the ceiling is older than `CEILING_NS`); a recheck keeps the level on
+//!   its mean from `MIN_CYCLES` cycles where the mean is not too noisy to, and runs on
+//!   otherwise (a level above the policy's then stopping early as in a search); a held pace
+//!   that moved from the last comparison's by more than `PHASE_CHANGE` and twice that
+//!   comparison's standard error, in two cycles in a row, the same way (a new phase of the job:
+//!   evaluation, a checkpoint, a new job), starts the search again from the top.
 //!
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
@@ -492,8 +492,10 @@ impl Harvest {
         } else if ratios.len() < MAX_CYCLES
             // Above the policy's level a search stops early where its cycles can hardly show
             // the level free; a recheck keeps a level on its mean (above), which its next
-            // cycles may still lift.
-            && (level <= Level::Policy || recheck || could_show_free_by_max_cycles(&ratios, floor))
+            // cycles may still lift, unless the mean is too noisy to keep it on.
+            && (level <= Level::Policy
+                || (recheck && !noisy)
+                || could_show_free_by_max_cycles(&ratios, floor))
         {
             return Some(self.change(Why::Undecided {
                 tried: level,

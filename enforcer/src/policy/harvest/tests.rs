@@ -799,3 +799,34 @@ fn a_cost_larger_than_the_noise_is_still_found_through_it() {
     }
     assert!(below >= 8, "{below} of 10 came below the policy's level");
 }
+
+#[test]
+fn a_level_kept_above_the_policys_is_left_at_its_recheck_once_the_pace_is_too_noisy() {
+    // The top kept on a quiet pace; then the pace turns as noisy as the server's job. The
+    // recheck cannot keep the top on its mean, and its cycles could not show it free: it is
+    // left at the third, not the sixth, and the search passes over `unpaused`.
+    for seed in 1..=5 {
+        let mut harvest = Harvest::new(settings());
+        let mut job = Job::new(100.0, |_| 0.0, 0.01);
+        job.rng = SplitMix64::new(seed);
+        let mut reports = Vec::new();
+        let quiet = run(&mut harvest, &mut job, &mut reports, 0, 60);
+        assert_eq!(quiet.settled_level(), Some(Level::TrainingCores));
+        job.noise = LOADER_BOUND_NOISE;
+        let noisy = run(&mut harvest, &mut job, &mut reports, 60, 120);
+        assert_eq!(
+            judged_cycles(&noisy).first(),
+            Some(&(Level::TrainingCores, MIN_CYCLES)),
+            "seed {seed}: {:?}",
+            noisy.changes
+        );
+        assert!(
+            !noisy
+                .changes
+                .iter()
+                .any(|(_, c)| c.level == Level::Unpaused),
+            "seed {seed}: {:?}",
+            noisy.changes
+        );
+    }
+}
