@@ -98,6 +98,14 @@ fn a_reporting_job_is_compared_with_offline_held_and_without_reports_the_policy_
         .and_then(|e| e.harvest)
         .unwrap();
     assert_eq!(status.reference_steps_per_s, Some(reference));
+    // One held half is over (3 s: 1 s to settle, 2 s measured): status counts it against the
+    // controller's time.
+    assert!(
+        status.held_back_s >= 2.5 && status.held_back_s < status.running_s,
+        "held back {} s of {} s",
+        status.held_back_s,
+        status.running_s
+    );
     // Status carries the last step as the decision log has it.
     let last = status
         .last_change

@@ -182,6 +182,12 @@ pub struct HarvestStatus {
     /// `low`, `high`: what offline cost training, measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_change: Option<serde_json::Value>,
+    /// Seconds the controller has held offline back (its probes, and a level found too
+    /// costly down to a quarter) of the `running_s` since it started: what it costs offline.
+    #[serde(default)]
+    pub held_back_s: f64,
+    #[serde(default)]
+    pub running_s: f64,
 }
 
 /// What `status` shows of enforcement.

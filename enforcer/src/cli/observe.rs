@@ -264,6 +264,7 @@ mod tests {
                     signal: Some("gpu_busy".into()),
                     reference_steps_per_s: Some(870_000.0),
                     last_change: Some(serde_json::json!({"level": "unpaused", "reason": "kept"})),
+                    ..Default::default()
                 }),
                 ..Default::default()
             }),

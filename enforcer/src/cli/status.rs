@@ -24,7 +24,7 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
     ));
     if let Some(harvest) = &enforcement.harvest {
         out.push_str(&format!(
-            "offline's share by training's pace: {}{}{}\n",
+            "offline's share by training's pace: {}{}{}{}\n",
             harvest.level,
             harvest
                 .reference_steps_per_s
@@ -38,7 +38,8 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
                 .map_or(String::new(), |change| format!(
                     " | last move: {}",
                     harvest_move(change)
-                ))
+                )),
+            held_back_in_words(harvest.held_back_s, harvest.running_s),
         ));
     }
     out.push_str("\ntraining jobs:\n");
@@ -167,6 +168,18 @@ fn pace_in_words(signal: Option<&str>, pace: f64) -> String {
     }
 }
 
+/// What the pace controller has cost offline so far, where it has run: ` | offline held back
+/// 36 s of 300 s (12%)`.
+fn held_back_in_words(held_s: f64, running_s: f64) -> String {
+    match running_s > 0.0 {
+        true => format!(
+            " | offline held back {held_s:.0} s of {running_s:.0} s ({:.0}%)",
+            100.0 * held_s / running_s
+        ),
+        false => String::new(),
+    }
+}
+
 /// The pace controller's last change in words: why, where a level was judged what it cost
 /// training (1 − its pace over the reference, with the interval), and the level it went to
 /// (settled there until the next recheck, or for now).
@@ -218,6 +231,15 @@ mod tests {
             harvest_move(&settled),
             "not shown free (unpaused cost training 0.5% [-2.0, 3.0]), settled at policy"
         );
+    }
+
+    #[test]
+    fn what_the_controller_cost_offline_reads_as_a_share_of_its_time() {
+        assert_eq!(
+            held_back_in_words(36.2, 300.0),
+            " | offline held back 36 s of 300 s (12%)"
+        );
+        assert_eq!(held_back_in_words(0.0, 0.0), "");
     }
 
     #[test]

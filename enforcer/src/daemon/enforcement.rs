@@ -560,6 +560,8 @@ impl Enforcement {
                 last_change: harvest
                     .last_change()
                     .and_then(|change| serde_json::to_value(change).ok()),
+                held_back_s: harvest.held_back().held_ns as f64 / 1e9,
+                running_s: harvest.held_back().running_ns as f64 / 1e9,
             }),
         };
         StatusReading {

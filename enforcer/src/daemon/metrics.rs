@@ -258,6 +258,17 @@ impl Collector for SnapshotMetrics {
                         value,
                     )?;
                 }
+                counter(
+                    &mut encoder.encode_descriptor(
+                        "reamer_harvest_held_back_seconds",
+                        "Seconds the pace controller held offline inference back (its probes, \
+                         and a level found too costly down to a quarter): its rate is the share \
+                         of offline's time the controller costs it.",
+                        None,
+                        MetricType::Counter,
+                    )?,
+                    harvest.held_back_s,
+                )?;
                 let ratio = &harvest.last_change.as_ref().map(|c| c["ratio"].clone());
                 if let Some(ratio) = ratio.as_ref().filter(|r| r["ratio"].is_f64()) {
                     let mut family = encoder.encode_descriptor(
@@ -516,179 +527,4 @@ pub(crate) async fn serve(listener: TcpListener, router: Router) {
 }
 
 #[cfg(test)]
-mod tests {
-    use enforcer_common::{
-        histogram::{NR_BUCKETS, bucket_of},
-        protocol::{EnforcementStatus, HarvestStatus, JobProgress, JobTotals, PoolStatus},
-    };
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-    use super::*;
-
-    #[tokio::test]
-    async fn a_request_head_sent_in_pieces_is_answered() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let router = Router::new().route("/metrics", get(|| async { "ok" }));
-        let server = tokio::spawn(serve(listener, router));
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\n")
-            .await
-            .unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        stream
-            .write_all(b"Host: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await.unwrap();
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        assert!(answer.ends_with("ok"), "{answer}");
-        server.abort();
-    }
-
-    #[test]
-    fn renders_cumulative_histograms_and_counters() {
-        let mut hist = vec![0; NR_BUCKETS];
-        for ns in [500u64, 3_000, 3_000, 2_000_000] {
-            hist[bucket_of(ns)] += 1;
-        }
-        let snapshot = Snapshot {
-            jobs: vec![JobTotals {
-                name: "resnet".into(),
-                wait_hist: hist,
-                wait_ns: 2_006_500,
-                run_ns: 1_500_000_000,
-                offline_wait_ns: 250_000_000,
-                progress: Some(JobProgress {
-                    steps: 1200,
-                    steps_per_s: Some(11.5),
-                    age_s: 0.4,
-                }),
-                gpu_busy: Some(0.87),
-                ..Default::default()
-            }],
-            counters: [("events_sent".to_owned(), 7u64)].into_iter().collect(),
-            enforcement: Some(EnforcementStatus {
-                pools: vec![
-                    PoolStatus {
-                        name: "web".into(),
-                        kind: "online".into(),
-                        cpus: "1".into(),
-                        cpu_weight: Some(25),
-                        min_cpu_weight: Some(10),
-                        ..Default::default()
-                    },
-                    PoolStatus {
-                        name: "batch".into(),
-                        kind: "offline".into(),
-                        cpus: "1".into(),
-                        paused: true,
-                        ..Default::default()
-                    },
-                ],
-                harvest: Some(HarvestStatus {
-                    level: "half".into(),
-                    signal: Some("progress".into()),
-                    reference_steps_per_s: Some(11.5),
-                    last_change: Some(serde_json::json!({
-                        "level": "half", "reason": "too_costly", "tried": "three_quarters",
-                        "ratio": {"ratio": 0.97, "low": 0.95, "high": 0.99}
-                    })),
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let mut snapshot = snapshot;
-        snapshot.pods = vec![PodInfo {
-            pod: "ml/batch-0".into(),
-            role: "offline".into(),
-            group: "batch".into(),
-            state: "contested".into(),
-            threads: 3,
-            foreign_writes: 4,
-            ..Default::default()
-        }];
-        let text = render(snapshot);
-        for line in [
-            "reamer_pod_info{pod=\"ml/batch-0\",role=\"offline\",group=\"batch\",state=\"contested\"} 1",
-            "reamer_pod_threads{pod=\"ml/batch-0\"} 3",
-            "reamer_pod_foreign_writes_total{pod=\"ml/batch-0\"} 4",
-        ] {
-            assert!(text.contains(line), "{line} not in {text}");
-        }
-        assert!(
-            text.contains("reamer_training_wait_seconds_bucket{job=\"resnet\",le=\"1.024e-06\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("reamer_training_wait_seconds_bucket{job=\"resnet\",le=\"4.096e-06\"} 3"),
-            "{text}"
-        );
-        assert!(
-            text.contains("reamer_training_wait_seconds_bucket{job=\"resnet\",le=\"+Inf\"} 4"),
-            "{text}"
-        );
-        assert!(text.contains("reamer_training_wait_seconds_count{job=\"resnet\"} 4"));
-        assert!(text.contains("reamer_training_run_seconds_total{job=\"resnet\"} 1.5"));
-        assert!(text.contains("reamer_training_offline_wait_seconds_total{job=\"resnet\"} 0.25"));
-        assert!(text.contains("reamer_training_progress_steps_total{job=\"resnet\"} 1200"));
-        assert!(text.contains("reamer_training_pace_steps_per_second{job=\"resnet\"} 11.5"));
-        assert!(text.contains("reamer_training_gpu_busy{job=\"resnet\"} 0.87"));
-        assert!(
-            text.contains("reamer_harvest_reference_steps_per_second 11.5"),
-            "{text}"
-        );
-        assert!(
-            text.contains("reamer_harvest_pace_ratio{bound=\"low\"} 0.95"),
-            "{text}"
-        );
-        assert!(text.contains("reamer_sensor_counter_total{counter=\"events_sent\"} 7"));
-        assert!(
-            text.contains("reamer_pool_cpu_weight{pool=\"web\"} 25"),
-            "{text}"
-        );
-        assert!(
-            text.contains("reamer_pool_paused{pool=\"batch\"} 1"),
-            "{text}"
-        );
-        assert!(!text.contains("reamer_pool_paused{pool=\"web\"}"), "{text}");
-        // Every sample line is `name{labels} value` or `name value`.
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            assert_eq!(
-                line.rsplit(' ')
-                    .next()
-                    .map(|v| v.parse::<f64>().is_ok() || v == "+Inf"),
-                Some(true),
-                "{line}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_reference_from_the_gpus_busy_share_has_its_own_gauge() {
-        let snapshot = Snapshot {
-            enforcement: Some(EnforcementStatus {
-                harvest: Some(HarvestStatus {
-                    level: "policy".into(),
-                    signal: Some("gpu_busy".into()),
-                    reference_steps_per_s: Some(870_000.0),
-                    last_change: None,
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let text = render(snapshot);
-        assert!(
-            text.contains("reamer_harvest_reference_gpus_busy 0.87"),
-            "{text}"
-        );
-        assert!(
-            !text.contains("reamer_harvest_reference_steps_per_second"),
-            "{text}"
-        );
-    }
-}
+mod tests;

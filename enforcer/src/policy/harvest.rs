@@ -188,6 +188,13 @@ pub(crate) enum Why {
     SignalChanged { from: PaceSource, to: PaceSource },
 }
 
+/// Offline held back by the loop, `held_ns` of the `running_ns` since its first tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldBack {
+    pub held_ns: u64,
+    pub running_ns: u64,
+}
+
 /// A change of level.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Change {
@@ -262,6 +269,12 @@ pub(crate) struct Harvest {
     recheck_after_ns: u64,
     /// The last change, for status.
     last: Option<Change>,
+    /// What the loop has cost offline: the first tick, the last one, and the time between
+    /// ticks spent at `Level::Held` (its probes, and a level found too costly down to a
+    /// quarter).
+    first_tick_ns: Option<u64>,
+    last_tick_ns: u64,
+    held_back_ns: u64,
 }
 
 impl Harvest {
@@ -279,6 +292,20 @@ impl Harvest {
             settled_at: None,
             recheck_after_ns: RECHECK_NS,
             last: None,
+            first_tick_ns: None,
+            last_tick_ns: 0,
+            held_back_ns: 0,
+        }
+    }
+
+    /// How long offline has been held back since the loop's first tick, and how long that
+    /// is: the share of offline's time its probes take, as an operator sees it.
+    pub(crate) fn held_back(&self) -> HeldBack {
+        HeldBack {
+            held_ns: self.held_back_ns,
+            running_ns: self
+                .first_tick_ns
+                .map_or(0, |first| self.last_tick_ns.saturating_sub(first)),
         }
     }
 
@@ -315,6 +342,13 @@ impl Harvest {
         signal: Option<PaceSource>,
         reports: &[(u64, u64)],
     ) -> Option<Change> {
+        // The level since the last tick held until this one.
+        if self.first_tick_ns.is_none() {
+            self.first_tick_ns = Some(now_ns);
+        } else if self.level() == Level::Held {
+            self.held_back_ns += now_ns.saturating_sub(self.last_tick_ns);
+        }
+        self.last_tick_ns = now_ns;
         let change = self.step(now_ns, signal, reports);
         if let Some(change) = &change {
             self.last = Some(change.clone());

@@ -830,3 +830,21 @@ fn a_level_kept_above_the_policys_is_left_at_its_recheck_once_the_pace_is_too_no
         );
     }
 }
+
+#[test]
+fn what_the_loop_held_offline_back_is_counted_tick_by_tick() {
+    // Every tick the loop spent at `held` counts its 100 ms; the running time is from the
+    // first tick to the last.
+    let mut harvest = Harvest::new(settings());
+    let mut job = Job::new(100.0, |_| 0.0, 0.01);
+    let run = run(&mut harvest, &mut job, &mut Vec::new(), 0, 300);
+    let held_ticks = run
+        .levels
+        .windows(2)
+        .filter(|pair| pair[0].1 == Level::Held)
+        .count() as u64;
+    let held = harvest.held_back();
+    assert!(held_ticks > 0);
+    assert_eq!(held.held_ns, held_ticks * TICK);
+    assert_eq!(held.running_ns, 300 * S - TICK);
+}
