@@ -417,20 +417,11 @@ const VM_NOISE: f64 = 0.045;
 
 /// The cycles (held halves) of each comparison judged with `NotShownFree`, in `run`.
 fn cycles_of_not_shown_free(run: &Run) -> Vec<usize> {
-    let mut cycles = Vec::new();
-    let mut probes = 0;
-    for (_, change) in &run.changes {
-        match change.why {
-            Why::Probe => probes += 1,
-            Why::NotShownFree { .. } => {
-                cycles.push(probes);
-                probes = 0;
-            }
-            Why::Kept { .. } | Why::TooCostly { .. } | Why::PhaseChange { .. } => probes = 0,
-            _ => {}
-        }
-    }
-    cycles
+    judgments(run)
+        .into_iter()
+        .filter(|(why, _, _)| matches!(why, Why::NotShownFree { .. }))
+        .map(|(_, _, cycles)| cycles)
+        .collect()
 }
 
 #[test]
@@ -655,18 +646,19 @@ fn the_paired_interval_widens_with_the_noise_and_a_half_needs_two_reports() {
 /// second gives about 17% for the ratio of two 2 s halves.
 const LOADER_BOUND_NOISE: f64 = 0.3;
 
-/// Each comparison judged in `run`: its level and its cycles (held halves).
-fn judged_cycles(run: &Run) -> Vec<(Level, usize)> {
+/// Each comparison judged in `run`: its verdict, the level it judged and its cycles (held
+/// halves). A new phase starts the count again.
+fn judgments(run: &Run) -> Vec<(&Why, Level, usize)> {
     let mut judged = Vec::new();
     let mut probes = 0;
     for (_, change) in &run.changes {
         match &change.why {
             Why::Probe => probes += 1,
-            Why::Kept { tried, .. }
+            why @ (Why::Kept { tried, .. }
             | Why::TooCostly { tried, .. }
             | Why::NotShownFree { tried, .. }
-            | Why::TooNoisy { tried, .. } => {
-                judged.push((*tried, probes));
+            | Why::TooNoisy { tried, .. }) => {
+                judged.push((why, *tried, probes));
                 probes = 0;
             }
             Why::PhaseChange { .. } => probes = 0,
@@ -674,6 +666,14 @@ fn judged_cycles(run: &Run) -> Vec<(Level, usize)> {
         }
     }
     judged
+}
+
+/// Each comparison judged in `run`: its level and its cycles.
+fn judged_cycles(run: &Run) -> Vec<(Level, usize)> {
+    judgments(run)
+        .into_iter()
+        .map(|(_, level, cycles)| (level, cycles))
+        .collect()
 }
 
 #[test]
