@@ -98,7 +98,10 @@ pub(crate) const WARMUP_NS: u64 = 10_000_000_000;
 /// CPUs (or come back) and the caches refill.
 pub(crate) const SETTLE_NS: u64 = 1_000_000_000;
 /// A half measures over `REPORTS_PER_HALF` of the job's report periods, at least this: two
-/// periods of a job reporting once a second.
+/// periods of a job reporting once a second. Longer halves would not narrow the VM's cycles:
+/// the training simulator alone, its pace over one stretch against the next, spread by 1.9%
+/// for 1 s stretches and by 1.5% for 2, 4 and 8 s
+/// (docs/experiments/2026-11-27-noisy-pace-pooled.md).
 pub(crate) const MIN_MEASURE_NS: u64 = 2_000_000_000;
 /// The most a half measures: a job reporting every 5 s or less often gets 10 s halves.
 pub(crate) const MAX_MEASURE_NS: u64 = 10_000_000_000;
