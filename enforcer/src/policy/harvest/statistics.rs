@@ -70,7 +70,7 @@ pub(super) fn could_show_free_by_max_cycles(ratios: &[f64], floor: f64) -> bool 
         return true;
     }
     let (mean, variance) = mean_and_variance(ratios);
-    could_reach_free(n, mean.min(1.0), variance.sqrt(), floor)
+    could_reach(Shown::Free, n, mean.min(1.0), variance.sqrt(), floor)
 }
 
 /// Whether cycles that spread by `spread` could show any level free in a comparison of their
@@ -78,7 +78,7 @@ pub(super) fn could_show_free_by_max_cycles(ratios: &[f64], floor: f64) -> bool 
 /// costs training nothing). False where the noise alone rules it out: no level above the
 /// policy's is worth a comparison then.
 pub(super) fn could_show_free_at_spread(spread: f64, floor: f64) -> bool {
-    could_reach_free(0, 1.0, spread, floor)
+    could_reach(Shown::Free, 0, 1.0, spread, floor)
 }
 
 /// Whether `ratios` could still show a level costly by `MAX_CYCLES` cycles: the futility
@@ -101,32 +101,37 @@ pub(super) fn could_show_costly_by_max_cycles(ratios: &[f64], floor: f64) -> boo
         return true;
     }
     let (mean, variance) = mean_and_variance(ratios);
-    let spread = variance.sqrt();
-    let t = T95.get(MAX_CYCLES - 2).copied().unwrap_or(2.2);
-    let needed = floor - t * spread / (MAX_CYCLES as f64).sqrt();
-    if spread == 0.0 {
-        return mean <= needed;
-    }
-    let left = (MAX_CYCLES - n) as f64;
-    // How far below the mean so far the cycles left must come, in standard errors of their
-    // own mean.
-    let z = MAX_CYCLES as f64 * (mean - needed) / (spread * left.sqrt());
-    z <= FUTILITY_Z
+    could_reach(Shown::Costly, n, mean, variance.sqrt(), floor)
+}
+
+/// Which side of `floor` a comparison's interval is to clear.
+#[derive(Debug, Clone, Copy)]
+enum Shown {
+    /// Above it: the level keeps training's pace.
+    Free,
+    /// Below it: the level costs training more than ε.
+    Costly,
 }
 
 /// Whether `MAX_CYCLES − n` more cycles, drawn around `mean` with `spread`, reach a mean of
-/// all `MAX_CYCLES` whose interval clears `floor` with a chance of at least 5%.
-fn could_reach_free(n: usize, mean: f64, spread: f64, floor: f64) -> bool {
+/// all `MAX_CYCLES` whose interval clears `floor` on the side `shown` with a chance of at
+/// least 5%.
+fn could_reach(shown: Shown, n: usize, mean: f64, spread: f64, floor: f64) -> bool {
     let total = MAX_CYCLES as f64;
     let left = (MAX_CYCLES - n) as f64;
     let t = T95.get(MAX_CYCLES - 2).copied().unwrap_or(2.2);
-    let needed = floor + t * spread / total.sqrt();
+    // Above `floor` for free, below it for costly.
+    let side = match shown {
+        Shown::Free => 1.0,
+        Shown::Costly => -1.0,
+    };
+    let needed = floor + side * t * spread / total.sqrt();
     if spread == 0.0 {
-        return mean >= needed;
+        return side * (mean - needed) >= 0.0;
     }
-    // The mean the cycles left must have, in standard errors of their own mean above the
-    // mean so far.
-    let z = total * (needed - mean) / (spread * left.sqrt());
+    // How far beyond the mean so far, toward `needed`, the cycles left must come, in standard
+    // errors of their own mean.
+    let z = side * total * (needed - mean) / (spread * left.sqrt());
     z <= FUTILITY_Z
 }
 
