@@ -61,16 +61,7 @@ pub(super) fn mean_and_variance(values: &[f64]) -> (f64, f64) {
 /// over cycles that spread by 15 to 20%, and the cycles left were drawn around those means:
 /// such levels ran three to eight cycles, half of each held back, for no verdict.
 pub(super) fn could_show_free_by_max_cycles(ratios: &[f64], floor: f64) -> bool {
-    let n = ratios.len();
-    if n >= MAX_CYCLES {
-        return false;
-    }
-    if n < 2 {
-        // No spread yet to judge from.
-        return true;
-    }
-    let (mean, variance) = mean_and_variance(ratios);
-    could_reach(Shown::Free, n, mean.min(1.0), variance.sqrt(), floor)
+    could_still_show(Shown::Free, ratios, floor)
 }
 
 /// Whether cycles that spread by `spread` could show any level free in a comparison of their
@@ -93,15 +84,27 @@ pub(super) fn could_show_free_at_spread(spread: f64, floor: f64) -> bool {
 /// cycles, half of each held back, where the interval lies below `1 − ε` only for a mean 10
 /// to 20% short of it.
 pub(super) fn could_show_costly_by_max_cycles(ratios: &[f64], floor: f64) -> bool {
+    could_still_show(Shown::Costly, ratios, floor)
+}
+
+/// Whether the cycles after `ratios`, up to `MAX_CYCLES`, could still show the level `shown`
+/// (`could_reach`), drawn around the mean so far (no higher than 1, for free) with the spread
+/// so far.
+fn could_still_show(shown: Shown, ratios: &[f64], floor: f64) -> bool {
     let n = ratios.len();
     if n >= MAX_CYCLES {
         return false;
     }
     if n < 2 {
+        // No spread yet to judge from.
         return true;
     }
     let (mean, variance) = mean_and_variance(ratios);
-    could_reach(Shown::Costly, n, mean, variance.sqrt(), floor)
+    let mean = match shown {
+        Shown::Free => mean.min(1.0),
+        Shown::Costly => mean,
+    };
+    could_reach(shown, n, mean, variance.sqrt(), floor)
 }
 
 /// Which side of `floor` a comparison's interval is to clear.
