@@ -552,16 +552,19 @@ impl Enforcement {
             event_to_ran_p99_ns: None,
             event_to_ran_hist: Vec::new(),
             event_to_ran_sum_ns: 0,
-            harvest: self.harvest.as_ref().map(|harvest| HarvestStatus {
-                level: harvest.level().name().to_owned(),
-                signal: harvest.source().map(|source| source.name().to_owned()),
-                reference_steps_per_s: harvest.reference().map(|m| m.steps_per_s),
-                // As the decision log holds it.
-                last_change: harvest
-                    .last_change()
-                    .and_then(|change| serde_json::to_value(change).ok()),
-                held_back_s: harvest.held_back().held_ns as f64 / 1e9,
-                running_s: harvest.held_back().running_ns as f64 / 1e9,
+            harvest: self.harvest.as_ref().map(|harvest| {
+                let held = harvest.held_back();
+                HarvestStatus {
+                    level: harvest.level().name().to_owned(),
+                    signal: harvest.source().map(|source| source.name().to_owned()),
+                    reference_steps_per_s: harvest.reference().map(|m| m.steps_per_s),
+                    // As the decision log holds it.
+                    last_change: harvest
+                        .last_change()
+                        .and_then(|change| serde_json::to_value(change).ok()),
+                    held_back_s: held.held_ns as f64 / 1e9,
+                    running_s: held.running_ns as f64 / 1e9,
+                }
             }),
         };
         StatusReading {

@@ -646,6 +646,15 @@ fn the_paired_interval_widens_with_the_noise_and_a_half_needs_two_reports() {
 /// second gives about 17% for the ratio of two 2 s halves.
 const LOADER_BOUND_NOISE: f64 = 0.3;
 
+/// The loop over `seconds` of a job that nothing costs, at the server's reported-steps noise
+/// (`LOADER_BOUND_NOISE`), its noise drawn from `seed`.
+fn free_job_at_the_servers_noise(seed: u64, seconds: u64) -> Run {
+    let mut harvest = Harvest::new(settings());
+    let mut job = Job::new(100.0, |_| 0.0, LOADER_BOUND_NOISE);
+    job.rng = SplitMix64::new(seed);
+    run(&mut harvest, &mut job, &mut Vec::new(), 0, seconds)
+}
+
 /// Each comparison judged in `run`: its verdict, the level it judged and its cycles (held
 /// halves). A new phase starts the count again.
 fn judgments(run: &Run) -> Vec<(&Why, Level, usize)> {
@@ -711,10 +720,7 @@ fn a_pace_too_noisy_to_judge_one_percent_settles_at_the_policys_level_soon() {
     let floor = 1.0 - settings().epsilon;
     let (mut above, mut below, mut held, mut seeds) = (0.0, 0.0, 0.0, 0.0);
     for seed in 1..=20 {
-        let mut harvest = Harvest::new(settings());
-        let mut job = Job::new(100.0, |_| 0.0, LOADER_BOUND_NOISE);
-        job.rng = SplitMix64::new(seed);
-        let run = run(&mut harvest, &mut job, &mut Vec::new(), 0, 600);
+        let run = free_job_at_the_servers_noise(seed, 600);
         let judged = judged_cycles(&run);
         assert_eq!(
             judged.first(),
@@ -855,10 +861,7 @@ fn a_pace_too_noisy_for_its_mean_ends_a_comparison_that_could_hardly_show_a_cost
     // cycles left could hardly take its interval below it, and the level stays.
     let mut longer = 0;
     for seed in 1..=20 {
-        let mut harvest = Harvest::new(settings());
-        let mut job = Job::new(100.0, |_| 0.0, LOADER_BOUND_NOISE);
-        job.rng = SplitMix64::new(seed);
-        let run = run(&mut harvest, &mut job, &mut Vec::new(), 0, 600);
+        let run = free_job_at_the_servers_noise(seed, 600);
         longer += judged_cycles(&run)
             .iter()
             .filter(|&&(level, cycles)| level == Level::Policy && cycles > MIN_CYCLES)
@@ -878,10 +881,7 @@ fn a_pace_too_noisy_for_its_mean_leaves_the_policys_level_only_after_max_cycles(
     // happen to spread little is not judged on its mean for that.
     let mut early = 0;
     for seed in 1..=40 {
-        let mut harvest = Harvest::new(settings());
-        let mut job = Job::new(100.0, |_| 0.0, LOADER_BOUND_NOISE);
-        job.rng = SplitMix64::new(seed);
-        let run = run(&mut harvest, &mut job, &mut Vec::new(), 0, 600);
+        let run = free_job_at_the_servers_noise(seed, 600);
         for (why, level, cycles) in judgments(&run) {
             if level <= Level::Policy && matches!(why, Why::TooCostly { .. }) && cycles < MAX_CYCLES
             {
@@ -934,10 +934,7 @@ fn a_pace_too_noisy_for_its_mean_seldom_leaves_the_policys_level_of_a_job_it_cos
     let (mut compared, mut left, mut below, mut held) = (0, 0, 0.0, 0.0);
     let runs = 100;
     for seed in 1..=runs {
-        let mut harvest = Harvest::new(settings());
-        let mut job = Job::new(100.0, |_| 0.0, LOADER_BOUND_NOISE);
-        job.rng = SplitMix64::new(seed);
-        let run = run(&mut harvest, &mut job, &mut Vec::new(), 0, 1800);
+        let run = free_job_at_the_servers_noise(seed, 1800);
         for (why, level, _) in judgments(&run) {
             if level == Level::Policy {
                 compared += 1;
