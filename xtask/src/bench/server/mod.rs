@@ -440,10 +440,7 @@ impl Bench {
             enforcer_rss_mib,
             confined,
             harvest,
-            step_ms: match scenario {
-                Scenario::Alone => report.step_ms,
-                _ => Vec::new(),
-            },
+            step_ms: report.step_ms,
         })
     }
 

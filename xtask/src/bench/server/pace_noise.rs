@@ -1,10 +1,12 @@
-//! Training's pace against itself: from the step times of the windows where training ran
-//! alone, how far its pace over one stretch of time differs from its pace over the next, by
-//! the stretch's length. A pace controller's cycle compares two such stretches (the level's
-//! half and the held half), so this is what its cycles read with nothing changing: on the
-//! server the ResNet-50 job's reported steps gave cycles of about 2 s halves that spread by 9
-//! to 20%, and whether longer halves narrow that, and how fast, decides how long a comparison
-//! that can judge 1% must be (docs/experiments/2026-11-27-pace-steps-server.md).
+//! Training's pace against itself: from the step times of the windows where what ran beside
+//! training stayed the same throughout (every scenario but the pace controller's), how far its
+//! pace over one stretch of time differs from its pace over the next, by the stretch's length.
+//! A pace controller's cycle compares two such stretches (the level's half and the held half),
+//! so this is what its cycles read with nothing changing: on the server the ResNet-50 job's
+//! reported steps gave cycles of about 2 s halves that spread by 9 to 20%, and whether longer
+//! halves narrow that, and how fast, decides how long a comparison that can judge 1% must be
+//! (docs/experiments/2026-11-27-pace-steps-server.md). Beside offline inference the same
+//! figure says whether inference adds noise of its own to the pace the controller reads.
 
 use super::{Scenario, report::Window};
 
@@ -47,35 +49,51 @@ fn adjacent_ratio_spread(windows: &[&[f64]], stretch_s: f64) -> Option<(f64, usi
     Some((variance.sqrt(), n))
 }
 
-/// A paragraph under the table: the spread for each of `STRETCHES_S`, from the alone windows
-/// that kept their step times; empty where none did (runs saved before they were kept).
+/// A paragraph and a table under the section's table: the spread for each of `STRETCHES_S`,
+/// scenario by scenario, from the windows that kept their step times; empty where none did
+/// (runs saved before they were kept: training alone's from 86cb0d0 on, every scenario's
+/// later).
 pub(super) fn markdown(windows: &[Window]) -> String {
-    let alone: Vec<&[f64]> = windows
+    let kept = |scenario: Scenario| -> Vec<&[f64]> {
+        windows
+            .iter()
+            .filter(|w| w.scenario == scenario && !w.step_ms.is_empty())
+            .map(|w| w.step_ms.as_slice())
+            .collect()
+    };
+    // The controller's level moves within its windows: their spread is not the job's alone.
+    let rows: Vec<String> = Scenario::ALL
         .iter()
-        .filter(|w| w.scenario == Scenario::Alone && !w.step_ms.is_empty())
-        .map(|w| w.step_ms.as_slice())
-        .collect();
-    if alone.is_empty() {
-        return String::new();
-    }
-    let figures: Vec<String> = STRETCHES_S
-        .iter()
-        .map(|&stretch| match adjacent_ratio_spread(&alone, stretch) {
-            Some((spread, pairs)) => {
-                format!("{stretch:.0} s, {:.1}% ({pairs} pairs)", spread * 100.0)
-            }
-            None => format!("{stretch:.0} s, too few pairs"),
+        .filter(|&&scenario| scenario != Scenario::ReamerByPace)
+        .filter_map(|&scenario| {
+            let steps = kept(scenario);
+            (!steps.is_empty()).then(|| {
+                let cells: Vec<String> = STRETCHES_S
+                    .iter()
+                    .map(|&stretch| match adjacent_ratio_spread(&steps, stretch) {
+                        Some((spread, pairs)) => format!("{:.1}% ({pairs})", spread * 100.0),
+                        None => "too few pairs".to_owned(),
+                    })
+                    .collect();
+                format!("| {} | {} | {} |", scenario.label(), steps.len(), cells.join(" | "))
+            })
         })
         .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let stretches: Vec<String> = STRETCHES_S.iter().map(|s| format!("{s:.0} s")).collect();
     format!(
-        "\nTraining's pace against itself, from the step times of its {} alone window{}: the \
-         pace over one stretch (the steps that ended in it) over the pace over the next, its \
-         spread (standard deviation) by the stretches' length: {}. A pace controller's cycle \
-         compares two such stretches, so this is the spread of its cycles with nothing \
-         changing, by the length of their halves.\n",
-        alone.len(),
-        if alone.len() == 1 { "" } else { "s" },
-        figures.join("; ")
+        "\nTraining's pace against itself, from the step times of the windows where what ran \
+         beside it stayed the same: the pace over one stretch (the steps that ended in it) over \
+         the pace over the next, its spread (standard deviation) by the stretches' length, with \
+         the number of pairs. A pace controller's cycle compares two such stretches, so this is \
+         the spread of its cycles with nothing changing, by the length of their halves; beside \
+         inference, it includes what inference adds to it.\n\n\
+         | scenario | windows | {} |\n|---|---|{}\n{}\n",
+        stretches.join(" | "),
+        "---|".repeat(STRETCHES_S.len()),
+        rows.join("\n")
     )
 }
 
@@ -102,6 +120,43 @@ mod tests {
         let long = adjacent_ratio_spread(&[&bursty], 8.0).unwrap().0;
         assert!(short > 0.1, "{short}");
         assert!(long < short / 3.0, "{long} against {short}");
+    }
+
+    /// A window of `scenario` that kept `step_ms`; nothing else of it is read here.
+    fn window(scenario: Scenario, step_ms: Vec<f64>) -> Window {
+        let text = serde_json::json!({
+            "scenario": scenario, "round": 0, "throughput": 10.0, "counts_images": false,
+            "step_ms_p50": 100.0, "step_ms_p99": 100.0, "training_cpus": 1.0, "online": null,
+            "offline_items_per_s": null, "cpus_left_idle": 1.0, "steal_pct": 0.0,
+            "reserved_cores_p50": null, "offline_paused_pct": null, "enforcer_cpu_pct": null,
+            "enforcer_rss_mib": null, "sensor_running_cpus": null, "replay": null,
+            "step_ms": step_ms,
+        });
+        serde_json::from_value(text).unwrap()
+    }
+
+    #[test]
+    fn every_scenario_that_kept_its_steps_gets_a_row_but_the_controllers() {
+        let mut steady = vec![100.0; 600];
+        steady[0] = 50.0;
+        let bursty: Vec<f64> = (0..600)
+            .map(|i| if i % 6 == 5 { 450.0 } else { 30.0 })
+            .collect();
+        let text = markdown(&[
+            window(Scenario::Alone, steady.clone()),
+            window(Scenario::Alone, steady.clone()),
+            window(Scenario::Reamer, bursty),
+            window(Scenario::ReamerByPace, steady),
+            window(Scenario::PlainCfs, Vec::new()),
+        ]);
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        assert!(rows[0].starts_with("| scenario | windows | 1 s | 2 s |"), "{text}");
+        // Training alone, two windows at an even pace: no spread at any stretch.
+        assert!(rows[1].starts_with("| training alone | 2 | 0.0% ("), "{text}");
+        assert!(rows[2].starts_with(&format!("| {} | 1 | ", Scenario::Reamer.label())));
+        assert!(!text.contains(Scenario::ReamerByPace.label()), "{text}");
+        assert!(!text.contains(Scenario::PlainCfs.label()), "{text}");
     }
 
     #[test]

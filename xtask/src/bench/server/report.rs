@@ -49,8 +49,10 @@ pub struct Window {
     /// Under `harvest_by_pace`: what the pace controller did. Absent from runs saved before.
     #[serde(default)]
     pub harvest: Option<crate::bench::common::harvest::HarvestSteps>,
-    /// Training alone: each step's time, ms, in order (`pace_noise`). Absent from runs saved
-    /// before, and from the other scenarios' windows.
+    /// Each step's time over the timed part, ms, in order: its pace against itself
+    /// (`pace_noise`), and under the pace controller its pace beside the controller's steps,
+    /// both timed from the timed part's start. Absent from runs saved before; in runs saved
+    /// before every scenario kept them, training alone's only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step_ms: Vec<f64>,
 }
