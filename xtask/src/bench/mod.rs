@@ -194,7 +194,6 @@ fn run_section(
                 &colocation.scenarios()?,
                 &progress,
             )?;
-            let figures = colocation::report::figures(&measured);
             // Saved whole, so that its report and plots can be written again (--colocation-from).
             let saved = cargo::workspace_root().join("target/bench/colocation/run.json");
             saved::Saved {
@@ -205,10 +204,10 @@ fn run_section(
             .write(&saved)?;
             // The plots go beside benchmarks.md when the run updates it.
             let into_docs = !(options.quick || options.no_docs || !colocation.every_scenario());
-            colocation_plots(&figures, machine, into_docs)?;
-            let text = colocation::report::markdown(&figures, &measured, command, machine);
+            let (text, scenarios) =
+                colocation::report::section(&measured, command, machine, into_docs)?;
             // Every window too, for a second look at the figures.
-            report.body["scenarios"] = colocation::report::scenarios_json(&figures);
+            report.body["scenarios"] = scenarios;
             (text, serde_json::to_value(&measured)?)
         }
         Section::Gpu => match gpu::unavailable() {
@@ -277,21 +276,13 @@ fn run_server(
         },
         progress,
     )?;
-    let figures = server::report::figures(&measured);
-    let targets = server::report::targets(&figures);
-    let plot = server::plot::tradeoff_file(&options.server.server_section);
-    plots_written::write(
-        server::plot::tradeoff(&figures, &about.machine, measured.stand_in),
-        &plot,
+    server::report::section(
+        &measured,
+        &about.command,
+        &about.machine,
+        &server.server_section,
         !options.quick && !options.no_docs && !stand_in,
-    )?;
-    let text = server::report::markdown(&measured, &figures, &about.command, &about.machine, &plot);
-    let json = serde_json::json!({
-        "scenarios": figures,
-        "targets": targets,
-        "run": measured,
-    });
-    Ok((text, json))
+    )
 }
 
 /// `--server-from` and `--gpu-from`: `section` rendered from what a run saved at `path`;
@@ -311,26 +302,13 @@ fn report_saved_run(
     let (text, figures, updates_docs, machine) = match section {
         Section::Server => {
             let saved = saved::Saved::<server::Measured>::load(path, name)?;
-            let measured = &saved.run;
-            let figures = server::report::figures(measured);
-            let plot = server::plot::tradeoff_file(&options.server.server_section);
-            let text = server::report::markdown(
-                measured,
-                &figures,
+            // A stand-in's figures are not the server's.
+            let updates = saved.may_update_docs() && !saved.run.stand_in && !no_docs;
+            let (text, json) = server::report::section(
+                &saved.run,
                 &saved.report_command(path, name, &flag),
                 &saved.about.machine,
-                &plot,
-            );
-            let json = serde_json::json!({
-                "scenarios": figures,
-                "targets": server::report::targets(&figures),
-                "run": measured,
-            });
-            // A stand-in's figures are not the server's.
-            let updates = saved.may_update_docs() && !measured.stand_in && !no_docs;
-            plots_written::write(
-                server::plot::tradeoff(&figures, &saved.about.machine, measured.stand_in),
-                &plot,
+                &options.server.server_section,
                 updates,
             )?;
             (text, json, updates, saved.about.machine)
@@ -338,19 +316,16 @@ fn report_saved_run(
         Section::Colocation => {
             let saved = saved::Saved::<colocation::Measured>::load(path, name)?;
             let measured = &saved.run;
-            let figures = colocation::report::figures(measured);
-            let text = colocation::report::markdown(
-                &figures,
-                measured,
-                &saved.report_command(path, name, &flag),
-                &saved.about.machine,
-            );
-            let json = colocation::report::scenarios_json(&figures);
             // A run of some scenarios only leaves the section as it is.
             let every_scenario =
                 colocation::scenario::Scenario::cover_the_default_run(&measured.scenarios);
             let updates = saved.may_update_docs() && every_scenario && !no_docs;
-            colocation_plots(&figures, &saved.about.machine, updates)?;
+            let (text, json) = colocation::report::section(
+                measured,
+                &saved.report_command(path, name, &flag),
+                &saved.about.machine,
+                updates,
+            )?;
             (text, json, updates, saved.about.machine)
         }
         Section::Gpu => {
@@ -377,25 +352,5 @@ fn report_saved_run(
         docs::replace_section(docs_section(section, options), &text)?;
         eprintln!("[bench] docs/benchmarks.md updated");
     }
-    Ok(())
-}
-
-/// The co-location run's plots: the trade-off and the bars, beside benchmarks.md where
-/// `into_docs`.
-fn colocation_plots(
-    figures: &[(colocation::scenario::Scenario, colocation::report::Figures)],
-    machine: &str,
-    into_docs: bool,
-) -> anyhow::Result<()> {
-    plots_written::write(
-        colocation::plot::tradeoff(figures, machine),
-        colocation::plot::TRADEOFF_FILE,
-        into_docs,
-    )?;
-    plots_written::write(
-        colocation::plot::bars(figures, machine),
-        colocation::plot::BARS_FILE,
-        into_docs,
-    )?;
     Ok(())
 }

@@ -7,7 +7,10 @@ use std::{path::Path, process::Command};
 use anyhow::{Context as _, bail};
 use enforcer_common::replay::ReplaySummary;
 
-use crate::cargo::{release_bin, workspace_root};
+use crate::{
+    bench::common::verdict::met,
+    cargo::{release_bin, workspace_root},
+};
 
 /// The shipped trace, relative to the repository's root. It records its machine's CPU count.
 pub const TRACE: &str = "enforcer/tests/fixtures/resnet50-h200-16cpu-alone.observe.jsonl";
@@ -60,13 +63,6 @@ pub fn replay_trace(trace: &Path, cpus: Option<usize>) -> anyhow::Result<ReplayS
 pub fn run(progress: &dyn Fn(&str)) -> anyhow::Result<ReplaySummary> {
     progress("replaying the GPU server's ResNet-50 trace through the CPU policy");
     replay_trace(Path::new(TRACE), None)
-}
-
-fn met(met: bool) -> &'static str {
-    match met {
-        true => "met",
-        false => "**missed**",
-    }
 }
 
 pub fn markdown(summary: &ReplaySummary) -> String {

@@ -8,6 +8,7 @@ use crate::{
     bench::common::harvest::HarvestSteps,
     bench::common::inference::LoadReport,
     bench::common::stats::{bootstrap_median_ci, cell, median, min_max, quantile},
+    bench::common::verdict,
     wake_probe::WakeLatency,
 };
 
@@ -365,6 +366,29 @@ fn wake_note(measured: &Measured) -> String {
     )
 }
 
+/// The section from a run, live or saved: its two plots, written beside docs/benchmarks.md
+/// where `into_docs` (under target/bench/ otherwise), its Markdown and its scenarios' JSON.
+pub fn section(
+    measured: &Measured,
+    command: &str,
+    machine: &str,
+    into_docs: bool,
+) -> anyhow::Result<(String, serde_json::Value)> {
+    let figures = figures(measured);
+    let plots = [
+        (
+            super::plot::tradeoff(&figures, machine),
+            super::plot::TRADEOFF_FILE,
+        ),
+        (super::plot::bars(&figures, machine), super::plot::BARS_FILE),
+    ];
+    for (canvas, file) in plots {
+        crate::bench::plots_written::write(canvas, file, into_docs)?;
+    }
+    let text = markdown(&figures, measured, command, machine);
+    Ok((text, scenarios_json(&figures)))
+}
+
 pub fn markdown(
     figures: &[(Scenario, Figures)],
     measured: &Measured,
@@ -497,15 +521,8 @@ pub fn markdown(
         (Some(r), Some(s)) if s > 0 => Some((r as f64 / s as f64 - 1.0) * 100.0),
         _ => None,
     };
-    // Met only when the whole interval is within the target; missed when all of it is past.
     let [ci_low, ci_high] = reamer.training_slowdown_ci95_pct;
-    let slowdown_verdict = if ci_high <= 1.0 {
-        "met"
-    } else if ci_low > 1.0 {
-        "**missed**"
-    } else {
-        "**not resolved**: the interval spans 1%"
-    };
+    let slowdown_verdict = verdict::interval_at_most(ci_low, ci_high, 1.0);
     let attainment_met = reamer.online_slo_attainment_pct.map(|a| a >= 99.0);
     let more_verdict = more_within_verdict(more_within, static_heavy.online_slo_attainment_pct);
     let offline_met = reamer.offline_idle_capacity_pct.map(|c| c >= 90.0);
@@ -522,14 +539,14 @@ pub fn markdown(
         reamer.training_slowdown_ci95_pct[1],
         slowdown_verdict,
         cell(reamer.online_slo_attainment_pct, 1, "%"),
-        verdict(attainment_met),
+        verdict::met_where_measured(attainment_met),
         more_within.map_or("–".to_owned(), |m| format!("{m:+.0}%")),
         more_verdict,
         // One decimal: at 0 a value just under the target printed as the target itself.
         cell(reamer.offline_idle_capacity_pct, 1, "%"),
-        verdict(offline_met),
+        verdict::met_where_measured(offline_met),
         cell(reamer.reaction_us_p99, 0, " µs"),
-        verdict(reaction_met),
+        verdict::met_where_measured(reaction_met),
     ));
     out
 }
@@ -612,14 +629,6 @@ fn harvest_note(measured: &Measured) -> String {
     )
 }
 
-fn verdict(met: Option<bool>) -> &'static str {
-    match met {
-        Some(true) => "met",
-        Some(false) => "**missed**",
-        None => "not measured",
-    }
-}
-
 /// The verdict on "at least 46% more requests within the SLO than the static partition"
 /// (`more_within_pct`), given the static partition's own attainment. Requests are counted at
 /// the benchmark's one offered load: where the static partition answered nearly all of them
@@ -633,7 +642,7 @@ fn more_within_verdict(
         Some(false) if static_met_slo => {
             "**not resolved**: at this load the static partition met the SLO too"
         }
-        met => verdict(met),
+        met => verdict::met_where_measured(met),
     }
 }
 

@@ -6,7 +6,8 @@
 //! - `harvest`: what the enforcer's pace controller did in a window, from its decision log;
 //! - `process`: commands run to their end;
 //! - `progress_bar`: the long runs' one line on stderr;
-//! - `training`: a training job timed on request (`--serve`), the real one or a stand-in.
+//! - `training`: a training job timed on request (`--serve`), the real one or a stand-in;
+//! - `verdict`: the words a targets table gives a figure against its target.
 
 pub(crate) mod cpus;
 pub(crate) mod harvest;
@@ -16,3 +17,4 @@ pub(crate) mod progress_bar;
 pub(crate) mod rounds;
 pub(crate) mod stats;
 pub(crate) mod training;
+pub(crate) mod verdict;

@@ -8,7 +8,10 @@
 use serde::Serialize;
 
 use super::{GpuRun, LEAD, Scenario, Trace, TrainingJob, Window, Workload};
-use crate::bench::common::stats::{median, median_of, min_max};
+use crate::bench::common::{
+    stats::{median, median_of, min_max},
+    verdict::{self, Target},
+};
 
 /// "Restored": a run of this many consecutive training steps at 90% of alone's pace or better.
 const RESTORED_STEPS: usize = 10;
@@ -249,41 +252,40 @@ fn training_model(run: &GpuRun) -> String {
     }
 }
 
-/// The GPU section's targets for this job (docs/benchmarks.md, "GPU"), against the figures:
-/// (target, result, met).
-fn targets(run: &GpuRun, figures: &[ScenarioFigures]) -> Vec<(String, String, bool)> {
+/// The GPU section's targets for this job (docs/benchmarks.md, "GPU"), against the figures.
+fn targets(run: &GpuRun, figures: &[ScenarioFigures]) -> Vec<Target> {
     let of = |scenario| figures.iter().find(|f| f.scenario == scenario);
     let (Some(reamer), Some(shared)) = (of(Scenario::Reamer), of(Scenario::Shared)) else {
         return Vec::new();
     };
     match run.job {
         TrainingJob::Mlp => vec![
-            (
-                "training ≥ 94% of alone".to_owned(),
-                format!("{:.1}%", reamer.training_pct),
-                reamer.training_pct >= 94.0,
-            ),
-            (
-                "inference while training runs ≥ 10% of its rate alone".to_owned(),
-                pct(reamer.inference_busy_pct),
-                reamer.inference_busy_pct.is_some_and(|p| p >= 10.0),
-            ),
+            Target {
+                target: "training ≥ 94% of alone".to_owned(),
+                result: format!("{:.1}%", reamer.training_pct),
+                met: reamer.training_pct >= 94.0,
+            },
+            Target {
+                target: "inference while training runs ≥ 10% of its rate alone".to_owned(),
+                result: pct(reamer.inference_busy_pct),
+                met: reamer.inference_busy_pct.is_some_and(|p| p >= 10.0),
+            },
         ],
         TrainingJob::Resnet50Loader => {
             let of_shared = 100.0 * reamer.training_pct / shared.training_pct;
             vec![
-                (
-                    "training within 1% of its shared pace".to_owned(),
-                    format!("{of_shared:.1}% of shared"),
-                    of_shared >= 99.0,
-                ),
-                (
-                    "inference while training runs ≥ 90% of shared".to_owned(),
-                    pct(reamer.inference_busy_of_shared_pct),
-                    reamer
+                Target {
+                    target: "training within 1% of its shared pace".to_owned(),
+                    result: format!("{of_shared:.1}% of shared"),
+                    met: of_shared >= 99.0,
+                },
+                Target {
+                    target: "inference while training runs ≥ 90% of shared".to_owned(),
+                    result: pct(reamer.inference_busy_of_shared_pct),
+                    met: reamer
                         .inference_busy_of_shared_pct
                         .is_some_and(|p| p >= 90.0),
-                ),
+                },
             ]
         }
     }
@@ -345,11 +347,8 @@ pub fn markdown(run: &GpuRun, figures: &[ScenarioFigures], command: &str, machin
     }
     let targets = targets(run, figures);
     if !targets.is_empty() {
-        text.push_str("\n| target | result | met |\n|---|---|---|\n");
-        for (target, result, met) in targets {
-            let met = if met { "yes" } else { "**no**" };
-            text.push_str(&format!("| {target} | {result} | {met} |\n"));
-        }
+        text.push('\n');
+        text.push_str(&verdict::table(&targets));
     }
     text.push_str(&format!(
         "\nThe need signal's cost (`[gpu] clamp_on_need`): one read of \
@@ -564,7 +563,7 @@ mod tests {
             .unwrap();
         let of_shared = reamer.inference_busy_of_shared_pct.unwrap();
         assert!((of_shared - 95.0).abs() < 1.0, "{of_shared}");
-        let met: Vec<bool> = targets(&run, &loader).iter().map(|t| t.2).collect();
+        let met: Vec<bool> = targets(&run, &loader).iter().map(|t| t.met).collect();
         assert_eq!(met, [true, true]);
         let text = markdown(
             &run,
@@ -586,9 +585,9 @@ mod tests {
         ];
         let run = run_of(TrainingJob::Mlp, windows);
         let gpu_bound = figures(&run);
-        let met: Vec<bool> = targets(&run, &gpu_bound).iter().map(|t| t.2).collect();
+        let met: Vec<bool> = targets(&run, &gpu_bound).iter().map(|t| t.met).collect();
         assert_eq!(met, [true, false]);
-        assert!(markdown(&run, &gpu_bound, "c", "m").contains("| **no** |"));
+        assert!(markdown(&run, &gpu_bound, "c", "m").contains("| **missed** |"));
     }
 
     #[test]

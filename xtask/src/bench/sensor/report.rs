@@ -2,7 +2,10 @@
 
 use serde::Serialize;
 
-use crate::bench::common::stats::{bootstrap_median_ci, median, min_max};
+use crate::bench::common::{
+    stats::{bootstrap_median_ci, median, min_max},
+    verdict,
+};
 
 /// A loss over the rounds: per round `1 − arm ÷ reference` (%), its median, the median's 95%
 /// bootstrap interval, and the range.
@@ -244,11 +247,7 @@ fn targets(bench: &SensorBench) -> String {
     let mut out = format!(
         "\nThe sensor against its targets:\n\n| target | figure | |\n|---|---|---|\n\
          | ≤ {COST_TARGET_NS:.0} ns per event, full path (median of the cost rounds) | {cost:.1} ns | {} |\n",
-        if cost <= COST_TARGET_NS {
-            "met"
-        } else {
-            "**missed**"
-        }
+        verdict::met(cost <= COST_TARGET_NS)
     );
     for w in &bench.workloads {
         out.push_str(&format!(
@@ -267,18 +266,14 @@ fn targets(bench: &SensorBench) -> String {
 /// is past; where a no-op on the same tracepoints is past the target by itself, no sensor
 /// there can meet it on this machine, and the verdict says so.
 fn throughput_verdict(loss: &Loss, floor: &Loss) -> String {
-    if loss.ci_pct.1 <= LOSS_TARGET_PCT {
-        "met".to_owned()
-    } else if floor.ci_pct.0 > LOSS_TARGET_PCT {
+    if loss.ci_pct.1 > LOSS_TARGET_PCT && floor.ci_pct.0 > LOSS_TARGET_PCT {
         format!(
             "**out of reach** of any program on these tracepoints here: a no-op on each loses \
              {:.2}% [{:.2}, {:.2}] by itself",
             floor.median_pct, floor.ci_pct.0, floor.ci_pct.1
         )
-    } else if loss.ci_pct.0 > LOSS_TARGET_PCT {
-        "**missed**".to_owned()
     } else {
-        "**not resolved**: the interval spans 1%".to_owned()
+        verdict::interval_at_most(loss.ci_pct.0, loss.ci_pct.1, LOSS_TARGET_PCT)
     }
 }
 

@@ -75,7 +75,12 @@ pub(super) fn markdown(windows: &[Window]) -> String {
                         None => "too few pairs".to_owned(),
                     })
                     .collect();
-                format!("| {} | {} | {} |", scenario.label(), steps.len(), cells.join(" | "))
+                format!(
+                    "| {} | {} | {} |",
+                    scenario.label(),
+                    steps.len(),
+                    cells.join(" | ")
+                )
             })
         })
         .collect();
@@ -151,9 +156,15 @@ mod tests {
         ]);
         let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| ")).collect();
         assert_eq!(rows.len(), 3, "{text}");
-        assert!(rows[0].starts_with("| scenario | windows | 1 s | 2 s |"), "{text}");
+        assert!(
+            rows[0].starts_with("| scenario | windows | 1 s | 2 s |"),
+            "{text}"
+        );
         // Training alone, two windows at an even pace: no spread at any stretch.
-        assert!(rows[1].starts_with("| training alone | 2 | 0.0% ("), "{text}");
+        assert!(
+            rows[1].starts_with("| training alone | 2 | 0.0% ("),
+            "{text}"
+        );
         assert!(rows[2].starts_with(&format!("| {} | 1 | ", Scenario::Reamer.label())));
         assert!(!text.contains(Scenario::ReamerByPace.label()), "{text}");
         assert!(!text.contains(Scenario::PlainCfs.label()), "{text}");

@@ -12,6 +12,7 @@ use super::{Measured, SLO_MS, Scenario};
 use crate::bench::{
     common::inference::LoadReport,
     common::stats::{bootstrap_median_ci, cell, median, median_of},
+    common::verdict::{self, Target},
     replay,
 };
 
@@ -278,14 +279,6 @@ pub const TRAINING_TARGET_PCT: f64 = 99.0;
 pub const ONLINE_TARGET_PCT: f64 = 99.0;
 pub const OFFLINE_TARGET_PCT: f64 = 70.0;
 
-/// One row of the targets table.
-#[derive(Debug, Clone, Serialize)]
-pub struct Target {
-    pub target: String,
-    pub result: String,
-    pub met: bool,
-}
-
 /// The targets of the scenarios the run measured: reamer's, and those of training alone
 /// under a daemon, observed or not.
 pub fn targets(figures: &[ScenarioFigures]) -> Vec<Target> {
@@ -462,6 +455,32 @@ fn interval(value: Option<WithInterval>) -> String {
     })
 }
 
+/// The section (`section_name`, the docs section it writes) from a run, live or saved: its
+/// plot, written beside docs/benchmarks.md where `into_docs` (under target/bench/ otherwise),
+/// its Markdown and its JSON.
+pub fn section(
+    measured: &Measured,
+    command: &str,
+    machine: &str,
+    section_name: &str,
+    into_docs: bool,
+) -> anyhow::Result<(String, serde_json::Value)> {
+    let figures = figures(measured);
+    let plot = super::plot::tradeoff_file(section_name);
+    crate::bench::plots_written::write(
+        super::plot::tradeoff(&figures, machine, measured.stand_in),
+        &plot,
+        into_docs,
+    )?;
+    let text = markdown(measured, &figures, command, machine, &plot);
+    let json = serde_json::json!({
+        "scenarios": figures,
+        "targets": targets(&figures),
+        "run": measured,
+    });
+    Ok((text, json))
+}
+
 /// The section's Markdown; `plot` the file name of its plot, beside docs/benchmarks.md.
 pub fn markdown(
     measured: &Measured,
@@ -558,17 +577,9 @@ pub fn markdown(
     let targets = targets(figures);
     if !targets.is_empty() {
         text.push_str(
-            "\nTargets, for reamer's scenarios and for training alone under a daemon:\n\n\
-             | target | result | |\n|---|---|---|\n",
+            "\nTargets, for reamer's scenarios and for training alone under a daemon:\n\n",
         );
-        for t in &targets {
-            text.push_str(&format!(
-                "| {} | {} | {} |\n",
-                t.target,
-                t.result,
-                if t.met { "met" } else { "**missed**" }
-            ));
-        }
+        text.push_str(&verdict::table(&targets));
     }
     text
 }
