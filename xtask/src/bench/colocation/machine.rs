@@ -3,8 +3,8 @@
 //! one window of a scenario, set up, measured and torn down.
 
 use std::{
-    path::{Path, PathBuf},
-    process::{Child, Command},
+    path::PathBuf,
+    process::Child,
     time::{Duration, Instant},
 };
 
@@ -12,18 +12,14 @@ use anyhow::{Context as _, bail};
 use enforcer_common::cpu_list;
 use reamer_tests::{
     baselines::{self, Controller},
-    harness::{
-        Daemon, Reaped,
-        cgroups::{self, Group},
-        worker::OnlineWorker,
-    },
+    harness::{Daemon, cgroups},
     measure::proc_stats::{JIFFIES_PER_S, node_jiffies, process_jiffies, resident_kib},
 };
 use serde::Deserialize;
 
 use super::{
     HEAVY_ONLINE_CPUS, INFERENCE_LEAD, INSTANCE, JOB_ITEMS_PER_CPU_S, LEAD_SEED_BASE, OFFLINE_LEAD,
-    OFFLINE_START_LIMIT, ONLINE_CALIBRATION, ONLINE_RATE, SETTLE_SEED_BASE, SLO_MS, STANDBY,
+    OFFLINE_START_LIMIT, ONLINE_CALIBRATION, ONLINE_RATE, SETTLE_SEED_BASE, SLO_MS,
     SUPPRESS_THRESHOLD, job_lines,
     {
         report::{SloNeeds, Window},
@@ -35,10 +31,9 @@ use crate::{
         cpus::{machine_cpus, upper_half_cpus},
         harvest,
         inference::{
-            Inputs, OFFLINE_MLP, classifier_serve_args, launch_online_worker, read_load_report,
-            reset_inference_groups, reset_job, results_lines, spawn_classifier_load,
-            spawn_observer_into, spawn_offline_worker, worker_bin,
+            Inputs, OFFLINE_MLP, read_load_report, reset_job, results_lines, spawn_observer_into,
         },
+        stage::{RequestBody, Stage},
         training::{ServingTraining, TrainingCommand},
     },
     cargo::{release_bin, workspace_root},
@@ -55,37 +50,9 @@ struct TrainingReport {
     runqueue_wait_s: f64,
 }
 
-/// How the online requests carry their image.
-#[derive(Debug, Clone, Copy)]
-enum RequestBody {
-    /// KServe's binary tensor data: what the scenarios send.
-    Binary,
-    /// JSON numbers: measured at the start, for what binary saves.
-    Json,
-}
-
-fn prepare_inputs(window: Duration) -> anyhow::Result<Inputs> {
-    Inputs::prepare(
-        &workspace_root().join("target/bench/colocation"),
-        OFFLINE_MLP,
-        job_lines(machine_cpus(), window),
-    )
-}
-
-/// `inference-worker online`'s arguments after `--listen`: the classifier under the SLO, on
-/// `engine`.
-fn online_args(inputs: &Inputs, engine: &str) -> anyhow::Result<Vec<String>> {
-    classifier_serve_args(&inputs.classifier, SLO_MS, engine)
-}
-
-/// The stderr of the online worker the enforcer started, the last one.
-fn launched_online_log() -> PathBuf {
-    workspace_root().join("target/bench/colocation/online-worker-launched.log")
-}
-
-/// The stderr of the offline worker started without the enforcer, the last one.
-fn offline_log() -> PathBuf {
-    workspace_root().join("target/bench/colocation/offline-worker.log")
+/// Where the run's inputs and its workers' logs go.
+fn bench_dir() -> PathBuf {
+    workspace_root().join("target/bench/colocation")
 }
 
 fn decision_log() -> PathBuf {
@@ -106,16 +73,11 @@ fn fast_path_reactions_us() -> Vec<f64> {
 
 /// The persistent parts of a run: the online worker and the groups.
 pub(super) struct Bench {
-    pub(super) inputs: Inputs,
+    pub(super) stage: Stage,
     pub(super) cpus: usize,
     window: Duration,
     /// Training's untimed run before each window (`--settle`).
     settle: Duration,
-    online: OnlineWorker,
-    online_group: Group,
-    offline_group: Group,
-    /// Where the run's online worker waits while the enforcer's own serves (reamer).
-    standby_group: Group,
     /// training's cgroup2 group, for PSI; None where no cgroup2 tree is mounted.
     training_group: Option<PathBuf>,
     /// The online worker's CPU time per request, alone, ms.
@@ -140,29 +102,16 @@ impl Bench {
         progress: &dyn Fn(&str),
     ) -> anyhow::Result<Self> {
         // The offline job runs through the settling time too.
-        let inputs = prepare_inputs(window + settle)?;
+        let lines = job_lines(machine_cpus(), window + settle);
+        let inputs = Inputs::prepare(&bench_dir(), OFFLINE_MLP, lines)?;
         progress("starting the online worker (PP-OCR cls; it profiles itself first)");
-        let log = workspace_root().join("target/bench/colocation/online-worker.log");
-        let args = online_args(&inputs, inputs.engine)?;
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let online = OnlineWorker::start_with(Command::new(worker_bin()), &args, log);
-        let online_group = Group::ensure(INSTANCE, "online")?;
-        online_group.reset()?;
-        online_group.add_process(online.child.id())?;
-        let offline_group = Group::ensure(INSTANCE, "offline")?;
-        offline_group.reset()?;
-        let standby_group = Group::ensure(INSTANCE, STANDBY)?;
-        standby_group.reset()?;
+        let stage = Stage::start(INSTANCE, &bench_dir(), inputs, SLO_MS)?;
         let training_group = cgroups::unified_group(INSTANCE, "training").ok();
         let mut bench = Self {
-            inputs,
+            stage,
             cpus: machine_cpus(),
             window,
             settle,
-            online,
-            online_group,
-            offline_group,
-            standby_group,
             training_group,
             online_cpu_ms_per_request: 0.0,
             online_cpu_ms_per_json_request: 0.0,
@@ -182,49 +131,31 @@ impl Bench {
     /// `load-gen` against the online worker at `base` at `rate` for `seconds`, seeded by
     /// `seed`, with the binary request body.
     fn spawn_load(&self, base: &str, rate: f64, seconds: f64, seed: &str) -> anyhow::Result<Child> {
-        self.spawn_load_with(RequestBody::Binary, base, rate, seconds, seed)
-    }
-
-    /// `spawn_load` with the request body `body`.
-    fn spawn_load_with(
-        &self,
-        body: RequestBody,
-        base: &str,
-        rate: f64,
-        seconds: f64,
-        seed: &str,
-    ) -> anyhow::Result<Child> {
-        let body: (&Path, Option<usize>) = match body {
-            RequestBody::Binary => (
-                &self.inputs.request,
-                Some(self.inputs.request_header_length),
-            ),
-            RequestBody::Json => (&self.inputs.request_json, None),
-        };
-        spawn_classifier_load(base, body, rate, SLO_MS, seconds, seed)
+        self.stage
+            .load(RequestBody::Binary, base, rate, seconds, seed)
     }
 
     /// The online worker alone under the base load, sent `body`: its CPU time per request
     /// answered, ms.
     fn calibrate_online(&mut self, body: RequestBody) -> anyhow::Result<f64> {
-        self.reset_groups()?;
-        let jiffies = process_jiffies(self.online.child.id());
-        let load = self.spawn_load_with(
+        self.stage.reset_groups()?;
+        let online = &self.stage.online;
+        let jiffies = process_jiffies(online.child.id());
+        let load = self.stage.load(
             body,
-            &self.online.base,
+            &online.base,
             ONLINE_RATE,
             ONLINE_CALIBRATION.as_secs_f64(),
             "1",
         )?;
         let report = read_load_report(load)?;
-        let cpu_ms =
-            (process_jiffies(self.online.child.id()) - jiffies) as f64 / JIFFIES_PER_S * 1e3;
+        let cpu_ms = (process_jiffies(online.child.id()) - jiffies) as f64 / JIFFIES_PER_S * 1e3;
         if report.sent == 0 || cpu_ms <= 0.0 {
             bail!(
                 "the online worker answered no load alone ({} requests sent, {cpu_ms:.0} ms of \
                  CPU): see its log, {}",
                 report.sent,
-                self.online.log.display()
+                online.log.display()
             );
         }
         Ok(cpu_ms / report.sent as f64)
@@ -232,22 +163,20 @@ impl Bench {
 
     /// Offline inference alone on the machine for one window: its inferences per CPU-second.
     pub(super) fn calibrate_offline(&mut self) -> anyhow::Result<f64> {
-        self.reset_groups()?;
-        reset_job(&self.inputs.job);
-        let offline = self.spawn_offline(None, self.inputs.engine)?;
+        self.stage.reset_groups()?;
+        let inputs = &self.stage.inputs;
+        reset_job(&inputs.job);
+        let offline = self.stage.spawn_offline(None, inputs.engine)?;
         std::thread::sleep(OFFLINE_LEAD);
         // Under heavy steal the worker's start (model, plan) can outlast the lead: measure
         // from its first results on.
         let first_results_by = Instant::now() + OFFLINE_START_LIMIT;
-        while results_lines(&self.inputs.job) == 0 && Instant::now() < first_results_by {
+        while results_lines(&inputs.job) == 0 && Instant::now() < first_results_by {
             std::thread::sleep(Duration::from_millis(50));
         }
-        let (items, jiffies) = (
-            results_lines(&self.inputs.job),
-            process_jiffies(offline.id()),
-        );
+        let (items, jiffies) = (results_lines(&inputs.job), process_jiffies(offline.id()));
         std::thread::sleep(self.window.min(Duration::from_secs(2)));
-        let items = results_lines(&self.inputs.job) - items;
+        let items = results_lines(&inputs.job) - items;
         let cpu_s = (process_jiffies(offline.id()) - jiffies) as f64 / JIFFIES_PER_S;
         drop(offline);
         if cpu_s <= 0.0 || items == 0 {
@@ -255,27 +184,10 @@ impl Bench {
                 "offline inference made no progress alone ({items} items, {cpu_s:.2} CPU-s in \
                  {:.1} s): see the worker's log, {}",
                 self.window.min(Duration::from_secs(2)).as_secs_f64(),
-                offline_log().display()
+                bench_dir().join("offline-worker.log").display()
             );
         }
         Ok(items as f64 / cpu_s)
-    }
-
-    /// Starts the offline worker on `engine` in its group, directly or through the daemon's
-    /// launcher.
-    fn spawn_offline(&self, daemon: Option<&Daemon>, engine: &str) -> anyhow::Result<Reaped> {
-        spawn_offline_worker(
-            &self.inputs.offline_args(engine),
-            daemon,
-            &self.offline_group,
-            &offline_log(),
-        )
-    }
-
-    fn reset_groups(&mut self) -> anyhow::Result<()> {
-        (self.online_group, self.offline_group) =
-            reset_inference_groups(INSTANCE, self.online.child.id())?;
-        Ok(())
     }
 
     /// The enforcer's config in `scenario`: the enforcer's own defaults, so that "reamer"
@@ -313,35 +225,22 @@ impl Bench {
         )
     }
 
-    /// The online worker of a reamer window: started by the enforcer into the online pool,
-    /// after the run's worker has left the pool's group for the standby one (the enforcer
-    /// would otherwise adopt it too).
-    fn launch_online(&self, engine: &str) -> anyhow::Result<OnlineWorker> {
-        launch_online_worker(
-            INSTANCE,
-            &self.standby_group,
-            self.online.child.id(),
-            &online_args(&self.inputs, engine)?,
-            launched_online_log(),
-        )
-    }
-
     /// One window of `scenario`, with the seed of `round`.
     pub(super) fn window(&mut self, scenario: Scenario, round: usize) -> anyhow::Result<Window> {
-        self.reset_groups()?;
-        reset_job(&self.inputs.job);
+        self.stage.reset_groups()?;
+        reset_job(&self.stage.inputs.job);
         let inference = scenario != Scenario::Alone;
         let setup = scenario.setup();
         match setup {
             Scenario::StaticPartition => {
                 let cpus = upper_half_cpus(self.cpus);
-                self.online_group.set_cpus(&cpus)?;
-                self.offline_group.set_cpus(&cpus)?;
+                self.stage.online_group.set_cpus(&cpus)?;
+                self.stage.offline_group.set_cpus(&cpus)?;
             }
             Scenario::LowShares => {
                 // The smallest weight cgroup v1 takes (what Kubernetes gives best-effort pods).
-                self.online_group.set_shares(2)?;
-                self.offline_group.set_shares(2)?;
+                self.stage.online_group.set_shares(2)?;
+                self.stage.offline_group.set_shares(2)?;
             }
             _ => {}
         }
@@ -354,14 +253,14 @@ impl Bench {
         });
         // Started before offline inference and training, as the run's worker was: its
         // start-up profile meets a quiet machine.
-        let engine = scenario.engine(self.inputs.engine);
+        let engine = scenario.engine(self.stage.inputs.engine);
         let launched_online = daemon
             .as_ref()
-            .map(|_| self.launch_online(engine))
+            .map(|_| self.stage.launch_online(engine))
             .transpose()?;
-        let online_worker = launched_online.as_ref().unwrap_or(&self.online);
+        let online_worker = launched_online.as_ref().unwrap_or(&self.stage.online);
         let offline = if inference {
-            Some(self.spawn_offline(daemon.as_ref(), engine)?)
+            Some(self.stage.spawn_offline(daemon.as_ref(), engine)?)
         } else {
             None
         };
@@ -369,7 +268,7 @@ impl Bench {
             (Some(daemon), _, _) => Control::Daemon(daemon),
             (None, Some(offline), Scenario::UtilizationPoller) => {
                 Control::Controller(baselines::utilization_poller(
-                    self.offline_group.clone(),
+                    self.stage.offline_group.clone(),
                     offline.id(),
                     self.cpus,
                     SUPPRESS_THRESHOLD,
@@ -383,7 +282,7 @@ impl Bench {
                     .context("the PSI scenario needs a cgroup2 tree for training's pressure")?;
                 Control::Controller(baselines::psi_trigger(
                     group.join("cpu.pressure"),
-                    self.offline_group.clone(),
+                    self.stage.offline_group.clone(),
                     Duration::from_millis(50),
                     Duration::from_millis(500),
                     Duration::from_secs(1),
@@ -436,7 +335,7 @@ impl Bench {
         }
         training.begin(window_s)?;
         let window_start_ns = harvest::monotonic_ns();
-        let offline_items_before = results_lines(&self.inputs.job);
+        let offline_items_before = results_lines(&self.stage.inputs.job);
         let online_pid = online_worker.child.id();
         let online_jiffies = process_jiffies(online_pid);
         let offline_jiffies = offline.as_ref().map(|o| process_jiffies(o.id()));
@@ -466,13 +365,13 @@ impl Bench {
         let node_after = node_jiffies()?;
         let steal_pct = node_after.steal_pct_since(&node_before);
         let cpus_left_idle = node_after.idle_cpus_since(&node_before, elapsed);
-        let offline_done = results_lines(&self.inputs.job);
-        if offline_done >= self.inputs.job_lines {
+        let offline_done = results_lines(&self.stage.inputs.job);
+        if offline_done >= self.stage.inputs.job_lines {
             bail!(
                 "the offline job ({} lines) ran out during a window, so its throughput would be \
                  undercounted: job_lines in xtask/src/bench/colocation/mod.rs sizes it for {} items \
                  per CPU-second",
-                self.inputs.job_lines,
+                self.stage.inputs.job_lines,
                 JOB_ITEMS_PER_CPU_S
             );
         }
@@ -507,7 +406,7 @@ impl Bench {
                 reaction_us = fast_path_reactions_us();
             }
             Control::Controller(controller) => {
-                let report = controller.stop(&self.offline_group)?;
+                let report = controller.stop(&self.stage.offline_group)?;
                 // How long after training started the controller first tightened the quota.
                 reaction_us.extend(
                     report
@@ -548,8 +447,7 @@ impl Bench {
     }
 
     pub(super) fn finish(self) {
-        let _ = self.online.stop();
-        cgroups::remove_groups(INSTANCE, &["online", "offline", STANDBY, "training"]);
+        self.stage.stop(&["training"]);
     }
 }
 

@@ -35,8 +35,6 @@ use crate::{
 };
 
 const INSTANCE: &str = "bench-colo";
-/// The group the run's online worker waits in during reamer's windows.
-const STANDBY: &str = "online-standby";
 /// The online SLO and load: a seventh to a quarter of one CPU of classifier work at this
 /// rate, depending on the host's CPU.
 pub const SLO_MS: f64 = 50.0;
@@ -199,7 +197,7 @@ pub fn run(
     });
     progress_bar::finish(done, started.elapsed());
     let cpus = bench.cpus;
-    let engine = bench.inputs.engine;
+    let engine = bench.stage.inputs.engine;
     let notes: Vec<String> = bench.notes.iter().map(|n| n.to_string()).collect();
     let (online_cpu_ms_per_request, online_cpu_ms_per_json_request, heavy_online_rate) = (
         bench.online_cpu_ms_per_request,

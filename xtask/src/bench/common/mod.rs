@@ -1,5 +1,6 @@
 //! What the benchmarks share:
 //! - `rounds`: rounds kept only while the host is quiet (the steal rule);
+//! - `stage`: a scenario run's inference side: its online worker, groups and load;
 //! - `stats`: medians, paired ratios and their intervals, and the table cells they go in;
 //! - `inference`: the workers, their requests and load, the offline job, their groups;
 //! - `cpus`: the machine's CPUs, counted and split;
@@ -15,6 +16,7 @@ pub(crate) mod inference;
 pub(crate) mod process;
 pub(crate) mod progress_bar;
 pub(crate) mod rounds;
+pub(crate) mod stage;
 pub(crate) mod stats;
 pub(crate) mod training;
 pub(crate) mod verdict;

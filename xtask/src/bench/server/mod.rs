@@ -32,19 +32,14 @@ pub mod scenario;
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command},
+    process::Child,
     time::{Duration, Instant},
 };
 
 use anyhow::bail;
 use enforcer_common::cpu_list;
 use reamer_tests::{
-    harness::{
-        Daemon, Reaped,
-        cgroups::{self, Group},
-        decision_log_of, socket_of,
-        worker::OnlineWorker,
-    },
+    harness::{Daemon, Reaped, decision_log_of, socket_of},
     measure::proc_stats::{JIFFIES_PER_S, node_jiffies, process_jiffies, resident_kib},
 };
 use serde::{Deserialize, Serialize};
@@ -57,10 +52,10 @@ use crate::{
         cpus::{machine_cpus, upper_half_cpus},
         harvest as common_harvest,
         inference::{
-            Inputs, LoadReport, Mlp, classifier_serve_args, launch_online_worker, read_load_report,
-            reset_inference_groups, reset_job, results_lines, spawn_classifier_load,
-            spawn_observer_into, spawn_offline_worker, worker_bin,
+            Inputs, LoadReport, Mlp, read_load_report, reset_job, results_lines,
+            spawn_observer_into,
         },
+        stage::{RequestBody, Stage},
         training::ServingTraining,
     },
     bench::{
@@ -71,8 +66,6 @@ use crate::{
 };
 
 const INSTANCE: &str = "bench-server";
-/// The group the run's online worker waits in while the enforcer's own serves (reamer).
-const STANDBY: &str = "online-standby";
 /// The online SLO, and the online pool's guaranteed cores under reamer: those of reamer's
 /// first measurements on the GPU server, kept so that runs compare.
 pub const SLO_MS: f64 = 50.0;
@@ -144,15 +137,11 @@ fn prepare_inputs(seconds: f64) -> anyhow::Result<Inputs> {
 
 /// The persistent parts of a run.
 struct Bench {
-    inputs: Inputs,
+    stage: Stage,
     options: Options,
     cpus: usize,
-    online: OnlineWorker,
     /// The training job, running from the first window to the last.
     training: ServingTraining,
-    online_group: Group,
-    offline_group: Group,
-    standby_group: Group,
 }
 
 /// Counters read at the start of a window's timed part.
@@ -170,13 +159,7 @@ impl Bench {
         progress("preparing the classifier's requests and the offline job");
         let inputs = prepare_inputs(options.seconds)?;
         progress("starting the online worker (PP-OCR cls; it profiles itself first)");
-        let args = classifier_serve_args(&inputs.classifier, SLO_MS, inputs.engine)?;
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let online = OnlineWorker::start_with(
-            Command::new(worker_bin()),
-            &args,
-            bench_dir().join("online-worker.log"),
-        );
+        let stage = Stage::start(INSTANCE, &bench_dir(), inputs, SLO_MS)?;
         progress("starting the training job (it warms up before the first window's timed part)");
         // Its progress goes to each window's daemon: the pace controller follows the job's
         // own count of steps, not its GPU's busy share.
@@ -185,24 +168,12 @@ impl Bench {
             .clone()
             .reporting_progress_to(&socket_of(INSTANCE));
         let training = ServingTraining::start(&training)?;
-        let bench = Self {
-            inputs,
+        Ok(Self {
+            stage,
             options,
             cpus: machine_cpus(),
-            online,
             training,
-            online_group: Group::ensure(INSTANCE, "online")?,
-            offline_group: Group::ensure(INSTANCE, "offline")?,
-            standby_group: Group::ensure(INSTANCE, STANDBY)?,
-        };
-        bench.standby_group.reset()?;
-        Ok(bench)
-    }
-
-    fn reset_groups(&mut self) -> anyhow::Result<()> {
-        (self.online_group, self.offline_group) =
-            reset_inference_groups(INSTANCE, self.online.child.id())?;
-        Ok(())
+        })
     }
 
     /// The enforcer's config: its defaults, the running training job, the two pools, and the
@@ -228,46 +199,17 @@ impl Bench {
         )
     }
 
-    fn spawn_offline(&self, daemon: Option<&Daemon>) -> anyhow::Result<Reaped> {
-        spawn_offline_worker(
-            &self.inputs.offline_args(self.inputs.engine),
-            daemon,
-            &self.offline_group,
-            &bench_dir().join("offline-worker.log"),
-        )
-    }
-
-    /// The online worker of a reamer window, started by the enforcer into the online pool
-    /// after the run's worker has moved to the standby group.
-    fn launch_online(&self) -> anyhow::Result<OnlineWorker> {
-        launch_online_worker(
-            INSTANCE,
-            &self.standby_group,
-            self.online.child.id(),
-            &classifier_serve_args(&self.inputs.classifier, SLO_MS, self.inputs.engine)?,
-            bench_dir().join("online-worker-launched.log"),
-        )
-    }
-
     fn load(&self, base: &str, seconds: f64, seed: &str) -> anyhow::Result<Child> {
-        spawn_classifier_load(
-            base,
-            (
-                &self.inputs.request,
-                Some(self.inputs.request_header_length),
-            ),
-            self.options.online_rate,
-            SLO_MS,
-            seconds,
-            seed,
-        )
+        let rate = self.options.online_rate;
+        self.stage
+            .load(RequestBody::Binary, base, rate, seconds, seed)
     }
 
     fn before(&self, daemon_pid: Option<u32>) -> anyhow::Result<Before> {
         Ok(Before {
             at: Instant::now(),
             monotonic_ns: common_harvest::monotonic_ns(),
-            offline_items: results_lines(&self.inputs.job),
+            offline_items: results_lines(&self.stage.inputs.job),
             node: node_jiffies()?,
             daemon_jiffies: daemon_pid.map(process_jiffies),
         })
@@ -275,16 +217,16 @@ impl Bench {
 
     /// One window of `scenario` in `round`.
     fn window(&mut self, scenario: Scenario, round: usize) -> anyhow::Result<Window> {
-        self.reset_groups()?;
-        reset_job(&self.inputs.job);
+        self.stage.reset_groups()?;
+        reset_job(&self.stage.inputs.job);
         let inference = scenario.inference();
         let mut confined = None;
         match scenario {
-            Scenario::OfflineCpuIdle => self.offline_group.set_idle(true)?,
+            Scenario::OfflineCpuIdle => self.stage.offline_group.set_idle(true)?,
             Scenario::StaticPartition => {
                 let cpus = upper_half_cpus(self.cpus);
-                self.online_group.set_cpus(&cpus)?;
-                self.offline_group.set_cpus(&cpus)?;
+                self.stage.online_group.set_cpus(&cpus)?;
+                self.stage.offline_group.set_cpus(&cpus)?;
                 confined = Some(Confined { cpus, smt: None });
             }
             _ => {}
@@ -292,9 +234,9 @@ impl Bench {
         if let Some(fraction) = scenario.confined_to() {
             let cores = cores::cores(Path::new("/sys/devices/system/cpu"), self.cpus);
             let cpus = cpu_list::format(&cores::upper_cores(&cores, fraction));
-            self.online_group.set_cpus(&cpus)?;
-            self.offline_group.set_cpus(&cpus)?;
-            self.offline_group.set_idle(true)?;
+            self.stage.online_group.set_cpus(&cpus)?;
+            self.stage.offline_group.set_cpus(&cpus)?;
+            self.stage.offline_group.set_idle(true)?;
             confined = Some(Confined {
                 cpus,
                 smt: Some(cores::has_smt(&cores)),
@@ -304,7 +246,7 @@ impl Bench {
             // The run's idle online worker waits outside the daemon's pools, so that the sensor
             // sees nothing of inference's when training is alone (its wake-ups reported
             // training queued behind inference).
-            self.standby_group.add_process(self.online.child.id())?;
+            self.stage.stand_by()?;
         }
         let daemon = scenario.daemon().then(|| {
             Daemon::start_bin_with_fresh_log(
@@ -317,15 +259,18 @@ impl Bench {
         let launched_online = inference
             .then_some(daemon.as_ref())
             .flatten()
-            .map(|_| self.launch_online())
+            .map(|_| self.stage.launch_online(self.stage.inputs.engine))
             .transpose()?;
         let online_base = launched_online
             .as_ref()
-            .unwrap_or(&self.online)
+            .unwrap_or(&self.stage.online)
             .base
             .clone();
         let offline = inference
-            .then(|| self.spawn_offline(daemon.as_ref()))
+            .then(|| {
+                self.stage
+                    .spawn_offline(daemon.as_ref(), self.stage.inputs.engine)
+            })
             .transpose()?;
         let seed = (round + 1).to_string();
         // Online traffic from the lead until training's timed part starts.
@@ -371,19 +316,19 @@ impl Bench {
         let elapsed = before.at.elapsed().as_secs_f64();
         let timed_last_line = trace_lines(&trace);
         let node_after = node_jiffies()?;
-        let offline_done = results_lines(&self.inputs.job);
+        let offline_done = results_lines(&self.stage.inputs.job);
         let enforcer_cpu_pct = daemon_pid.zip(before.daemon_jiffies).map(|(pid, jiffies)| {
             process_jiffies(pid).saturating_sub(jiffies) as f64 / JIFFIES_PER_S / elapsed * 100.0
         });
         let enforcer_rss_mib = daemon_pid
             .and_then(resident_kib)
             .map(|kib| kib as f64 / 1024.0);
-        if inference && offline_done >= self.inputs.job_lines {
+        if inference && offline_done >= self.stage.inputs.job_lines {
             bail!(
                 "the offline job ({} lines) ran out during a window, so its throughput would be \
                  undercounted: job_lines in xtask/src/bench/server/mod.rs sizes it for {} items \
                  per CPU-second",
-                self.inputs.job_lines,
+                self.stage.inputs.job_lines,
                 JOB_ITEMS_PER_CPU_S
             );
         }
@@ -446,8 +391,7 @@ impl Bench {
 
     fn finish(self) {
         self.training.stop();
-        let _ = self.online.stop();
-        cgroups::remove_groups(INSTANCE, &["online", "offline", STANDBY]);
+        self.stage.stop(&[]);
     }
 }
 
@@ -519,7 +463,7 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
     let about = options.about.clone();
     let mut bench = Bench::start(options, progress)?;
     let cpus = bench.cpus;
-    let engine = bench.inputs.engine;
+    let engine = bench.stage.inputs.engine;
     let measured = |windows: &[Window]| Measured {
         training: training.clone(),
         stand_in,
