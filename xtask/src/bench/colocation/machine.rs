@@ -184,7 +184,7 @@ impl Bench {
                 "offline inference made no progress alone ({items} items, {cpu_s:.2} CPU-s in \
                  {:.1} s): see the worker's log, {}",
                 self.window.min(Duration::from_secs(2)).as_secs_f64(),
-                bench_dir().join("offline-worker.log").display()
+                self.stage.offline_log().display()
             );
         }
         Ok(items as f64 / cpu_s)

@@ -101,8 +101,13 @@ impl Stage {
             &self.inputs.offline_args(engine),
             daemon,
             &self.offline_group,
-            &self.logs.join("offline-worker.log"),
+            &self.offline_log(),
         )
+    }
+
+    /// The stderr of the offline worker started without the daemon, the last one.
+    pub(crate) fn offline_log(&self) -> PathBuf {
+        self.logs.join("offline-worker.log")
     }
 
     /// The online worker of a reamer window, on `engine`: started by the daemon into its
