@@ -52,7 +52,7 @@ fn adjacent_ratio_spread(windows: &[&[f64]], stretch_s: f64) -> Option<(f64, usi
 /// A paragraph and a table under the section's table: the spread for each of `STRETCHES_S`,
 /// scenario by scenario, from the windows that kept their step times; empty where none did
 /// (runs saved before they were kept: training alone's from 86cb0d0 on, every scenario's
-/// later).
+/// from 086d8c4 on).
 pub(super) fn markdown(windows: &[Window]) -> String {
     let kept = |scenario: Scenario| -> Vec<&[f64]> {
         windows
