@@ -11,6 +11,7 @@ pub(crate) mod observe;
 pub(crate) mod pods;
 pub(crate) mod relaunch;
 pub(crate) mod replay;
+pub(crate) mod replay_pace;
 pub(crate) mod status;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
@@ -185,6 +186,40 @@ enum Command {
         #[arg(long)]
         cpus: Option<usize>,
         /// One JSON object per interval, then the summary as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the pace controller (`[policy] harvest_by_pace`) over a job's recorded step times,
+    /// without a daemon, root or the job: where it would settle, how long its search takes,
+    /// and how much its probes hold offline back, given how this job's pace really moves.
+    ///
+    /// Each recording is a JSON array of the job's step times in ms, in order: one made with
+    /// offline inference held back (or absent), one with offline beside the job. The replay
+    /// plays the first while the controller holds offline back and the second at every other
+    /// level, each repeated as needed, and reports the job's steps once a second, as
+    /// `reamer_progress` does. So every level above `held` costs what the second recording
+    /// shows: the replay tells whether the controller finds that cost through the job's noise
+    /// (or, given the same recording twice, whether the noise alone moves it), not which
+    /// level a ladder of real costs would pick.
+    ///
+    /// Examples:
+    ///
+    ///   enforcer replay-pace alone-steps.json beside-steps.json
+    ///
+    ///   enforcer replay-pace alone-steps.json alone-steps.json --seconds 3600 --json
+    ReplayPace {
+        /// The job's step times (ms) with offline held back.
+        held: PathBuf,
+        /// The job's step times (ms) with offline inference beside it.
+        beside: PathBuf,
+        /// Seconds of the job to replay.
+        #[arg(long, default_value_t = 1800)]
+        seconds: u64,
+        /// The controller's ε, as `[policy] pace_epsilon` (0.01: training may lose 1%).
+        #[arg(long, default_value_t = 0.01)]
+        epsilon: f64,
+        /// The replay as one JSON object: each change, the time at each level, when it first
+        /// settled and where it last did.
         #[arg(long)]
         json: bool,
     },
@@ -395,6 +430,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cpus,
             json,
         } => replay::run(&trace, config, cpus, json),
+        Command::ReplayPace {
+            held,
+            beside,
+            seconds,
+            epsilon,
+            json,
+        } => replay_pace::run(&held, &beside, seconds, epsilon, json),
         Command::Status { json, instance } => {
             let runtime = current_thread_runtime()?;
             runtime.block_on(status::run(&paths::socket_path(&instance.instance), json))

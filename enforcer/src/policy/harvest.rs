@@ -76,8 +76,11 @@
 //! the two are in different units. Without either (a job that does not report and holds no GPU
 //! of its own, or silent for `pace::STALE_NS`) the level is the core policy's own, as without
 //! this loop.
+//!
+//! `replay` runs the loop over a job's recorded step times (`enforcer replay-pace`).
 
 mod level;
+pub(crate) mod replay;
 mod statistics;
 
 use serde::Serialize;

@@ -102,6 +102,35 @@ pub(super) fn markdown(windows: &[Window]) -> String {
     )
 }
 
+/// Each scenario's step times, its windows' one after another, as a JSON array of ms in
+/// `dir`/`stem`-steps-`scenario`.json: the recordings `enforcer replay-pace` reads (training
+/// alone's as the job with offline held back, another scenario's as the job beside it). The
+/// files written.
+pub(super) fn write_recordings(
+    windows: &[Window],
+    dir: &std::path::Path,
+    stem: &str,
+) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    use anyhow::Context as _;
+    let mut written = Vec::new();
+    for scenario in Scenario::ALL {
+        let steps: Vec<f64> = windows
+            .iter()
+            .filter(|w| w.scenario == scenario)
+            .flat_map(|w| w.step_ms.iter().copied())
+            .collect();
+        if steps.is_empty() {
+            continue;
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join(format!("{stem}-steps-{}.json", scenario.name()));
+        std::fs::write(&path, serde_json::to_string(&steps)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +197,27 @@ mod tests {
         assert!(rows[2].starts_with(&format!("| {} | 1 | ", Scenario::Reamer.label())));
         assert!(!text.contains(Scenario::ReamerByPace.label()), "{text}");
         assert!(!text.contains(Scenario::PlainCfs.label()), "{text}");
+    }
+
+    #[test]
+    fn each_scenarios_steps_are_written_as_one_recording_in_window_order() {
+        let dir = std::env::temp_dir().join(format!("reamer-steps-{}", std::process::id()));
+        let written = write_recordings(
+            &[
+                window(Scenario::Alone, vec![10.0, 20.0]),
+                window(Scenario::ReamerByPace, vec![5.0]),
+                window(Scenario::Alone, vec![30.0]),
+                window(Scenario::PlainCfs, Vec::new()),
+            ],
+            &dir,
+            "server-pace",
+        )
+        .unwrap();
+        assert_eq!(written.len(), 2, "{written:?}");
+        let alone = std::fs::read_to_string(dir.join("server-pace-steps-alone.json")).unwrap();
+        assert_eq!(alone, "[10.0,20.0,30.0]");
+        assert!(dir.join("server-pace-steps-reamer_by_pace.json").is_file());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

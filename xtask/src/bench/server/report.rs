@@ -457,7 +457,8 @@ fn interval(value: Option<WithInterval>) -> String {
 
 /// The section (`section_name`, the docs section it writes) from a run, live or saved: its
 /// plot, written beside docs/benchmarks.md where `into_docs` (under target/bench/ otherwise),
-/// its Markdown and its JSON.
+/// the job's step times per scenario under target/bench/server/ (`enforcer replay-pace`'s
+/// recordings), its Markdown and its JSON.
 pub fn section(
     measured: &Measured,
     command: &str,
@@ -473,6 +474,13 @@ pub fn section(
         into_docs,
     )?;
     let text = markdown(measured, &figures, command, machine, &plot);
+    let dir = crate::cargo::workspace_root().join("target/bench/server");
+    for path in super::pace_noise::write_recordings(&measured.windows, &dir, section_name)? {
+        eprintln!(
+            "[bench] the job's steps, for `enforcer replay-pace`: {}",
+            path.display()
+        );
+    }
     let json = serde_json::json!({
         "scenarios": figures,
         "targets": targets(&figures),

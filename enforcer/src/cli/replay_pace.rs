@@ -1,0 +1,147 @@
+//! `enforcer replay-pace`: the pace controller (`[policy] harvest_by_pace`) run over a job's
+//! recorded step times (`policy::harvest::replay`), without a daemon, root or the job.
+
+use std::{io::Write as _, path::Path};
+
+use anyhow::{Context as _, bail};
+
+use crate::{
+    config::HarvestSettings,
+    policy::harvest::replay::{PaceReplay, StepTrace, replay},
+};
+
+/// A recording of a job's steps: a JSON array of each step's time, ms, in order (what the
+/// benchmarks save as `step_ms`).
+fn read_steps(path: &Path) -> anyhow::Result<StepTrace> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let step_ms: Vec<f64> = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not a JSON array of step times in ms, such as [31.2, 30.8, 512.0]",
+            path.display()
+        )
+    })?;
+    StepTrace::from_step_ms(&step_ms).map_err(|why| anyhow::anyhow!("{}: {why}", path.display()))
+}
+
+pub(crate) fn run(
+    held: &Path,
+    beside: &Path,
+    seconds: u64,
+    epsilon: f64,
+    json: bool,
+) -> anyhow::Result<()> {
+    // The bounds `[policy] pace_epsilon` takes.
+    if !(epsilon.is_finite() && (0.001..=0.5).contains(&epsilon)) {
+        bail!("--epsilon must be from 0.001 to 0.5 (0.01: 1%), not {epsilon}");
+    }
+    if !(60..=86_400).contains(&seconds) {
+        bail!("--seconds must be from 60 (a search needs one) to 86400, not {seconds}");
+    }
+    let (held_steps, beside_steps) = (read_steps(held)?, read_steps(beside)?);
+    let replayed = replay(
+        &held_steps,
+        &beside_steps,
+        seconds,
+        HarvestSettings { epsilon },
+    );
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&replayed)?)?;
+        return Ok(());
+    }
+    let length_s = |trace: &StepTrace| trace.length_ns() as f64 / 1e9;
+    writeln!(
+        out,
+        "replaying {seconds} s of the pace controller (ε = {:.1}%): offline held back from {} \
+         ({:.0} s of steps), beside offline from {} ({:.0} s), each repeated as needed",
+        epsilon * 100.0,
+        held.display(),
+        length_s(&held_steps),
+        beside.display(),
+        length_s(&beside_steps),
+    )?;
+    write!(out, "{}", summary(&replayed))?;
+    Ok(())
+}
+
+/// The replay in words: where it settled and when, its time at each level, and each change.
+fn summary(replayed: &PaceReplay) -> String {
+    let mut text = match (replayed.first_settled_s, replayed.settled_at) {
+        (Some(first), Some(level)) => format!(
+            "first settled after {first:.0} s; last settled at `{}`\n",
+            level.name()
+        ),
+        _ => "never settled\n".to_owned(),
+    };
+    let shares: Vec<String> = replayed
+        .time_at_level
+        .iter()
+        .map(|(level, share)| format!("{level} {:.1}%", share * 100.0))
+        .collect();
+    text.push_str(&format!("time at each level: {}\n", shares.join(", ")));
+    for replayed_change in &replayed.changes {
+        let change = serde_json::to_value(&replayed_change.change).unwrap_or_default();
+        let mut line = format!(
+            "{:>7.1} s  {:<15} {}",
+            replayed_change.at_s,
+            replayed_change.change.level.name(),
+            change["reason"].as_str().unwrap_or("?"),
+        );
+        if let Some(tried) = change["tried"].as_str() {
+            line.push_str(&format!(" {tried}"));
+        }
+        if let Some(ratio) = change["ratio"].as_object() {
+            let field = |name: &str| ratio.get(name).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+            line.push_str(&format!(
+                " {:.3} [{:.3}, {:.3}]",
+                field("ratio"),
+                field("low"),
+                field("high")
+            ));
+        }
+        if replayed_change.change.settles {
+            line.push_str(" (settles)");
+        }
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recording_that_is_no_array_of_step_times_is_refused_naming_the_file() {
+        let dir = std::env::temp_dir().join(format!("reamer-replay-pace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let object = dir.join("object.json");
+        std::fs::write(&object, "{\"step_ms\": [1, 2]}").unwrap();
+        let err = format!("{:#}", read_steps(&object).unwrap_err());
+        assert!(err.contains("object.json: not a JSON array"), "{err}");
+        let negative = dir.join("negative.json");
+        std::fs::write(&negative, "[30.0, 0]").unwrap();
+        let err = format!("{:#}", read_steps(&negative).unwrap_err());
+        assert!(err.contains("negative.json: step 2 took 0 ms"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_summary_gives_where_it_settled_each_levels_time_and_each_change() {
+        let steps: Vec<f64> = (0..2400)
+            .map(|i| if i == 0 { 25.0 } else { 50.0 })
+            .collect();
+        let job = StepTrace::from_step_ms(&steps).unwrap();
+        let text = summary(&replay(&job, &job, 120, HarvestSettings { epsilon: 0.01 }));
+        assert!(text.starts_with("first settled after "), "{text}");
+        assert!(text.contains("last settled at `training_cores`"), "{text}");
+        assert!(text.contains("time at each level: held "), "{text}");
+        assert!(
+            text.contains("training_cores  kept training_cores 1.000"),
+            "{text}"
+        );
+        assert!(text.contains("(settles)"), "{text}");
+    }
+}

@@ -1,0 +1,196 @@
+//! The pace controller run over a job's recorded step times, without a daemon or the job: what
+//! it would decide, and when, given how the job's pace really moves. The unit tests' models
+//! draw the pace's noise from a uniform distribution; a recorded job brings its own (a data
+//! loader's bursts, a slow wander), which is what decides whether ε can be judged at all.
+//!
+//! Two recordings stand for the two arrangements the controller compares: the job's steps with
+//! offline held back (`held`), and with offline beside it (`beside`). The replay plays the
+//! first while the controller holds offline back and the second at every other level, each
+//! from the point the replay's clock has reached in it (the shorter one repeats), and reports
+//! the job's cumulative steps once a second, as `reamer_progress` does. So every level above
+//! `held` costs what `beside` recorded: the replay shows whether the controller finds that
+//! cost through the job's noise, how long that takes, and what its probes hold back; not which
+//! level of a ladder the job's real costs would pick.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Change, Harvest, Level, PaceSource};
+use crate::config::HarvestSettings;
+
+const S: u64 = 1_000_000_000;
+/// The daemon's pace loop runs ten times a second.
+const TICK_NS: u64 = S / 10;
+/// A job reporting through `reamer_progress` reports once a second.
+const REPORT_NS: u64 = S;
+/// The reports the controller is given: those of the last 30 s, as the daemon keeps them.
+const REPORTS_KEPT_NS: u64 = 30 * S;
+
+/// A job's recorded steps, as the times each one ended, from the recording's start.
+#[derive(Debug, Clone)]
+pub(crate) struct StepTrace {
+    ends_ns: Vec<u64>,
+    length_ns: u64,
+}
+
+impl StepTrace {
+    /// From each step's time, ms, in order. Refused: no step, or a time that is not a
+    /// positive number.
+    pub(crate) fn from_step_ms(step_ms: &[f64]) -> Result<Self, String> {
+        if step_ms.is_empty() {
+            return Err("no step times".to_owned());
+        }
+        let mut ends_ns = Vec::with_capacity(step_ms.len());
+        let mut at_ns = 0u64;
+        for (i, &ms) in step_ms.iter().enumerate() {
+            if !(ms.is_finite() && ms > 0.0) {
+                return Err(format!("step {} took {ms} ms: not a positive time", i + 1));
+            }
+            at_ns += (ms * 1e6).round().max(1.0) as u64;
+            ends_ns.push(at_ns);
+        }
+        Ok(Self {
+            length_ns: at_ns,
+            ends_ns,
+        })
+    }
+
+    /// How long the recording lasts.
+    pub(crate) fn length_ns(&self) -> u64 {
+        self.length_ns
+    }
+
+    /// Steps that ended in `(from_ns, to_ns]` of the replay's clock, the recording repeated
+    /// end to end.
+    fn steps_between(&self, from_ns: u64, to_ns: u64) -> u64 {
+        self.steps_by(to_ns) - self.steps_by(from_ns)
+    }
+
+    /// Steps that ended by `at_ns`, the recording repeated end to end.
+    fn steps_by(&self, at_ns: u64) -> u64 {
+        let (laps, within) = (at_ns / self.length_ns, at_ns % self.length_ns);
+        let in_lap = self.ends_ns.partition_point(|&end| end <= within) as u64;
+        laps * self.ends_ns.len() as u64 + in_lap
+    }
+}
+
+/// What the controller did over a replay.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct PaceReplay {
+    pub seconds: u64,
+    /// Each change, with the second it came at.
+    pub changes: Vec<ReplayedChange>,
+    /// The share of the replay spent at each level, by name.
+    pub time_at_level: BTreeMap<&'static str, f64>,
+    /// When the search first ended, s; None where it never did.
+    pub first_settled_s: Option<f64>,
+    /// The level it last settled at.
+    pub settled_at: Option<Level>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ReplayedChange {
+    pub at_s: f64,
+    #[serde(flatten)]
+    pub change: Change,
+}
+
+/// The controller of `settings` over `seconds` of the job: `held`'s steps while it holds
+/// offline back, `beside`'s at every other level.
+pub(crate) fn replay(
+    held: &StepTrace,
+    beside: &StepTrace,
+    seconds: u64,
+    settings: HarvestSettings,
+) -> PaceReplay {
+    let mut harvest = Harvest::new(settings);
+    let (mut steps, mut reports) = (0u64, Vec::<(u64, u64)>::new());
+    let mut ticks_at: BTreeMap<Level, u64> = BTreeMap::new();
+    let mut changes = Vec::new();
+    let ticks = seconds * S / TICK_NS;
+    for tick in 0..ticks {
+        let now = tick * TICK_NS;
+        if now.is_multiple_of(REPORT_NS) {
+            reports.push((now, steps));
+            reports.retain(|&(at, _)| at + REPORTS_KEPT_NS > now);
+        }
+        let level = harvest.level();
+        *ticks_at.entry(level).or_default() += 1;
+        let trace = if level == Level::Held { held } else { beside };
+        steps += trace.steps_between(now, now + TICK_NS);
+        if let Some(change) = harvest.tick(now, Some(PaceSource::Progress), &reports) {
+            changes.push(ReplayedChange {
+                at_s: now as f64 / S as f64,
+                change,
+            });
+        }
+    }
+    let first_settled_s = changes.iter().find(|c| c.change.settles).map(|c| c.at_s);
+    let settled_at = changes
+        .iter()
+        .rev()
+        .find_map(|c| c.change.settles.then_some(c.change.level));
+    PaceReplay {
+        seconds,
+        time_at_level: ticks_at
+            .into_iter()
+            .map(|(level, n)| (level.name(), n as f64 / ticks.max(1) as f64))
+            .collect(),
+        changes,
+        first_settled_s,
+        settled_at,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> HarvestSettings {
+        HarvestSettings { epsilon: 0.01 }
+    }
+
+    /// Steps of `ms` each, for `seconds`, the first of `ms / 2` so that no step ends on a
+    /// report's instant.
+    fn steady(ms: f64, seconds: f64) -> Vec<f64> {
+        let mut steps = vec![ms; (seconds * 1e3 / ms) as usize];
+        steps[0] = ms / 2.0;
+        steps
+    }
+
+    #[test]
+    fn a_recording_repeats_end_to_end_and_bad_step_times_are_refused() {
+        let trace = StepTrace::from_step_ms(&[100.0, 200.0, 700.0]).unwrap();
+        assert_eq!(trace.length_ns(), S);
+        // Ends at 0.1, 0.3 and 1.0 s, then 1.1, 1.3 and 2.0 s, and so on.
+        assert_eq!(trace.steps_between(0, S - 1), 2);
+        assert_eq!(trace.steps_between(0, S), 3);
+        assert_eq!(trace.steps_between(S, 2 * S), 3);
+        assert_eq!(trace.steps_between(0, 3 * S + S / 5), 10);
+        assert_eq!(StepTrace::from_step_ms(&[]).unwrap_err(), "no step times");
+        let err = StepTrace::from_step_ms(&[10.0, -1.0]).unwrap_err();
+        assert!(err.contains("step 2"), "{err}");
+        assert!(StepTrace::from_step_ms(&[f64::NAN]).is_err());
+    }
+
+    #[test]
+    fn a_job_offline_does_not_slow_keeps_the_top_level() {
+        let job = StepTrace::from_step_ms(&steady(50.0, 120.0)).unwrap();
+        let replay = replay(&job, &job, 300, settings());
+        assert_eq!(replay.settled_at, Some(Level::TrainingCores), "{replay:?}");
+        // One comparison: a warm-up of 10 s, then three cycles.
+        assert!(replay.first_settled_s.unwrap() < 60.0, "{replay:?}");
+        assert!(replay.time_at_level["training_cores"] > 0.7, "{replay:?}");
+    }
+
+    #[test]
+    fn a_job_offline_slows_by_five_percent_everywhere_gets_offline_held_back() {
+        let held = StepTrace::from_step_ms(&steady(50.0, 120.0)).unwrap();
+        let beside = StepTrace::from_step_ms(&steady(50.0 / 0.95, 120.0)).unwrap();
+        let replay = replay(&held, &beside, 900, settings());
+        assert_eq!(replay.settled_at, Some(Level::Held), "{replay:?}");
+        let time_held = replay.time_at_level["held"];
+        assert!(time_held > 0.5, "{replay:?}");
+    }
+}

@@ -1,0 +1,52 @@
+//! `enforcer replay-pace` as a user runs it: recordings of a job's step times in, the pace
+//! controller's replay out, no privilege needed.
+
+use std::{path::PathBuf, process::Command};
+
+use serde_json::Value;
+
+const ENFORCER: &str = env!("CARGO_BIN_EXE_enforcer");
+
+/// A recording of `steps` steps of `ms` each (the first of half that, so that no step ends on
+/// a report's instant), written as a JSON array into a file of its own.
+fn recording(name: &str, ms: f64, steps: usize) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("reamer-replay-pace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut step_ms = vec![ms; steps];
+    step_ms[0] = ms / 2.0;
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string(&step_ms).unwrap()).unwrap();
+    path
+}
+
+fn replay_pace(args: &[&str]) -> std::process::Output {
+    Command::new(ENFORCER)
+        .arg("replay-pace")
+        .args(args)
+        .output()
+        .expect("running enforcer replay-pace")
+}
+
+#[test]
+fn a_job_offline_slows_by_a_tenth_is_held_back_and_bad_arguments_are_named() {
+    let held = recording("held.json", 50.0, 2400);
+    let beside = recording("beside.json", 55.6, 2160);
+    let paths = [held.to_str().unwrap(), beside.to_str().unwrap()];
+    let output = replay_pace(&[paths[0], paths[1], "--seconds", "600", "--json"]);
+    assert!(output.status.success(), "{output:?}");
+    let replay: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    assert_eq!(replay["settled_at"], "held", "{replay}");
+    assert!(replay["time_at_level"]["held"].as_f64().unwrap() > 0.5, "{replay}");
+    let first = &replay["changes"][0];
+    assert_eq!(first["level"], "training_cores", "{replay}");
+    assert_eq!(first["reason"], "trial", "{replay}");
+
+    let output = replay_pace(&[paths[0], paths[1], "--epsilon", "2"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--epsilon must be from 0.001 to 0.5"), "{stderr}");
+    let output = replay_pace(&[paths[0], "/nonexistent/steps.json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("reading /nonexistent/steps.json"), "{stderr}");
+    std::fs::remove_dir_all(held.parent().unwrap()).unwrap();
+}
