@@ -36,7 +36,10 @@ fn a_job_offline_slows_by_a_tenth_is_held_back_and_bad_arguments_are_named() {
     assert!(output.status.success(), "{output:?}");
     let replay: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
     assert_eq!(replay["settled_at"], "held", "{replay}");
-    assert!(replay["time_at_level"]["held"].as_f64().unwrap() > 0.5, "{replay}");
+    assert!(
+        replay["time_at_level"]["held"].as_f64().unwrap() > 0.5,
+        "{replay}"
+    );
     let first = &replay["changes"][0];
     assert_eq!(first["level"], "training_cores", "{replay}");
     assert_eq!(first["reason"], "trial", "{replay}");
@@ -44,9 +47,15 @@ fn a_job_offline_slows_by_a_tenth_is_held_back_and_bad_arguments_are_named() {
     let output = replay_pace(&[paths[0], paths[1], "--epsilon", "2"]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("--epsilon must be from 0.001 to 0.5"), "{stderr}");
+    assert!(
+        stderr.contains("--epsilon must be from 0.001 to 0.5"),
+        "{stderr}"
+    );
     let output = replay_pace(&[paths[0], "/nonexistent/steps.json"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("reading /nonexistent/steps.json"), "{stderr}");
+    assert!(
+        stderr.contains("reading /nonexistent/steps.json"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(held.parent().unwrap()).unwrap();
 }

@@ -115,7 +115,7 @@ mod tests {
 
     #[test]
     fn a_recording_that_is_no_array_of_step_times_is_refused_naming_the_file() {
-        let dir = std::env::temp_dir().join(format!("reamer-replay-pace-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("reamer-steps-read-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let object = dir.join("object.json");
         std::fs::write(&object, "{\"step_ms\": [1, 2]}").unwrap();
