@@ -17,15 +17,14 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{Change, Harvest, Level, PaceSource};
-use crate::config::HarvestSettings;
+use crate::{
+    config::{HarvestSettings, PolicySection},
+    policy::pace::PaceTracker,
+};
 
 const S: u64 = 1_000_000_000;
-/// The daemon's pace loop runs ten times a second.
-const TICK_NS: u64 = S / 10;
 /// A job reporting through `reamer_progress` reports once a second.
 const REPORT_NS: u64 = S;
-/// The reports the controller is given: those of the last 30 s, as the daemon keeps them.
-const REPORTS_KEPT_NS: u64 = 30 * S;
 
 /// A job's recorded steps, as the times each one ended, from the recording's start.
 #[derive(Debug, Clone)]
@@ -104,21 +103,23 @@ pub(crate) fn replay(
     seconds: u64,
     settings: HarvestSettings,
 ) -> PaceReplay {
+    // The daemon's tick, and its reports kept as the daemon keeps them.
+    let tick_ns = PolicySection::default().tick_ms * 1_000_000;
     let mut harvest = Harvest::new(settings);
-    let (mut steps, mut reports) = (0u64, Vec::<(u64, u64)>::new());
+    let (mut steps, mut tracker) = (0u64, PaceTracker::default());
     let mut ticks_at: BTreeMap<Level, u64> = BTreeMap::new();
     let mut changes = Vec::new();
-    let ticks = seconds * S / TICK_NS;
+    let ticks = seconds * S / tick_ns;
     for tick in 0..ticks {
-        let now = tick * TICK_NS;
+        let now = tick * tick_ns;
         if now.is_multiple_of(REPORT_NS) {
-            reports.push((now, steps));
-            reports.retain(|&(at, _)| at + REPORTS_KEPT_NS > now);
+            tracker.record(now, steps);
         }
+        let reports: Vec<(u64, u64)> = tracker.reports().collect();
         let level = harvest.level();
         *ticks_at.entry(level).or_default() += 1;
         let trace = if level == Level::Held { held } else { beside };
-        steps += trace.steps_between(now, now + TICK_NS);
+        steps += trace.steps_between(now, now + tick_ns);
         if let Some(change) = harvest.tick(now, Some(PaceSource::Progress), &reports) {
             changes.push(ReplayedChange {
                 at_s: now as f64 / S as f64,
