@@ -33,6 +33,13 @@ fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-changed={}/pinned_toolchain.rs", ebpf_dir);
     // The eBPF crate depends on the shared types too; rebuild when they change.
     println!("cargo:rerun-if-changed={}/../enforcer-common/src", ebpf_dir);
+    // The eBPF crate's build prints its progress ("Compiling core ...") on stderr, and
+    // aya-build passes every such line on as a cargo warning: about forty lines of `warning:
+    // enforcer@0.1.0:    Compiling ...` in a fresh build, none of them a warning. Quiet, that
+    // build still reports its errors (on stderr) and the compiler's diagnostics (in the JSON
+    // messages aya-build reads).
+    // SAFETY: a build script's main thread, before it starts any other.
+    unsafe { env::set_var("CARGO_TERM_QUIET", "true") };
     aya_build::build_ebpf(
         [aya_build::Package {
             name: EBPF_PACKAGE,
