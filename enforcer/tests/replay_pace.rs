@@ -8,9 +8,9 @@ use serde_json::Value;
 const ENFORCER: &str = env!("CARGO_BIN_EXE_enforcer");
 
 /// A recording of `steps` steps of `ms` each (the first of half that, so that no step ends on
-/// a report's instant), written as a JSON array into a file of its own.
-fn recording(name: &str, ms: f64, steps: usize) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("reamer-replay-pace-{}", std::process::id()));
+/// a report's instant), written as a JSON array into file `name` of test `test`'s own folder.
+fn recording(test: &str, name: &str, ms: f64, steps: usize) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("reamer-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut step_ms = vec![ms; steps];
     step_ms[0] = ms / 2.0;
@@ -29,8 +29,8 @@ fn replay_pace(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn a_job_offline_slows_by_a_tenth_is_held_back_and_bad_arguments_are_named() {
-    let held = recording("held.json", 50.0, 2400);
-    let beside = recording("beside.json", 55.6, 2160);
+    let held = recording("tenth", "held.json", 50.0, 2400);
+    let beside = recording("tenth", "beside.json", 55.6, 2160);
     let paths = [held.to_str().unwrap(), beside.to_str().unwrap()];
     let output = replay_pace(&[paths[0], paths[1], "--seconds", "600", "--json"]);
     assert!(output.status.success(), "{output:?}");
@@ -51,6 +51,10 @@ fn a_job_offline_slows_by_a_tenth_is_held_back_and_bad_arguments_are_named() {
         stderr.contains("--epsilon must be from 0.001 to 0.5"),
         "{stderr}"
     );
+    let output = replay_pace(&[paths[0], "--cost", "1.5"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--cost must be from 0 to 0.9"), "{stderr}");
     let output = replay_pace(&[paths[0], "/nonexistent/steps.json"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -58,4 +62,25 @@ fn a_job_offline_slows_by_a_tenth_is_held_back_and_bad_arguments_are_named() {
         "{stderr}"
     );
     std::fs::remove_dir_all(held.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn one_recording_replays_the_jobs_own_noise_and_with_a_cost_is_held_back() {
+    let alone = recording("own-noise", "alone.json", 50.0, 2400);
+    let path = alone.to_str().unwrap();
+    // Nothing costing the job: the top of the ladder.
+    let output = replay_pace(&[path, "--seconds", "300", "--json"]);
+    assert!(output.status.success(), "{output:?}");
+    let replay: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    assert_eq!(replay["settled_at"], "training_cores", "{replay}");
+    // Every level above `held` 10% slower, from the same recording.
+    let output = replay_pace(&[path, "--cost", "0.1", "--seconds", "600"]);
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(&format!("beside offline from {path}, slowed by 10.0%")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("last settled at `held`"), "{stdout}");
+    std::fs::remove_dir_all(alone.parent().unwrap()).unwrap();
 }

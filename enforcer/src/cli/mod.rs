@@ -199,19 +199,28 @@ enum Command {
     /// level, each repeated as needed, and reports the job's steps once a second, as
     /// `reamer_progress` does. So every level above `held` costs what the second recording
     /// shows: the replay tells whether the controller finds that cost through the job's noise
-    /// (or, given the same recording twice, whether the noise alone moves it), not which
-    /// level a ladder of real costs would pick.
+    /// (or, given the first recording alone, whether the noise alone moves it), not which
+    /// level a ladder of real costs would pick. `--cost` slows the second recording further:
+    /// from one recording of a job alone, whether the controller would find a cost of that
+    /// size through the job's own noise, and how soon.
     ///
     /// Examples:
     ///
     ///   enforcer replay-pace alone-steps.json beside-steps.json
     ///
-    ///   enforcer replay-pace alone-steps.json alone-steps.json --seconds 3600 --json
+    ///   enforcer replay-pace alone-steps.json --seconds 3600 --json
+    ///
+    ///   enforcer replay-pace alone-steps.json --cost 0.03
     ReplayPace {
         /// The job's step times (ms) with offline held back.
         held: PathBuf,
-        /// The job's step times (ms) with offline inference beside it.
-        beside: PathBuf,
+        /// The job's step times (ms) with offline inference beside it. Default: HELD again,
+        /// the job's own noise with nothing costing it.
+        beside: Option<PathBuf>,
+        /// Every level above `held` slows the job by this much more (0.03: 3% of its pace):
+        /// BESIDE's steps, each longer by 1 / (1 − COST).
+        #[arg(long, default_value_t = 0.0)]
+        cost: f64,
         /// Seconds of the job to replay.
         #[arg(long, default_value_t = 1800)]
         seconds: u64,
@@ -433,10 +442,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::ReplayPace {
             held,
             beside,
+            cost,
             seconds,
             epsilon,
             json,
-        } => replay_pace::run(&held, &beside, seconds, epsilon, json),
+        } => replay_pace::run(
+            &held,
+            beside.as_deref().unwrap_or(&held),
+            cost,
+            seconds,
+            epsilon,
+            json,
+        ),
         Command::Status { json, instance } => {
             let runtime = current_thread_runtime()?;
             runtime.block_on(status::run(&paths::socket_path(&instance.instance), json))

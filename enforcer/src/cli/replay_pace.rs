@@ -24,9 +24,11 @@ fn read_steps(path: &Path) -> anyhow::Result<StepTrace> {
     StepTrace::from_step_ms(&step_ms).map_err(|why| anyhow::anyhow!("{}: {why}", path.display()))
 }
 
+/// `held` while offline is held back, `beside` (slowed by `cost`) at every other level.
 pub(crate) fn run(
     held: &Path,
     beside: &Path,
+    cost: f64,
     seconds: u64,
     epsilon: f64,
     json: bool,
@@ -35,10 +37,14 @@ pub(crate) fn run(
     if !(epsilon.is_finite() && (0.001..=0.5).contains(&epsilon)) {
         bail!("--epsilon must be from 0.001 to 0.5 (0.01: 1%), not {epsilon}");
     }
+    if !(cost.is_finite() && (0.0..=0.9).contains(&cost)) {
+        bail!("--cost must be from 0 to 0.9 (0.03: the job 3% slower), not {cost}");
+    }
     if !(60..=86_400).contains(&seconds) {
         bail!("--seconds must be from 60 (a search needs one) to 86400, not {seconds}");
     }
-    let (held_steps, beside_steps) = (read_steps(held)?, read_steps(beside)?);
+    let held_steps = read_steps(held)?;
+    let beside_steps = read_steps(beside)?.slowed(cost);
     let replayed = replay(
         &held_steps,
         &beside_steps,
@@ -51,10 +57,14 @@ pub(crate) fn run(
         return Ok(());
     }
     let length_s = |trace: &StepTrace| trace.length_ns() as f64 / 1e9;
+    let slowed = match cost > 0.0 {
+        true => format!(", slowed by {:.1}%", cost * 100.0),
+        false => String::new(),
+    };
     writeln!(
         out,
         "replaying {seconds} s of the pace controller (ε = {:.1}%): offline held back from {} \
-         ({:.0} s of steps), beside offline from {} ({:.0} s), each repeated as needed",
+         ({:.0} s of steps), beside offline from {}{slowed} ({:.0} s), each repeated as needed",
         epsilon * 100.0,
         held.display(),
         length_s(&held_steps),

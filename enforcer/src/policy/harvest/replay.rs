@@ -60,6 +60,16 @@ impl StepTrace {
         self.length_ns
     }
 
+    /// The same steps, each longer by `1 / (1 − cost)`: the job with its pace slowed by
+    /// `cost` (0.03: 3%), its noise its own.
+    pub(crate) fn slowed(&self, cost: f64) -> Self {
+        let stretch = |ns: u64| (ns as f64 / (1.0 - cost)).round() as u64;
+        Self {
+            ends_ns: self.ends_ns.iter().map(|&end| stretch(end)).collect(),
+            length_ns: stretch(self.length_ns),
+        }
+    }
+
     /// Steps that ended in `(from_ns, to_ns]` of the replay's clock, the recording repeated
     /// end to end.
     fn steps_between(&self, from_ns: u64, to_ns: u64) -> u64 {
@@ -189,9 +199,24 @@ mod tests {
     fn a_job_offline_slows_by_five_percent_everywhere_gets_offline_held_back() {
         let held = StepTrace::from_step_ms(&steady(50.0, 120.0)).unwrap();
         let beside = StepTrace::from_step_ms(&steady(50.0 / 0.95, 120.0)).unwrap();
-        let replay = replay(&held, &beside, 900, settings());
-        assert_eq!(replay.settled_at, Some(Level::Held), "{replay:?}");
-        let time_held = replay.time_at_level["held"];
-        assert!(time_held > 0.5, "{replay:?}");
+        let recorded = replay(&held, &beside, 900, settings());
+        assert_eq!(recorded.settled_at, Some(Level::Held), "{recorded:?}");
+        let time_held = recorded.time_at_level["held"];
+        assert!(time_held > 0.5, "{recorded:?}");
+        // The same job slowed from its own recording: the same verdict.
+        let slowed = replay(&held, &held.slowed(0.05), 900, settings());
+        assert_eq!(slowed.settled_at, Some(Level::Held), "{slowed:?}");
+    }
+
+    #[test]
+    fn a_slowed_recording_takes_as_much_longer_as_its_cost_with_the_same_steps() {
+        let trace = StepTrace::from_step_ms(&[100.0, 200.0, 700.0]).unwrap();
+        let slowed = trace.slowed(0.2);
+        // 1 s of steps at 80% of the pace: 1.25 s, its ends at 0.125, 0.375 and 1.25 s.
+        assert_eq!(slowed.length_ns(), S + S / 4);
+        assert_eq!(slowed.steps_between(0, S / 8), 1);
+        assert_eq!(slowed.steps_between(0, S), 2);
+        assert_eq!(slowed.steps_between(0, S + S / 4), 3);
+        assert_eq!(trace.slowed(0.0).length_ns(), trace.length_ns());
     }
 }
