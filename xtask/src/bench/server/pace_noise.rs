@@ -14,6 +14,14 @@ use super::{Scenario, report::Window};
 const STRETCHES_S: [f64; 5] = [1.0, 2.0, 4.0, 8.0, 16.0];
 /// Fewer pairs than this give no spread worth a figure.
 const MIN_PAIRS: usize = 3;
+/// The pace controller's default ε: a level may cost training 1% of its pace.
+const EPSILON: f64 = 0.01;
+/// Each half of the controller's cycles settles this long before it measures
+/// (`policy::harvest::SETTLE_NS` in the enforcer).
+const HALF_SETTLE_S: f64 = 1.0;
+/// The normal quantile of a two-sided 95% interval: Student's t for the many cycles a noisy
+/// pace needs.
+const Z95: f64 = 1.96;
 
 /// The spread (sample standard deviation) of the ratios of each stretch's pace over the next
 /// one's, stretches of `stretch_s` laid end to end from each window's start, over the step
@@ -47,6 +55,41 @@ fn adjacent_ratio_spread(windows: &[&[f64]], stretch_s: f64) -> Option<(f64, usi
     let mean = ratios.iter().sum::<f64>() / n as f64;
     let variance = ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
     Some((variance.sqrt(), n))
+}
+
+/// What a comparison of halves `stretch_s` long takes where its cycles spread by `spread`:
+/// the cycles before its 95% interval narrows to ±`EPSILON` (so that a level costing nothing
+/// can be shown within ε about half the time, and one costing 2ε shown costly), and the
+/// minutes they run, both halves of each cycle and their settling included.
+fn cycles_to_judge(spread: f64, stretch_s: f64) -> (usize, f64) {
+    let cycles = ((Z95 * spread / EPSILON).powi(2).ceil() as usize).max(2);
+    let minutes = cycles as f64 * 2.0 * (stretch_s + HALF_SETTLE_S) / 60.0;
+    (cycles, minutes)
+}
+
+/// A line under the table: at training alone's spread (the job's own noise, which every
+/// comparison has), the cycles and minutes a comparison of each stretch's halves needs to
+/// judge ε. Empty without training alone's steps.
+fn judging_line(alone: &[&[f64]]) -> String {
+    let costs: Vec<String> = STRETCHES_S
+        .iter()
+        .filter_map(|&stretch| {
+            let (spread, _) = adjacent_ratio_spread(alone, stretch)?;
+            let (cycles, minutes) = cycles_to_judge(spread, stretch);
+            Some(format!(
+                "{stretch:.0} s halves, {cycles} cycles in {minutes:.1} min"
+            ))
+        })
+        .collect();
+    match costs.is_empty() {
+        true => String::new(),
+        false => format!(
+            "\nAt training alone's spread, a comparison needs, before its 95% interval narrows \
+             to ±{:.0}% (ε by default; half of its time holds offline back): {}.\n",
+            EPSILON * 100.0,
+            costs.join("; ")
+        ),
+    }
 }
 
 /// A paragraph and a table under the section's table: the spread for each of `STRETCHES_S`,
@@ -95,10 +138,11 @@ pub(super) fn markdown(windows: &[Window]) -> String {
          the number of pairs. A pace controller's cycle compares two such stretches, so this is \
          the spread of its cycles with nothing changing, by the length of their halves; beside \
          inference, it includes what inference adds to it.\n\n\
-         | scenario | windows | {} |\n|---|---|{}\n{}\n",
+         | scenario | windows | {} |\n|---|---|{}\n{}\n{}",
         stretches.join(" | "),
         "---|".repeat(STRETCHES_S.len()),
-        rows.join("\n")
+        rows.join("\n"),
+        judging_line(&kept(Scenario::Alone)),
     )
 }
 
@@ -197,6 +241,27 @@ mod tests {
         assert!(rows[2].starts_with(&format!("| {} | 1 | ", Scenario::Reamer.label())));
         assert!(!text.contains(Scenario::ReamerByPace.label()), "{text}");
         assert!(!text.contains(Scenario::PlainCfs.label()), "{text}");
+        // What judging ε takes comes from training alone's spread (none here: two cycles).
+        assert!(
+            text.contains("2 s halves, 2 cycles in 0.2 min; 4 s halves, 2 cycles"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_comparison_needs_cycles_as_the_square_of_its_spread_over_epsilon() {
+        // The VM's cycles, about 2% at 2 s halves: 16 cycles of 6 s.
+        let (cycles, minutes) = cycles_to_judge(0.02, 2.0);
+        assert_eq!(cycles, 16);
+        assert!((minutes - 1.6).abs() < 1e-9, "{minutes}");
+        // The server job's, 15% at 2 s halves: 865 cycles, nearly an hour and a half.
+        assert_eq!(cycles_to_judge(0.15, 2.0).0, 865);
+        // Halves of 16 s that spread by 4%: 62 cycles of 34 s.
+        let (cycles, minutes) = cycles_to_judge(0.04, 16.0);
+        assert_eq!(cycles, 62);
+        assert!((minutes - 62.0 * 34.0 / 60.0).abs() < 1e-9, "{minutes}");
+        // No spread still takes the two cycles an interval needs.
+        assert_eq!(cycles_to_judge(0.0, 1.0).0, 2);
     }
 
     #[test]
