@@ -44,7 +44,9 @@
 //!   the cycles left could show it free with less than a 5% chance at the mean (no higher
 //!   than 1) and spread so far; where that spread could show no level free at all, the levels
 //!   between it and the policy's are passed over. At the policy's level and below, the mean
-//!   decides (kept where at or above `1 − ε`, left otherwise), where it can: a mean too noisy
+//!   decides (kept where at or above `1 − ε`, left otherwise), where it can, and after more
+//!   cycles, up to `MAX_CYCLES_NEAR_FLOOR`, while it lies within a standard error of
+//!   `1 − ε`, where a verdict would be a coin's toss: a mean too noisy
 //!   to judge ε by (`MEAN_NOISE_LIMIT`, from the cycles' spread pooled over the job's last
 //!   comparisons, `PooledSpread`) keeps the level unless the interval, looked at once after
 //!   `MAX_CYCLES`, lies below `1 − ε` (reason `too_noisy`), as a job without a signal keeps the
@@ -63,7 +65,7 @@
 //!
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
-//! 36 s. Settled, one recheck of 3 cycles where the level still keeps the pace: at one a
+//! 36 s, and up to 36 s in 72 s where the mean lies at the floor. Settled, one recheck of 3 cycles where the level still keeps the pace: at one a
 //! minute, about 11% of offline's time; at one in four minutes, about 3.5%. The first
 //! comparison waits for the job's first `WARMUP_NS` of reports. The price of the longer
 //! waits: a level that turns costly while the job's pace stays the same is found up to four
@@ -77,18 +79,20 @@
 //! of its own, or silent for `pace::STALE_NS`) the level is the core policy's own, as without
 //! this loop.
 //!
-//! `replay` runs the loop over a job's recorded step times (`enforcer replay-pace`).
+//! Its parts: `level`, the ladder; `statistics`, the arithmetic of paces, cycles and
+//! intervals; `change`, what the loop tells the daemon (each change of level and its reason);
+//! `replay`, the loop over a job's recorded step times (`enforcer replay-pace`).
 
+mod change;
 mod level;
 pub(crate) mod replay;
 mod statistics;
 
-use serde::Serialize;
-
+pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
 pub(crate) use self::level::{Level, shape};
 use self::statistics::{
     PooledSpread, could_show_costly_by_max_cycles, could_show_free_at_spread,
-    could_show_free_by_max_cycles, mean_and_variance, mean_too_noisy, measure_ns,
+    could_show_free_by_max_cycles, mean_and_variance, mean_too_noisy, measure_ns, standard_error,
 };
 pub(crate) use self::statistics::{Ratio, pace_between, paired_interval};
 use crate::config::HarvestSettings;
@@ -114,6 +118,16 @@ const REPORTS_PER_HALF: u64 = 2;
 pub(crate) const MIN_CYCLES: usize = 3;
 /// Cycles after which the mean judges a level the interval could not.
 pub(crate) const MAX_CYCLES: usize = 6;
+/// At the policy's level and below, a comparison whose mean lies within one of its standard
+/// errors of `1 − ε` after `MAX_CYCLES` runs on, up to this many cycles, before its mean
+/// decides: there the verdict is a coin's toss, and a level that costs training half of ε
+/// was left in about one comparison of three. On a model of the VM's job (20 runs of 30
+/// minutes, every level above `held` costing the same), the time at `policy` or above rose
+/// from 57% to 72% at a cost of 0.5%, and from 22% to 37% at 1%, while a cost of 2% kept
+/// offline held back as much (82% to 86%); over the VM job's recorded steps
+/// (`enforcer replay-pace --cost 0.005`), from 47% to 91%
+/// (docs/experiments/2026-11-28-replay-cost-vm.md).
+pub(crate) const MAX_CYCLES_NEAR_FLOOR: usize = 12;
 /// Above the core policy's level, a comparison ends before `MAX_CYCLES` where the cycles left
 /// would need a mean this many of their standard errors above the mean so far to show the
 /// level free: a chance under 5% (one-sided normal). On the VM, where each cycle's ratio spread
@@ -138,85 +152,6 @@ pub(crate) const CEILING_NS: u64 = 300_000_000_000;
 /// A held pace this far from the last comparison's (relative), in two cycles in a row, is a
 /// new phase of the job.
 pub(crate) const PHASE_CHANGE: f64 = 0.15;
-
-/// Where the pace the controller follows comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum PaceSource {
-    /// The job's progress reports: steps (or samples) a second.
-    Progress,
-    /// Its GPUs' busy share (`gpu::training_busy`): busy microseconds a second.
-    GpuBusy,
-}
-
-impl PaceSource {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            PaceSource::Progress => "progress",
-            PaceSource::GpuBusy => "gpu_busy",
-        }
-    }
-}
-
-/// Training's pace with offline held back: the mean of a comparison's held halves, and its
-/// standard error.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct Measured {
-    /// In the units of the pace's source: steps (or samples) a second, or busy µs a second.
-    pub steps_per_s: f64,
-    pub standard_error: f64,
-    /// The held halves it is the mean of.
-    pub intervals: usize,
-}
-
-/// Why the level changed: what the decision log and status show.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "reason", rename_all = "snake_case")]
-pub(crate) enum Why {
-    /// The job reports no pace (any more): the core policy's level.
-    NoSignal,
-    /// Offline held back: a cycle's second half, training's pace with offline held back.
-    Probe,
-    /// A level compared with offline held back: a comparison's first cycle starts. The held
-    /// pace of the last comparison, where there was one.
-    Trial { reference: Option<Measured> },
-    /// Level `tried` kept training's pace: kept, or the one above tried.
-    Kept { tried: Level, ratio: Ratio },
-    /// Level `tried` cost training more than ε: the one below.
-    TooCostly { tried: Level, ratio: Ratio },
-    /// Level `tried`, above the core policy's, was not shown to keep training's pace in
-    /// `MAX_CYCLES` cycles (its interval still reaches below `1 − ε`): the one below.
-    NotShownFree { tried: Level, ratio: Ratio },
-    /// The cycles so far cannot tell of level `tried`: another cycle.
-    Undecided { tried: Level, ratio: Ratio },
-    /// Level `tried`, at the core policy's level or below, kept: its cycles are too noisy for
-    /// their mean to judge it (`MEAN_NOISE_LIMIT`), and their interval does not show it costly.
-    TooNoisy { tried: Level, ratio: Ratio },
-    /// The held pace moved by more than `PHASE_CHANGE`, in two cycles in a row: the search
-    /// starts again.
-    PhaseChange { from: f64, to: f64 },
-    /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
-    /// the search starts again.
-    SignalChanged { from: PaceSource, to: PaceSource },
-}
-
-/// Offline held back by the loop, `held_ns` of the `running_ns` since its first tick.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct HeldBack {
-    pub held_ns: u64,
-    pub running_ns: u64,
-}
-
-/// A change of level.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Change {
-    pub level: Level,
-    /// Whether the loop settled at `level` with this change: no comparison runs until the
-    /// next recheck.
-    pub settles: bool,
-    #[serde(flatten)]
-    pub why: Why,
-}
 
 /// What a comparison's cycles say of its level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -545,13 +480,16 @@ impl Harvest {
             // nothing down in about four comparisons of ten, each one lower. The comparison
             // ends as soon as the cycles left could hardly show the level costly.
             Verdict::TooNoisy
-        } else if ratios.len() < MAX_CYCLES
+        } else if (ratios.len() < MAX_CYCLES
             // Above the policy's level a search stops early where its cycles can hardly show
             // the level free; a recheck keeps a level on its mean (above), which its next
             // cycles may still lift, unless the mean is too noisy to keep it on.
             && (level <= Level::Policy
                 || (recheck && !noisy)
-                || could_show_free_by_max_cycles(&ratios, floor))
+                || could_show_free_by_max_cycles(&ratios, floor)))
+            || (level <= Level::Policy
+                && ratios.len() < MAX_CYCLES_NEAR_FLOOR
+                && (ratio.ratio - floor).abs() < standard_error(&ratios))
         {
             return Some(self.change(Why::Undecided {
                 tried: level,
@@ -686,10 +624,10 @@ impl Harvest {
         if n == 0 {
             return None;
         }
-        let (mean, variance) = mean_and_variance(&held);
+        let (mean, _) = mean_and_variance(&held);
         Some(Measured {
             steps_per_s: mean,
-            standard_error: (variance / n as f64).sqrt(),
+            standard_error: standard_error(&held),
             intervals: n,
         })
     }

@@ -49,6 +49,12 @@ pub(super) fn mean_and_variance(values: &[f64]) -> (f64, f64) {
     (mean, variance)
 }
 
+/// The standard error of the mean of `values` (at least one; 0 for one).
+pub(super) fn standard_error(values: &[f64]) -> f64 {
+    let (_, variance) = mean_and_variance(values);
+    (variance / values.len() as f64).sqrt()
+}
+
 /// Whether `ratios` could still show a level free by `MAX_CYCLES` cycles: a sequential test's
 /// futility stop. The interval at `MAX_CYCLES` clears `floor` where the mean of all cycles is
 /// at least `floor + t·s/√MAX_CYCLES`; the cycles left, drawn around the mean so far (but no

@@ -1,0 +1,85 @@
+//! What the pace controller tells the daemon, status and the decision log: where training's
+//! pace comes from, the held pace it compares with, and each change of level with its reason.
+
+use serde::Serialize;
+
+use super::{Level, Ratio};
+
+/// Where the pace the controller follows comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum PaceSource {
+    /// The job's progress reports: steps (or samples) a second.
+    Progress,
+    /// Its GPUs' busy share (`gpu::training_busy`): busy microseconds a second.
+    GpuBusy,
+}
+
+impl PaceSource {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PaceSource::Progress => "progress",
+            PaceSource::GpuBusy => "gpu_busy",
+        }
+    }
+}
+
+/// Training's pace with offline held back: the mean of a comparison's held halves, and its
+/// standard error.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub(crate) struct Measured {
+    /// In the units of the pace's source: steps (or samples) a second, or busy µs a second.
+    pub steps_per_s: f64,
+    pub standard_error: f64,
+    /// The held halves it is the mean of.
+    pub intervals: usize,
+}
+
+/// Why the level changed: what the decision log and status show.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub(crate) enum Why {
+    /// The job reports no pace (any more): the core policy's level.
+    NoSignal,
+    /// Offline held back: a cycle's second half, training's pace with offline held back.
+    Probe,
+    /// A level compared with offline held back: a comparison's first cycle starts. The held
+    /// pace of the last comparison, where there was one.
+    Trial { reference: Option<Measured> },
+    /// Level `tried` kept training's pace: kept, or the one above tried.
+    Kept { tried: Level, ratio: Ratio },
+    /// Level `tried` cost training more than ε: the one below.
+    TooCostly { tried: Level, ratio: Ratio },
+    /// Level `tried`, above the core policy's, was not shown to keep training's pace in
+    /// `MAX_CYCLES` cycles (its interval still reaches below `1 − ε`): the one below.
+    NotShownFree { tried: Level, ratio: Ratio },
+    /// The cycles so far cannot tell of level `tried`: another cycle.
+    Undecided { tried: Level, ratio: Ratio },
+    /// Level `tried`, at the core policy's level or below, kept: its cycles are too noisy for
+    /// their mean to judge it (`MEAN_NOISE_LIMIT`), and their interval does not show it costly.
+    TooNoisy { tried: Level, ratio: Ratio },
+    /// The held pace moved by more than `PHASE_CHANGE`, in two cycles in a row: the search
+    /// starts again.
+    PhaseChange { from: f64, to: f64 },
+    /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
+    /// the search starts again.
+    SignalChanged { from: PaceSource, to: PaceSource },
+}
+
+/// Offline held back by the loop, `held_ns` of the `running_ns` since its first tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldBack {
+    pub held_ns: u64,
+    pub running_ns: u64,
+}
+
+/// A change of level.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Change {
+    pub level: Level,
+    /// Whether the loop settled at `level` with this change: no comparison runs until the
+    /// next recheck.
+    pub settles: bool,
+    #[serde(flatten)]
+    pub why: Why,
+}
