@@ -44,11 +44,11 @@
 //!   the cycles left could show it free with less than a 5% chance at the mean (no higher
 //!   than 1) and spread so far; where that spread could show no level free at all, the levels
 //!   between it and the policy's are passed over. At the policy's level and below, the mean
-//!   decides (kept where at or above `1 − ε`, left otherwise), where it can, and after more
-//!   cycles, up to `MAX_CYCLES_NEAR_FLOOR`, while it lies within a standard error of
-//!   `1 − ε`, where a verdict would be a coin's toss: a mean too noisy
-//!   to judge ε by (`MEAN_NOISE_LIMIT`, from the cycles' spread pooled over the job's last
-//!   comparisons, `PooledSpread`) keeps the level unless the interval, looked at once after
+//!   decides (kept where at or above `1 − ε`, left otherwise; a mean within a standard error
+//!   of `1 − ε`, a coin's toss, first runs on up to `MAX_CYCLES_NEAR_FLOOR` cycles), where
+//!   it can: a mean too noisy to judge ε by (`MEAN_NOISE_LIMIT`, from the cycles' spread
+//!   pooled over the job's last comparisons, `PooledSpread`) keeps the level unless the
+//!   interval, looked at once after
 //!   `MAX_CYCLES`, lies below `1 − ε` (reason `too_noisy`), as a job without a signal keeps the
 //!   policy's; such a comparison ends sooner where the cycles left could show the level costly
 //!   with less than a 5% chance, and a level below the policy's kept so goes back up to it once
@@ -65,8 +65,9 @@
 //!
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
-//! 36 s, and up to 36 s in 72 s where the mean lies at the floor. Settled, one recheck of 3 cycles where the level still keeps the pace: at one a
-//! minute, about 11% of offline's time; at one in four minutes, about 3.5%. The first
+//! 36 s, and up to 36 s in 72 s where the mean lies at the floor. Settled, one recheck of 3
+//! cycles where the level still keeps the pace: at one a minute, about 11% of offline's time;
+//! at one in four minutes, about 3.5%. The first
 //! comparison waits for the job's first `WARMUP_NS` of reports. The price of the longer
 //! waits: a level that turns costly while the job's pace stays the same is found up to four
 //! minutes late (the fast path still moves offline off a training thread it queues).
