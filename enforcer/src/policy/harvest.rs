@@ -95,7 +95,7 @@ use self::statistics::{
     PooledSpread, could_show_costly_by_max_cycles, could_show_free_at_spread,
     could_show_free_by_max_cycles, mean_and_variance, mean_too_noisy, measure_ns, standard_error,
 };
-pub(crate) use self::statistics::{Ratio, pace_between, paired_interval};
+pub(crate) use self::statistics::{pace_between, paired_interval};
 use crate::config::HarvestSettings;
 
 /// A job's first comparison waits until it has reported a pace this long: its first seconds

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{Level, Ratio};
+use super::{level::Level, statistics::Ratio};
 
 /// Where the pace the controller follows comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
