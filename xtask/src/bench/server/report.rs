@@ -474,8 +474,9 @@ pub fn section(
         into_docs,
     )?;
     let text = markdown(measured, &figures, command, machine, &plot);
-    let dir = crate::cargo::workspace_root().join("target/bench/server");
-    for path in super::pace_noise::write_recordings(&measured.windows, &dir, section_name)? {
+    for path in
+        super::pace_noise::write_recordings(&measured.windows, &super::bench_dir(), section_name)?
+    {
         eprintln!(
             "[bench] the job's steps, for `enforcer replay-pace`: {}",
             path.display()
