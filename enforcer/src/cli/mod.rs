@@ -225,7 +225,7 @@ enum Command {
         #[arg(long, default_value_t = 1800)]
         seconds: u64,
         /// The controller's ε, as `[policy] pace_epsilon` (0.01: training may lose 1%).
-        #[arg(long, default_value_t = 0.01)]
+        #[arg(long, default_value_t = crate::config::policy::DEFAULT_PACE_EPSILON)]
         epsilon: f64,
         /// The replay as one JSON object: each change, the time at each level, when it first
         /// settled and where it last did.

@@ -6,7 +6,7 @@ use std::{io::Write as _, path::Path};
 use anyhow::{Context as _, bail};
 
 use crate::{
-    config::HarvestSettings,
+    config::{HarvestSettings, policy::PACE_EPSILON_RANGE},
     policy::harvest::replay::{PaceReplay, StepTrace, replay},
 };
 
@@ -33,8 +33,7 @@ pub(crate) fn run(
     epsilon: f64,
     json: bool,
 ) -> anyhow::Result<()> {
-    // The bounds `[policy] pace_epsilon` takes.
-    if !(epsilon.is_finite() && (0.001..=0.5).contains(&epsilon)) {
+    if !(epsilon.is_finite() && PACE_EPSILON_RANGE.contains(&epsilon)) {
         bail!("--epsilon must be from 0.001 to 0.5 (0.01: 1%), not {epsilon}");
     }
     if !(cost.is_finite() && (0.0..=0.9).contains(&cost)) {

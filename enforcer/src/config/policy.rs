@@ -6,6 +6,12 @@ use toml::Spanned;
 
 use super::InvalidField;
 
+/// The shares of training's pace `pace_epsilon` may be. Below 0.1% the probes could never
+/// tell; above half, "training first" would mean nothing.
+pub(crate) const PACE_EPSILON_RANGE: std::ops::RangeInclusive<f64> = 0.001..=0.5;
+/// `pace_epsilon` where the config does not say: training may lose 1% of its pace.
+pub(crate) const DEFAULT_PACE_EPSILON: f64 = 0.01;
+
 /// How cores move between training and inference.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -71,9 +77,7 @@ impl PolicySection {
                 ),
             });
         }
-        // Below 0.1% the probes could never tell; above half, "training first" would mean
-        // nothing.
-        if !(self.pace_epsilon.is_finite() && (0.001..=0.5).contains(&self.pace_epsilon)) {
+        if !(self.pace_epsilon.is_finite() && PACE_EPSILON_RANGE.contains(&self.pace_epsilon)) {
             return Err(InvalidField {
                 field: "pace_epsilon",
                 message: format!(
@@ -130,7 +134,7 @@ impl Default for PolicySection {
             // onto it, cost training its pace (docs/experiments/2026-11-24-offline-pause.md).
             pause_offline_when_training_short: true,
             harvest_by_pace: false,
-            pace_epsilon: 0.01,
+            pace_epsilon: DEFAULT_PACE_EPSILON,
             tick_ms: 100,
             // Above ordinary tasks, below the kernel's own RT threads (priority 50 and up).
             event_thread_rt_priority: 10,
