@@ -288,10 +288,10 @@ fn explain(snapshot: &Snapshot) {
     println!(
         "The enforcer put the offline worker in an idle-class group (the kernel preempts it for \
          training at every wakeup) and kept it off the cores it reserved for training, pausing \
-         it for part of each period while training was tight (`offline_duty` in `enforcer \
-         status` above); the online worker kept at least its one core, its weight following \
-         its latency tail (`weight`). The slow path follows training's demand (`demand_rose`, \
-         `demand_fell`). {}",
+         it for part of each second while training was tight (\"offline duty cycle\" in \
+         `enforcer status` above); the online worker kept at least its one core, its weight \
+         following its latency tail (\"online weight\"). The slow path follows training's \
+         demand (\"training's demand rose\", \"fell\"). {}",
         match enforcement.reactions {
             0 => "The fast path moved no core: none of the sensor's events called for one \
                   (docs/enforcer.md, \"Fast path\", says when one does; the online pool's \
@@ -299,7 +299,8 @@ fn explain(snapshot: &Snapshot) {
                 .to_owned(),
             n => format!(
                 "{n} times a training thread queued behind inference made the fast path give \
-                 that CPU's core to training at once (`contended`)."
+                 that CPU's core to training at once (\"a training thread queued behind \
+                 inference\")."
             ),
         }
     );

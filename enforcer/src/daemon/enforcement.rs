@@ -21,7 +21,7 @@ use enforcer_common::{
 };
 use serde::Serialize;
 use tokio::sync::mpsc::Sender;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::reactions::Reactions;
 use crate::{
@@ -413,12 +413,26 @@ impl Enforcement {
             event_to_write_ns,
             event_to_read_ns,
         };
-        info!(
-            training = %cpu_list::format(&record.decision.allocation.training),
-            offline_paused = record.decision.allocation.offline_paused,
-            event_to_write_ns = ?record.event_to_write_ns,
-            "allocation changed"
-        );
+        // A duty cycle's flip (a pause or resume alone) is a debug line: while training fills
+        // its cores but not their headroom they come twice a second, and the decision log
+        // keeps each.
+        let flip = matches!(
+            record.decision.trigger,
+            Trigger::OfflineDuty { .. } | Trigger::TrainingCoresShare { .. }
+        ) && record.rewritten.is_empty();
+        if flip {
+            debug!(
+                offline_paused = record.decision.allocation.offline_paused,
+                "duty cycle flipped"
+            );
+        } else {
+            info!(
+                training = %cpu_list::format(&record.decision.allocation.training),
+                offline_paused = record.decision.allocation.offline_paused,
+                event_to_write_ns = ?record.event_to_write_ns,
+                "allocation changed"
+            );
+        }
         if let Ok(value) = serde_json::to_value(&record) {
             self.record(value);
         }

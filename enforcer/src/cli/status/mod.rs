@@ -1,5 +1,7 @@
 //! `enforcer status`: training jobs, pools, the CPUs each holds now, and recent decisions.
 
+mod decisions;
+
 use std::path::Path;
 
 use enforcer_common::protocol::Snapshot;
@@ -135,12 +137,12 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
             .as_ref()
             .map_or(String::new(), |how| format!(" | event thread {how}"))
     ));
-    out.push_str("recent decisions (oldest first):\n");
+    out.push_str("recent decisions (oldest first; the records: `--json`, the decision log):\n");
     if enforcement.recent_decisions.is_empty() {
         out.push_str("  (none yet)\n");
     }
-    for decision in &enforcement.recent_decisions {
-        out.push_str(&format!("  {decision}\n"));
+    for line in decisions::render(&enforcement.recent_decisions, snapshot.monotonic_ns) {
+        out.push_str(&format!("  {line}\n"));
     }
     if let Some(gpu) = &snapshot.gpu {
         out.push('\n');
