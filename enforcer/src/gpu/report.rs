@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use enforcer_common::protocol::gpu::{GpuReport, MpsReport, Owner};
+use enforcer_common::protocol::gpu::{
+    ClampReason, GpuDecision, GpuDecisionRecord, GpuReport, MpsReport, Owner, Signal,
+};
 
 fn owner_text(owner: &Option<Owner>) -> String {
     match owner {
@@ -13,8 +15,9 @@ fn owner_text(owner: &Option<Owner>) -> String {
     }
 }
 
-/// The report as `enforcer status` prints it.
-pub(crate) fn render(report: &GpuReport) -> String {
+/// The report as `enforcer status` prints it, as of `now_ns` (CLOCK_MONOTONIC, the clock of
+/// its decisions' times).
+pub(crate) fn render(report: &GpuReport, now_ns: u64) -> String {
     let active = match report {
         GpuReport::Off => return "GPU: off ([gpu] enabled = \"off\")\n".to_owned(),
         GpuReport::Disabled { reason } => return format!("GPU: disabled: {reason}\n"),
@@ -109,15 +112,59 @@ pub(crate) fn render(report: &GpuReport) -> String {
         }
     }
     let _ = writeln!(out, "  evictions: {}", active.evictions);
+    if !active.recent.is_empty() {
+        let _ = writeln!(out, "  recent decisions (oldest first):");
+    }
     for record in &active.recent {
-        let _ = writeln!(
-            out,
-            "  {} {}",
-            record.at_ns,
-            serde_json::to_string(&record.decision).unwrap_or_default()
-        );
+        let _ = writeln!(out, "    {}", decision_in_words(record, now_ns));
     }
     out
+}
+
+/// A GPU decision in a line: `3.2 s ago  inference runs 10% of each period: training's demand
+/// rose (seen on the CPU)`.
+fn decision_in_words(record: &GpuDecisionRecord, now_ns: u64) -> String {
+    let ago = now_ns.saturating_sub(record.at_ns) as f64 / 1e9;
+    let what = match record.decision {
+        GpuDecision::Gate { run_fraction, why } => format!(
+            "inference runs {:.0}% of each period: {}",
+            run_fraction * 100.0,
+            clamp_reason(why)
+        ),
+        GpuDecision::Retarget { percentage } => {
+            format!("new inference clients get {percentage}% of the SMs (MPS)")
+        }
+    };
+    format!("{ago:.1} s ago  {what}")
+}
+
+fn clamp_reason(why: ClampReason) -> String {
+    let percent = |share: f64| share * 100.0;
+    match why {
+        ClampReason::TrainingRose { signal } => format!(
+            "training's demand rose (seen {})",
+            match signal {
+                Signal::Cpu => "on the CPU",
+                Signal::Nvml => "by NVML",
+            }
+        ),
+        ClampReason::Probe { training_sm_pct } => {
+            format!("training kept its SM use ({training_sm_pct:.0}%), so inference may run more")
+        }
+        ClampReason::TrainingSlowed {
+            training_sm_pct,
+            best_sm_pct,
+        } => format!("training's SM use fell to {training_sm_pct:.0}% (best {best_sm_pct:.0}%)"),
+        ClampReason::TrainingIdle => "training is idle".to_owned(),
+        ClampReason::TrainingInputBound { launcher_busy } => format!(
+            "training waits on its input (its launcher {:.0}% busy): the GPU has room",
+            percent(launcher_busy)
+        ),
+        ClampReason::TrainingGpuBound { launcher_busy } => format!(
+            "training is GPU-bound again (its launcher {:.0}% busy)",
+            percent(launcher_busy)
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -128,11 +175,14 @@ mod tests {
 
     #[test]
     fn disabled_and_off_say_why_in_one_line() {
-        let text = render(&GpuReport::Disabled {
-            reason: "libnvidia-ml.so cannot be loaded".to_owned(),
-        });
+        let text = render(
+            &GpuReport::Disabled {
+                reason: "libnvidia-ml.so cannot be loaded".to_owned(),
+            },
+            0,
+        );
         assert_eq!(text, "GPU: disabled: libnvidia-ml.so cannot be loaded\n");
-        assert!(render(&GpuReport::Off).contains("enabled = \"off\""));
+        assert!(render(&GpuReport::Off, 0).contains("enabled = \"off\""));
     }
 
     #[test]
@@ -171,15 +221,32 @@ mod tests {
                 reason: "no MPS control daemon answers".to_owned(),
             },
             evictions: 0,
-            recent: vec![],
+            recent: vec![
+                GpuDecisionRecord {
+                    at_ns: 7_000_000_000,
+                    decision: GpuDecision::Gate {
+                        run_fraction: 0.1,
+                        why: ClampReason::TrainingGpuBound {
+                            launcher_busy: 0.874,
+                        },
+                    },
+                },
+                GpuDecisionRecord {
+                    at_ns: 9_500_000_000,
+                    decision: GpuDecision::Retarget { percentage: 30 },
+                },
+            ],
         }));
-        let text = render(&report);
+        let text = render(&report, 10_000_000_000);
         for part in [
             "30% of each period",
             "pool serve",
             "training SM 71%",
             "training active, its launcher 42% busy",
             "MPS: unavailable",
+            "3.0 s ago  inference runs 10% of each period: training is GPU-bound again (its \
+             launcher 87% busy)",
+            "0.5 s ago  new inference clients get 30% of the SMs (MPS)",
         ] {
             assert!(text.contains(part), "{part} missing:\n{text}");
         }

@@ -146,7 +146,7 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
     }
     if let Some(gpu) = &snapshot.gpu {
         out.push('\n');
-        out.push_str(&crate::gpu::report::render(gpu));
+        out.push_str(&crate::gpu::report::render(gpu, snapshot.monotonic_ns));
     }
     out
 }
