@@ -52,8 +52,10 @@
 //!   `MAX_CYCLES`, lies below `1 − ε` (reason `too_noisy`), as a job without a signal keeps the
 //!   policy's; such a comparison ends sooner where the cycles left could show the level costly
 //!   with less than a 5% chance, and a level below the policy's kept so goes back up to it once
-//!   its ceiling is old. A level tried above one just kept, and left, settles the search back on
-//!   the kept one without comparing it again.
+//!   its ceiling is old. Its cycles are carried to the level's next comparison (`carried`): a
+//!   99% interval over them all below `1 − ε` leaves the level too, and a comparison runs on
+//!   where its cycles could take that interval there. A level tried above one just kept, and
+//!   left, settles the search back on the kept one without comparing it again.
 //! - Settled, the level is compared again after `RECHECK_NS`, and after twice as long each time
 //!   a recheck settles the loop at the same level again, up to `RECHECK_MAX_NS` (and the level
 //!   above it too, once the ceiling is older than `CEILING_NS`); a recheck keeps the level on
@@ -81,14 +83,17 @@
 //! this loop.
 //!
 //! Its parts: `level`, the ladder; `statistics`, the arithmetic of paces, cycles and
-//! intervals; `change`, what the loop tells the daemon (each change of level and its reason);
-//! `replay`, the loop over a job's recorded step times (`enforcer replay-pace`).
+//! intervals; `carried`, a too-noisy level's cycles from one comparison to the next; `change`,
+//! what the loop tells the daemon (each change of level and its reason); `replay`, the loop
+//! over a job's recorded step times (`enforcer replay-pace`).
 
+mod carried;
 mod change;
 mod level;
 pub(crate) mod replay;
 mod statistics;
 
+use self::carried::Carried;
 pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
 pub(crate) use self::level::{Level, shape};
 use self::statistics::{
@@ -201,6 +206,9 @@ pub(crate) struct Harvest {
     cycles: Vec<(f64, f64)>,
     /// How far the cycles of the job's last comparisons spread: whether its mean can judge.
     spread: PooledSpread,
+    /// Where that spread is too wide, each level's cycles at or below the policy's, carried
+    /// from comparison to comparison.
+    carried: Carried,
     /// The held pace of the last comparison judged, and of the current one so far.
     reference: Option<Measured>,
     /// The held pace the last judged comparison measured, with its standard error: a new
@@ -235,6 +243,7 @@ impl Harvest {
             source: None,
             cycles: Vec::new(),
             spread: PooledSpread::default(),
+            carried: Carried::default(),
             reference: None,
             last_held: None,
             moved_once: None,
@@ -473,6 +482,7 @@ impl Harvest {
         } else if level <= Level::Policy
             && noisy
             && (ratio.ratio >= floor || !could_show_costly_by_max_cycles(&ratios, floor))
+            && !self.carried.could_show_costly(level, &ratios, floor)
         {
             // A signal too noisy for the mean is, for the mean, no signal: the level stays, as
             // without one (the core policy's own, where the search came down to it), and only
@@ -516,6 +526,18 @@ impl Harvest {
             Verdict::Kept
         } else {
             Verdict::TooCostly
+        };
+        // A level kept as too noisy to judge may still be shown costly by its cycles carried
+        // over its comparisons (`Carried`).
+        let (verdict, ratio) = match level <= Level::Policy && noisy {
+            true => match self.carried.add_and_judge(level, &ratios, floor) {
+                Some(carried) if verdict == Verdict::TooNoisy => (Verdict::TooCostly, carried),
+                _ => (verdict, ratio),
+            },
+            false => {
+                self.carried.drop_level(level);
+                (verdict, ratio)
+            }
         };
         self.last_held = self.reference;
         self.spread.add(&ratios);
@@ -637,6 +659,7 @@ impl Harvest {
     fn forget(&mut self) {
         self.cycles.clear();
         self.spread.clear();
+        self.carried.clear();
         self.reference = None;
         self.last_held = None;
         self.moved_once = None;

@@ -198,8 +198,11 @@ fn harvest_move(change: &serde_json::Value) -> String {
     match judged {
         Some((tried, ratio)) => {
             let cost = |r: f64| (1.0 - r) * 100.0;
+            let cycles = change["ratio"]["cycles"]
+                .as_u64()
+                .map_or(String::new(), |n| format!(" over {n} cycles"));
             format!(
-                "{reason} ({tried} cost training {:.1}% [{:.1}, {:.1}]), {to}",
+                "{reason} ({tried} cost training {:.1}% [{:.1}, {:.1}]{cycles}), {to}",
                 cost(ratio),
                 cost(change["ratio"]["high"].as_f64().unwrap_or(ratio)),
                 cost(change["ratio"]["low"].as_f64().unwrap_or(ratio)),
@@ -227,11 +230,12 @@ mod tests {
         assert_eq!(harvest_move(&probe), "probe, now held");
         let settled = serde_json::json!({
             "level": "policy", "settles": true, "reason": "not_shown_free", "tried": "unpaused",
-            "ratio": {"ratio": 0.995, "low": 0.97, "high": 1.02}
+            "ratio": {"ratio": 0.995, "low": 0.97, "high": 1.02, "cycles": 6}
         });
         assert_eq!(
             harvest_move(&settled),
-            "not shown free (unpaused cost training 0.5% [-2.0, 3.0]), settled at policy"
+            "not shown free (unpaused cost training 0.5% [-2.0, 3.0] over 6 cycles), settled at \
+             policy"
         );
     }
 

@@ -39,7 +39,7 @@ impl Level {
     /// Where a search starts: it comes down from the most offline work.
     pub(super) const TOP: Level = Level::TrainingCores;
 
-    fn index(self) -> usize {
+    pub(super) fn index(self) -> usize {
         Self::LADDER
             .iter()
             .position(|&l| l == self)

@@ -17,6 +17,9 @@ pub(crate) struct Ratio {
     pub ratio: f64,
     pub low: f64,
     pub high: f64,
+    /// The cycles it is the mean of: more than a comparison's own where a too-noisy level's
+    /// carried cycles showed it costly (`Carried`).
+    pub cycles: usize,
 }
 
 /// Student's t at 95% (two-sided) for 1 to 9 degrees of freedom; 2.2 beyond.
@@ -35,6 +38,7 @@ pub(crate) fn paired_interval(ratios: &[f64]) -> Option<Ratio> {
         ratio: mean,
         low: mean - spread,
         high: mean + spread,
+        cycles: n,
     })
 }
 
