@@ -69,8 +69,9 @@
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
 //! 36 s, and up to 36 s in 72 s where the mean lies at the floor. Settled, one recheck of 3
 //! cycles where the level still keeps the pace: at one a minute, about 11% of offline's time;
-//! at one in four minutes, about 3.5%. The first
-//! comparison waits for the job's first `WARMUP_NS` of reports. The price of the longer
+//! at one in four minutes, about 3.5% (a too-noisy level's recheck runs on to six where its
+//! carried cycles point to a cost). The first comparison waits for the job's first
+//! `WARMUP_NS` of reports. The price of the longer
 //! waits: a level that turns costly while the job's pace stays the same is found up to four
 //! minutes late (the fast path still moves offline off a training thread it queues).
 //!
