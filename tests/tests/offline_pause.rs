@@ -1,13 +1,17 @@
 //! Privileged test of `[policy] pause_offline_when_training_short` on real cgroups: while
 //! training wants more cores than the online pool's minimum leaves it, the offline pool is
 //! frozen and its workers are told first; it resumes once training's demand has fallen, before
-//! any core goes back, and a daemon that stops leaves it thawed.
+//! any core goes back (`enforcer status` telling both in words), and a daemon that stops leaves
+//! it thawed.
 
-use std::{process::Child, time::Duration};
+use std::{
+    process::{Child, Command},
+    time::Duration,
+};
 
 use enforcer_common::protocol::{self, Grant, Response};
 use reamer_tests::harness::{
-    Daemon, Reaped, cgroup_dir, eventually, online_cpu_count, pool_in, privileged,
+    Daemon, Reaped, cgroup_dir, enforcer_bin, eventually, online_cpu_count, pool_in, privileged,
     remove_test_cgroups, wait_ok,
 };
 use serde_json::Value;
@@ -168,6 +172,28 @@ fn offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after() {
     eventually("the resumed pool's process ran", SETTLE, || {
         cpu_ticks(offline.id()) > after
     });
+    // `enforcer status` tells the pause and the resume in words, from the daemon's records.
+    let status = Command::new(enforcer_bin())
+        .args(["status", "--instance", instance])
+        .output()
+        .expect("run enforcer status");
+    let status = String::from_utf8_lossy(&status.stdout);
+    let decisions: Vec<&str> = status
+        .lines()
+        .skip_while(|line| !line.starts_with("recent decisions"))
+        .collect();
+    // The pause by whichever trigger made it; the resume by training's demand (above).
+    for (why, what) in [
+        ("s ago  ", "batch paused"),
+        ("s ago  training's demand fell", "batch resumed"),
+    ] {
+        assert!(
+            decisions
+                .iter()
+                .any(|line| line.contains(why) && line.contains(what)),
+            "\"{what}\" is not in `enforcer status`:\n{status}"
+        );
+    }
 
     // The worker heard of the pause, and of its end, on its grant subscription.
     let output = subscriber.wait_with_output().unwrap();
