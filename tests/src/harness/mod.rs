@@ -492,12 +492,9 @@ pub fn bpftool(args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).expect("bpftool JSON")
 }
 
-/// The kernel's list of online CPUs ("0-15").
+/// The kernel's list of online CPUs ("0-15"): `cgroups::online_cpus`, unwrapped for a test.
 pub fn online_cpus() -> String {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .expect("read /sys/devices/system/cpu/online")
-        .trim()
-        .to_owned()
+    cgroups::online_cpus().expect("read /sys/devices/system/cpu/online")
 }
 
 /// How many CPUs are online: the whole machine, whatever this process's affinity or quota.
