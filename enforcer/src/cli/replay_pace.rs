@@ -108,6 +108,9 @@ fn summary(replayed: &PaceReplay) -> String {
                 field("low"),
                 field("high")
             ));
+            if let Some(cycles) = ratio.get("cycles").and_then(|v| v.as_u64()) {
+                line.push_str(&format!(" over {cycles} cycles"));
+            }
         }
         if replayed_change.change.settles {
             line.push_str(" (settles)");
@@ -151,6 +154,6 @@ mod tests {
             text.contains("training_cores  kept training_cores 1.000"),
             "{text}"
         );
-        assert!(text.contains("(settles)"), "{text}");
+        assert!(text.contains("] over 3 cycles (settles)"), "{text}");
     }
 }
