@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use super::harvest_move;
 
-/// The decisions (oldest first), as of `now_ns` (CLOCK_MONOTONIC, the records' clock), as
-/// lines without their indent.
-pub(super) fn render(decisions: &[Value], now_ns: u64) -> Vec<String> {
+/// The decisions (oldest first), as of `now_ns` (CLOCK_MONOTONIC, the records' clock), by a
+/// daemon that writes them (`enforcing`) or only logs them, as lines without their indent.
+pub(super) fn render(decisions: &[Value], now_ns: u64, enforcing: bool) -> Vec<String> {
     let mut lines = Vec::new();
     let mut at = 0;
     while at < decisions.len() {
@@ -25,7 +25,7 @@ pub(super) fn render(decisions: &[Value], now_ns: u64) -> Vec<String> {
             lines.push(folded(run, now_ns));
             at += run.len();
         } else {
-            lines.push(one(&decisions[at], now_ns));
+            lines.push(one(&decisions[at], now_ns, enforcing));
             at += 1;
         }
     }
@@ -92,7 +92,7 @@ fn folded(run: &[Value], now_ns: u64) -> String {
 }
 
 /// One decision in a line.
-fn one(record: &Value, now_ns: u64) -> String {
+fn one(record: &Value, now_ns: u64, enforcing: bool) -> String {
     let when = ago(record, now_ns);
     if let Some(weight) = record.get("weight") {
         return format!("{when}  {}", weight_change(weight));
@@ -101,7 +101,13 @@ fn one(record: &Value, now_ns: u64) -> String {
         return format!("{when}  pace controller: {}", harvest_move(change));
     }
     match record["trigger"].as_str() {
-        Some(trigger) => format!("{when}  {}: {}", why(trigger, record), effects(record)),
+        Some(trigger) => match enforcing {
+            true => format!("{when}  {}: {}", why(trigger, record), effects(record)),
+            false => format!(
+                "{when}  {}: not written (policy.enforce = false)",
+                why(trigger, record)
+            ),
+        },
         // A record of a kind this build does not know: as it is.
         None => format!("{when}  {record}"),
     }
@@ -189,7 +195,11 @@ fn effects(record: &Value) -> String {
         }
     }
     if parts.is_empty() {
-        parts.push("nothing to write".to_owned());
+        // A pause the policy now wants, while the duty cycle already holds offline paused.
+        parts.push(match allocation["offline_paused"].as_bool() {
+            Some(true) => "offline already paused, nothing to write".to_owned(),
+            _ => "nothing to write".to_owned(),
+        });
     }
     if let Some(ns) = record["event_to_write_ns"].as_u64() {
         parts.push(format!(
@@ -287,7 +297,7 @@ mod tests {
             json!({"at_ns": 15 * S, "harvest": {"level": "held", "reason": "probe"}}),
             json!({"at_ns": 16 * S, "something": "new"}),
         ];
-        let lines = render(&decisions, 20 * S);
+        let lines = render(&decisions, 20 * S, true);
         assert_eq!(
             lines,
             [
@@ -312,8 +322,24 @@ mod tests {
             "training_cores_before": 1, "trigger": "demand_fell", "estimate_cpus": 0.42
         });
         assert_eq!(
-            render(&[record], 250 * S),
+            render(std::slice::from_ref(&record), 250 * S, true),
             ["250 s ago  training's demand fell to 0.42 CPUs: nothing to write"]
+        );
+        // A pause the duty cycle had already made.
+        let mut rose = record;
+        rose["trigger"] = json!("demand_rose");
+        rose["estimate_cpus"] = json!(1.0);
+        rose["allocation"]["offline_paused"] = json!(true);
+        let rose = [rose];
+        let words = "5.0 s ago  training's demand rose to 1.00 CPUs";
+        assert_eq!(
+            render(&rose, 5 * S, true),
+            [format!("{words}: offline already paused, nothing to write")]
+        );
+        // A daemon that does not enforce writes nothing, whatever its allocation says.
+        assert_eq!(
+            render(&rose, 5 * S, false),
+            [format!("{words}: not written (policy.enforce = false)")]
         );
     }
 
@@ -355,7 +381,7 @@ mod tests {
             vec!["offline".into()],
         );
         assert_eq!(
-            render(&[contended, rose], 6 * S),
+            render(&[contended, rose], 6 * S, true),
             [
                 "1.0 s ago  a training thread queued behind inference on CPU 1: training \
                  reserves 2 cores (was 1), CPUs [0-1]; offline on CPUs [2-3]; written 120 µs \
@@ -375,7 +401,7 @@ mod tests {
             record
         };
         assert_eq!(
-            render(&[share(1, 0.25), share(2, 0.25)], 3 * S),
+            render(&[share(1, 0.25), share(2, 0.25)], 3 * S, true),
             [
                 "2.0 to 1.0 s ago  training cores' share ×2: offline on training's cores 25% of \
               each second"

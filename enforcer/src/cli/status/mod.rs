@@ -141,7 +141,12 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
     if enforcement.recent_decisions.is_empty() {
         out.push_str("  (none yet)\n");
     }
-    for line in decisions::render(&enforcement.recent_decisions, snapshot.monotonic_ns) {
+    let decisions = decisions::render(
+        &enforcement.recent_decisions,
+        snapshot.monotonic_ns,
+        enforcement.enforcing,
+    );
+    for line in decisions {
         out.push_str(&format!("  {line}\n"));
     }
     if let Some(gpu) = &snapshot.gpu {
