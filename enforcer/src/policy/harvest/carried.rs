@@ -26,7 +26,7 @@ use super::{
 };
 
 /// The most cycles carried for one level: about an hour of a settled level's rechecks.
-pub(super) const MAX_CARRIED_CYCLES: usize = 60;
+const MAX_CARRIED_CYCLES: usize = 60;
 /// Fewer cycles, carried and the comparison's own, are not looked at: two comparisons' worth,
 /// below which the interval says little that the comparison's own did not.
 const MIN_LOOKED_CYCLES: usize = 12;
@@ -124,7 +124,7 @@ fn changed(carried: &[f64], ratios: &[f64]) -> bool {
     (own_mean - carried_mean).abs() > CHANGED_Z * error
 }
 
-/// Student's t for a two-sided 99% interval with `freedom` degrees of freedom (at least 10
+/// Student's t for a two-sided 99% interval with `freedom` degrees of freedom (at least 11
 /// here), by the Cornish–Fisher expansion from the normal quantile: 3.11 at 11, 2.66 at 59.
 fn t99(freedom: usize) -> f64 {
     let (z, v) = (Z99, freedom as f64);
