@@ -186,10 +186,12 @@ pub(crate) fn render(observed: &ObservedInterval) -> String {
         ));
     }
     let counter = |name: &str| observed.counters.get(name).copied().unwrap_or(0);
-    let cost = observed.sensor_ns_per_run.map_or(
-        "sensor cost: n/a (sysctl kernel.bpf_stats_enabled=1 to measure)".to_owned(),
-        |ns| format!("sensor cost: {ns:.0} ns/run"),
-    );
+    // How to measure it is said once, before the first interval (`run`).
+    let cost = observed
+        .sensor_ns_per_run
+        .map_or("sensor cost: n/a".to_owned(), |ns| {
+            format!("sensor cost: {ns:.0} ns/run")
+        });
     out.push_str(&format!(
         "events sent {} | rate-limited {} | ring full {} | clock skew {} | map full {} | {cost}\n",
         counter("events_sent"),
@@ -231,6 +233,13 @@ pub(crate) async fn run(
         if json {
             writeln!(stdout, "{}", serde_json::to_string(&observed)?)?;
         } else {
+            if printed == 0 && observed.sensor_ns_per_run.is_none() {
+                writeln!(
+                    stdout,
+                    "(sensor cost n/a: the kernel keeps no run times of BPF programs; `sysctl \
+                     kernel.bpf_stats_enabled=1` to measure it)"
+                )?;
+            }
             writeln!(
                 stdout,
                 "--- {} ({:.1}s)\n{}",
