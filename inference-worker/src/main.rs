@@ -284,20 +284,18 @@ fn run_offline(args: OfflineArgs) -> anyhow::Result<u8> {
     {
         // Every granted core gets a thread.
         let executor = executor.clone();
-        let mut cpus_before = first.cpus.clone();
         std::thread::spawn(move || {
             for grant in rx {
+                let mut config = executor.config();
                 // A pause is logged before the freeze it announces, when the thread gets
                 // there first; the grant that resumes the pool follows the thaw. A pause or
                 // resume alone is a debug line: under the enforcer's duty cycle (training
                 // filling its cores, not their headroom) they come twice a second.
-                if grant.cpus == cpus_before {
+                if grant.cpus == config.cpus {
                     tracing::debug!(cpus = ?grant.cpus, paused = grant.paused, "new grant");
                 } else {
                     tracing::info!(cpus = ?grant.cpus, paused = grant.paused, "new grant");
-                    cpus_before = grant.cpus.clone();
                 }
-                let mut config = executor.config();
                 config.threads = grant.cpus.len();
                 config.cpus = grant.cpus;
                 executor.reconfigure(config);
