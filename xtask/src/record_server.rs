@@ -12,7 +12,7 @@
 //!   training jobs (`--only gpu`), 1 round.
 //! - `target/release/xtask record-server --part 3 --out DIR`: the pace controller
 //!   (`harvest_by_pace`) beside reamer's defaults and training alone, into its own section
-//!   (`--server-section server-pace`), 2 rounds of 55 s; the controller's windows are timed
+//!   (`--server-section server-pace`), 2 rounds of 45 s; the controller's windows are timed
 //!   45 s after its daemon starts, once its first comparison (18 to 36 s, after 10 s of
 //!   signal) is over. A lease has room for part 1 and 2, or for part 3 and 2.
 //!
@@ -22,6 +22,12 @@
 //! training process serves every window, a window costs its timed part and about 4 s (15.6 s
 //! a 12 s window in the stand-in's rehearsal on the 2-vCPU VM), and the job's start and
 //! warm-up (about 25 s) are paid once.
+//!
+//! Part 3 at 55 s a window (2026-11-28, H200) did not fit: a window of reamer's defaults took
+//! 60 s, the controller's 106 s (its daemon's 48 s lead), and round 2's last window, training
+//! alone, was cut at 530 s, which left every ratio one round's. The start on a fresh server,
+//! before the first timed part, took the rest: more than 83 s. At 45 s a window the six take
+//! about 390 s, which leaves the start up to 140 s.
 
 use std::{
     path::{Path, PathBuf},
@@ -44,7 +50,7 @@ pub struct Options {
     /// cores, and reamer; 3 rounds of 12 s; at most 530 s). 2: the GPU clamp on need with
     /// the GPU-bound and the loader-bound job (1 round; about 4 minutes). 3: the pace
     /// controller (`harvest_by_pace`, following the steps the job reports) beside reamer's
-    /// defaults and training alone, 2 rounds of 55 s (the controller's timed 45 s after its
+    /// defaults and training alone, 2 rounds of 45 s (the controller's timed 45 s after its
     /// daemon starts), its own section (at most 530 s).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     part: Option<u8>,
@@ -143,11 +149,11 @@ fn part(number: u8, training_cmd: Option<&str>) -> Part {
                 "docs/server-tradeoff.svg",
             ],
         ),
-        // 6 windows of 55 s at about 59 s each, and the controller's two 45 s settles: 444 s,
-        // and the same starts.
+        // 6 windows of 45 s at about 50 s each, and the controller's two 48 s leads: about
+        // 390 s, and the start (more than 83 s on a fresh server).
         3 => server_part(
             "server-pace",
-            ["2", "55", PACE],
+            ["2", "45", PACE],
             training_cmd,
             &[
                 "target/bench/server/run.json",

@@ -39,10 +39,10 @@ pub fn tradeoff(figures: &[ScenarioFigures], machine: &str, stand_in: bool) -> C
             let kind = kind(f.scenario)?;
             let (y, y_interval) = match (f.scenario, f.training_pct) {
                 (Scenario::Alone, _) | (_, None) => (100.0, None),
-                (_, Some(pct)) => (pct.median, Some([pct.low, pct.high])),
+                (_, Some(pct)) => (pct.median, pct.interval()),
             };
             let (x, x_interval) = match f.offline_pct_of_cfs {
-                Some(pct) => (pct.median, Some([pct.low, pct.high])),
+                Some(pct) => (pct.median, pct.interval()),
                 None => (0.0, None),
             };
             Some(Point {

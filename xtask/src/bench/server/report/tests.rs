@@ -238,6 +238,46 @@ fn an_interval_reaching_below_the_target_is_not_resolved() {
     );
 }
 
+/// The server's part 3 of 2026-11-28, cut before round 2's `alone`: every ratio came from
+/// round 1 alone, and its one-sample "interval" read as met.
+#[test]
+fn one_round_paired_has_no_interval_and_meets_no_target() {
+    let mut windows = vec![window(Scenario::Alone, 0, 1000.0, None)];
+    for round in 0..2 {
+        windows.push(window(Scenario::Reamer, round, 977.0, Some(2200.0)));
+        windows.push(window(Scenario::ReamerByPace, round, 1011.0, Some(1400.0)));
+    }
+    let run = measured(windows);
+    let figures = figures(&run);
+    let by_pace = figures
+        .iter()
+        .find(|f| f.scenario == Scenario::ReamerByPace)
+        .unwrap();
+    let pct = by_pace.training_pct.unwrap();
+    assert_eq!((pct.pairs, pct.interval()), (1, None), "{pct:?}");
+    let targets = targets(&figures);
+    let by_pace: Vec<&Target> = targets
+        .iter()
+        .filter(|t| t.target.starts_with("reamer by pace:"))
+        .collect();
+    assert!(!by_pace[0].met, "101.1% of alone once: {:?}", by_pace[0]);
+    assert_eq!(
+        by_pace[0].result,
+        "101.1% (one round paired, no interval): not resolved"
+    );
+    assert!(!by_pace[3].met, "{:?}", by_pace[3]);
+    assert!(
+        by_pace[3].result.ends_with("not resolved"),
+        "{:?}",
+        by_pace[3]
+    );
+    let text = markdown(&run, &figures, "c", "m", "server-pace-tradeoff.svg");
+    assert!(
+        text.contains("| 101.1% (one round paired, no interval) |"),
+        "{text}"
+    );
+}
+
 #[test]
 fn the_observed_reservation_and_pause_come_from_the_observe_trace() {
     let path = std::env::temp_dir().join(format!("reamer-observed-{}.jsonl", std::process::id()));
