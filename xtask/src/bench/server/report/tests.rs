@@ -1,7 +1,10 @@
 //! Unit tests of `report`.
 
 use super::*;
-use crate::bench::common::harvest::{HarvestStep, HarvestSteps};
+use crate::bench::common::{
+    harvest::{HarvestStep, HarvestSteps},
+    verdict::Target,
+};
 
 fn window(scenario: Scenario, round: usize, throughput: f64, offline: Option<f64>) -> Window {
     Window {
