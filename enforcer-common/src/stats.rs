@@ -1,5 +1,7 @@
 //! Quantiles and medians of samples, shared by the workload generators' reports, the tests
-//! and the benchmarks. (Bucketed histograms have their own `histogram::percentile`.)
+//! and the benchmarks, and Student's t for the intervals of the pace controller and of the
+//! reports that read its cycles. (Bucketed histograms have their own
+//! `histogram::percentile`.)
 
 /// `values` in ascending order (NaN last), for [`quantile`].
 pub fn sorted(values: impl IntoIterator<Item = f64>) -> Vec<f64> {
@@ -27,9 +29,38 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// Student's t quantile whose normal counterpart is `z` (1.96 for a two-sided 95% interval,
+/// 2.576 for 99%), with `freedom` degrees of freedom, by the Cornish–Fisher expansion: within
+/// 0.01 of the tables from 11 degrees of freedom at 99% and from 7 at 95%, and too low below
+/// (2.55 for 2.57 at 5, 95%).
+pub fn student_t(z: f64, freedom: usize) -> f64 {
+    let v = freedom as f64;
+    z + (z.powi(3) + z) / (4.0 * v)
+        + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * v * v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_expansion_gives_students_t_within_a_hundredth() {
+        // Tables, 99%: 3.106 at 11 degrees of freedom, 2.845 at 20, 2.704 at 40, 2.660 at 60;
+        // 95%: 2.365 at 7, 2.262 at 9, 2.086 at 20.
+        let tables = [
+            (2.576, 11, 3.106),
+            (2.576, 20, 2.845),
+            (2.576, 40, 2.704),
+            (2.576, 60, 2.660),
+            (1.96, 7, 2.365),
+            (1.96, 9, 2.262),
+            (1.96, 20, 2.086),
+        ];
+        for (z, freedom, table) in tables {
+            let t = student_t(z, freedom);
+            assert!((t - table).abs() < 0.01, "{z} at {freedom}: {t}");
+        }
+    }
 
     #[test]
     fn nearest_rank_of_a_sorted_list() {

@@ -25,6 +25,7 @@
 
 pub mod cores;
 mod harvest;
+mod level_cost;
 mod pace_noise;
 pub mod plot;
 pub mod report;

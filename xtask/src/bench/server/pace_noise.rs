@@ -18,7 +18,7 @@ const MIN_PAIRS: usize = 3;
 const EPSILON: f64 = 0.01;
 /// Each half of the controller's cycles settles this long before it measures
 /// (`policy::harvest::SETTLE_NS` in the enforcer).
-const HALF_SETTLE_S: f64 = 1.0;
+pub(super) const HALF_SETTLE_S: f64 = 1.0;
 /// The normal quantile of a two-sided 95% interval: Student's t for the many cycles a noisy
 /// pace needs.
 const Z95: f64 = 1.96;

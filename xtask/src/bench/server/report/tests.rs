@@ -530,3 +530,49 @@ fn the_pace_controller_gets_its_own_targets_and_its_steps_under_the_table() {
         "{text}"
     );
 }
+
+#[test]
+fn the_controllers_own_halves_give_each_levels_cost_under_its_paragraph() {
+    let mut windows = vec![window(Scenario::Alone, 0, 1000.0, None)];
+    let mut by_pace = window(Scenario::ReamerByPace, 0, 1000.0, Some(2000.0));
+    let steps = [
+        (0.0, "held"),
+        (4.0, "policy"),
+        (8.0, "held"),
+        (12.0, "policy"),
+    ]
+    .into_iter()
+    .chain([(16.0, "held")])
+    .map(|(at_s, level)| HarvestStep {
+        at_s,
+        level: level.to_owned(),
+        reason: "probe".to_owned(),
+        settles: false,
+        tried: None,
+        ratio: None,
+        held_moved: None,
+    })
+    .collect();
+    by_pace.harvest = Some(HarvestSteps {
+        signal: Some("progress".to_owned()),
+        steps,
+    });
+    // 10 steps a second throughout: every level as fast as held.
+    by_pace.step_ms = vec![100.0; 200];
+    windows.push(by_pace);
+    let run = measured(windows);
+    let text = markdown(&run, &figures(&run), "c", "m", "server-pace-tradeoff.svg");
+    // A step ending on a half's edge falls in one half or the next: within a step of 1.
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("What each level cost training"))
+        .expect(&text);
+    let mean: f64 = line.split("`policy` ").nth(1).unwrap()[..5]
+        .parse()
+        .unwrap();
+    assert!((mean - 1.0).abs() < 0.04, "{line}");
+    assert!(
+        line.contains("over 2 halves, too few for an interval"),
+        "{line}"
+    );
+}
