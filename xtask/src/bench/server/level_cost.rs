@@ -141,7 +141,7 @@ pub(super) fn markdown(windows: &[Window]) -> String {
          windows: the job's pace over each half of a level (past its first {HALF_SETTLE_S:.0} \
          s, the halves the controller ended) over its pace in the held halves on either side, \
          the mean with its 95% interval: {}. The level's cost switched on and off every few \
-         seconds, paired four seconds apart where `% of alone` pairs windows minutes apart.\n",
+         seconds, paired seconds apart where `% of alone` pairs windows minutes apart.\n",
         controller.len(),
         levels.join("; ")
     )
