@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 
+use enforcer_common::stats::T95;
 use serde::Serialize;
 
 use super::{
@@ -22,8 +23,9 @@ pub(crate) struct Ratio {
     pub cycles: usize,
 }
 
-/// Student's t at 95% (two-sided) for 1 to 9 degrees of freedom; 2.2 beyond.
-const T95: [f64; 9] = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26];
+/// Student's t at 95% beyond the tables' 9 degrees of freedom: 2.23 at 10, 2.20 at 11, and a
+/// comparison runs to `MAX_CYCLES_NEAR_FLOOR` (12) cycles at most.
+const T95_BEYOND: f64 = 2.2;
 
 /// The mean of `ratios` with its 95% interval; None with fewer than two.
 pub(crate) fn paired_interval(ratios: &[f64]) -> Option<Ratio> {
@@ -32,7 +34,7 @@ pub(crate) fn paired_interval(ratios: &[f64]) -> Option<Ratio> {
         return None;
     }
     let (mean, variance) = mean_and_variance(ratios);
-    let t = T95.get(n - 2).copied().unwrap_or(2.2);
+    let t = T95.get(n - 2).copied().unwrap_or(T95_BEYOND);
     let spread = t * (variance / n as f64).sqrt();
     Some(Ratio {
         ratio: mean,
@@ -132,7 +134,7 @@ enum Shown {
 fn could_reach(shown: Shown, n: usize, mean: f64, spread: f64, floor: f64) -> bool {
     let total = MAX_CYCLES as f64;
     let left = (MAX_CYCLES - n) as f64;
-    let t = T95.get(MAX_CYCLES - 2).copied().unwrap_or(2.2);
+    let t = T95.get(MAX_CYCLES - 2).copied().unwrap_or(T95_BEYOND);
     // Above `floor` for free, below it for costly.
     let side = match shown {
         Shown::Free => 1.0,

@@ -1,17 +1,17 @@
 //! What each of the pace controller's levels cost training, read from the controller's own
-//! halves: in its timed windows, the job's steps over each half of a level, against the
-//! halves with offline held back on either side of it.
+//! halves: in its timed windows, the job's steps over each half of a level, against the half
+//! with offline held back just before it.
 //!
 //! The section's `% of alone` pairs a window with training alone's window of the same round,
 //! a minute or two away, and the server's ResNet-50 job moves its pace by about 10% over such
 //! a gap (1121 and 1012 images/s alone in two rounds on 2026-11-27; 1104 and 970 under the
 //! controller on 2026-11-28). The controller's halves are four seconds apart, so a level's
-//! half over the held halves beside it is the run's closest pairing; over a window's cycles,
+//! half over the held half before it is the run's closest pairing; over a window's cycles,
 //! and the windows of a run, its mean is the run's best reading of a level's cost. It is the
 //! cost of the level switched on and off every few seconds, which the run's windows of
 //! reamer's defaults (the core policy's level, never switched) can be set against.
 
-use enforcer_common::stats::student_t;
+use enforcer_common::stats::t95;
 
 use super::{Scenario, pace_noise::HALF_SETTLE_S, report::Window};
 use crate::bench::common::harvest::HarvestStep;
@@ -20,11 +20,8 @@ use crate::bench::common::harvest::HarvestStep;
 const HELD: &str = "held";
 /// A half measured over less than this (past its settling) gives too few steps to count.
 const MIN_MEASURED_S: f64 = 1.0;
-/// Fewer halves than this give no interval: Student's t from the expansion is within 0.01 of
-/// the tables from 7 degrees of freedom.
-const MIN_HALVES: usize = 8;
-/// The normal quantile of a two-sided 95% interval.
-const Z95: f64 = 1.96;
+/// Fewer halves than this give no interval worth a figure.
+const MIN_HALVES: usize = 3;
 
 /// One half of the controller's cycles within a window's timed part: its level and the
 /// job's pace over it (steps a second, past the half's first `HALF_SETTLE_S`).
@@ -62,29 +59,19 @@ fn halves(steps: &[HarvestStep], step_ms: &[f64]) -> Vec<Half> {
         .collect()
 }
 
-/// Each level's halves over the mean pace of the held halves next to them, level by level in
-/// the order they first appear.
+/// Each level's halves over the held half just before each, as the controller's cycles pair
+/// them, level by level in the order they first appear. Against the held halves on both
+/// sides a drift of the pace would cancel too, but two neighbouring ratios would share a held
+/// half, and their mean's interval would need their correlation; one held half each keeps the
+/// ratios independent.
 fn ratios_by_level(halves: &[Half]) -> Vec<(String, Vec<f64>)> {
     let mut by_level: Vec<(String, Vec<f64>)> = Vec::new();
-    for (k, half) in halves.iter().enumerate() {
-        if half.level == HELD {
+    for pair in halves.windows(2) {
+        let (held, half) = (&pair[0], &pair[1]);
+        if held.level != HELD || half.level == HELD || held.pace <= 0.0 {
             continue;
         }
-        let held: Vec<f64> = [k.checked_sub(1), Some(k + 1)]
-            .into_iter()
-            .flatten()
-            .filter_map(|j| halves.get(j))
-            .filter(|h| h.level == HELD)
-            .map(|h| h.pace)
-            .collect();
-        if held.is_empty() {
-            continue;
-        }
-        let reference = held.iter().sum::<f64>() / held.len() as f64;
-        if reference <= 0.0 {
-            continue;
-        }
-        let ratio = half.pace / reference;
+        let ratio = half.pace / held.pace;
         match by_level.iter_mut().find(|(level, _)| *level == half.level) {
             Some((_, ratios)) => ratios.push(ratio),
             None => by_level.push((half.level.clone(), vec![ratio])),
@@ -101,7 +88,7 @@ fn mean_and_interval(ratios: &[f64]) -> String {
         return format!("{mean:.3} over {n} halves, too few for an interval");
     }
     let variance = ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    let half_width = student_t(Z95, n - 1) * (variance / n as f64).sqrt();
+    let half_width = t95(n - 1) * (variance / n as f64).sqrt();
     format!(
         "{mean:.3} [{:.3}, {:.3}] over {n} halves",
         mean - half_width,
@@ -139,8 +126,8 @@ pub(super) fn markdown(windows: &[Window]) -> String {
     format!(
         "\nWhat each level cost training, from the controller's own halves in its {} timed \
          windows: the job's pace over each half of a level (past its first {HALF_SETTLE_S:.0} \
-         s, the halves the controller ended) over its pace in the held halves on either side, \
-         the mean with its 95% interval: {}. The level's cost switched on and off every few \
+         s, the halves the controller ended) over its pace in the held half before it, the \
+         mean with its 95% interval: {}. The level's cost switched on and off every few \
          seconds, paired seconds apart where `% of alone` pairs windows minutes apart.\n",
         controller.len(),
         levels.join("; ")
