@@ -126,7 +126,8 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
     let micros =
         |ns: Option<u64>| ns.map_or("-".to_owned(), |ns| format!("{:.0} µs", ns as f64 / 1e3));
     out.push_str(&format!(
-        "\nreactions: {} | event to cgroup write p50 {} p99 {} | event to training ran p50 {} p99 {}{}\n",
+        "\nreactions: {} | event to cgroup write p50 {} p99 {} | event to training ran p50 {} \
+         p99 {}{}\n",
         enforcement.reactions,
         micros(enforcement.event_to_write_p50_ns),
         micros(enforcement.event_to_write_p99_ns),
