@@ -46,6 +46,10 @@ pub struct StepRatio {
     pub ratio: f64,
     pub low: f64,
     pub high: f64,
+    /// The cycles it is the mean of: a comparison's own, or more where a too-noisy level's
+    /// carried cycles showed it costly. None in runs saved before the log gave it (6106d30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles: Option<u64>,
 }
 
 /// The level without a step: the core policy's (`policy::harvest::Level::Policy`).
@@ -89,6 +93,7 @@ pub(crate) fn read(
                     ratio: ratio["ratio"].as_f64()?,
                     low: ratio["low"].as_f64()?,
                     high: ratio["high"].as_f64()?,
+                    cycles: ratio["cycles"].as_u64(),
                 })
             })();
             let held_moved = step["from"].as_f64().zip(step["to"].as_f64());
@@ -119,7 +124,7 @@ pub(crate) fn read(
 impl HarvestStep {
     /// The step for a report: the level it went to, why (with the level it judged and its
     /// ratio, or how far the held pace moved), and when:
-    /// `unpaused (training_cores too costly, 0.962 [0.941, 0.983], -3 s)`.
+    /// `unpaused (training_cores too costly, 0.962 [0.941, 0.983] over 6 cycles, -3 s)`.
     pub fn words(&self) -> String {
         let reason = self.reason.replace('_', " ");
         let why = match &self.tried {
@@ -127,7 +132,14 @@ impl HarvestStep {
             None => reason,
         };
         let detail = match (self.ratio, self.held_moved) {
-            (Some(r), _) => format!(", {:.3} [{:.3}, {:.3}]", r.ratio, r.low, r.high),
+            (Some(r), _) => format!(
+                ", {:.3} [{:.3}, {:.3}]{}",
+                r.ratio,
+                r.low,
+                r.high,
+                r.cycles
+                    .map_or(String::new(), |n| format!(" over {n} cycles"))
+            ),
             (None, Some([from, to])) if from > 0.0 => {
                 format!(", held pace {:+.0}%", (to / from - 1.0) * 100.0)
             }
@@ -235,7 +247,7 @@ mod tests {
              {\"trigger\":\"demand_rose\"}\n\
              not json\n\
              {\"at_ns\":6000000000,\"harvest\":{\"level\":\"policy\",\"settles\":false,\"reason\":\"trial\",\"reference\":{}}}\n\
-             {\"at_ns\":15000000000,\"harvest\":{\"level\":\"policy\",\"settles\":true,\"reason\":\"kept\",\"tried\":\"policy\",\"ratio\":{\"ratio\":0.995,\"low\":0.991,\"high\":0.999}}}\n\
+             {\"at_ns\":15000000000,\"harvest\":{\"level\":\"policy\",\"settles\":true,\"reason\":\"kept\",\"tried\":\"policy\",\"ratio\":{\"ratio\":0.995,\"low\":0.991,\"high\":0.999,\"cycles\":6}}}\n\
              {\"at_ns\":20000000000,\"harvest\":{\"level\":\"held\",\"settles\":false,\"reason\":\"phase_change\",\"from\":200.0,\"to\":250.0}}\n",
         )
         .unwrap();
@@ -258,7 +270,8 @@ mod tests {
                     ratio: Some(StepRatio {
                         ratio: 0.995,
                         low: 0.991,
-                        high: 0.999
+                        high: 0.999,
+                        cycles: Some(6),
                     }),
                     ..step(10.0, "policy", "kept", true)
                 },
@@ -275,7 +288,7 @@ mod tests {
             [
                 "held (probe, -4 s)",
                 "policy (trial, 1 s)",
-                "policy (policy kept, 0.995 [0.991, 0.999], 10 s)",
+                "policy (policy kept, 0.995 [0.991, 0.999] over 6 cycles, 10 s)",
                 "held (phase change, held pace +25%, 15 s)",
             ]
         );
