@@ -122,6 +122,21 @@ pub(crate) fn read(
 }
 
 impl HarvestStep {
+    /// A step to `level` at `at_s` for `reason`, judging nothing and settling nothing: the
+    /// tests' controller windows.
+    #[cfg(test)]
+    pub fn to(at_s: f64, level: &str, reason: &str) -> Self {
+        Self {
+            at_s,
+            level: level.to_owned(),
+            reason: reason.to_owned(),
+            settles: false,
+            tried: None,
+            ratio: None,
+            held_moved: None,
+        }
+    }
+
     /// The step for a report: the level it went to, why (with the level it judged and its
     /// ratio, or how far the held pace moved), and when:
     /// `unpaused (training_cores too costly, 0.962 [0.941, 0.983] over 6 cycles, -3 s)`.
@@ -226,13 +241,8 @@ mod tests {
 
     fn step(at_s: f64, level: &str, reason: &str, settles: bool) -> HarvestStep {
         HarvestStep {
-            at_s,
-            level: level.to_owned(),
-            reason: reason.to_owned(),
             settles,
-            tried: None,
-            ratio: None,
-            held_moved: None,
+            ..HarvestStep::to(at_s, level, reason)
         }
     }
 

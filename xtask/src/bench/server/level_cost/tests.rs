@@ -2,18 +2,6 @@
 
 use super::*;
 
-fn step(at_s: f64, level: &str) -> HarvestStep {
-    HarvestStep {
-        at_s,
-        level: level.to_owned(),
-        reason: "probe".to_owned(),
-        settles: false,
-        tried: None,
-        ratio: None,
-        held_moved: None,
-    }
-}
-
 /// The controller's changes and the job's step times (ms) for `stretches` of (level, seconds,
 /// steps a second) laid end to end from `start_s` (before the timed part where negative); the
 /// step times begin at the timed part's start.
@@ -21,7 +9,7 @@ fn run(start_s: f64, stretches: &[(&str, f64, f64)]) -> (Vec<HarvestStep>, Vec<f
     let (mut steps, mut step_ms) = (Vec::new(), Vec::new());
     let mut at = start_s;
     for &(level, seconds, pace) in stretches {
-        steps.push(step(at, level));
+        steps.push(HarvestStep::to(at, level, "probe"));
         let end = at + seconds;
         // The job's steps at this pace over the part of the stretch in the timed part.
         let mut t = at.max(0.0);

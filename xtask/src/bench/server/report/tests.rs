@@ -483,15 +483,7 @@ fn the_pace_controller_gets_its_own_targets_and_its_steps_under_the_table() {
         windows.push(window(Scenario::PlainCfs, round, alone * 0.8, Some(2600.0)));
         windows.push(window(Scenario::Reamer, round, alone * 0.97, Some(1500.0)));
         let mut by_pace = window(Scenario::ReamerByPace, round, alone * 0.995, Some(2000.0));
-        let step = |at_s, level: &str, reason: &str| HarvestStep {
-            at_s,
-            level: level.to_owned(),
-            reason: reason.to_owned(),
-            settles: false,
-            tried: None,
-            ratio: None,
-            held_moved: None,
-        };
+        let step = HarvestStep::to;
         by_pace.harvest = Some(HarvestSteps {
             signal: Some("gpu_busy".to_owned()),
             steps: vec![
@@ -540,18 +532,10 @@ fn the_controllers_own_halves_give_each_levels_cost_under_its_paragraph() {
         (4.0, "policy"),
         (8.0, "held"),
         (12.0, "policy"),
+        (16.0, "held"),
     ]
     .into_iter()
-    .chain([(16.0, "held")])
-    .map(|(at_s, level)| HarvestStep {
-        at_s,
-        level: level.to_owned(),
-        reason: "probe".to_owned(),
-        settles: false,
-        tried: None,
-        ratio: None,
-        held_moved: None,
-    })
+    .map(|(at_s, level)| HarvestStep::to(at_s, level, "probe"))
     .collect();
     by_pace.harvest = Some(HarvestSteps {
         signal: Some("progress".to_owned()),
