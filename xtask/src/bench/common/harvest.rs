@@ -47,7 +47,8 @@ pub struct StepRatio {
     pub low: f64,
     pub high: f64,
     /// The cycles it is the mean of: a comparison's own, or more where a too-noisy level's
-    /// carried cycles showed it costly. None in runs saved before the log gave it (6106d30).
+    /// carried cycles showed it costly. None in runs saved before the bench read it (the
+    /// server's of 2026-11-28 and before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cycles: Option<u64>,
 }

@@ -96,8 +96,9 @@ fn mean_and_interval(ratios: &[f64]) -> String {
     )
 }
 
-/// A line under the controller's paragraph: each level's halves over the held ones, pooled
-/// over the controller's windows; empty where no window kept its steps and halves.
+/// A line under the controller's paragraph: each level's halves over the held half before
+/// each, pooled over the controller's windows; empty where no window kept its steps and
+/// halves.
 pub(super) fn markdown(windows: &[Window]) -> String {
     let controller: Vec<&Window> = windows
         .iter()

@@ -23,7 +23,7 @@ fn run(start_s: f64, stretches: &[(&str, f64, f64)]) -> (Vec<HarvestStep>, Vec<f
 }
 
 #[test]
-fn a_levels_halves_are_read_against_the_held_halves_beside_them() {
+fn a_levels_halves_are_read_against_the_held_half_before_each() {
     // Held at 10 steps a second, `policy` at 9: 0.9 in every cycle.
     let mut stretches = Vec::new();
     for _ in 0..5 {
@@ -47,7 +47,7 @@ fn a_levels_halves_are_read_against_the_held_halves_beside_them() {
 
 #[test]
 fn each_level_half_is_read_against_the_held_half_just_before_it_alone() {
-    // Held, policy, held, policy, training_cores (no held half before it), held, policy.
+    // Held, policy, held, policy, training_cores (no held half before it), held, quarter.
     let halves: Vec<Half> = [
         ("held", 10.0),
         ("policy", 9.0),
