@@ -13,7 +13,11 @@ counts into steps a second over its last 5 s (`enforcer status`, `enforcer obser
 metrics `reamer_training_pace_steps_per_second` and `reamer_training_progress_steps`).
 
 - The standard library only; Python 3.8 or later.
-- Cheap on every step: at most one report a second is sent, the others return at once.
+- Cheap on every step: at most one report a second is sent, the others return at once. Each
+  report also carries the count's mean over the time since the one before, which every call
+  keeps up: a job whose steps come in bursts (a DataLoader's workers finishing their batches
+  together) has a count that climbs in stairs, and the daemon reads its pace from the means,
+  not from where in a burst each report fell.
 - The daemon takes the job from the sending process: the process must belong to a training
   job (started with `enforcer launch --training NAME -- python train.py`, which also sets
   REAMER_SOCKET, or named in the config's [[training]]). A process of no job is refused.
@@ -44,6 +48,9 @@ RETRY_S = 30.0
 RETRY_ENV = "REAMER_PROGRESS_RETRY_S"
 #: How long a report waits for the daemon's answer.
 TIMEOUT_S = 0.2
+#: A mean over a longer time is not sent (the daemon refuses it): after a long silence, the
+#: count alone.
+MEAN_MAX_S = 60.0
 
 
 class Reporter:
@@ -61,6 +68,11 @@ class Reporter:
         self._sent_at = None
         self._retry_at = 0.0
         self._said = set()
+        # The count's mean since the last report sent: its integral over that time, the count
+        # being constant between two calls.
+        self._mean_since = None
+        self._last_count = None
+        self._count_seconds = 0.0
         self.retry_s = retry_s if retry_s is not None else self._retry_from_env()
 
     def _retry_from_env(self):
@@ -85,6 +97,7 @@ class Reporter:
         if count < 0:
             raise ValueError(f"reamer_progress.report: a count is never negative ({count})")
         now = time.monotonic()
+        self._keep_mean(now, count)
         if not force and self._sent_at is not None and now - self._sent_at < self.period_s:
             return False
         if self.path is None:
@@ -94,7 +107,11 @@ class Reporter:
         if now < self._retry_at:
             return False
         self._sent_at = now
-        line = json.dumps({"op": "progress", "steps": count}) + "\n"
+        message = {"op": "progress", "steps": count}
+        mean = self._take_mean(now, count)
+        if mean is not None:
+            message["mean"] = mean
+        line = json.dumps(message) + "\n"
         # A connection the daemon closed (idle, restarted) is opened again at once; a daemon
         # that cannot be reached, or refuses, is tried again after retry_s.
         for attempt in range(2):
@@ -119,6 +136,28 @@ class Reporter:
 
     def close(self):
         self._close()
+
+    def _keep_mean(self, now, count):
+        if self._last_count is not None:
+            at, last = self._last_count
+            self._count_seconds += last * (now - at)
+        self._last_count = (now, count)
+        if self._mean_since is None:
+            self._mean_since = now
+
+    def _take_mean(self, now, count):
+        """The count's mean since the last report, as the daemon takes it ({"steps", "seconds"}),
+        or None where there is none to send (the first report, a count that went back, a long
+        silence); a new one starts."""
+        since, self._mean_since = self._mean_since, now
+        total, self._count_seconds = self._count_seconds, 0.0
+        seconds = now - since if since is not None else 0.0
+        if not 0.0 < seconds <= MEAN_MAX_S:
+            return None
+        mean = total / seconds
+        if not 0.0 <= mean <= count:
+            return None
+        return {"steps": mean, "seconds": seconds}
 
     def _exchange(self, line):
         if self._socket is None:

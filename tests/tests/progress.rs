@@ -1,9 +1,10 @@
 //! Privileged tests of a training job's progress reports (`Request::Progress`): the training
 //! simulator and the shipped Python helper (`python/reamer_progress.py`), each launched as a
 //! training job through a real daemon, report their steps; the daemon turns them into the
-//! job's pace in its snapshot, and refuses a report from a process of no training job. One
-//! test needs no privilege: the helper's reports resume once a socket that was missing
-//! appears, as soon as `REAMER_PROGRESS_RETRY_S` says.
+//! job's pace in its snapshot, and refuses a report from a process of no training job, or with
+//! a mean that cannot be its count's. Two tests need no privilege: the helper's reports resume
+//! once a socket that was missing appears, as soon as `REAMER_PROGRESS_RETRY_S` says, and
+//! carry the count's mean since the report before.
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -13,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use enforcer_common::protocol::{Request, Response};
+use enforcer_common::protocol::{MeanCount, Request, Response};
 use reamer_tests::harness::{Daemon, enforcer_bin, eventually, job, privileged, wait_ok};
 use serde_json::Value;
 
@@ -27,14 +28,17 @@ fn helper_dir() -> PathBuf {
         .join("python")
 }
 
-/// A Python job reporting a step every 20 ms for 2 s to `socket`, which appears 0.5 s after
-/// it starts (a daemon started after its job, as in a benchmark that starts one per window):
-/// the reports a listener there answered, with `REAMER_PROGRESS_RETRY_S` set to `retry`.
-fn reports_once_the_socket_appears(retry: Option<&str>) -> usize {
+/// A Python job reporting a step every 20 ms for `seconds` to `socket`, which appears 0.5 s
+/// after it starts (a daemon started after its job, as in a benchmark that starts one per
+/// window): the reports a listener there answered, with `REAMER_PROGRESS_RETRY_S` set to
+/// `retry`.
+fn reports_once_the_socket_appears(retry: Option<&str>, seconds: u32) -> Vec<Value> {
+    // Tests run side by side: each call its own folder.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "reamer-progress-retry-{}-{}",
-        std::process::id(),
-        retry.unwrap_or("unset")
+        "reamer-progress-retry-{}-{call}",
+        std::process::id()
     ));
     std::fs::create_dir_all(&dir).expect("a temporary folder");
     let socket = dir.join("daemon.sock");
@@ -43,10 +47,11 @@ fn reports_once_the_socket_appears(retry: Option<&str>) -> usize {
         "import sys, time\n\
          sys.path.insert(0, {dir:?})\n\
          import reamer_progress\n\
-         for step in range(1, 101):\n\
+         for step in range(1, {steps}):\n\
          \x20   time.sleep(0.02)\n\
          \x20   reamer_progress.report(step)\n",
-        dir = helper_dir().display().to_string()
+        dir = helper_dir().display().to_string(),
+        steps = seconds * 50 + 1,
     );
     let mut command = Command::new("python3");
     command
@@ -61,7 +66,7 @@ fn reports_once_the_socket_appears(retry: Option<&str>) -> usize {
     std::thread::sleep(Duration::from_millis(500));
     let listener = UnixListener::bind(&socket).expect("binding the stand-in socket");
     listener.set_nonblocking(true).expect("nonblocking");
-    let mut answered = 0;
+    let mut answered = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while python.try_wait().expect("python's state").is_none() {
         assert!(
@@ -84,7 +89,7 @@ fn reports_once_the_socket_appears(retry: Option<&str>) -> usize {
                 .get_mut()
                 .write_all(answer.as_bytes())
                 .expect("answering");
-            answered += 1;
+            answered.push(serde_json::from_str(&line).expect("a report is JSON"));
             line.clear();
         }
     }
@@ -95,12 +100,30 @@ fn reports_once_the_socket_appears(retry: Option<&str>) -> usize {
 #[test]
 fn the_python_helper_tries_again_as_soon_as_reamer_progress_retry_s_says() {
     // The first report, at 20 ms, finds no socket; the socket appears at 0.5 s.
-    let soon = reports_once_the_socket_appears(Some("0.3"));
+    let soon = reports_once_the_socket_appears(Some("0.3"), 2).len();
     assert!(soon >= 1, "{soon} reports answered with a 0.3 s retry");
     // The default waits 30 s: the job ends first.
-    assert_eq!(reports_once_the_socket_appears(None), 0);
+    assert_eq!(reports_once_the_socket_appears(None, 2).len(), 0);
     // A value that is not seconds above 0 is the default.
-    assert_eq!(reports_once_the_socket_appears(Some("-1")), 0);
+    assert_eq!(reports_once_the_socket_appears(Some("-1"), 2).len(), 0);
+}
+
+#[test]
+fn the_python_helpers_reports_carry_the_counts_mean_since_the_report_before() {
+    let reports = reports_once_the_socket_appears(Some("0.3"), 4);
+    assert!(reports.len() >= 2, "{reports:?}");
+    for report in &reports {
+        let steps = report["steps"].as_f64().expect("steps");
+        let (mean, seconds) = (&report["mean"]["steps"], &report["mean"]["seconds"]);
+        let (mean, seconds) = (mean.as_f64().expect("a mean"), seconds.as_f64().unwrap());
+        // A step every 20 ms or more: the count climbed by at most 50 a second, so its mean
+        // over the time before lies below the count, by at most that climb.
+        assert!(seconds > 0.0 && seconds <= 1.5, "{report}");
+        assert!(
+            mean < steps && mean >= steps - 50.0 * seconds - 1.0,
+            "{report}"
+        );
+    }
 }
 
 #[test]
@@ -112,12 +135,26 @@ fn the_training_simulator_reports_its_pace_and_a_process_of_no_job_is_refused() 
     let daemon = Daemon::start(instance, "");
 
     // This test's own process is in no training job: its report is refused, naming why.
-    match daemon.call(&Request::Progress { steps: 10 }) {
+    match daemon.call(&Request::Progress {
+        steps: 10,
+        mean: None,
+    }) {
         Response::Error { message } => assert!(
             message.contains("is in no training job") && message.contains("--training"),
             "{message}"
         ),
         other => panic!("a report from outside every job was taken: {other:?}"),
+    }
+    // A mean that cannot be the count's (above it) is refused, and says which field.
+    match daemon.call(&Request::Progress {
+        steps: 10,
+        mean: Some(MeanCount {
+            steps: 11.0,
+            seconds: 1.0,
+        }),
+    }) {
+        Response::Error { message } => assert!(message.contains("mean.steps 11"), "{message}"),
+        other => panic!("a mean above its count was taken: {other:?}"),
     }
 
     let mut sim = daemon.launch(

@@ -16,6 +16,10 @@
 //!   45 s after its daemon starts, once its first comparison (18 to 36 s, after 10 s of
 //!   signal) is over. A lease has room for part 1 and 2, or for part 3 and 2.
 //!
+//! What a part leaves in `--out` is the only copy of it: the server goes back with everything
+//! on it. Its saved runs belong in the repository (docs/testing.md says where), or a later
+//! session can neither write their sections again nor replay the job's step times.
+//!
 //! The parts' deadlines come from the server's own timings (2026-11-26, H200, 16 vCPUs): a
 //! server-bench window of 15 s took 37.6 s in all while each window started its own PyTorch
 //! job (10 windows in 376 s), and the GPU section's one round of both jobs 218 s. Since one

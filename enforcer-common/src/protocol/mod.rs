@@ -84,11 +84,54 @@ pub enum Request {
     /// started, counted by the job. The daemon takes the job from the sender's credentials (a
     /// process of no training job is refused) and turns the counts into the job's pace. One
     /// answer per report; about once a second is enough (`python/reamer_progress.py`).
-    Progress { steps: u64 },
+    Progress {
+        steps: u64,
+        /// The count averaged over the time since the job's last report (absent from the
+        /// first report, and from reporters that do not keep it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mean: Option<MeanCount>,
+    },
     /// Whether the daemon's event path is alive, as its service watchdog judges it: what
     /// `enforcer health` and the Kubernetes probes ask, over the control socket, where no
     /// HTTP client can take their place.
     Health,
+}
+
+/// A job's count of steps averaged over time, `seconds` long up to the report that carries
+/// it. A job whose steps come in bursts (a data loader's workers finishing their batches
+/// together) has a count that climbs in stairs, and a pace read from two counts a few seconds
+/// apart moves by a whole burst with where in a burst each count fell; averaged over the time
+/// between reports, the count follows the stairs' slope instead.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MeanCount {
+    pub steps: f64,
+    pub seconds: f64,
+}
+
+impl MeanCount {
+    /// The longest time a mean may cover: a report's mean speaks of its last minute at most.
+    pub const MAX_SECONDS: f64 = 60.0;
+
+    /// Why this mean cannot be the average of a count that reached `steps` at the report: not
+    /// a number, negative, above the count, or over no time or more than `MAX_SECONDS`.
+    pub fn problem(&self, steps: u64) -> Option<String> {
+        if !(self.seconds.is_finite() && self.seconds > 0.0 && self.seconds <= Self::MAX_SECONDS) {
+            return Some(format!(
+                "mean.seconds {} is not a time above 0 and at most {} s",
+                self.seconds,
+                Self::MAX_SECONDS
+            ));
+        }
+        // Its sender's sum may round a hair above a count that stayed the same throughout.
+        let most = steps as f64 * (1.0 + 1e-9) + 1e-9;
+        if !(self.steps.is_finite() && self.steps >= 0.0 && self.steps <= most) {
+            return Some(format!(
+                "mean.steps {} is not a count from 0 to the report's {steps} steps",
+                self.steps
+            ));
+        }
+        None
+    }
 }
 
 /// One online worker's latency over its last report period.
@@ -184,6 +227,42 @@ pub fn from_line<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Result<T, Malformed>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_progress_report_with_or_without_its_mean_and_a_mean_that_cannot_be_its_counts() {
+        // The Python helper's first report, and the ones after it.
+        let first: Request = from_line(br#"{"op":"progress","steps":12}"#).unwrap();
+        assert_eq!(
+            first,
+            Request::Progress {
+                steps: 12,
+                mean: None
+            }
+        );
+        let line = br#"{"op":"progress","steps":40,"mean":{"steps":33.5,"seconds":1.02}}"#;
+        let Request::Progress {
+            steps,
+            mean: Some(mean),
+        } = from_line(line).unwrap()
+        else {
+            panic!("a report with its mean");
+        };
+        assert_eq!((steps, mean.steps, mean.seconds), (40, 33.5, 1.02));
+        assert_eq!(mean.problem(steps), None);
+        let mean = |steps, seconds| MeanCount { steps, seconds };
+        // A sum that rounds a hair above a count that did not move is still the count's.
+        assert_eq!(mean(40.000_000_000_1, 1.0).problem(40), None);
+        for (bad, field) in [
+            (mean(41.0, 1.0), "mean.steps 41"),
+            (mean(-1.0, 1.0), "mean.steps -1"),
+            (mean(f64::NAN, 1.0), "mean.steps NaN"),
+            (mean(3.0, 0.0), "mean.seconds 0"),
+            (mean(3.0, 61.0), "mean.seconds 61"),
+        ] {
+            let problem = bad.problem(40).expect("refused");
+            assert!(problem.starts_with(field), "{problem}");
+        }
+    }
 
     #[test]
     fn messages_keep_the_wire_form_workers_and_scripts_send() {

@@ -24,6 +24,7 @@ use crate::{
     config::{self, Settings},
     daemon,
     host::paths::{self, DEFAULT_CONFIG, DEFAULT_INSTANCE},
+    policy::harvest::replay::Reporter,
 };
 
 /// reamer's enforcer: runs inference in the CPU capacity training leaves idle, and gives it
@@ -196,8 +197,10 @@ enum Command {
     /// Each recording is a JSON array of the job's step times in ms, in order: one made with
     /// offline inference held back (or absent), one with offline beside the job. The replay
     /// plays the first while the controller holds offline back and the second at every other
-    /// level, each repeated as needed, and reports the job's steps once a second, as
-    /// `reamer_progress` does. So every level above `held` costs what the second recording
+    /// level, each repeated as needed, and reports the job's steps as `reamer_progress` does:
+    /// after the first step a second past the last report, with the count's mean over the
+    /// time between (`--counts-only`: the count alone). So every level above `held` costs what
+    /// the second recording
     /// shows: the replay tells whether the controller finds that cost through the job's noise
     /// (or, given the first recording alone, whether the noise alone moves it), not which
     /// level a ladder of real costs would pick. `--cost` slows the second recording further:
@@ -227,6 +230,11 @@ enum Command {
         /// The controller's ε, as `[policy] pace_epsilon` (0.01: training may lose 1%).
         #[arg(long, default_value_t = crate::config::policy::DEFAULT_PACE_EPSILON)]
         epsilon: f64,
+        /// Reports carry the count alone, not its mean since the report before: a job whose
+        /// reporter keeps no mean (one other than `reamer_progress`, or an older one), which
+        /// the controller reads from counts.
+        #[arg(long)]
+        counts_only: bool,
         /// The replay as one JSON object: each change, the time at each level, when it first
         /// settled and where it last did.
         #[arg(long)]
@@ -445,13 +453,20 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cost,
             seconds,
             epsilon,
+            counts_only,
             json,
         } => replay_pace::run(
             &held,
             beside.as_deref().unwrap_or(&held),
-            cost,
-            seconds,
-            epsilon,
+            replay_pace::Replayed {
+                cost,
+                seconds,
+                epsilon,
+                reporter: match counts_only {
+                    true => Reporter::CountsOnly,
+                    false => Reporter::WithMeans,
+                },
+            },
             json,
         ),
         Command::Status { json, instance } => {

@@ -7,8 +7,17 @@ use anyhow::{Context as _, bail};
 
 use crate::{
     config::{HarvestSettings, policy::PACE_EPSILON_RANGE},
-    policy::harvest::replay::{PaceReplay, StepTrace, replay},
+    policy::harvest::replay::{PaceReplay, Reporter, StepTrace, replay},
 };
+
+/// What a replay plays: its length, the controller's ε, the cost added to the recording beside
+/// offline, and what the job's reports carry.
+pub(crate) struct Replayed {
+    pub cost: f64,
+    pub seconds: u64,
+    pub epsilon: f64,
+    pub reporter: Reporter,
+}
 
 /// A recording of a job's steps: a JSON array of each step's time, ms, in order (what the
 /// benchmarks save as `step_ms`).
@@ -28,11 +37,15 @@ fn read_steps(path: &Path) -> anyhow::Result<StepTrace> {
 pub(crate) fn run(
     held: &Path,
     beside: &Path,
-    cost: f64,
-    seconds: u64,
-    epsilon: f64,
+    replayed: Replayed,
     json: bool,
 ) -> anyhow::Result<()> {
+    let Replayed {
+        cost,
+        seconds,
+        epsilon,
+        reporter,
+    } = replayed;
     if !(epsilon.is_finite() && PACE_EPSILON_RANGE.contains(&epsilon)) {
         bail!("--epsilon must be from 0.001 to 0.5 (0.01: 1%), not {epsilon}");
     }
@@ -49,6 +62,7 @@ pub(crate) fn run(
         &beside_steps,
         seconds,
         HarvestSettings { epsilon },
+        reporter,
     );
     let mut out = std::io::stdout().lock();
     if json {
@@ -146,7 +160,13 @@ mod tests {
             .map(|i| if i == 0 { 25.0 } else { 50.0 })
             .collect();
         let job = StepTrace::from_step_ms(&steps).unwrap();
-        let text = summary(&replay(&job, &job, 120, HarvestSettings { epsilon: 0.01 }));
+        let text = summary(&replay(
+            &job,
+            &job,
+            120,
+            HarvestSettings { epsilon: 0.01 },
+            Reporter::WithMeans,
+        ));
         assert!(text.starts_with("first settled after "), "{text}");
         assert!(text.contains("last settled at `training_cores`"), "{text}");
         assert!(text.contains("time at each level: held "), "{text}");

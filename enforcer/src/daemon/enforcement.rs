@@ -44,6 +44,7 @@ use crate::{
         harvest::{self, Harvest, Level, PaceSource},
         online_need::OnlineNeeds,
         online_weight::{WeightChange, WeightSteering},
+        pace::Report,
     },
 };
 
@@ -477,12 +478,7 @@ impl Enforcement {
     /// The pace controller's step, once a tick: `signal` where the pace of the training job it
     /// follows comes from now (None: it has none), `reports` that pace's counts
     /// (`policy::pace`). A new level is logged with its reason and written at once.
-    pub(crate) fn on_pace(
-        &mut self,
-        now_ns: u64,
-        signal: Option<PaceSource>,
-        reports: &[(u64, u64)],
-    ) {
+    pub(crate) fn on_pace(&mut self, now_ns: u64, signal: Option<PaceSource>, reports: &[Report]) {
         let Some(harvest) = &mut self.harvest else {
             return;
         };

@@ -21,7 +21,7 @@ use super::state::Shared;
 use crate::{
     actuate::thread_policy,
     host::clock::monotonic_ns,
-    policy::harvest::PaceSource,
+    policy::{harvest::PaceSource, pace::Report},
     registry::{Reconciled, Registry},
     sensor::{Sensor, interval::Rate, readings},
 };
@@ -157,7 +157,7 @@ fn pace_step(shared: &Shared, now_ns: u64) {
             })
             .map(|tracker| (PaceSource::Progress, tracker.reports().collect()))
     };
-    let pace: Option<(PaceSource, Vec<(u64, u64)>)> = reported.or_else(|| {
+    let pace: Option<(PaceSource, Vec<Report>)> = reported.or_else(|| {
         let gpu = shared.gpu.get()?;
         jobs.iter()
             .find_map(|name| gpu.busy_reports(name, now_ns))

@@ -2,7 +2,7 @@
 //! relaunch board's watch and relaunch. Runs on the blocking pool (`server`): a registration
 //! walks /proc and writes cgroups, a snapshot reads the sensor's maps.
 
-use enforcer_common::protocol::{GroupKind, Request, Response, SLO_ENV};
+use enforcer_common::protocol::{GroupKind, MeanCount, Request, Response, SLO_ENV};
 use tokio::net::unix::UCred;
 use tracing::info;
 
@@ -96,7 +96,7 @@ pub(crate) fn handle(shared: &Shared, request: Request, peer: Option<UCred>) -> 
                 HEALTH_LOCK_WAIT,
             ),
         },
-        Request::Progress { steps } => progress(shared, peer_pid, steps),
+        Request::Progress { steps, mean } => progress(shared, peer_pid, steps, mean),
         Request::Register { kind, name, pid } => {
             if let Err(refused) = only_root(peer_uid, "register threads") {
                 return refused;
@@ -173,10 +173,14 @@ fn register(
     })
 }
 
-/// Counts `steps` for the training job process `pid` belongs to, and answers with the job's
-/// pace. The sender names no job: a process may report only for its own (a tenant cannot
-/// move another job's signal).
-fn progress(shared: &Shared, pid: u32, steps: u64) -> Response {
+/// Counts `steps` (and the count's `mean` over the time before, where sent) for the training
+/// job process `pid` belongs to, and answers with the job's pace. The sender names no job: a
+/// process may report only for its own (a tenant cannot move another job's signal). A mean
+/// that cannot be the count's is refused with the report, not half taken.
+fn progress(shared: &Shared, pid: u32, steps: u64, mean: Option<MeanCount>) -> Response {
+    if let Some(problem) = mean.and_then(|mean| mean.problem(steps)) {
+        return error(format!("a progress report's mean is refused: {problem}"));
+    }
     if pid == 0 {
         return error(
             "the sender's process is unknown (no peer credentials): progress counts for the job of the process that sends it",
@@ -203,7 +207,7 @@ fn progress(shared: &Shared, pid: u32, steps: u64) -> Response {
     // Jobs gone from the registry take their reports with them.
     board.retain(|name, _| live_jobs.contains(&name.as_str()));
     let tracker = board.entry(job.clone()).or_default();
-    tracker.record(now_ns, steps);
+    tracker.record_with_mean(now_ns, steps, mean);
     Response::Progress {
         steps_per_s: tracker.pace(now_ns).and_then(|pace| pace.steps_per_s),
         job,

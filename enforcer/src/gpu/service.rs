@@ -37,6 +37,7 @@ use crate::{
         gpu::{GpuSettings, MpsMode},
     },
     host::{clock::monotonic_ns, procfs},
+    policy::pace::Report,
 };
 
 /// Decisions kept for the status.
@@ -290,7 +291,7 @@ impl GpuService {
 
     /// `job`'s GPU busy time as progress reports (`training_busy`): (time in ns, busy µs so
     /// far); None where its GPUs give no figure of its own, or it has none yet.
-    pub(crate) fn busy_reports(&self, job: &str, now_ns: u64) -> Option<Vec<(u64, u64)>> {
+    pub(crate) fn busy_reports(&self, job: &str, now_ns: u64) -> Option<Vec<Report>> {
         lock(&self.inner.as_ref()?.state).busy.reports(job, now_ns)
     }
 

@@ -32,7 +32,7 @@ use super::{
     attribution::{Attributed, Owner},
     telemetry::GpuSample,
 };
-use crate::policy::pace::{PaceTracker, STALE_NS};
+use crate::policy::pace::{PaceTracker, Report, STALE_NS};
 
 /// Samples further apart than this, or than three sampling periods where that is longer,
 /// start a job's count again: the share of one sample says nothing of a gap that long (the
@@ -126,7 +126,7 @@ impl BusyPace {
 
     /// `job`'s count, as progress reports: (time in ns, busy µs so far); None unless it has a
     /// pace at `now_ns`.
-    pub(crate) fn reports(&self, job: &str, now_ns: u64) -> Option<Vec<(u64, u64)>> {
+    pub(crate) fn reports(&self, job: &str, now_ns: u64) -> Option<Vec<Report>> {
         let tracker = &self.jobs.get(job)?.tracker;
         tracker
             .pace(now_ns)
@@ -245,8 +245,9 @@ mod tests {
         }
         let reports = pace.reports("llm", 2_000 * MS).expect("a pace");
         // Half a GPU busy for 2 s: a million µs.
-        assert_eq!(reports.last(), Some(&(2_000 * MS, 1_000_000)));
-        let busy_us_per_s = crate::policy::harvest::pace_between(&reports, 0, 2_000 * MS).unwrap();
+        assert_eq!(reports.last(), Some(&Report::count(2_000 * MS, 1_000_000)));
+        let busy_us_per_s =
+            crate::policy::harvest::pace_between(&reports, 0, 0, 2_000 * MS).unwrap();
         assert!((busy_us_per_s - 500_000.0).abs() < 1.0, "{busy_us_per_s}");
         let share = pace.share("llm", 2_000 * MS).unwrap();
         assert!((share - 0.5).abs() < 1e-6, "{share}");
@@ -259,7 +260,13 @@ mod tests {
         );
         pace.record(5_200 * MS, &half);
         let reports = pace.reports("llm", 5_200 * MS).unwrap();
-        assert_eq!(reports, vec![(5_000 * MS, 0), (5_200 * MS, 100_000)]);
+        assert_eq!(
+            reports,
+            vec![
+                Report::count(5_000 * MS, 0),
+                Report::count(5_200 * MS, 100_000)
+            ]
+        );
         // Silent past STALE_NS: forgotten.
         pace.record(5_200 * MS + STALE_NS, &BTreeMap::new());
         assert_eq!(pace.reports("llm", 5_200 * MS + STALE_NS), None);
@@ -275,6 +282,6 @@ mod tests {
         let reports = pace
             .reports("llm", 9_000 * MS)
             .expect("a pace at 3 s a sample");
-        assert_eq!(reports.last(), Some(&(9_000 * MS, 9_000_000)));
+        assert_eq!(reports.last(), Some(&Report::count(9_000 * MS, 9_000_000)));
     }
 }

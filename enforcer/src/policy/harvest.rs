@@ -23,7 +23,8 @@
 //!
 //! The loop, from the job's progress reports (`pace::PaceTracker`), compares a level with
 //! offline held back **in pairs**: a cycle runs the level for a half, then holds offline back
-//! for a half, each half settling for `SETTLE_NS` and then measuring training's pace; the
+//! for a half, each half settling for `SETTLE_NS` and then measuring training's pace (from the
+//! means of the count the job sends with its reports, where it does: `pace_between`); the
 //! cycle's ratio is the level's pace over the held pace just after it. Paired halves seconds
 //! apart cancel the drift that a reference measured once and trials compared with it for
 //! half a minute do not. On the VM (AMD EPYC host) the training simulator alone, timed in
@@ -102,6 +103,7 @@ use self::statistics::{
     could_show_free_by_max_cycles, mean_and_variance, mean_too_noisy, measure_ns, standard_error,
 };
 pub(crate) use self::statistics::{pace_between, paired_interval};
+use super::pace::Report;
 use crate::config::HarvestSettings;
 
 /// A job's first comparison waits until it has reported a pace this long: its first seconds
@@ -301,7 +303,7 @@ impl Harvest {
         &mut self,
         now_ns: u64,
         signal: Option<PaceSource>,
-        reports: &[(u64, u64)],
+        reports: &[Report],
     ) -> Option<Change> {
         // The level since the last tick held until this one.
         if self.first_tick_ns.is_none() {
@@ -321,7 +323,7 @@ impl Harvest {
         &mut self,
         now_ns: u64,
         signal: Option<PaceSource>,
-        reports: &[(u64, u64)],
+        reports: &[Report],
     ) -> Option<Change> {
         let Some(source) = signal else {
             self.source = None;
@@ -399,7 +401,7 @@ impl Harvest {
 
     /// The cycle that began at `start` is over: its ratio counted, then the level judged
     /// where its cycles can tell, or another cycle begun.
-    fn judge_cycle(&mut self, now_ns: u64, start: u64, reports: &[(u64, u64)]) -> Option<Change> {
+    fn judge_cycle(&mut self, now_ns: u64, start: u64, reports: &[Report]) -> Option<Change> {
         let Phase::Comparing {
             since,
             level,
@@ -419,8 +421,13 @@ impl Harvest {
             judged: judged + 1,
             recheck,
         };
-        let level_pace = pace_between(reports, start + SETTLE_NS, start + half_ns);
-        let held_pace = pace_between(reports, start + half_ns + SETTLE_NS, start + 2 * half_ns);
+        let level_pace = pace_between(reports, start, start + SETTLE_NS, start + half_ns);
+        let held_pace = pace_between(
+            reports,
+            start + half_ns,
+            start + half_ns + SETTLE_NS,
+            start + 2 * half_ns,
+        );
         if let (Some(level_pace), Some(held)) = (level_pace, held_pace.filter(|&p| p > 0.0)) {
             let moved = self
                 .last_held
@@ -612,7 +619,7 @@ impl Harvest {
     }
 
     /// Begins comparing `level` with offline held back: its half first.
-    fn compare(&mut self, now_ns: u64, level: Level, reports: &[(u64, u64)], why: Why) -> Change {
+    fn compare(&mut self, now_ns: u64, level: Level, reports: &[Report], why: Why) -> Change {
         self.cycles.clear();
         self.kept_below = None;
         self.phase = Phase::Comparing {

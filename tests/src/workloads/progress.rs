@@ -1,8 +1,9 @@
 //! A training workload's progress reports to the enforcer (`Request::Progress`), the way
 //! `python/reamer_progress.py` sends a PyTorch job's: the steps done since the start, at most
-//! once a second, over the control socket `enforcer launch` names in `REAMER_SOCKET`. A
-//! report never stops the workload: one the daemon refuses, or a daemon out of reach, is
-//! said once on stderr and tried again later.
+//! once a second, with the count's mean over the time since the report before, over the
+//! control socket `enforcer launch` names in `REAMER_SOCKET`. A report never stops the
+//! workload: one the daemon refuses, or a daemon out of reach, is said once on stderr and
+//! tried again later.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
@@ -11,7 +12,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use enforcer_common::protocol::{self, PROGRESS_RETRY_ENV, Request, Response, SOCKET_ENV};
+use enforcer_common::protocol::{
+    self, MeanCount, PROGRESS_RETRY_ENV, Request, Response, SOCKET_ENV,
+};
 
 /// At most one report this often, as the Python helper.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -28,6 +31,39 @@ pub struct ProgressReporter {
     /// `RETRY`, or what `PROGRESS_RETRY_ENV` says.
     retry: Duration,
     said: bool,
+    mean: Mean,
+}
+
+/// The count's mean over the time since the last report: its integral over that time, the
+/// count being constant between two calls of `report`.
+#[derive(Default)]
+struct Mean {
+    since: Option<Instant>,
+    /// The count at the last call, and when.
+    last: Option<(Instant, u64)>,
+    step_seconds: f64,
+}
+
+impl Mean {
+    fn count(&mut self, now: Instant, steps: u64) {
+        if let Some((at, count)) = self.last {
+            self.step_seconds += count as f64 * (now - at).as_secs_f64();
+        }
+        self.last = Some((now, steps));
+        self.since.get_or_insert(now);
+    }
+
+    /// The mean since the last report, where it can be one of `steps` (a count that went
+    /// back in between has none), and a new one started.
+    fn take(&mut self, now: Instant, steps: u64) -> Option<MeanCount> {
+        let since = self.since.replace(now)?;
+        let seconds = (now - since).as_secs_f64();
+        let mean = MeanCount {
+            steps: std::mem::take(&mut self.step_seconds) / seconds,
+            seconds,
+        };
+        mean.problem(steps).is_none().then_some(mean)
+    }
 }
 
 impl ProgressReporter {
@@ -48,6 +84,7 @@ impl ProgressReporter {
             retry_at: None,
             retry,
             said: false,
+            mean: Mean::default(),
         })
     }
 
@@ -55,16 +92,21 @@ impl ProgressReporter {
     /// daemon counted this one.
     pub fn report(&mut self, steps: u64) -> bool {
         let now = Instant::now();
+        self.mean.count(now, steps);
         if self.sent_at.is_some_and(|at| now - at < PERIOD)
             || self.retry_at.is_some_and(|at| now < at)
         {
             return false;
         }
         self.sent_at = Some(now);
+        let report = Request::Progress {
+            steps,
+            mean: self.mean.take(now, steps),
+        };
         // A connection the daemon closed while idle is opened again once, at once.
-        let answer = self.exchange(steps).or_else(|_| {
+        let answer = self.exchange(&report).or_else(|_| {
             self.connection = None;
-            self.exchange(steps)
+            self.exchange(&report)
         });
         match answer {
             Ok(Response::Progress { .. }) => true,
@@ -74,7 +116,7 @@ impl ProgressReporter {
         }
     }
 
-    fn exchange(&mut self, steps: u64) -> std::io::Result<Response> {
+    fn exchange(&mut self, report: &Request) -> std::io::Result<Response> {
         if self.connection.is_none() {
             let stream = UnixStream::connect(&self.socket)?;
             stream.set_read_timeout(Some(TIMEOUT))?;
@@ -82,9 +124,7 @@ impl ProgressReporter {
             self.connection = Some(BufReader::new(stream));
         }
         let connection = self.connection.as_mut().expect("connected above");
-        connection
-            .get_mut()
-            .write_all(&protocol::to_line(&Request::Progress { steps }))?;
+        connection.get_mut().write_all(&protocol::to_line(report))?;
         let mut line = String::new();
         if connection.read_line(&mut line)? == 0 {
             return Err(std::io::ErrorKind::ConnectionReset.into());
@@ -103,5 +143,29 @@ impl ProgressReporter {
             );
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mean_is_the_counts_average_since_the_last_report_and_none_where_it_went_back() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut mean = Mean::default();
+        mean.count(at(0), 10);
+        // The first report: no time before it.
+        assert_eq!(mean.take(at(0), 10), None);
+        // 10 for half a second, then 20 for half a second.
+        mean.count(at(500), 20);
+        mean.count(at(1000), 30);
+        let taken = mean.take(at(1000), 30).expect("a mean");
+        assert!((taken.steps - 15.0).abs() < 1e-6 && (taken.seconds - 1.0).abs() < 1e-6);
+        // A new run's count, below the last one's: its mean over the time since is above it.
+        mean.count(at(1500), 5);
+        mean.count(at(2000), 6);
+        assert_eq!(mean.take(at(2000), 6), None);
     }
 }

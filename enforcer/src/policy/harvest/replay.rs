@@ -7,24 +7,83 @@
 //! offline held back (`held`), and with offline beside it (`beside`). The replay plays the
 //! first while the controller holds offline back and the second at every other level, each
 //! from the point the replay's clock has reached in it (the shorter one repeats), and reports
-//! the job's cumulative steps once a second, as `reamer_progress` does. So every level above
-//! `held` costs what `beside` recorded: the replay shows whether the controller finds that
-//! cost through the job's noise, how long that takes, and what its probes hold back; not which
-//! level of a ladder the job's real costs would pick.
+//! the job's cumulative steps as `reamer_progress` does: after the first step that ends a
+//! second or more after the last report, with the count's mean over the time between (or,
+//! for a reporter that sends no mean, the count alone: `Reporter::CountsOnly`). So every
+//! level above `held` costs what `beside` recorded: the replay shows whether the controller
+//! finds that cost through the job's noise, how long that takes, and what its probes hold
+//! back; not which level of a ladder the job's real costs would pick.
 
 use std::collections::BTreeMap;
 
+use enforcer_common::protocol::MeanCount;
 use serde::Serialize;
 
 use super::{Change, Harvest, Level, PaceSource};
 use crate::{
     config::{HarvestSettings, PolicySection},
-    policy::pace::PaceTracker,
+    policy::pace::{PaceTracker, Report},
 };
 
 const S: u64 = 1_000_000_000;
-/// A job reporting through `reamer_progress` reports once a second.
+/// A job reporting through `reamer_progress` reports at most once a second.
 const REPORT_NS: u64 = S;
+
+/// What the replayed job's reports carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reporter {
+    /// The count and its mean since the report before, as `reamer_progress` sends them.
+    WithMeans,
+    /// The count alone, as a reporter that keeps no mean sends it.
+    CountsOnly,
+}
+
+/// The replayed job's count and its reports, as `reamer_progress` makes them.
+struct Reporting {
+    reporter: Reporter,
+    steps: u64,
+    /// The last report's time, and the count's integral since (steps × ns).
+    reported_at: Option<u64>,
+    step_ns: f64,
+    /// When the count last changed.
+    changed_at: u64,
+}
+
+/// A report the replayed job sends: its time, its count and the count's mean.
+type Sent = (u64, u64, Option<MeanCount>);
+
+impl Reporting {
+    fn new(reporter: Reporter) -> Self {
+        Self {
+            reporter,
+            steps: 0,
+            reported_at: None,
+            step_ns: 0.0,
+            changed_at: 0,
+        }
+    }
+
+    /// A step that ended at `at_ns`: counted, and reported where a second has passed since the
+    /// last report.
+    fn step(&mut self, at_ns: u64) -> Option<Sent> {
+        self.step_ns += self.steps as f64 * (at_ns - self.changed_at) as f64;
+        self.changed_at = at_ns;
+        self.steps += 1;
+        if self.reported_at.is_some_and(|at| at_ns - at < REPORT_NS) {
+            return None;
+        }
+        let mean = self
+            .reported_at
+            .filter(|_| self.reporter == Reporter::WithMeans)
+            .map(|at| MeanCount {
+                steps: self.step_ns / (at_ns - at) as f64,
+                seconds: (at_ns - at) as f64 / S as f64,
+            });
+        self.reported_at = Some(at_ns);
+        self.step_ns = 0.0;
+        Some((at_ns, self.steps, mean))
+    }
+}
 
 /// A job's recorded steps, as the times each one ended, from the recording's start.
 #[derive(Debug, Clone)]
@@ -72,8 +131,17 @@ impl StepTrace {
 
     /// Steps that ended in `(from_ns, to_ns]` of the replay's clock, the recording repeated
     /// end to end.
+    #[cfg(test)]
     fn steps_between(&self, from_ns: u64, to_ns: u64) -> u64 {
         self.steps_by(to_ns) - self.steps_by(from_ns)
+    }
+
+    /// When the steps that ended in `(from_ns, to_ns]` of the replay's clock ended.
+    fn ends_between(&self, from_ns: u64, to_ns: u64) -> impl Iterator<Item = u64> + '_ {
+        let total = self.ends_ns.len() as u64;
+        (self.steps_by(from_ns)..self.steps_by(to_ns)).map(move |step| {
+            (step / total) * self.length_ns + self.ends_ns[(step % total) as usize]
+        })
     }
 
     /// Steps that ended by `at_ns`, the recording repeated end to end.
@@ -106,35 +174,38 @@ pub(crate) struct ReplayedChange {
 }
 
 /// The controller of `settings` over `seconds` of the job: `held`'s steps while it holds
-/// offline back, `beside`'s at every other level.
+/// offline back, `beside`'s at every other level, reported by `reporter`.
 pub(crate) fn replay(
     held: &StepTrace,
     beside: &StepTrace,
     seconds: u64,
     settings: HarvestSettings,
+    reporter: Reporter,
 ) -> PaceReplay {
     // The daemon's tick, and its reports kept as the daemon keeps them.
     let tick_ns = PolicySection::default().tick_ms * 1_000_000;
     let mut harvest = Harvest::new(settings);
-    let (mut steps, mut tracker) = (0u64, PaceTracker::default());
+    let mut tracker = PaceTracker::default();
+    let mut reporting = Reporting::new(reporter);
     let mut ticks_at: BTreeMap<Level, u64> = BTreeMap::new();
     let mut changes = Vec::new();
     let ticks = seconds * S / tick_ns;
     for tick in 0..ticks {
         let now = tick * tick_ns;
-        if now.is_multiple_of(REPORT_NS) {
-            tracker.record(now, steps);
-        }
-        let reports: Vec<(u64, u64)> = tracker.reports().collect();
+        let reports: Vec<Report> = tracker.reports().collect();
         let level = harvest.level();
         *ticks_at.entry(level).or_default() += 1;
-        let trace = if level == Level::Held { held } else { beside };
-        steps += trace.steps_between(now, now + tick_ns);
         if let Some(change) = harvest.tick(now, Some(PaceSource::Progress), &reports) {
             changes.push(ReplayedChange {
                 at_s: now as f64 / S as f64,
                 change,
             });
+        }
+        let trace = if level == Level::Held { held } else { beside };
+        for end in trace.ends_between(now, now + tick_ns) {
+            if let Some((at_ns, steps, mean)) = reporting.step(end) {
+                tracker.record_with_mean(at_ns, steps, mean);
+            }
         }
     }
     let first_settled_s = changes.iter().find(|c| c.change.settles).map(|c| c.at_s);
@@ -156,7 +227,11 @@ pub(crate) fn replay(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        super::{SETTLE_NS, pace_between, statistics::mean_and_variance},
+        *,
+    };
+    use crate::policy::pace::Mean;
 
     fn settings() -> HarvestSettings {
         HarvestSettings { epsilon: 0.01 }
@@ -188,7 +263,7 @@ mod tests {
     #[test]
     fn a_job_offline_does_not_slow_keeps_the_top_level() {
         let job = StepTrace::from_step_ms(&steady(50.0, 120.0)).unwrap();
-        let replay = replay(&job, &job, 300, settings());
+        let replay = replay(&job, &job, 300, settings(), Reporter::WithMeans);
         assert_eq!(replay.settled_at, Some(Level::TrainingCores), "{replay:?}");
         // One comparison: a warm-up of 10 s, then three cycles.
         assert!(replay.first_settled_s.unwrap() < 60.0, "{replay:?}");
@@ -199,13 +274,149 @@ mod tests {
     fn a_job_offline_slows_by_five_percent_everywhere_gets_offline_held_back() {
         let held = StepTrace::from_step_ms(&steady(50.0, 120.0)).unwrap();
         let beside = StepTrace::from_step_ms(&steady(50.0 / 0.95, 120.0)).unwrap();
-        let recorded = replay(&held, &beside, 900, settings());
+        let recorded = replay(&held, &beside, 900, settings(), Reporter::WithMeans);
         assert_eq!(recorded.settled_at, Some(Level::Held), "{recorded:?}");
         let time_held = recorded.time_at_level["held"];
         assert!(time_held > 0.5, "{recorded:?}");
         // The same job slowed from its own recording: the same verdict.
-        let slowed = replay(&held, &held.slowed(0.05), 900, settings());
+        let slowed = replay(
+            &held,
+            &held.slowed(0.05),
+            900,
+            settings(),
+            Reporter::CountsOnly,
+        );
         assert_eq!(slowed.settled_at, Some(Level::Held), "{slowed:?}");
+    }
+
+    /// A loader-bound job as the GPU server's ResNet-50 job ran (6 DataLoader workers, batch
+    /// 128, about 8.5 steps a second, its steps 36 ms at the median and 640 ms at the 99th
+    /// percentile): `LOADER_WORKERS` workers take turns at batches of `BATCH_S` each, spread by
+    /// `jitter` (relative standard deviation, uniform), and a step takes `GPU_MS` once its
+    /// batch is ready, the batches taken in order. Its steps come in bursts: a worker's batch
+    /// after another's.
+    fn loader_bound_step_ms(seconds: f64, jitter: f64, seed: u64) -> Vec<f64> {
+        const LOADER_WORKERS: usize = 6;
+        const BATCH_S: f64 = 0.7;
+        const GPU_MS: f64 = 36.0;
+        let mut rng = enforcer_common::rng::SplitMix64::new(seed);
+        let mut ready_s = [0.0f64; LOADER_WORKERS];
+        let (mut end_s, mut step_ms) = (0.0f64, Vec::new());
+        for batch in 0.. {
+            let spread = 1.0 + jitter * 3f64.sqrt() * (2.0 * rng.next_f64() - 1.0);
+            ready_s[batch % LOADER_WORKERS] += BATCH_S * spread.max(0.2);
+            let ended = end_s.max(ready_s[batch % LOADER_WORKERS]) + GPU_MS / 1e3;
+            step_ms.push((ended - end_s) * 1e3);
+            end_s = ended;
+            if end_s > seconds {
+                return step_ms;
+            }
+        }
+        unreachable!()
+    }
+
+    /// The reports `reporter` sends over the whole of `trace`.
+    fn all_reports(trace: &StepTrace, reporter: Reporter) -> Vec<Report> {
+        let mut reporting = Reporting::new(reporter);
+        trace
+            .ends_between(0, trace.length_ns())
+            .filter_map(|end| reporting.step(end))
+            .map(|(at_ns, steps, mean)| Report {
+                at_ns,
+                steps,
+                mean: mean.map(|mean| Mean::before(at_ns, mean)),
+            })
+            .collect()
+    }
+
+    /// The spread (standard deviation) of the ratio of one half's pace to the next one's,
+    /// halves of a 1 s settling and `measure_s` measured, as the controller's cycles read them
+    /// with nothing changing.
+    fn cycle_spread(reports: &[Report], length_ns: u64, measure_s: f64) -> f64 {
+        let half_ns = SETTLE_NS + (measure_s * S as f64) as u64;
+        let pace = |start: u64| pace_between(reports, start, start + SETTLE_NS, start + half_ns);
+        let ratios: Vec<f64> = (0..length_ns / (2 * half_ns))
+            .filter_map(|cycle| {
+                let start = cycle * 2 * half_ns;
+                Some(pace(start)? / pace(start + half_ns)?)
+            })
+            .collect();
+        let (_, variance) = mean_and_variance(&ratios);
+        variance.sqrt()
+    }
+
+    #[test]
+    fn a_bursty_jobs_cycles_spread_less_read_from_its_means_than_from_its_counts() {
+        // Halves as the controller measured the server's job: two of its report gaps, which
+        // ran to 1.6 s.
+        for jitter in [0.15, 0.3] {
+            let step_ms = loader_bound_step_ms(3600.0, jitter, 11);
+            let mut sorted = step_ms.clone();
+            sorted.sort_by(f64::total_cmp);
+            let job = StepTrace::from_step_ms(&step_ms).unwrap();
+            let spread =
+                |reporter| cycle_spread(&all_reports(&job, reporter), job.length_ns(), 3.2);
+            let (counts, means) = (spread(Reporter::CountsOnly), spread(Reporter::WithMeans));
+            println!(
+                "jitter {jitter}: {:.2} steps/s, step p50 {:.0} ms, p99 {:.0} ms; a cycle of \
+                 3.2 s halves spreads by {:.1}% from counts, {:.1}% from means",
+                step_ms.len() as f64 / 3600.0,
+                sorted[sorted.len() / 2],
+                sorted[sorted.len() * 99 / 100],
+                counts * 100.0,
+                means * 100.0,
+            );
+            assert!(
+                means < 0.8 * counts,
+                "jitter {jitter}: {means} against {counts}"
+            );
+        }
+        // A steady job: the same either way.
+        let job = StepTrace::from_step_ms(&steady(50.0, 600.0)).unwrap();
+        let counts = cycle_spread(
+            &all_reports(&job, Reporter::CountsOnly),
+            job.length_ns(),
+            2.0,
+        );
+        let means = cycle_spread(
+            &all_reports(&job, Reporter::WithMeans),
+            job.length_ns(),
+            2.0,
+        );
+        assert!(counts < 0.02 && means < 0.02, "{counts} {means}");
+    }
+
+    #[test]
+    fn a_cost_of_a_tenth_to_a_bursty_job_is_found_more_often_from_its_means() {
+        // Two hours over half an hour of the model, repeated, as `enforcer replay-pace
+        // MODEL.json --cost C --seconds 7200 [--counts-only]` replays a recording of it.
+        for jitter in [0.15, 0.3] {
+            let job = StepTrace::from_step_ms(&loader_bound_step_ms(1800.0, jitter, 11)).unwrap();
+            let at_or_above_policy = |cost, reporter| {
+                let replayed = replay(&job, &job.slowed(cost), 7200, settings(), reporter);
+                ["policy", "unpaused", "training_cores"]
+                    .iter()
+                    .filter_map(|level| replayed.time_at_level.get(level))
+                    .sum::<f64>()
+            };
+            let costly = |reporter| at_or_above_policy(0.1, reporter);
+            let free = |reporter| at_or_above_policy(0.0, reporter);
+            let (means, counts) = (costly(Reporter::WithMeans), costly(Reporter::CountsOnly));
+            let (free_means, free_counts) = (free(Reporter::WithMeans), free(Reporter::CountsOnly));
+            println!(
+                "jitter {jitter}: time at `policy` or above, every level above `held` costing \
+                 10%: {:.1}% from means, {:.1}% from counts; nothing costing: {:.1}% and {:.1}%",
+                means * 100.0,
+                counts * 100.0,
+                free_means * 100.0,
+                free_counts * 100.0,
+            );
+            assert!(
+                means < 0.75 * counts,
+                "jitter {jitter}: {means} against {counts}"
+            );
+            assert!(free_means > 0.75, "jitter {jitter}: {free_means}");
+        }
     }
 
     #[test]

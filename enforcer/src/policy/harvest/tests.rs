@@ -3,7 +3,7 @@
 use enforcer_common::rng::SplitMix64;
 
 use super::*;
-use crate::policy::cores::Allocation;
+use crate::policy::{cores::Allocation, pace};
 
 const S: u64 = 1_000_000_000;
 const TICK: u64 = S / 10;
@@ -85,7 +85,7 @@ impl Run {
 fn run(
     harvest: &mut Harvest,
     job: &mut Job,
-    reports: &mut Vec<(u64, u64)>,
+    reports: &mut Vec<Report>,
     start_s: u64,
     seconds: u64,
 ) -> Run {
@@ -103,8 +103,8 @@ fn run(
         if now >= job.next_report_ns {
             // Samples, as a job counting its batches' samples reports them: a report's
             // count is exact at its instant, as one sent right after a step is.
-            reports.push((now, (job.steps * 128.0) as u64));
-            reports.retain(|&(at, _)| at + 30 * S > now);
+            reports.push(Report::count(now, (job.steps * 128.0) as u64));
+            reports.retain(|report| report.at_ns + 30 * S > now);
             let (shortest, longest) = job.report_gap_s;
             let gap = match longest > shortest {
                 true => shortest + (longest - shortest) * job.rng.next_f64(),
@@ -632,13 +632,41 @@ fn the_paired_interval_widens_with_the_noise_and_a_half_needs_two_reports() {
     // t with 3 degrees of freedom (3.18) times the standard error (0.91%).
     assert!((noisy.high - 1.029).abs() < 0.001, "{noisy:?}");
     assert_eq!(paired_interval(&[1.0]), None);
-    let reports: Vec<(u64, u64)> = (0..=4).map(|s| (s * S, s * 100)).collect();
-    assert_eq!(pace_between(&reports, S, 3 * S), Some(100.0));
-    assert_eq!(pace_between(&reports, S / 2, S + S / 2), None);
+    let reports: Vec<Report> = (0..=4).map(|s| Report::count(s * S, s * 100)).collect();
+    assert_eq!(pace_between(&reports, 0, S, 3 * S), Some(100.0));
+    assert_eq!(pace_between(&reports, 0, S / 2, S + S / 2), None);
     // A job reporting every 4 s is measured over two of its periods.
-    let slow: Vec<(u64, u64)> = (0..5).map(|s| (s * 4 * S, s * 400)).collect();
+    let slow: Vec<Report> = (0..5).map(|s| Report::count(s * 4 * S, s * 400)).collect();
     assert_eq!(measure_ns(&slow), 8 * S);
     assert_eq!(measure_ns(&reports), MIN_MEASURE_NS);
+}
+
+#[test]
+fn a_half_is_read_from_the_means_that_lie_within_its_own_time_and_else_from_its_counts() {
+    // Ten steps a second in bursts: the counts at the reports fall ahead of the trend or
+    // behind it, the means over the second before each lie on it.
+    let bursts = [12, 20, 34, 40];
+    let reports: Vec<Report> = (1..=4u64)
+        .map(|s| Report {
+            at_ns: s * S,
+            steps: bursts[s as usize - 1],
+            mean: Some(pace::Mean {
+                from_ns: (s - 1) * S,
+                steps: 10.0 * s as f64 - 5.0,
+            }),
+        })
+        .collect();
+    let from_counts = 28.0 / 3.0;
+    assert_eq!(pace_between(&reports, 0, S, 4 * S), Some(10.0));
+    // The first report's mean began before the half: the others' still give the slope.
+    assert_eq!(pace_between(&reports, S / 2, S, 4 * S), Some(10.0));
+    // One mean within the half is no slope: the counts decide.
+    assert_eq!(pace_between(&reports, 3 * S, S, 4 * S), Some(from_counts));
+    let counts: Vec<Report> = reports
+        .iter()
+        .map(|r| Report { mean: None, ..*r })
+        .collect();
+    assert_eq!(pace_between(&counts, 0, S, 4 * S), Some(from_counts));
 }
 
 /// The GPU server's ResNet-50 job as its reported steps showed it: a comparison's cycles
