@@ -214,6 +214,8 @@ enum Command {
     ///   enforcer replay-pace alone-steps.json --seconds 3600 --json
     ///
     ///   enforcer replay-pace alone-steps.json --cost 0.03
+    ///
+    ///   enforcer replay-pace alone-steps.json --spread
     ReplayPace {
         /// The job's step times (ms) with offline held back.
         held: PathBuf,
@@ -235,6 +237,13 @@ enum Command {
         /// the controller reads from counts.
         #[arg(long)]
         counts_only: bool,
+        /// Instead of replaying the controller: how far its cycles would spread over HELD
+        /// with nothing changing, by the length of their halves (2 to 10 s measured), read
+        /// from the count's means and from the counts alone, and how many cycles (and
+        /// minutes) a comparison would need before its 95% interval narrows to ±ε. Whether
+        /// the job's signal can judge ε at all, and with halves how long.
+        #[arg(long, conflicts_with_all = ["beside", "cost", "seconds", "counts_only"])]
+        spread: bool,
         /// The replay as one JSON object: each change, the time at each level, when it first
         /// settled and where it last did.
         #[arg(long)]
@@ -449,11 +458,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => replay::run(&trace, config, cpus, json),
         Command::ReplayPace {
             held,
+            epsilon,
+            spread: true,
+            json,
+            ..
+        } => replay_pace::spread(&held, epsilon, json),
+        Command::ReplayPace {
+            held,
             beside,
             cost,
             seconds,
             epsilon,
             counts_only,
+            spread: false,
             json,
         } => replay_pace::run(
             &held,

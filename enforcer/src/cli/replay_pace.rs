@@ -7,7 +7,10 @@ use anyhow::{Context as _, bail};
 
 use crate::{
     config::{HarvestSettings, policy::PACE_EPSILON_RANGE},
-    policy::harvest::replay::{PaceReplay, Reporter, StepTrace, replay},
+    policy::harvest::replay::{
+        PaceReplay, Reporter, StepTrace, replay,
+        spread::{MEASURES_S, cycle_spreads},
+    },
 };
 
 /// What a replay plays: its length, the controller's ε, the cost added to the recording beside
@@ -31,6 +34,54 @@ fn read_steps(path: &Path) -> anyhow::Result<StepTrace> {
         )
     })?;
     StepTrace::from_step_ms(&step_ms).map_err(|why| anyhow::anyhow!("{}: {why}", path.display()))
+}
+
+/// `--spread`: how far the cycles of `recording` spread with nothing changing, by the length
+/// of their halves, and what a comparison at `epsilon` would need.
+pub(crate) fn spread(recording: &Path, epsilon: f64, json: bool) -> anyhow::Result<()> {
+    if !(epsilon.is_finite() && PACE_EPSILON_RANGE.contains(&epsilon)) {
+        bail!("--epsilon must be from 0.001 to 0.5 (0.01: 1%), not {epsilon}");
+    }
+    let steps = read_steps(recording)?;
+    let spreads = cycle_spreads(&steps, &MEASURES_S);
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&spreads)?)?;
+        return Ok(());
+    }
+    if spreads.is_empty() {
+        bail!(
+            "{}: {:.0} s of steps hold fewer than three cycles of the shortest halves",
+            recording.display(),
+            steps.length_ns() as f64 / 1e9
+        );
+    }
+    writeln!(
+        out,
+        "{} ({:.0} s of steps), as the pace controller's cycles read it with nothing changing: \
+         each half settles 1 s, then measures; a cycle's ratio is one half's pace over the \
+         next one's",
+        recording.display(),
+        steps.length_ns() as f64 / 1e9,
+    )?;
+    writeln!(
+        out,
+        "measured  cycles  spread: from means  from counts  to ±ε ({:.1}%): cycles  minutes",
+        epsilon * 100.0
+    )?;
+    for row in &spreads {
+        writeln!(
+            out,
+            "{:>6.1} s  {:>6}  {:>17.2}%  {:>10.2}%  {:>20.0}  {:>7.1}",
+            row.measure_s,
+            row.cycles,
+            row.from_means * 100.0,
+            row.from_counts * 100.0,
+            row.cycles_for(epsilon),
+            row.minutes_for(epsilon),
+        )?;
+    }
+    Ok(())
 }
 
 /// `held` while offline is held back, `beside` (slowed by `cost`) at every other level.

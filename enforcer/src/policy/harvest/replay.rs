@@ -14,6 +14,8 @@
 //! finds that cost through the job's noise, how long that takes, and what its probes hold
 //! back; not which level of a ladder the job's real costs would pick.
 
+pub(crate) mod spread;
+
 use std::collections::BTreeMap;
 
 use enforcer_common::protocol::MeanCount;
@@ -227,11 +229,7 @@ pub(crate) fn replay(
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        super::{SETTLE_NS, pace_between, statistics::mean_and_variance},
-        *,
-    };
-    use crate::policy::pace::Mean;
+    use super::*;
 
     fn settings() -> HarvestSettings {
         HarvestSettings { epsilon: 0.01 }
@@ -315,57 +313,34 @@ mod tests {
         unreachable!()
     }
 
-    /// The reports `reporter` sends over the whole of `trace`.
-    fn all_reports(trace: &StepTrace, reporter: Reporter) -> Vec<Report> {
-        let mut reporting = Reporting::new(reporter);
-        trace
-            .ends_between(0, trace.length_ns())
-            .filter_map(|end| reporting.step(end))
-            .map(|(at_ns, steps, mean)| Report {
-                at_ns,
-                steps,
-                mean: mean.map(|mean| Mean::before(at_ns, mean)),
-            })
-            .collect()
-    }
-
-    /// The spread (standard deviation) of the ratio of one half's pace to the next one's,
-    /// halves of a 1 s settling and `measure_s` measured, as the controller's cycles read them
-    /// with nothing changing.
-    fn cycle_spread(reports: &[Report], length_ns: u64, measure_s: f64) -> f64 {
-        let half_ns = SETTLE_NS + (measure_s * S as f64) as u64;
-        let pace = |start: u64| pace_between(reports, start, start + SETTLE_NS, start + half_ns);
-        let ratios: Vec<f64> = (0..length_ns / (2 * half_ns))
-            .filter_map(|cycle| {
-                let start = cycle * 2 * half_ns;
-                Some(pace(start)? / pace(start + half_ns)?)
-            })
-            .collect();
-        let (_, variance) = mean_and_variance(&ratios);
-        variance.sqrt()
-    }
-
     #[test]
     fn a_bursty_jobs_cycles_spread_less_read_from_its_means_than_from_its_counts() {
-        // Halves as the controller measured the server's job: two of its report gaps, which
-        // ran to 1.6 s.
+        // An hour of the model at each spread of its batches; the halves as the controller
+        // measured the server's job (3.2 s: two of its report gaps, which ran to 1.6 s) are
+        // the ones judged, the others printed.
         for jitter in [0.15, 0.3] {
             let step_ms = loader_bound_step_ms(3600.0, jitter, 11);
             let mut sorted = step_ms.clone();
             sorted.sort_by(f64::total_cmp);
-            let job = StepTrace::from_step_ms(&step_ms).unwrap();
-            let spread =
-                |reporter| cycle_spread(&all_reports(&job, reporter), job.length_ns(), 3.2);
-            let (counts, means) = (spread(Reporter::CountsOnly), spread(Reporter::WithMeans));
             println!(
-                "jitter {jitter}: {:.2} steps/s, step p50 {:.0} ms, p99 {:.0} ms; a cycle of \
-                 3.2 s halves spreads by {:.1}% from counts, {:.1}% from means",
+                "jitter {jitter}: {:.2} steps/s, step p50 {:.0} ms, p99 {:.0} ms",
                 step_ms.len() as f64 / 3600.0,
                 sorted[sorted.len() / 2],
                 sorted[sorted.len() * 99 / 100],
-                counts * 100.0,
-                means * 100.0,
             );
+            let job = StepTrace::from_step_ms(&step_ms).unwrap();
+            let spreads = spread::cycle_spreads(&job, &spread::MEASURES_S);
+            for row in &spreads {
+                println!(
+                    "  {:.1} s halves, {} cycles: {:.1}% from counts, {:.1}% from means",
+                    row.measure_s,
+                    row.cycles,
+                    row.from_counts * 100.0,
+                    row.from_means * 100.0,
+                );
+            }
+            let at_the_servers = spreads.iter().find(|row| row.measure_s == 3.2).unwrap();
+            let (counts, means) = (at_the_servers.from_counts, at_the_servers.from_means);
             assert!(
                 means < 0.8 * counts,
                 "jitter {jitter}: {means} against {counts}"
@@ -373,17 +348,11 @@ mod tests {
         }
         // A steady job: the same either way.
         let job = StepTrace::from_step_ms(&steady(50.0, 600.0)).unwrap();
-        let counts = cycle_spread(
-            &all_reports(&job, Reporter::CountsOnly),
-            job.length_ns(),
-            2.0,
+        let steady = spread::cycle_spreads(&job, &[2.0]);
+        assert!(
+            steady[0].from_counts < 0.02 && steady[0].from_means < 0.02,
+            "{steady:?}"
         );
-        let means = cycle_spread(
-            &all_reports(&job, Reporter::WithMeans),
-            job.length_ns(),
-            2.0,
-        );
-        assert!(counts < 0.02 && means < 0.02, "{counts} {means}");
     }
 
     #[test]
