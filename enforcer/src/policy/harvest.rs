@@ -87,7 +87,8 @@
 //! Its parts: `level`, the ladder; `statistics`, the arithmetic of paces, cycles and
 //! intervals; `carried`, a too-noisy level's cycles from one comparison to the next; `change`,
 //! what the loop tells the daemon (each change of level and its reason); `replay`, the loop
-//! over a job's recorded step times (`enforcer replay-pace`).
+//! over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
+//! its cycles would spread over them (`--spread`).
 
 mod carried;
 mod change;
