@@ -200,10 +200,9 @@ enum Command {
     /// level, each repeated as needed, and reports the job's steps as `reamer_progress` does:
     /// after the first step a second past the last report, with the count's mean over the
     /// time between (`--counts-only`: the count alone). So every level above `held` costs what
-    /// the second recording
-    /// shows: the replay tells whether the controller finds that cost through the job's noise
-    /// (or, given the first recording alone, whether the noise alone moves it), not which
-    /// level a ladder of real costs would pick. `--cost` slows the second recording further:
+    /// the second recording shows: the replay tells whether the controller finds that cost
+    /// through the job's noise (or, given the first recording alone, whether the noise alone
+    /// moves it), not which level a ladder of real costs would pick. `--cost` slows the second recording further:
     /// from one recording of a job alone, whether the controller would find a cost of that
     /// size through the job's own noise, and how soon.
     ///
