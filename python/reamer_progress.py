@@ -68,9 +68,8 @@ class Reporter:
         self._sent_at = None
         self._retry_at = 0.0
         self._said = set()
-        # The count's mean since the last report sent: its integral over that time, the count
-        # being constant between two calls.
-        self._mean_since = None
+        # The count's mean since the last report sent (at _sent_at): its integral over that
+        # time, the count being constant between two calls.
         self._last_count = None
         self._count_seconds = 0.0
         self.retry_s = retry_s if retry_s is not None else self._retry_from_env()
@@ -106,9 +105,9 @@ class Reporter:
             return False
         if now < self._retry_at:
             return False
+        mean = self._take_mean(now, count)
         self._sent_at = now
         message = {"op": "progress", "steps": count}
-        mean = self._take_mean(now, count)
         if mean is not None:
             message["mean"] = mean
         line = json.dumps(message) + "\n"
@@ -142,16 +141,13 @@ class Reporter:
             at, last = self._last_count
             self._count_seconds += last * (now - at)
         self._last_count = (now, count)
-        if self._mean_since is None:
-            self._mean_since = now
 
     def _take_mean(self, now, count):
         """The count's mean since the last report, as the daemon takes it ({"steps", "seconds"}),
         or None where there is none to send (the first report, a count that went back, a long
         silence); a new one starts."""
-        since, self._mean_since = self._mean_since, now
         total, self._count_seconds = self._count_seconds, 0.0
-        seconds = now - since if since is not None else 0.0
+        seconds = now - self._sent_at if self._sent_at is not None else 0.0
         if not 0.0 < seconds <= MEAN_MAX_S:
             return None
         mean = total / seconds

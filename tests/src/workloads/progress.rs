@@ -38,7 +38,6 @@ pub struct ProgressReporter {
 /// count being constant between two calls of `report`.
 #[derive(Default)]
 struct Mean {
-    since: Option<Instant>,
     /// The count at the last call, and when.
     last: Option<(Instant, u64)>,
     step_seconds: f64,
@@ -50,16 +49,15 @@ impl Mean {
             self.step_seconds += count as f64 * (now - at).as_secs_f64();
         }
         self.last = Some((now, steps));
-        self.since.get_or_insert(now);
     }
 
-    /// The mean since the last report, where it can be one of `steps` (a count that went
-    /// back in between has none), and a new one started.
-    fn take(&mut self, now: Instant, steps: u64) -> Option<MeanCount> {
-        let since = self.since.replace(now)?;
-        let seconds = (now - since).as_secs_f64();
+    /// The mean since the last report, sent at `since` (None: this is the first), where it
+    /// can be one of `steps` (a count that went back in between has none); a new one starts.
+    fn take(&mut self, now: Instant, steps: u64, since: Option<Instant>) -> Option<MeanCount> {
+        let step_seconds = std::mem::take(&mut self.step_seconds);
+        let seconds = (now - since?).as_secs_f64();
         let mean = MeanCount {
-            steps: std::mem::take(&mut self.step_seconds) / seconds,
+            steps: step_seconds / seconds,
             seconds,
         };
         mean.problem(steps).is_none().then_some(mean)
@@ -98,10 +96,9 @@ impl ProgressReporter {
         {
             return false;
         }
-        self.sent_at = Some(now);
         let report = Request::Progress {
             steps,
-            mean: self.mean.take(now, steps),
+            mean: self.mean.take(now, steps, self.sent_at.replace(now)),
         };
         // A connection the daemon closed while idle is opened again once, at once.
         let answer = self.exchange(&report).or_else(|_| {
@@ -157,15 +154,15 @@ mod tests {
         let mut mean = Mean::default();
         mean.count(at(0), 10);
         // The first report: no time before it.
-        assert_eq!(mean.take(at(0), 10), None);
+        assert_eq!(mean.take(at(0), 10, None), None);
         // 10 for half a second, then 20 for half a second.
         mean.count(at(500), 20);
         mean.count(at(1000), 30);
-        let taken = mean.take(at(1000), 30).expect("a mean");
+        let taken = mean.take(at(1000), 30, Some(at(0))).expect("a mean");
         assert!((taken.steps - 15.0).abs() < 1e-6 && (taken.seconds - 1.0).abs() < 1e-6);
         // A new run's count, below the last one's: its mean over the time since is above it.
         mean.count(at(1500), 5);
         mean.count(at(2000), 6);
-        assert_eq!(mean.take(at(2000), 6), None);
+        assert_eq!(mean.take(at(2000), 6, Some(at(1000))), None);
     }
 }
