@@ -202,9 +202,10 @@ enum Command {
     /// time between (`--counts-only`: the count alone). So every level above `held` costs what
     /// the second recording shows: the replay tells whether the controller finds that cost
     /// through the job's noise (or, given the first recording alone, whether the noise alone
-    /// moves it), not which level a ladder of real costs would pick. `--cost` slows the second recording further:
-    /// from one recording of a job alone, whether the controller would find a cost of that
-    /// size through the job's own noise, and how soon.
+    /// moves it). `--cost` slows the second recording further: from one recording of a job
+    /// alone, whether the controller would find a cost of that size through the job's own
+    /// noise, and how soon. `--level-cost` gives levels costs of their own: which level a
+    /// ladder of costs (a frontier a benchmark measured) would have it keep, and how soon.
     ///
     /// Examples:
     ///
@@ -213,6 +214,8 @@ enum Command {
     ///   enforcer replay-pace alone-steps.json --seconds 3600 --json
     ///
     ///   enforcer replay-pace alone-steps.json --cost 0.03
+    ///
+    ///   enforcer replay-pace alone-steps.json --level-cost training_cores=0.004
     ///
     ///   enforcer replay-pace alone-steps.json --spread
     ReplayPace {
@@ -225,6 +228,11 @@ enum Command {
         /// BESIDE's steps, each longer by 1 / (1 − COST).
         #[arg(long, default_value_t = 0.0)]
         cost: f64,
+        /// LEVEL=COST: at this level BESIDE is slowed by COST instead of --cost (repeat, or
+        /// separate by commas). Levels, least offline first: quarter, half, three_quarters,
+        /// policy, unpaused, training_cores.
+        #[arg(long, value_delimiter = ',', value_name = "LEVEL=COST")]
+        level_cost: Vec<String>,
         /// Seconds of the job to replay.
         #[arg(long, default_value_t = 1800)]
         seconds: u64,
@@ -241,7 +249,10 @@ enum Command {
         /// from the count's means and from the counts alone, and how many cycles (and
         /// minutes) a comparison would need before its 95% interval narrows to ±ε. Whether
         /// the job's signal can judge ε at all, and with halves how long.
-        #[arg(long, conflicts_with_all = ["beside", "cost", "seconds", "counts_only"])]
+        #[arg(
+            long,
+            conflicts_with_all = ["beside", "cost", "level_cost", "seconds", "counts_only"]
+        )]
         spread: bool,
         /// The replay as one JSON object: each change, the time at each level, when it first
         /// settled and where it last did.
@@ -466,6 +477,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             held,
             beside,
             cost,
+            level_cost,
             seconds,
             epsilon,
             counts_only,
@@ -476,6 +488,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             beside.as_deref().unwrap_or(&held),
             replay_pace::Replayed {
                 cost,
+                level_costs: level_cost,
                 seconds,
                 epsilon,
                 reporter: match counts_only {

@@ -7,16 +7,20 @@ use anyhow::{Context as _, bail};
 
 use crate::{
     config::{HarvestSettings, policy::PACE_EPSILON_RANGE},
-    policy::harvest::replay::{
-        PaceReplay, Reporter, StepTrace, replay,
-        spread::{MEASURES_S, cycle_spreads},
+    policy::harvest::{
+        Level,
+        replay::{
+            Beside, PaceReplay, Reporter, StepTrace, replay,
+            spread::{MEASURES_S, cycle_spreads},
+        },
     },
 };
 
 /// What a replay plays: its length, the controller's ε, the cost added to the recording beside
-/// offline, and what the job's reports carry.
+/// offline (and levels' own, as `LEVEL=COST`), and what the job's reports carry.
 pub(crate) struct Replayed {
     pub cost: f64,
+    pub level_costs: Vec<String>,
     pub seconds: u64,
     pub epsilon: f64,
     pub reporter: Reporter,
@@ -84,6 +88,42 @@ pub(crate) fn spread(recording: &Path, epsilon: f64, json: bool) -> anyhow::Resu
     Ok(())
 }
 
+/// A cost as `--cost` takes it: the share of the job's pace it slows, below 0.9.
+fn checked_cost(cost: f64, flag: &str) -> anyhow::Result<f64> {
+    if !(cost.is_finite() && (0.0..=0.9).contains(&cost)) {
+        bail!("{flag} must be from 0 to 0.9 (0.03: the job 3% slower), not {cost}");
+    }
+    Ok(cost)
+}
+
+/// `--level-cost`'s `LEVEL=COST`s, each level named once and above `held`.
+fn level_costs(given: &[String]) -> anyhow::Result<Vec<(Level, f64)>> {
+    let mut costs: Vec<(Level, f64)> = Vec::new();
+    for entry in given {
+        let Some((name, cost)) = entry.split_once('=') else {
+            bail!("--level-cost {entry:?}: expected LEVEL=COST, such as training_cores=0.004");
+        };
+        let level = Level::from_name(name.trim())
+            .filter(|&level| level != Level::Held)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--level-cost {entry:?}: no level {name:?}; one of quarter, half, \
+                     three_quarters, policy, unpaused, training_cores"
+                )
+            })?;
+        let cost: f64 = cost
+            .trim()
+            .parse()
+            .with_context(|| format!("--level-cost {entry:?}: {cost:?} is not a number"))?;
+        let cost = checked_cost(cost, &format!("--level-cost {entry:?}: the cost"))?;
+        if costs.iter().any(|&(named, _)| named == level) {
+            bail!("--level-cost names {} twice", level.name());
+        }
+        costs.push((level, cost));
+    }
+    Ok(costs)
+}
+
 /// `held` while offline is held back, `beside` (slowed by `cost`) at every other level.
 pub(crate) fn run(
     held: &Path,
@@ -93,6 +133,7 @@ pub(crate) fn run(
 ) -> anyhow::Result<()> {
     let Replayed {
         cost,
+        level_costs: given_level_costs,
         seconds,
         epsilon,
         reporter,
@@ -100,14 +141,17 @@ pub(crate) fn run(
     if !(epsilon.is_finite() && PACE_EPSILON_RANGE.contains(&epsilon)) {
         bail!("--epsilon must be from 0.001 to 0.5 (0.01: 1%), not {epsilon}");
     }
-    if !(cost.is_finite() && (0.0..=0.9).contains(&cost)) {
-        bail!("--cost must be from 0 to 0.9 (0.03: the job 3% slower), not {cost}");
-    }
+    let cost = checked_cost(cost, "--cost")?;
+    let level_costs = level_costs(&given_level_costs)?;
     if !(60..=86_400).contains(&seconds) {
         bail!("--seconds must be from 60 (a search needs one) to 86400, not {seconds}");
     }
     let held_steps = read_steps(held)?;
-    let beside_steps = read_steps(beside)?.slowed(cost);
+    let beside_recorded = read_steps(beside)?;
+    let beside_steps = level_costs.iter().fold(
+        Beside::everywhere(beside_recorded.slowed(cost)),
+        |steps, &(level, cost)| steps.with_level_cost(level, cost),
+    );
     let replayed = replay(
         &held_steps,
         &beside_steps,
@@ -121,10 +165,13 @@ pub(crate) fn run(
         return Ok(());
     }
     let length_s = |trace: &StepTrace| trace.length_ns() as f64 / 1e9;
-    let slowed = match cost > 0.0 {
+    let mut slowed = match cost > 0.0 {
         true => format!(", slowed by {:.1}%", cost * 100.0),
         false => String::new(),
     };
+    for (level, cost) in &level_costs {
+        slowed.push_str(&format!(", at {} by {:.2}%", level.name(), cost * 100.0));
+    }
     writeln!(
         out,
         "replaying {seconds} s of the pace controller (ε = {:.1}%): offline held back from {} \
@@ -133,7 +180,7 @@ pub(crate) fn run(
         held.display(),
         length_s(&held_steps),
         beside.display(),
-        length_s(&beside_steps),
+        length_s(&beside_recorded),
     )?;
     write!(out, "{}", summary(&replayed))?;
     Ok(())
@@ -206,6 +253,24 @@ mod tests {
     }
 
     #[test]
+    fn level_costs_are_read_and_a_bad_one_is_refused_naming_it() {
+        let given = |entries: &[&str]| {
+            level_costs(&entries.iter().map(|e| e.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            given(&["training_cores=0.004", " unpaused = 0.001"]).unwrap(),
+            vec![(Level::TrainingCores, 0.004), (Level::Unpaused, 0.001)]
+        );
+        let refused = |entries: &[&str]| format!("{:#}", given(entries).unwrap_err());
+        assert!(refused(&["training_cores"]).contains("expected LEVEL=COST"));
+        assert!(refused(&["held=0.1"]).contains("no level \"held\""));
+        assert!(refused(&["top=0.1"]).contains("no level \"top\""));
+        assert!(refused(&["policy=x"]).contains("\"x\" is not a number"));
+        assert!(refused(&["policy=0.95"]).contains("must be from 0 to 0.9"));
+        assert!(refused(&["policy=0.1", "policy=0.2"]).contains("names policy twice"));
+    }
+
+    #[test]
     fn the_summary_gives_where_it_settled_each_levels_time_and_each_change() {
         let steps: Vec<f64> = (0..2400)
             .map(|i| if i == 0 { 25.0 } else { 50.0 })
@@ -213,7 +278,7 @@ mod tests {
         let job = StepTrace::from_step_ms(&steps).unwrap();
         let text = summary(&replay(
             &job,
-            &job,
+            &Beside::everywhere(job.clone()),
             120,
             HarvestSettings { epsilon: 0.01 },
             Reporter::WithMeans,

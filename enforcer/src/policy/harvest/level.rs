@@ -54,6 +54,11 @@ impl Level {
         self.index().checked_sub(1).map(|i| Self::LADDER[i])
     }
 
+    /// The level of `name` (as `name` writes it), if any.
+    pub(crate) fn from_name(name: &str) -> Option<Level> {
+        Self::LADDER.into_iter().find(|level| level.name() == name)
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Level::Held => "held",

@@ -12,7 +12,9 @@
 //! for a reporter that sends no mean, the count alone: `Reporter::CountsOnly`). So every
 //! level above `held` costs what `beside` recorded: the replay shows whether the controller
 //! finds that cost through the job's noise, how long that takes, and what its probes hold
-//! back; not which level of a ladder the job's real costs would pick.
+//! back. Costs of its own for some levels (`Beside::with_level_cost`: a frontier's, say, where
+//! sharing training's cores costs less than ε and the rest nothing) show which level of the
+//! ladder those costs would have it pick.
 
 pub(crate) mod spread;
 
@@ -154,6 +156,35 @@ impl StepTrace {
     }
 }
 
+/// What the job's steps are at each level above `held`: one recording made beside offline,
+/// slowed by the level's own cost where it has one.
+#[derive(Debug, Clone)]
+pub(crate) struct Beside {
+    everywhere: StepTrace,
+    by_level: BTreeMap<Level, StepTrace>,
+}
+
+impl Beside {
+    /// `trace` at every level above `held`.
+    pub(crate) fn everywhere(trace: StepTrace) -> Self {
+        Self {
+            everywhere: trace,
+            by_level: BTreeMap::new(),
+        }
+    }
+
+    /// At `level`, the recording slowed by `cost` (0.005: half a percent), in place of any
+    /// cost the recording carries everywhere else.
+    pub(crate) fn with_level_cost(mut self, level: Level, cost: f64) -> Self {
+        self.by_level.insert(level, self.everywhere.slowed(cost));
+        self
+    }
+
+    fn at(&self, level: Level) -> &StepTrace {
+        self.by_level.get(&level).unwrap_or(&self.everywhere)
+    }
+}
+
 /// What the controller did over a replay.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct PaceReplay {
@@ -179,7 +210,7 @@ pub(crate) struct ReplayedChange {
 /// offline back, `beside`'s at every other level, reported by `reporter`.
 pub(crate) fn replay(
     held: &StepTrace,
-    beside: &StepTrace,
+    beside: &Beside,
     seconds: u64,
     settings: HarvestSettings,
     reporter: Reporter,
@@ -203,7 +234,10 @@ pub(crate) fn replay(
                 change,
             });
         }
-        let trace = if level == Level::Held { held } else { beside };
+        let trace = match level {
+            Level::Held => held,
+            level => beside.at(level),
+        };
         for end in trace.ends_between(now, now + tick_ns) {
             if let Some((at_ns, steps, mean)) = reporting.step(end) {
                 tracker.record_with_mean(at_ns, steps, mean);
@@ -261,7 +295,13 @@ mod tests {
     #[test]
     fn a_job_offline_does_not_slow_keeps_the_top_level() {
         let job = StepTrace::from_step_ms(&steady(50.0, 120.0)).unwrap();
-        let replay = replay(&job, &job, 300, settings(), Reporter::WithMeans);
+        let replay = replay(
+            &job,
+            &Beside::everywhere(job.clone()),
+            300,
+            settings(),
+            Reporter::WithMeans,
+        );
         assert_eq!(replay.settled_at, Some(Level::TrainingCores), "{replay:?}");
         // One comparison: a warm-up of 10 s, then three cycles.
         assert!(replay.first_settled_s.unwrap() < 60.0, "{replay:?}");
@@ -272,6 +312,7 @@ mod tests {
     fn a_job_offline_slows_by_five_percent_everywhere_gets_offline_held_back() {
         let held = StepTrace::from_step_ms(&steady(50.0, 120.0)).unwrap();
         let beside = StepTrace::from_step_ms(&steady(50.0 / 0.95, 120.0)).unwrap();
+        let beside = Beside::everywhere(beside);
         let recorded = replay(&held, &beside, 900, settings(), Reporter::WithMeans);
         assert_eq!(recorded.settled_at, Some(Level::Held), "{recorded:?}");
         let time_held = recorded.time_at_level["held"];
@@ -279,7 +320,7 @@ mod tests {
         // The same job slowed from its own recording: the same verdict.
         let slowed = replay(
             &held,
-            &held.slowed(0.05),
+            &Beside::everywhere(held.slowed(0.05)),
             900,
             settings(),
             Reporter::CountsOnly,
@@ -362,7 +403,8 @@ mod tests {
         for jitter in [0.15, 0.3] {
             let job = StepTrace::from_step_ms(&loader_bound_step_ms(1800.0, jitter, 11)).unwrap();
             let at_or_above_policy = |cost, reporter| {
-                let replayed = replay(&job, &job.slowed(cost), 7200, settings(), reporter);
+                let beside = Beside::everywhere(job.slowed(cost));
+                let replayed = replay(&job, &beside, 7200, settings(), reporter);
                 ["policy", "unpaused", "training_cores"]
                     .iter()
                     .filter_map(|level| replayed.time_at_level.get(level))
@@ -386,6 +428,20 @@ mod tests {
             );
             assert!(free_means > 0.75, "jitter {jitter}: {free_means}");
         }
+    }
+
+    #[test]
+    fn a_ladder_of_costs_has_the_controller_keep_the_highest_level_that_keeps_the_pace() {
+        // Offline on training's cores costs 5%; without the pause it costs nothing, as below.
+        let job = StepTrace::from_step_ms(&steady(50.0, 120.0)).unwrap();
+        let beside = Beside::everywhere(job.clone()).with_level_cost(Level::TrainingCores, 0.05);
+        let replayed = replay(&job, &beside, 900, settings(), Reporter::WithMeans);
+        assert_eq!(replayed.settled_at, Some(Level::Unpaused), "{replayed:?}");
+        assert!(replayed.time_at_level["unpaused"] > 0.6, "{replayed:?}");
+        assert!(
+            replayed.time_at_level["training_cores"] < 0.2,
+            "{replayed:?}"
+        );
     }
 
     #[test]

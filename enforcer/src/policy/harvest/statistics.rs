@@ -23,8 +23,10 @@ pub(crate) struct Ratio {
     pub cycles: usize,
 }
 
-/// Student's t at 95% beyond the tables' 9 degrees of freedom: 2.23 at 10, 2.20 at 11, and a
-/// comparison runs to `MAX_CYCLES_NEAR_FLOOR` (12) cycles at most.
+/// Student's t at 95% beyond the tables' 9 degrees of freedom: 2.23 at 10, 2.20 at 11, 2.07
+/// at 23. A comparison runs to `MAX_CYCLES_NEAR_FLOOR` (12) cycles at most at the policy's
+/// level and below, and to `MAX_CYCLES_ABOVE_POLICY` (24) above it, where the interval is a
+/// little wider than Student's: a level is kept there a little less readily.
 const T95_BEYOND: f64 = 2.2;
 
 /// The mean of `ratios` with its 95% interval; None with fewer than two.
@@ -61,10 +63,10 @@ pub(super) fn standard_error(values: &[f64]) -> f64 {
     (variance / values.len() as f64).sqrt()
 }
 
-/// Whether `ratios` could still show a level free by `MAX_CYCLES` cycles: a sequential test's
-/// futility stop. The interval at `MAX_CYCLES` clears `floor` where the mean of all cycles is
-/// at least `floor + t·s/√MAX_CYCLES`; the cycles left, drawn around the mean so far (but no
-/// higher than 1) with the spread so far, reach that mean with a chance of at least 5%
+/// Whether `ratios` could still show a level free by `horizon` cycles: a sequential test's
+/// futility stop. The interval at `horizon` clears `floor` where the mean of all cycles is
+/// at least `floor + t·s/√horizon`; the cycles left, drawn around the mean so far (but no
+/// higher than 1) with `spread`, reach that mean with a chance of at least 5%
 /// (`FUTILITY_Z`). Below it, they would only hold offline back for a verdict already known.
 ///
 /// No higher than 1: offline held back is the reference, and a level that shares the machine
@@ -72,16 +74,30 @@ pub(super) fn standard_error(values: &[f64]) -> f64 {
 /// GPU server the ResNet-50 job's reported steps gave `training_cores` means of 1.05 to 1.14
 /// over cycles that spread by 15 to 20%, and the cycles left were drawn around those means:
 /// such levels ran three to eight cycles, half of each held back, for no verdict.
-pub(super) fn could_show_free_by_max_cycles(ratios: &[f64], floor: f64) -> bool {
-    could_still_show(Shown::Free, ratios, floor)
+///
+/// The spread is `spread`, not the cycles' own: a few cycles' spread is itself noisy, and one
+/// that came out small by chance kept comparisons of a job too noisy for any verdict running
+/// (on a model of the GPU server's job, a cost of 10% kept at `policy` or above 86% of two
+/// hours, against 42%). The comparison passes `PooledSpread::upper_bound_with`.
+pub(super) fn could_show_free_by(ratios: &[f64], floor: f64, horizon: usize, spread: f64) -> bool {
+    let n = ratios.len();
+    if n >= horizon {
+        return false;
+    }
+    if n < 2 {
+        // No spread yet to judge from.
+        return true;
+    }
+    let (mean, _) = mean_and_variance(ratios);
+    could_reach(Shown::Free, n, mean.min(1.0), spread, floor, horizon)
 }
 
 /// Whether cycles that spread by `spread` could show any level free in a comparison of their
-/// own: `could_show_free_by_max_cycles` before its first cycle, at a mean of 1 (a level that
-/// costs training nothing). False where the noise alone rules it out: no level above the
-/// policy's is worth a comparison then.
-pub(super) fn could_show_free_at_spread(spread: f64, floor: f64) -> bool {
-    could_reach(Shown::Free, 0, 1.0, spread, floor)
+/// own, of `horizon` cycles at most: `could_show_free_by` before its first cycle, at a mean of
+/// 1 (a level that costs training nothing). False where the noise alone rules it out: no
+/// level above the policy's is worth a comparison then.
+pub(super) fn could_show_free_at_spread(spread: f64, floor: f64, horizon: usize) -> bool {
+    could_reach(Shown::Free, 0, 1.0, spread, floor, horizon)
 }
 
 /// Whether `ratios` could still show a level costly by `MAX_CYCLES` cycles: the futility
@@ -96,13 +112,6 @@ pub(super) fn could_show_free_at_spread(spread: f64, floor: f64) -> bool {
 /// cycles, half of each held back, where the interval lies below `1 − ε` only for a mean 10
 /// to 20% short of it.
 pub(super) fn could_show_costly_by_max_cycles(ratios: &[f64], floor: f64) -> bool {
-    could_still_show(Shown::Costly, ratios, floor)
-}
-
-/// Whether the cycles after `ratios`, up to `MAX_CYCLES`, could still show the level `shown`
-/// (`could_reach`), drawn around the mean so far (no higher than 1, for free) with the spread
-/// so far.
-fn could_still_show(shown: Shown, ratios: &[f64], floor: f64) -> bool {
     let n = ratios.len();
     if n >= MAX_CYCLES {
         return false;
@@ -112,11 +121,7 @@ fn could_still_show(shown: Shown, ratios: &[f64], floor: f64) -> bool {
         return true;
     }
     let (mean, variance) = mean_and_variance(ratios);
-    let mean = match shown {
-        Shown::Free => mean.min(1.0),
-        Shown::Costly => mean,
-    };
-    could_reach(shown, n, mean, variance.sqrt(), floor)
+    could_reach(Shown::Costly, n, mean, variance.sqrt(), floor, MAX_CYCLES)
 }
 
 /// Which side of `floor` a comparison's interval is to clear.
@@ -128,13 +133,13 @@ enum Shown {
     Costly,
 }
 
-/// Whether `MAX_CYCLES − n` more cycles, drawn around `mean` with `spread`, reach a mean of
-/// all `MAX_CYCLES` whose interval clears `floor` on the side `shown` with a chance of at
+/// Whether `horizon − n` more cycles, drawn around `mean` with `spread`, reach a mean of
+/// all `horizon` whose interval clears `floor` on the side `shown` with a chance of at
 /// least 5%.
-fn could_reach(shown: Shown, n: usize, mean: f64, spread: f64, floor: f64) -> bool {
-    let total = MAX_CYCLES as f64;
-    let left = (MAX_CYCLES - n) as f64;
-    let t = T95.get(MAX_CYCLES - 2).copied().unwrap_or(T95_BEYOND);
+fn could_reach(shown: Shown, n: usize, mean: f64, spread: f64, floor: f64, horizon: usize) -> bool {
+    let total = horizon as f64;
+    let left = (horizon - n) as f64;
+    let t = T95.get(horizon - 2).copied().unwrap_or(T95_BEYOND);
     // Above `floor` for free, below it for costly.
     let side = match shown {
         Shown::Free => 1.0,
@@ -177,21 +182,51 @@ impl PooledSpread {
 
     /// The pooled variance of the cycles, `ratios` (the current comparison's) included.
     pub(super) fn variance_with(&self, ratios: &[f64]) -> f64 {
+        match self.pooled_with(ratios) {
+            (_, 0) => 0.0,
+            (sum, freedom) => sum / freedom as f64,
+        }
+    }
+
+    /// A spread the job's cycles keep below nine times in ten, from the pooled variance with
+    /// `ratios` (`spread_upper_bound`); infinite before two cycles.
+    pub(super) fn upper_bound_with(&self, ratios: &[f64]) -> f64 {
+        match self.pooled_with(ratios) {
+            (_, 0) => f64::INFINITY,
+            (sum, freedom) => spread_upper_bound(sum / freedom as f64, freedom),
+        }
+    }
+
+    /// The pooled sum of squared deviations, `ratios` included, and its degrees of freedom.
+    fn pooled_with(&self, ratios: &[f64]) -> (f64, usize) {
         let current = (ratios.len() >= 2).then(|| squared_deviations(ratios));
-        let (sum, freedom) = self
-            .judged
+        self.judged
             .iter()
             .chain(current.as_ref())
-            .fold((0.0, 0), |(sum, freedom), &(s, f)| (sum + s, freedom + f));
-        match freedom {
-            0 => 0.0,
-            _ => sum / freedom as f64,
-        }
+            .fold((0.0, 0), |(sum, freedom), &(s, f)| (sum + s, freedom + f))
     }
 
     pub(super) fn clear(&mut self) {
         self.judged.clear();
     }
+}
+
+/// The χ² distribution's 10% quantiles for 1 to 10 degrees of freedom.
+const CHI2_10: [f64; 10] = [
+    0.0158, 0.211, 0.584, 1.064, 1.610, 2.204, 2.833, 3.490, 4.168, 4.865,
+];
+
+/// The spread below which the true one lies nine times in ten, from a sample `variance` of
+/// `freedom` (at least one) degrees of freedom: `s·√(f / χ²₀.₁₀(f))`, 3.1 times the sample's
+/// spread at two degrees of freedom, 1.4 times at ten, 1.2 at thirty (Wilson–Hilferty's
+/// approximation of the quantile beyond the table).
+pub(super) fn spread_upper_bound(variance: f64, freedom: usize) -> f64 {
+    let f = freedom.max(1) as f64;
+    let quantile = CHI2_10.get(freedom.max(1) - 1).copied().unwrap_or_else(|| {
+        let a = 2.0 / (9.0 * f);
+        f * (1.0 - a - 1.2816 * a.sqrt()).powi(3)
+    });
+    (variance * f / quantile).sqrt()
 }
 
 /// The sum of squared deviations of `ratios` (at least two) from their mean, and their number
