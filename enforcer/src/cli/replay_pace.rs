@@ -148,8 +148,9 @@ pub(crate) fn run(
     }
     let held_steps = read_steps(held)?;
     let beside_recorded = read_steps(beside)?;
+    let beside_length_s = beside_recorded.length_ns() as f64 / 1e9;
     let beside_steps = level_costs.iter().fold(
-        Beside::everywhere(beside_recorded.slowed(cost)),
+        Beside::slowed(beside_recorded, cost),
         |steps, &(level, cost)| steps.with_level_cost(level, cost),
     );
     let replayed = replay(
@@ -180,7 +181,7 @@ pub(crate) fn run(
         held.display(),
         length_s(&held_steps),
         beside.display(),
-        length_s(&beside_recorded),
+        beside_length_s,
     )?;
     write!(out, "{}", summary(&replayed))?;
     Ok(())

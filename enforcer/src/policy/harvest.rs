@@ -70,13 +70,13 @@
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
 //! 36 s, up to 36 s in 72 s where the mean lies at the floor, and up to 72 s in 144 s above
-//! the policy's level where the cycles keep pointing to a cost a little below ε. Settled, one recheck of 3
-//! cycles where the level still keeps the pace: at one a minute, about 11% of offline's time;
-//! at one in four minutes, about 3.5% (a too-noisy level's recheck runs on to six where its
-//! carried cycles point to a cost). The first comparison waits for the job's first
-//! `WARMUP_NS` of reports. The price of the longer
-//! waits: a level that turns costly while the job's pace stays the same is found up to four
-//! minutes late (the fast path still moves offline off a training thread it queues).
+//! the policy's level where the cycles keep pointing to a cost a little below ε. Settled, one
+//! recheck of 3 cycles where the level still keeps the pace: at one a minute, about 11% of
+//! offline's time; at one in four minutes, about 3.5% (a too-noisy level's recheck runs on to
+//! six where its carried cycles point to a cost). The first comparison waits for the job's
+//! first `WARMUP_NS` of reports. The price of the longer waits: a level that turns costly
+//! while the job's pace stays the same is found up to four minutes late (the fast path still
+//! moves offline off a training thread it queues).
 //!
 //! The pace comes from the job's progress reports where it sends them, and otherwise from its
 //! GPUs' busy share (`gpu::training_busy`), counted up like reports. The job's own count comes
@@ -150,10 +150,11 @@ pub(crate) const MAX_CYCLES_ABOVE_POLICY: usize = 24;
 /// (`enforcer replay-pace --cost 0.005`), from 47% to 91%
 /// (docs/experiments/2026-11-28-replay-cost-vm.md).
 pub(crate) const MAX_CYCLES_NEAR_FLOOR: usize = 12;
-/// Above the core policy's level, a comparison ends before `MAX_CYCLES` where the cycles left
-/// would need a mean this many of their standard errors above the mean so far to show the
-/// level free: a chance under 5% (one-sided normal). On the VM, where each cycle's ratio spread
-/// by 2.2 to 2.6%, every such level ran its six cycles and none was shown free.
+/// Above the core policy's level, a comparison ends before `MAX_CYCLES_ABOVE_POLICY` where the
+/// cycles left would need a mean this many of their standard errors above the mean so far to
+/// show the level free: a chance under 5% (one-sided normal). On the VM, where each cycle's
+/// ratio spread by 2.2 to 2.6%, every such level ran six cycles, the most it then had, and none
+/// was shown free.
 const FUTILITY_Z: f64 = 1.645;
 /// At the policy's level and below, the mean of a comparison's cycles decides only where its
 /// standard error at `MAX_CYCLES` cycles is at most this many ε (`mean_too_noisy`); noisier,

@@ -157,26 +157,34 @@ impl StepTrace {
 }
 
 /// What the job's steps are at each level above `held`: one recording made beside offline,
-/// slowed by the level's own cost where it has one.
+/// slowed by a cost at every level, or by the level's own where it has one.
 #[derive(Debug, Clone)]
 pub(crate) struct Beside {
+    recorded: StepTrace,
     everywhere: StepTrace,
     by_level: BTreeMap<Level, StepTrace>,
 }
 
 impl Beside {
-    /// `trace` at every level above `held`.
-    pub(crate) fn everywhere(trace: StepTrace) -> Self {
+    /// `recorded` slowed by `cost` (0.03: 3%) at every level above `held`.
+    pub(crate) fn slowed(recorded: StepTrace, cost: f64) -> Self {
         Self {
-            everywhere: trace,
+            everywhere: recorded.slowed(cost),
+            recorded,
             by_level: BTreeMap::new(),
         }
     }
 
-    /// At `level`, the recording slowed by `cost` (0.005: half a percent), in place of any
-    /// cost the recording carries everywhere else.
+    /// `trace` as it is at every level above `held`.
+    #[cfg(test)]
+    pub(crate) fn everywhere(trace: StepTrace) -> Self {
+        Self::slowed(trace, 0.0)
+    }
+
+    /// At `level`, the recording slowed by `cost` (0.005: half a percent) in place of the cost
+    /// at every level.
     pub(crate) fn with_level_cost(mut self, level: Level, cost: f64) -> Self {
-        self.by_level.insert(level, self.everywhere.slowed(cost));
+        self.by_level.insert(level, self.recorded.slowed(cost));
         self
     }
 
@@ -442,6 +450,14 @@ mod tests {
             replayed.time_at_level["training_cores"] < 0.2,
             "{replayed:?}"
         );
+    }
+
+    #[test]
+    fn a_levels_own_cost_takes_the_place_of_the_cost_everywhere() {
+        let trace = StepTrace::from_step_ms(&[100.0, 200.0, 700.0]).unwrap();
+        let beside = Beside::slowed(trace.clone(), 0.2).with_level_cost(Level::Policy, 0.0);
+        assert_eq!(beside.at(Level::Policy).length_ns(), trace.length_ns());
+        assert_eq!(beside.at(Level::Unpaused).length_ns(), S + S / 4);
     }
 
     #[test]

@@ -80,16 +80,7 @@ pub(super) fn standard_error(values: &[f64]) -> f64 {
 /// (on a model of the GPU server's job, a cost of 10% kept at `policy` or above 86% of two
 /// hours, against 42%). The comparison passes `PooledSpread::upper_bound_with`.
 pub(super) fn could_show_free_by(ratios: &[f64], floor: f64, horizon: usize, spread: f64) -> bool {
-    let n = ratios.len();
-    if n >= horizon {
-        return false;
-    }
-    if n < 2 {
-        // No spread yet to judge from.
-        return true;
-    }
-    let (mean, _) = mean_and_variance(ratios);
-    could_reach(Shown::Free, n, mean.min(1.0), spread, floor, horizon)
+    could_still_show(Shown::Free, ratios, floor, horizon, Some(spread))
 }
 
 /// Whether cycles that spread by `spread` could show any level free in a comparison of their
@@ -112,8 +103,21 @@ pub(super) fn could_show_free_at_spread(spread: f64, floor: f64, horizon: usize)
 /// cycles, half of each held back, where the interval lies below `1 − ε` only for a mean 10
 /// to 20% short of it.
 pub(super) fn could_show_costly_by_max_cycles(ratios: &[f64], floor: f64) -> bool {
+    could_still_show(Shown::Costly, ratios, floor, MAX_CYCLES, None)
+}
+
+/// Whether the cycles after `ratios`, up to `horizon`, could still show the level `shown`
+/// (`could_reach`), drawn around the mean so far (no higher than 1, for free) with `spread`,
+/// or the spread so far.
+fn could_still_show(
+    shown: Shown,
+    ratios: &[f64],
+    floor: f64,
+    horizon: usize,
+    spread: Option<f64>,
+) -> bool {
     let n = ratios.len();
-    if n >= MAX_CYCLES {
+    if n >= horizon {
         return false;
     }
     if n < 2 {
@@ -121,7 +125,12 @@ pub(super) fn could_show_costly_by_max_cycles(ratios: &[f64], floor: f64) -> boo
         return true;
     }
     let (mean, variance) = mean_and_variance(ratios);
-    could_reach(Shown::Costly, n, mean, variance.sqrt(), floor, MAX_CYCLES)
+    let mean = match shown {
+        Shown::Free => mean.min(1.0),
+        Shown::Costly => mean,
+    };
+    let spread = spread.unwrap_or_else(|| variance.sqrt());
+    could_reach(shown, n, mean, spread, floor, horizon)
 }
 
 /// Which side of `floor` a comparison's interval is to clear.
