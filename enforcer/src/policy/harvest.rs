@@ -616,7 +616,7 @@ impl Harvest {
         }
         if verdict == Verdict::NotShownFree
             && down.is_some_and(|down| down > Level::Policy)
-            && !could_show_free_at_spread(spread_bound, floor, MAX_CYCLES_ABOVE_POLICY)
+            && !could_show_free_at_spread(spread_bound, floor)
         {
             // Cycles this noisy could show no level free: the levels between are passed over
             // as not shown free, and the policy's is compared. On the GPU server each level

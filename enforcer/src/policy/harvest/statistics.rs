@@ -7,8 +7,8 @@ use enforcer_common::stats::T95;
 use serde::Serialize;
 
 use super::{
-    super::pace::Report, FUTILITY_Z, MAX_CYCLES, MAX_MEASURE_NS, MEAN_NOISE_LIMIT, MIN_MEASURE_NS,
-    POOLED_COMPARISONS, REPORTS_PER_HALF,
+    super::pace::Report, FUTILITY_Z, MAX_CYCLES, MAX_CYCLES_ABOVE_POLICY, MAX_MEASURE_NS,
+    MEAN_NOISE_LIMIT, MIN_MEASURE_NS, POOLED_COMPARISONS, REPORTS_PER_HALF,
 };
 
 /// A level's pace against offline held back: the mean of its cycles' ratios and its
@@ -84,11 +84,11 @@ pub(super) fn could_show_free_by(ratios: &[f64], floor: f64, horizon: usize, spr
 }
 
 /// Whether cycles that spread by `spread` could show any level free in a comparison of their
-/// own, of `horizon` cycles at most: `could_show_free_by` before its first cycle, at a mean of
-/// 1 (a level that costs training nothing). False where the noise alone rules it out: no
-/// level above the policy's is worth a comparison then.
-pub(super) fn could_show_free_at_spread(spread: f64, floor: f64, horizon: usize) -> bool {
-    could_reach(Shown::Free, 0, 1.0, spread, floor, horizon)
+/// own, of `MAX_CYCLES_ABOVE_POLICY` cycles at most: `could_show_free_by` before its first
+/// cycle, at a mean of 1 (a level that costs training nothing). False where the noise alone
+/// rules it out: no level above the policy's is worth a comparison then.
+pub(super) fn could_show_free_at_spread(spread: f64, floor: f64) -> bool {
+    could_reach(Shown::Free, 0, 1.0, spread, floor, MAX_CYCLES_ABOVE_POLICY)
 }
 
 /// Whether `ratios` could still show a level costly by `MAX_CYCLES` cycles: the futility
