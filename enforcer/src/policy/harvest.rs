@@ -87,25 +87,28 @@
 //! this loop.
 //!
 //! Its parts: `level`, the ladder; `statistics`, the arithmetic of paces, cycles and
-//! intervals; `carried`, a too-noisy level's cycles from one comparison to the next; `change`,
-//! what the loop tells the daemon (each change of level and its reason); `replay`, the loop
-//! over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
-//! its cycles would spread over them (`--spread`).
+//! intervals; `verdict`, what a comparison's cycles say of its level; `carried`, a too-noisy
+//! level's cycles from one comparison to the next; `change`, what the loop tells the daemon
+//! (each change of level and its reason); `replay`, the loop over a job's recorded step times
+//! (`enforcer replay-pace`), and `replay::spread`, how far its cycles would spread over them
+//! (`--spread`).
 
 mod carried;
 mod change;
 mod level;
 pub(crate) mod replay;
 mod statistics;
+mod verdict;
 
 use self::carried::Carried;
 pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
 pub(crate) use self::level::{Level, shape};
 use self::statistics::{
-    PooledSpread, could_show_costly_by_max_cycles, could_show_free_at_spread, could_show_free_by,
-    mean_and_variance, mean_too_noisy, measure_ns, standard_error,
+    PooledSpread, could_show_free_at_spread, mean_and_variance, mean_too_noisy, measure_ns,
+    standard_error,
 };
 pub(crate) use self::statistics::{pace_between, paired_interval};
+use self::verdict::{Cycles, Verdict};
 use super::pace::Report;
 use crate::config::HarvestSettings;
 
@@ -175,17 +178,6 @@ pub(crate) const CEILING_NS: u64 = 300_000_000_000;
 /// A held pace this far from the last comparison's (relative), in two cycles in a row, is a
 /// new phase of the job.
 pub(crate) const PHASE_CHANGE: f64 = 0.15;
-
-/// What a comparison's cycles say of its level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Kept,
-    TooCostly,
-    /// Above the core policy's level and not shown to keep training's pace.
-    NotShownFree,
-    /// At the core policy's level or below, kept: too noisy to judge on the mean.
-    TooNoisy,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -484,70 +476,20 @@ impl Harvest {
         let floor = 1.0 - self.settings.epsilon;
         let noisy = mean_too_noisy(self.spread.variance_with(&ratios), self.settings.epsilon);
         let spread_bound = self.spread.upper_bound_with(&ratios);
-        // Where only the interval can move a level down (below), it is looked at once, after
-        // `MAX_CYCLES`: each look is another chance for the noise. On a model of the GPU
-        // server's job that cost nothing (100 runs of 30 minutes), the interval looked at from
-        // the third cycle to the sixth left 5.3% of the policy's comparisons; looked at once,
-        // 1.9%.
-        let interval_judges_cost = !(level <= Level::Policy && noisy) || ratios.len() >= MAX_CYCLES;
-        let verdict = if ratio.low >= floor {
-            Verdict::Kept
-        } else if ratio.high < floor && interval_judges_cost {
-            Verdict::TooCostly
-        } else if recheck && ratio.ratio >= floor && !noisy {
-            // A recheck looks for a kept level turned costly: a mean that still keeps
-            // training's pace ends it, where a search waits for the interval. On the VM every
-            // comparison ran its six cycles (docs/experiments/2026-11-27-pace-pairs-vm.md): a
-            // settled level's rechecks held offline back for 18 s a minute; ended at the
-            // third cycle where the mean allows, 9 s. Not where the mean is too noisy to say
-            // anything of ε: a level above the policy's is then rechecked as it was found.
-            Verdict::Kept
-        } else if level <= Level::Policy
-            && noisy
-            && (ratio.ratio >= floor || !could_show_costly_by_max_cycles(&ratios, floor))
-            && !self.carried.could_show_costly(level, &ratios, floor)
-        {
-            // A signal too noisy for the mean is, for the mean, no signal: the level stays, as
-            // without one (the core policy's own, where the search came down to it), and only
-            // an interval below `1 − ε` moves it. On the GPU server the ResNet-50 job's cycles
-            // spread by 9 to 20%: there a mean below `1 − ε` would take a level that costs
-            // nothing down in about four comparisons of ten, each one lower. The comparison
-            // ends as soon as the cycles left could hardly show the level costly.
-            Verdict::TooNoisy
-        } else if (ratios.len() < MAX_CYCLES && (level <= Level::Policy || (recheck && !noisy)))
-            // Above the policy's level a comparison runs on while its cycles could still show
-            // the level free; a recheck keeps a level on its mean (above), which its next
-            // cycles may still lift, unless the mean is too noisy to keep it on.
-            || (level > Level::Policy
-                && could_show_free_by(&ratios, floor, MAX_CYCLES_ABOVE_POLICY, spread_bound))
-            || (level <= Level::Policy
-                && ratios.len() < MAX_CYCLES_NEAR_FLOOR
-                && (ratio.ratio - floor).abs() < standard_error(&ratios))
-        {
+        let cycles = Cycles {
+            level,
+            recheck,
+            ratios: &ratios,
+            ratio,
+            floor,
+            noisy,
+            spread_bound,
+        };
+        let Some(verdict) = cycles.verdict(&self.carried) else {
             return Some(self.change(Why::Undecided {
                 tried: level,
                 ratio,
             }));
-        } else if level > Level::Policy {
-            // The cycles cannot tell, and above the core policy's level a level is kept only
-            // where shown free: after `MAX_CYCLES_ABOVE_POLICY`, or sooner where the cycles
-            // left could hardly show it (`could_show_free_by`). On the VM each level above the
-            // policy's ran its six cycles, 36 s with 18 s held back, and none was shown free
-            // (docs/experiments/2026-11-27-pace-proof-vm.md). On the GPU server the ResNet-50
-            // job's GPU busy share, even averaged over 5 s, moved by 8–10% (standard
-            // deviation) from one 2 s stretch to the next with nothing changing, and five
-            // cycles never told whether `training_cores` kept 1%
-            // (docs/experiments/2026-11-27-pace-controller-server.md).
-            Verdict::NotShownFree
-        } else if ratio.ratio >= floor {
-            // At the policy's level and below, the mean decides. Keeping those only where the
-            // interval also ruled out twice ε was tried: on a noisy day on the VM the
-            // controller came down below the policy's level in every window and harvested
-            // half what reamer's defaults did
-            // (docs/experiments/2026-11-27-training-core-shares-vm.md).
-            Verdict::Kept
-        } else {
-            Verdict::TooCostly
         };
         // A level kept as too noisy to judge may still be shown costly by its cycles carried
         // over its comparisons (`Carried`).
@@ -564,24 +506,7 @@ impl Harvest {
         self.last_held = self.reference;
         self.spread.add(&ratios);
         self.cycles.clear();
-        let why = match verdict {
-            Verdict::Kept => Why::Kept {
-                tried: level,
-                ratio,
-            },
-            Verdict::TooCostly => Why::TooCostly {
-                tried: level,
-                ratio,
-            },
-            Verdict::NotShownFree => Why::NotShownFree {
-                tried: level,
-                ratio,
-            },
-            Verdict::TooNoisy => Why::TooNoisy {
-                tried: level,
-                ratio,
-            },
-        };
+        let why = verdict.why(level, ratio);
         if matches!(verdict, Verdict::Kept | Verdict::TooNoisy) {
             // Kept; the level above is tried once no ceiling stands in its way (after a
             // search that came down, the ceiling is the level just above). Kept as too noisy
