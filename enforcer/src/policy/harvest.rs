@@ -65,7 +65,10 @@
 //!   otherwise (a level above the policy's then stopping early as in a search); a held pace
 //!   that moved from the last comparison's by more than `PHASE_CHANGE` and twice that
 //!   comparison's standard error, in two cycles in a row, the same way (a new phase of the job:
-//!   evaluation, a checkpoint, a new job), starts the search again from the top.
+//!   evaluation, a checkpoint, a new job), starts the search again from the top. Between
+//!   rechecks the pace at the settled level is read in stretches of `watch::WATCH_NS`: one
+//!   that moved as a new phase's does (`watch`) has the level compared again at once (reason
+//!   `pace_moved`), not up to `RECHECK_MAX_NS` later.
 //!
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
@@ -74,9 +77,10 @@
 //! recheck of 3 cycles where the level still keeps the pace: at one a minute, about 11% of
 //! offline's time; at one in four minutes, about 3.5% (a too-noisy level's recheck runs on to
 //! six where its carried cycles point to a cost). The first comparison waits for the job's
-//! first `WARMUP_NS` of reports. The price of the longer waits: a level that turns costly
-//! while the job's pace stays the same is found up to four minutes late (the fast path still
-//! moves offline off a training thread it queues).
+//! first `WARMUP_NS` of reports. The price of the longer waits: a level whose cost grows by
+//! less than the watch sees (15% of the pace, and twice its stretches' spread) is found up
+//! to four minutes late (the fast path still moves offline off a training thread it
+//! queues).
 //!
 //! The pace comes from the job's progress reports where it sends them, and otherwise from its
 //! GPUs' busy share (`gpu::training_busy`), counted up like reports. The job's own count comes
@@ -88,7 +92,8 @@
 //!
 //! Its parts: `level`, the ladder; `statistics`, the arithmetic of paces, cycles and
 //! intervals; `verdict`, what a comparison's cycles say of its level; `carried`, a too-noisy
-//! level's cycles from one comparison to the next; `change`, what the loop tells the daemon
+//! level's cycles from one comparison to the next; `watch`, the settled level's pace between
+//! its rechecks; `change`, what the loop tells the daemon
 //! (each change of level and its reason); `replay`, the loop over a job's recorded step times
 //! (`enforcer replay-pace`), and `replay::spread`, how far its cycles would spread over them
 //! (`--spread`).
@@ -99,6 +104,7 @@ mod level;
 pub(crate) mod replay;
 mod statistics;
 mod verdict;
+mod watch;
 
 use self::carried::Carried;
 pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
@@ -109,6 +115,7 @@ use self::statistics::{
 };
 pub(crate) use self::statistics::{pace_between, paired_interval};
 use self::verdict::{Cycles, Verdict};
+use self::watch::Watch;
 use super::pace::Report;
 use crate::config::HarvestSettings;
 
@@ -197,10 +204,11 @@ enum Phase {
         judged: usize,
         recheck: bool,
     },
-    /// `level` kept since `since`.
+    /// `level` kept since `since`, its pace `watch`ed.
     Settled {
         since: u64,
         level: Level,
+        watch: Watch,
     },
 }
 
@@ -384,25 +392,44 @@ impl Harvest {
                 }
                 None
             }
-            Phase::Settled { since, level } => {
+            Phase::Settled {
+                since,
+                level,
+                mut watch,
+            } => {
+                let moved = watch.read(now_ns, reports);
+                self.phase = Phase::Settled {
+                    since,
+                    level,
+                    watch,
+                };
+                if let Some((from, to)) = moved {
+                    return Some(self.recheck(now_ns, level, reports, Why::PaceMoved { from, to }));
+                }
                 if now_ns.saturating_sub(since) < self.recheck_after_ns {
                     return None;
                 }
-                // The level above may be tried again once the ceiling is old.
-                if self
-                    .ceiling
-                    .is_some_and(|(_, at)| now_ns.saturating_sub(at) >= CEILING_NS)
-                {
-                    self.ceiling = None;
-                }
-                // Compared again where it stands: no change of level until its held half.
-                self.compare(now_ns, level, reports, Why::Probe);
-                if let Phase::Comparing { recheck, .. } = &mut self.phase {
-                    *recheck = true;
-                }
+                // Due: no change of level until its held half.
+                self.recheck(now_ns, level, reports, Why::Probe);
                 None
             }
         }
+    }
+
+    /// Compares the settled `level` again where it stands.
+    fn recheck(&mut self, now_ns: u64, level: Level, reports: &[Report], why: Why) -> Change {
+        // The level above may be tried again once the ceiling is old.
+        if self
+            .ceiling
+            .is_some_and(|(_, at)| now_ns.saturating_sub(at) >= CEILING_NS)
+        {
+            self.ceiling = None;
+        }
+        let change = self.compare(now_ns, level, reports, why);
+        if let Phase::Comparing { recheck, .. } = &mut self.phase {
+            *recheck = true;
+        }
+        change
     }
 
     /// The cycle that began at `start` is over: its ratio counted, then the level judged
@@ -582,6 +609,7 @@ impl Harvest {
         self.phase = Phase::Settled {
             since: now_ns,
             level,
+            watch: Watch::new(now_ns),
         };
         self.change(why)
     }

@@ -518,10 +518,147 @@ fn a_held_pace_as_far_as_the_noise_takes_it_is_not_a_new_phase() {
         let phases: Vec<_> = run
             .changes
             .iter()
-            .filter(|(_, c)| matches!(c.why, Why::PhaseChange { .. }))
+            .filter(|(_, c)| matches!(c.why, Why::PhaseChange { .. } | Why::PaceMoved { .. }))
             .collect();
         assert!(phases.is_empty(), "seed {seed}: {phases:?}");
     }
+}
+
+#[test]
+fn the_servers_noise_does_not_move_a_settled_pace() {
+    // Ten hours of a job that nothing costs, its pace ±30% a second (the server's reported
+    // steps): settled, its pace read in 16 s stretches never moved 15% twice in a row.
+    for seed in 1..=20 {
+        let run = free_job_at_the_servers_noise(seed, 1800);
+        let moved: Vec<_> = run
+            .changes
+            .iter()
+            .filter(|(_, c)| matches!(c.why, Why::PaceMoved { .. }))
+            .collect();
+        assert!(moved.is_empty(), "seed {seed}: {moved:?}");
+    }
+}
+
+/// Runs `harvest` over `job` second by second from `start_s` until it is settled with at
+/// least two minutes to its next recheck and its pace read over two stretches: the second
+/// it got there.
+fn run_until_settled_for_long(
+    harvest: &mut Harvest,
+    job: &mut Job,
+    reports: &mut Vec<Report>,
+    start_s: u64,
+) -> u64 {
+    for now_s in start_s..start_s + 1200 {
+        run(harvest, job, reports, now_s, 1);
+        let now = (now_s + 1) * S;
+        if let Phase::Settled { since, .. } = harvest.phase
+            && now >= since + SETTLE_NS + 2 * watch::WATCH_NS
+            && since + harvest.recheck_after_ns >= now + 120 * S
+        {
+            return now_s + 1;
+        }
+    }
+    panic!("never settled for long: {:?}", harvest.phase);
+}
+
+#[test]
+fn a_new_phase_while_settled_is_compared_at_once_not_at_the_next_recheck() {
+    // At the server's noise too: the settled pace is read over 16 s.
+    for seed in 1..=5 {
+        let mut harvest = Harvest::new(settings());
+        let mut reports = Vec::new();
+        let mut job = Job::new(100.0, |_| 0.0, LOADER_BOUND_NOISE);
+        job.rng = SplitMix64::new(seed);
+        let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+        job.pace = 50.0;
+        let after = run(&mut harvest, &mut job, &mut reports, at, 48);
+        assert!(
+            after
+                .changes
+                .iter()
+                .any(|(_, c)| matches!(c.why, Why::PaceMoved { .. })),
+            "seed {seed}, changed at {at} s: {:?}",
+            after.changes
+        );
+    }
+    for seed in 1..=5 {
+        let mut harvest = Harvest::new(settings());
+        let mut reports = Vec::new();
+        let mut job = Job::new(100.0, |_| 0.0, 0.01);
+        job.rng = SplitMix64::new(seed);
+        let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+        // Evaluation: half the pace, and everything offline does now costs it 4%.
+        job.pace = 50.0;
+        job.cost = |l| if l == Level::Held { 0.0 } else { 0.04 };
+        let after = run(&mut harvest, &mut job, &mut reports, at, 100);
+        // Two stretches of 16 s, the first of them perhaps begun before the change.
+        let moved = after
+            .changes
+            .iter()
+            .find(|(_, c)| matches!(c.why, Why::PaceMoved { .. }));
+        assert!(
+            moved.is_some_and(|(t, _)| *t <= (at + 48) * S),
+            "seed {seed}, changed at {at} s: {:?}",
+            after.changes
+        );
+        // Its held halves moved too: the search starts again from the top, and comes down.
+        assert!(
+            after
+                .changes
+                .iter()
+                .any(|(_, c)| matches!(c.why, Why::PhaseChange { .. })),
+            "seed {seed}: {:?}",
+            after.changes
+        );
+        let later = run(&mut harvest, &mut job, &mut reports, at + 100, 300);
+        assert_eq!(
+            later.settled_level(),
+            Some(Level::Held),
+            "seed {seed}: {:?}",
+            later.changes
+        );
+    }
+}
+
+#[test]
+fn a_settled_level_that_turns_costly_is_compared_at_once_and_left() {
+    let mut harvest = Harvest::new(settings());
+    let mut reports = Vec::new();
+    let mut job = Job::new(100.0, |_| 0.0, 0.01);
+    let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+    assert_eq!(harvest.level(), Level::TrainingCores);
+    // Offline's work beside training grew: every level but `held` costs it 30% now, and the
+    // pace alone is what it was.
+    job.cost = |l| if l == Level::Held { 0.0 } else { 0.3 };
+    let after = run(&mut harvest, &mut job, &mut reports, at, 100);
+    let moved = after
+        .changes
+        .iter()
+        .position(|(_, c)| matches!(c.why, Why::PaceMoved { .. }))
+        .unwrap_or_else(|| panic!("{:?}", after.changes));
+    assert!(
+        after.changes[moved].0 <= (at + 48) * S,
+        "{:?}",
+        after.changes
+    );
+    // Its recheck finds it too costly: not a new phase, the held pace has not moved.
+    assert!(
+        matches!(
+            after.changes[moved..]
+                .iter()
+                .find(|(_, c)| !matches!(
+                    c.why,
+                    Why::Probe | Why::Trial { .. } | Why::PaceMoved { .. }
+                ))
+                .map(|(_, c)| &c.why),
+            Some(Why::TooCostly {
+                tried: Level::TrainingCores,
+                ..
+            })
+        ),
+        "{:?}",
+        after.changes
+    );
 }
 
 #[test]

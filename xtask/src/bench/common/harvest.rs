@@ -34,8 +34,9 @@ pub struct HarvestStep {
     /// interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ratio: Option<StepRatio>,
-    /// Where the step is a `phase_change`: the held pace it was judged against, and the one
-    /// that moved away from it, in the signal's units.
+    /// Where the step is a `phase_change` (or a `pace_moved`): the held pace (the settled
+    /// level's) it was judged against, and the one that moved away from it, in the signal's
+    /// units.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_moved: Option<[f64; 2]>,
 }
@@ -157,7 +158,11 @@ impl HarvestStep {
                     .map_or(String::new(), |n| format!(" over {n} cycles"))
             ),
             (None, Some([from, to])) if from > 0.0 => {
-                format!(", held pace {:+.0}%", (to / from - 1.0) * 100.0)
+                let pace = match self.reason.as_str() {
+                    "pace_moved" => "pace",
+                    _ => "held pace",
+                };
+                format!(", {pace} {:+.0}%", (to / from - 1.0) * 100.0)
             }
             _ => String::new(),
         };
@@ -193,7 +198,12 @@ impl HarvestSteps {
             .filter(|s| {
                 matches!(
                     s.reason.as_str(),
-                    "kept" | "too_costly" | "not_shown_free" | "too_noisy" | "phase_change"
+                    "kept"
+                        | "too_costly"
+                        | "not_shown_free"
+                        | "too_noisy"
+                        | "phase_change"
+                        | "pace_moved"
                 )
             })
             .map(HarvestStep::words)
@@ -259,7 +269,8 @@ mod tests {
              not json\n\
              {\"at_ns\":6000000000,\"harvest\":{\"level\":\"policy\",\"settles\":false,\"reason\":\"trial\",\"reference\":{}}}\n\
              {\"at_ns\":15000000000,\"harvest\":{\"level\":\"policy\",\"settles\":true,\"reason\":\"kept\",\"tried\":\"policy\",\"ratio\":{\"ratio\":0.995,\"low\":0.991,\"high\":0.999,\"cycles\":6}}}\n\
-             {\"at_ns\":20000000000,\"harvest\":{\"level\":\"held\",\"settles\":false,\"reason\":\"phase_change\",\"from\":200.0,\"to\":250.0}}\n",
+             {\"at_ns\":20000000000,\"harvest\":{\"level\":\"held\",\"settles\":false,\"reason\":\"phase_change\",\"from\":200.0,\"to\":250.0}}\n\
+             {\"at_ns\":30000000000,\"harvest\":{\"level\":\"policy\",\"settles\":false,\"reason\":\"pace_moved\",\"from\":200.0,\"to\":100.0}}\n",
         )
         .unwrap();
         // No daemon of this instance: no signal, the steps all the same.
@@ -290,6 +301,10 @@ mod tests {
                     held_moved: Some([200.0, 250.0]),
                     ..step(15.0, "held", "phase_change", false)
                 },
+                HarvestStep {
+                    held_moved: Some([200.0, 100.0]),
+                    ..step(25.0, "policy", "pace_moved", false)
+                },
             ]
         );
         assert_eq!(harvest.settled_at_s(), Some(10.0));
@@ -301,6 +316,7 @@ mod tests {
                 "policy (trial, 1 s)",
                 "policy (policy kept, 0.995 [0.991, 0.999] over 6 cycles, 10 s)",
                 "held (phase change, held pace +25%, 15 s)",
+                "policy (pace moved, pace -50%, 25 s)",
             ]
         );
     }

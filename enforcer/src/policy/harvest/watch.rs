@@ -1,0 +1,157 @@
+//! The job's pace at a settled level, read between its rechecks: a pace that moves as a new
+//! phase's does is compared again at once, not up to `RECHECK_MAX_NS` later. Pure: the reports
+//! and the time are passed in.
+//!
+//! A settled level is compared with offline held back only at its rechecks, a minute at first
+//! and then up to four minutes apart: each holds offline back for 9 s or more, so they cannot
+//! come much oftener. The pace at the level itself costs nothing to read. It moves where the
+//! job enters a new phase (evaluation, a checkpoint, a new job), and where the level starts
+//! to cost training more (offline's work beside it grew): either way what the last
+//! comparison found no longer says what the level costs. Read in stretches of `WATCH_NS`
+//! against the mean of those read before, it finds a move larger than `PHASE_CHANGE` (the
+//! held halves' own rule for a new phase) and twice those stretches' standard deviation, in
+//! two stretches in a row, the same way. Without that deviation, on a model of the server's
+//! bursty job (its loader's batches spread by 30%) the pace of a level that cost nothing
+//! moved, by 17 to 22%, 6 times in 20 hours; with it, never.
+
+use super::{PHASE_CHANGE, SETTLE_NS, pace_between};
+use crate::policy::pace::Report;
+
+/// The stretch the settled pace is read over. Long, so that noise alone does not move it by
+/// `PHASE_CHANGE`: on the GPU server the ResNet-50 job's pace over one stretch against the
+/// next spread by 16.5% at 8 s alone and by 5.4% at 16 s beside reamer's defaults
+/// (docs/experiments/2026-11-28-pace-steps-server-cut.md); the VM's training simulator, by
+/// 1.5% at 16 s. Short enough to fit the reports kept (`pace::HISTORY_NS`).
+pub(crate) const WATCH_NS: u64 = 16_000_000_000;
+
+/// The pace at the level settled at `since`, stretch by stretch from `since + SETTLE_NS`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Watch {
+    since: u64,
+    /// Stretches over: read, or passed without two reports.
+    over: u64,
+    /// The count, the sum and the sum of squares of the paces read that did not move: their
+    /// mean and deviation are what a stretch is judged against.
+    read: u32,
+    sum: f64,
+    sum_of_squares: f64,
+    /// The last stretch's pace, where it had moved more than `PHASE_CHANGE` from that mean.
+    moved_once: Option<f64>,
+}
+
+impl Watch {
+    pub(super) fn new(since: u64) -> Self {
+        Self {
+            since,
+            over: 0,
+            read: 0,
+            sum: 0.0,
+            sum_of_squares: 0.0,
+            moved_once: None,
+        }
+    }
+
+    /// At `now_ns`, with the job's `reports`: where a stretch ended since the last call, its
+    /// pace read (the latest one, where several did). The pace it was judged against and its
+    /// own, where it moved from the mean before it further than `PHASE_CHANGE` and twice the
+    /// deviation, and the stretch before it had too, the same way. Judged from the third
+    /// stretch: the first two are the deviation's.
+    pub(super) fn read(&mut self, now_ns: u64, reports: &[Report]) -> Option<(f64, f64)> {
+        let first = self.since + SETTLE_NS;
+        let over = now_ns.saturating_sub(first) / WATCH_NS;
+        if over <= self.over {
+            return None;
+        }
+        let start = first + (over - 1) * WATCH_NS;
+        if over > self.over + 1 {
+            // Stretches passed unread (no tick in them): the one before this is not the last.
+            self.moved_once = None;
+        }
+        self.over = over;
+        let Some(pace) = pace_between(reports, self.since, start, start + WATCH_NS) else {
+            self.moved_once = None;
+            return None;
+        };
+        let n = f64::from(self.read);
+        let reference = self.sum / n.max(1.0);
+        let deviation = match self.read {
+            0 | 1 => None,
+            _ => Some(((self.sum_of_squares - n * reference * reference) / (n - 1.0)).max(0.0)),
+        }
+        .map(f64::sqrt);
+        let moved = deviation.is_some_and(|deviation| {
+            reference > 0.0
+                && (pace / reference - 1.0).abs() > PHASE_CHANGE + 2.0 * deviation / reference
+        });
+        if !moved {
+            self.read += 1;
+            self.sum += pace;
+            self.sum_of_squares += pace * pace;
+            self.moved_once = None;
+            return None;
+        }
+        match self.moved_once.replace(pace) {
+            Some(before) if (before > reference) == (pace > reference) => Some((reference, pace)),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// A report a second from 0 to `to_s`, counting `pace(second)` steps each second.
+    fn reports(to_s: u64, pace: impl Fn(u64) -> u64) -> Vec<Report> {
+        let mut steps = 0;
+        (0..=to_s)
+            .map(|s| {
+                let report = Report::count(s * S, steps);
+                steps += pace(s);
+                report
+            })
+            .collect()
+    }
+
+    /// The watch read at every second to `to_s`: each move it found, with when.
+    fn moves(watch: &mut Watch, reports: &[Report], to_s: u64) -> Vec<(u64, (f64, f64))> {
+        (0..=to_s)
+            .filter_map(|s| watch.read(s * S, reports).map(|moved| (s, moved)))
+            .collect()
+    }
+
+    #[test]
+    fn a_steady_pace_never_moves_and_one_that_halves_is_found_after_two_stretches() {
+        let steady = reports(300, |_| 100);
+        assert_eq!(moves(&mut Watch::new(0), &steady, 300), vec![]);
+        // Halved at 100 s: the stretch from 97 s holds part of it and moves already, the next
+        // moves too.
+        let halved = reports(300, |s| if s < 100 { 100 } else { 50 });
+        let found = moves(&mut Watch::new(0), &halved, 300);
+        let (at, (from, to)) = found[0];
+        assert_eq!((from, to), (100.0, 50.0));
+        assert_eq!(at, 1 + 8 * 16, "{found:?}");
+    }
+
+    #[test]
+    fn a_move_one_way_and_then_the_other_is_not_a_new_phase() {
+        let up_then_down = reports(200, |s| match s {
+            17..33 => 120,
+            33..49 => 80,
+            _ => 100,
+        });
+        assert_eq!(moves(&mut Watch::new(0), &up_then_down, 200), vec![]);
+    }
+
+    #[test]
+    fn a_stretch_without_reports_is_not_counted_as_the_first_of_two() {
+        // Halved from 33 s, reports lost from 40 to 64 s: the stretch of 49 to 65 s cannot be
+        // read, and the next moved stretch is the first again.
+        let mut halved = reports(200, |s| if s < 33 { 100 } else { 50 });
+        halved.retain(|report| !(40 * S..=64 * S).contains(&report.at_ns));
+        let found = moves(&mut Watch::new(0), &halved, 200);
+        assert_eq!(found[0].0, 1 + 6 * 16, "{found:?}");
+    }
+}
