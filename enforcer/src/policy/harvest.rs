@@ -115,7 +115,7 @@ use self::statistics::{
 };
 pub(crate) use self::statistics::{pace_between, paired_interval};
 use self::verdict::{Cycles, Verdict};
-use self::watch::Watch;
+use self::watch::{StretchSpread, Watch};
 use super::pace::Report;
 use crate::config::HarvestSettings;
 
@@ -239,6 +239,8 @@ pub(crate) struct Harvest {
     /// The level kept by the comparison before the current one, which tries the level above
     /// it: where that one is left, the search settles back here.
     kept_below: Option<Level>,
+    /// How far the settled pace spread over the job's last watches.
+    stretch_spread: StretchSpread,
     /// The level the loop last settled at, and how long it waits there before a recheck.
     settled_at: Option<Level>,
     recheck_after_ns: u64,
@@ -266,6 +268,7 @@ impl Harvest {
             moved_once: None,
             ceiling: None,
             kept_below: None,
+            stretch_spread: StretchSpread::default(),
             settled_at: None,
             recheck_after_ns: RECHECK_NS,
             last: None,
@@ -403,13 +406,16 @@ impl Harvest {
                     level,
                     watch,
                 };
+                let watched = || watch.spread();
                 if let Some((from, to)) = moved {
+                    self.stretch_spread = watched();
                     return Some(self.recheck(now_ns, level, reports, Why::PaceMoved { from, to }));
                 }
                 if now_ns.saturating_sub(since) < self.recheck_after_ns {
                     return None;
                 }
                 // Due: no change of level until its held half.
+                self.stretch_spread = watched();
                 self.recheck(now_ns, level, reports, Why::Probe);
                 None
             }
@@ -609,7 +615,7 @@ impl Harvest {
         self.phase = Phase::Settled {
             since: now_ns,
             level,
-            watch: Watch::new(now_ns),
+            watch: Watch::new(now_ns, self.stretch_spread),
         };
         self.change(why)
     }
@@ -639,6 +645,7 @@ impl Harvest {
         self.moved_once = None;
         self.ceiling = None;
         self.kept_below = None;
+        self.stretch_spread = StretchSpread::default();
         self.settled_at = None;
     }
 

@@ -7,14 +7,18 @@
 //! come much oftener. The pace at the level itself costs nothing to read. It moves where the
 //! job enters a new phase (evaluation, a checkpoint, a new job), and where the level starts
 //! to cost training more (offline's work beside it grew): either way what the last
-//! comparison found no longer says what the level costs. Read in stretches of `WATCH_NS`
-//! against the mean of those read before, it finds a move larger than `PHASE_CHANGE` (the
-//! held halves' own rule for a new phase) and twice those stretches' standard deviation, in
-//! two stretches in a row, the same way. Without that deviation, on a model of the server's
-//! bursty job (its loader's batches spread by 30%) the pace of a level that cost nothing
-//! moved, by 17 to 22%, 6 times in 20 hours; with it, never.
+//! comparison found no longer says what the level costs.
+//!
+//! Read in stretches of `WATCH_NS` against the mean of those read before, it finds a move
+//! larger than `PHASE_CHANGE` (the held halves' own rule for a new phase) and twice the
+//! stretches' standard deviation, in two stretches in a row, the same way. The deviation is
+//! pooled over the job's watches (`StretchSpread`), so that a watch can judge from its
+//! second stretch: a phase that began in the first would otherwise be part of what later
+//! stretches are judged against. Without the deviation, on a model of the server's bursty
+//! job (its loader's batches spread by 30%) the pace of a level that cost nothing moved, by
+//! 17 to 22%, 6 times in 20 hours; with it, never.
 
-use super::{PHASE_CHANGE, SETTLE_NS, pace_between};
+use super::{PHASE_CHANGE, SETTLE_NS, pace_between, statistics::spread_upper_bound};
 use crate::policy::pace::Report;
 
 /// The stretch the settled pace is read over. Long, so that noise alone does not move it by
@@ -24,25 +28,63 @@ use crate::policy::pace::Report;
 /// 1.5% at 16 s. Short enough to fit the reports kept (`pace::HISTORY_NS`).
 pub(crate) const WATCH_NS: u64 = 16_000_000_000;
 
+/// The most degrees of freedom the pooled spread keeps: about two watches of four minutes,
+/// so that it follows the job's noise as it changes.
+const MAX_FREEDOM: f64 = 30.0;
+
+/// How far a job's settled paces spread about their watch's mean (relative), pooled over its
+/// watches: squared deviations and their degrees of freedom.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(super) struct StretchSpread {
+    squares: f64,
+    freedom: f64,
+}
+
+impl StretchSpread {
+    /// This spread with `squares` over `freedom` more, the oldest let go past `MAX_FREEDOM`.
+    fn with(self, squares: f64, freedom: f64) -> Self {
+        let (squares, freedom) = (self.squares + squares, self.freedom + freedom);
+        match freedom > MAX_FREEDOM {
+            true => Self {
+                squares: squares * MAX_FREEDOM / freedom,
+                freedom: MAX_FREEDOM,
+            },
+            false => Self { squares, freedom },
+        }
+    }
+
+    /// The relative standard deviation the job's stretches keep below nine times in ten
+    /// (`spread_upper_bound`), where there is a degree of freedom to say it: a deviation from
+    /// a few stretches is as likely too small as too large, and too small takes noise for a
+    /// move. From the sample's own deviation, the bursty model above moved once in 20 hours.
+    fn deviation(self) -> Option<f64> {
+        let freedom = self.freedom.round() as usize;
+        (freedom >= 1).then(|| spread_upper_bound(self.squares / self.freedom, freedom))
+    }
+}
+
 /// The pace at the level settled at `since`, stretch by stretch from `since + SETTLE_NS`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Watch {
     since: u64,
+    /// The spread of the job's watches before this one.
+    before: StretchSpread,
     /// Stretches over: read, or passed without two reports.
     over: u64,
     /// The count, the sum and the sum of squares of the paces read that did not move: their
-    /// mean and deviation are what a stretch is judged against.
+    /// mean is what a stretch is judged against.
     read: u32,
     sum: f64,
     sum_of_squares: f64,
-    /// The last stretch's pace, where it had moved more than `PHASE_CHANGE` from that mean.
+    /// The last stretch's pace, where it had moved from that mean.
     moved_once: Option<f64>,
 }
 
 impl Watch {
-    pub(super) fn new(since: u64) -> Self {
+    pub(super) fn new(since: u64, before: StretchSpread) -> Self {
         Self {
             since,
+            before,
             over: 0,
             read: 0,
             sum: 0.0,
@@ -51,11 +93,26 @@ impl Watch {
         }
     }
 
+    /// The spread of the job's watches, this one's stretches so far included: what the next
+    /// watch starts from.
+    pub(super) fn spread(&self) -> StretchSpread {
+        let n = f64::from(self.read);
+        if self.read < 2 {
+            return self.before;
+        }
+        let mean = self.sum / n;
+        if mean <= 0.0 {
+            return self.before;
+        }
+        let squares = (self.sum_of_squares - n * mean * mean).max(0.0) / (mean * mean);
+        self.before.with(squares, n - 1.0)
+    }
+
     /// At `now_ns`, with the job's `reports`: where a stretch ended since the last call, its
     /// pace read (the latest one, where several did). The pace it was judged against and its
     /// own, where it moved from the mean before it further than `PHASE_CHANGE` and twice the
-    /// deviation, and the stretch before it had too, the same way. Judged from the third
-    /// stretch: the first two are the deviation's.
+    /// deviation (`spread`), and the stretch before it had too, the same way. The job's
+    /// first watch judges from its third stretch: the first two are the deviation's.
     pub(super) fn read(&mut self, now_ns: u64, reports: &[Report]) -> Option<(f64, f64)> {
         let first = self.since + SETTLE_NS;
         let over = now_ns.saturating_sub(first) / WATCH_NS;
@@ -72,17 +129,12 @@ impl Watch {
             self.moved_once = None;
             return None;
         };
-        let n = f64::from(self.read);
-        let reference = self.sum / n.max(1.0);
-        let deviation = match self.read {
-            0 | 1 => None,
-            _ => Some(((self.sum_of_squares - n * reference * reference) / (n - 1.0)).max(0.0)),
-        }
-        .map(f64::sqrt);
-        let moved = deviation.is_some_and(|deviation| {
-            reference > 0.0
-                && (pace / reference - 1.0).abs() > PHASE_CHANGE + 2.0 * deviation / reference
-        });
+        let reference = self.sum / f64::from(self.read.max(1));
+        let moved = self.read >= 1
+            && reference > 0.0
+            && self.spread().deviation().is_some_and(|deviation| {
+                (pace / reference - 1.0).abs() > PHASE_CHANGE + 2.0 * deviation
+            });
         if !moved {
             self.read += 1;
             self.sum += pace;
@@ -125,11 +177,14 @@ mod tests {
     #[test]
     fn a_steady_pace_never_moves_and_one_that_halves_is_found_after_two_stretches() {
         let steady = reports(300, |_| 100);
-        assert_eq!(moves(&mut Watch::new(0), &steady, 300), vec![]);
+        assert_eq!(
+            moves(&mut Watch::new(0, StretchSpread::default()), &steady, 300),
+            vec![]
+        );
         // Halved at 100 s: the stretch from 97 s holds part of it and moves already, the next
         // moves too.
         let halved = reports(300, |s| if s < 100 { 100 } else { 50 });
-        let found = moves(&mut Watch::new(0), &halved, 300);
+        let found = moves(&mut Watch::new(0, StretchSpread::default()), &halved, 300);
         let (at, (from, to)) = found[0];
         assert_eq!((from, to), (100.0, 50.0));
         assert_eq!(at, 1 + 8 * 16, "{found:?}");
@@ -142,7 +197,14 @@ mod tests {
             33..49 => 80,
             _ => 100,
         });
-        assert_eq!(moves(&mut Watch::new(0), &up_then_down, 200), vec![]);
+        assert_eq!(
+            moves(
+                &mut Watch::new(0, StretchSpread::default()),
+                &up_then_down,
+                200
+            ),
+            vec![]
+        );
     }
 
     #[test]
@@ -151,7 +213,7 @@ mod tests {
         // read, and the next moved stretch is the first again.
         let mut halved = reports(200, |s| if s < 33 { 100 } else { 50 });
         halved.retain(|report| !(40 * S..=64 * S).contains(&report.at_ns));
-        let found = moves(&mut Watch::new(0), &halved, 200);
+        let found = moves(&mut Watch::new(0, StretchSpread::default()), &halved, 200);
         assert_eq!(found[0].0, 1 + 6 * 16, "{found:?}");
     }
 }
