@@ -191,6 +191,25 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_after_one_that_read_the_jobs_spread_sees_a_phase_that_began_in_its_first_stretch() {
+        // The first watch reads five stretches of a steady pace; the next, settled at 200 s,
+        // has a first stretch (201 to 217 s) that the halving at 210 s is part of.
+        let steps = reports(400, |s| if s < 210 { 100 } else { 50 });
+        let mut first = Watch::new(0, StretchSpread::default());
+        assert_eq!(moves(&mut first, &steps, 90), vec![]);
+        let mut second = Watch::new(200 * S, first.spread());
+        let found = moves(&mut second, &steps, 400);
+        assert_eq!(
+            found.first().map(|(at, _)| *at),
+            Some(201 + 3 * 16),
+            "{found:?}"
+        );
+        // Without it, the first stretch and the second are what later ones are judged against.
+        let mut alone = Watch::new(200 * S, StretchSpread::default());
+        assert_eq!(moves(&mut alone, &steps, 400), vec![]);
+    }
+
+    #[test]
     fn a_move_one_way_and_then_the_other_is_not_a_new_phase() {
         let up_then_down = reports(200, |s| match s {
             17..33 => 120,
