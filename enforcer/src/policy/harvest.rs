@@ -406,16 +406,15 @@ impl Harvest {
                     level,
                     watch,
                 };
-                let watched = || watch.spread();
                 if let Some((from, to)) = moved {
-                    self.stretch_spread = watched();
+                    self.stretch_spread = watch.spread();
                     return Some(self.recheck(now_ns, level, reports, Why::PaceMoved { from, to }));
                 }
                 if now_ns.saturating_sub(since) < self.recheck_after_ns {
                     return None;
                 }
                 // Due: no change of level until its held half.
-                self.stretch_spread = watched();
+                self.stretch_spread = watch.spread();
                 self.recheck(now_ns, level, reports, Why::Probe);
                 None
             }
