@@ -443,7 +443,7 @@ mod tests {
     fn a_bursty_jobs_settled_pace_is_not_taken_for_a_new_phase() {
         // Twenty hours of the model at each spread of its batches, nothing costing: a settled
         // pace taken to have moved costs a recheck, offline held back 9 s or more. Judged by
-        // 15% alone, without the stretches' deviation, it moved 6 times at a spread of 30%.
+        // 15% alone, without the stretches' deviation, it moved 14 times at a spread of 30%.
         for jitter in [0.15, 0.3] {
             let moved: Vec<_> = (1..=10)
                 .flat_map(|seed| {

@@ -15,8 +15,8 @@
 //! pooled over the job's watches (`StretchSpread`), so that a watch can judge from its
 //! second stretch: a phase that began in the first would otherwise be part of what later
 //! stretches are judged against. Without the deviation, on a model of the server's bursty
-//! job (its loader's batches spread by 30%) the pace of a level that cost nothing moved, by
-//! 17 to 22%, 6 times in 20 hours; with it, never.
+//! job (its loader's batches spread by 30%) the pace of a level that cost nothing moved 14
+//! times in 20 hours; with it, never.
 
 use super::{PHASE_CHANGE, SETTLE_NS, pace_between, statistics::spread_upper_bound};
 use crate::policy::pace::Report;
