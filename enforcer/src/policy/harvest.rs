@@ -239,7 +239,7 @@ pub(crate) struct Harvest {
     /// The level kept by the comparison before the current one, which tries the level above
     /// it: where that one is left, the search settles back here.
     kept_below: Option<Level>,
-    /// How far the settled pace spread over the job's last watches.
+    /// How far the settled pace spread over the job's watches before the current one (`watch`).
     stretch_spread: StretchSpread,
     /// The level the loop last settled at, and how long it waits there before a recheck.
     settled_at: Option<Level>,
@@ -400,21 +400,21 @@ impl Harvest {
                 level,
                 mut watch,
             } => {
-                let moved = watch.read(now_ns, reports);
+                let moved = watch.read(now_ns, reports, self.stretch_spread);
                 self.phase = Phase::Settled {
                     since,
                     level,
                     watch,
                 };
                 if let Some((from, to)) = moved {
-                    self.stretch_spread = watch.spread();
+                    self.stretch_spread = watch.spread(self.stretch_spread);
                     return Some(self.recheck(now_ns, level, reports, Why::PaceMoved { from, to }));
                 }
                 if now_ns.saturating_sub(since) < self.recheck_after_ns {
                     return None;
                 }
                 // Due: no change of level until its held half.
-                self.stretch_spread = watch.spread();
+                self.stretch_spread = watch.spread(self.stretch_spread);
                 self.recheck(now_ns, level, reports, Why::Probe);
                 None
             }
@@ -614,7 +614,7 @@ impl Harvest {
         self.phase = Phase::Settled {
             since: now_ns,
             level,
-            watch: Watch::new(now_ns, self.stretch_spread),
+            watch: Watch::new(now_ns),
         };
         self.change(why)
     }

@@ -69,6 +69,14 @@ impl Run {
             .map(|(at, _)| *at)
     }
 
+    /// When the loop first compared its settled level again because the pace moved.
+    fn pace_moved_at(&self) -> Option<u64> {
+        self.changes
+            .iter()
+            .find(|(_, c)| matches!(c.why, Why::PaceMoved { .. }))
+            .map(|(at, _)| *at)
+    }
+
     /// The share of the ticks from `from_s` on spent at `level`.
     fn share_at(&self, from_s: u64, level: Level) -> f64 {
         let after: Vec<_> = self
@@ -573,10 +581,7 @@ fn a_new_phase_while_settled_is_compared_at_once_not_at_the_next_recheck() {
         job.pace = 50.0;
         let after = run(&mut harvest, &mut job, &mut reports, at, 48);
         assert!(
-            after
-                .changes
-                .iter()
-                .any(|(_, c)| matches!(c.why, Why::PaceMoved { .. })),
+            after.pace_moved_at().is_some(),
             "seed {seed}, changed at {at} s: {:?}",
             after.changes
         );
@@ -592,12 +597,8 @@ fn a_new_phase_while_settled_is_compared_at_once_not_at_the_next_recheck() {
         job.cost = |l| if l == Level::Held { 0.0 } else { 0.04 };
         let after = run(&mut harvest, &mut job, &mut reports, at, 100);
         // Two stretches of 16 s, the first of them perhaps begun before the change.
-        let moved = after
-            .changes
-            .iter()
-            .find(|(_, c)| matches!(c.why, Why::PaceMoved { .. }));
         assert!(
-            moved.is_some_and(|(t, _)| *t <= (at + 48) * S),
+            after.pace_moved_at().is_some_and(|t| t <= (at + 48) * S),
             "seed {seed}, changed at {at} s: {:?}",
             after.changes
         );

@@ -67,8 +67,6 @@ impl StretchSpread {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Watch {
     since: u64,
-    /// The spread of the job's watches before this one.
-    before: StretchSpread,
     /// Stretches over: read, or passed without two reports.
     over: u64,
     /// The count, the sum and the sum of squares of the paces read that did not move: their
@@ -81,10 +79,9 @@ pub(super) struct Watch {
 }
 
 impl Watch {
-    pub(super) fn new(since: u64, before: StretchSpread) -> Self {
+    pub(super) fn new(since: u64) -> Self {
         Self {
             since,
-            before,
             over: 0,
             read: 0,
             sum: 0.0,
@@ -93,27 +90,33 @@ impl Watch {
         }
     }
 
-    /// The spread of the job's watches, this one's stretches so far included: what the next
-    /// watch starts from.
-    pub(super) fn spread(&self) -> StretchSpread {
+    /// The spread of the job's watches (`before`, those before this one), this one's
+    /// stretches so far included: what the next watch starts from.
+    pub(super) fn spread(&self, before: StretchSpread) -> StretchSpread {
         let n = f64::from(self.read);
         if self.read < 2 {
-            return self.before;
+            return before;
         }
         let mean = self.sum / n;
         if mean <= 0.0 {
-            return self.before;
+            return before;
         }
         let squares = (self.sum_of_squares - n * mean * mean).max(0.0) / (mean * mean);
-        self.before.with(squares, n - 1.0)
+        before.with(squares, n - 1.0)
     }
 
-    /// At `now_ns`, with the job's `reports`: where a stretch ended since the last call, its
+    /// At `now_ns`, with the job's `reports` and the spread of its watches before this one
+    /// (`before`): where a stretch ended since the last call, its
     /// pace read (the latest one, where several did). The pace it was judged against and its
     /// own, where it moved from the mean before it further than `PHASE_CHANGE` and twice the
     /// deviation (`spread`), and the stretch before it had too, the same way. The job's
     /// first watch judges from its third stretch: the first two are the deviation's.
-    pub(super) fn read(&mut self, now_ns: u64, reports: &[Report]) -> Option<(f64, f64)> {
+    pub(super) fn read(
+        &mut self,
+        now_ns: u64,
+        reports: &[Report],
+        before: StretchSpread,
+    ) -> Option<(f64, f64)> {
         let first = self.since + SETTLE_NS;
         let over = now_ns.saturating_sub(first) / WATCH_NS;
         if over <= self.over {
@@ -132,7 +135,7 @@ impl Watch {
         let reference = self.sum / f64::from(self.read.max(1));
         let moved = self.read >= 1
             && reference > 0.0
-            && self.spread().deviation().is_some_and(|deviation| {
+            && self.spread(before).deviation().is_some_and(|deviation| {
                 (pace / reference - 1.0).abs() > PHASE_CHANGE + 2.0 * deviation
             });
         if !moved {
@@ -167,24 +170,32 @@ mod tests {
             .collect()
     }
 
-    /// The watch read at every second to `to_s`: each move it found, with when.
-    fn moves(watch: &mut Watch, reports: &[Report], to_s: u64) -> Vec<(u64, (f64, f64))> {
+    /// The watch read at every second to `to_s`, after watches that saw `before`: each move
+    /// it found, with when.
+    fn moves_after(
+        before: StretchSpread,
+        watch: &mut Watch,
+        reports: &[Report],
+        to_s: u64,
+    ) -> Vec<(u64, (f64, f64))> {
         (0..=to_s)
-            .filter_map(|s| watch.read(s * S, reports).map(|moved| (s, moved)))
+            .filter_map(|s| watch.read(s * S, reports, before).map(|moved| (s, moved)))
             .collect()
+    }
+
+    /// The same for the job's first watch.
+    fn moves(watch: &mut Watch, reports: &[Report], to_s: u64) -> Vec<(u64, (f64, f64))> {
+        moves_after(StretchSpread::default(), watch, reports, to_s)
     }
 
     #[test]
     fn a_steady_pace_never_moves_and_one_that_halves_is_found_after_two_stretches() {
         let steady = reports(300, |_| 100);
-        assert_eq!(
-            moves(&mut Watch::new(0, StretchSpread::default()), &steady, 300),
-            vec![]
-        );
+        assert_eq!(moves(&mut Watch::new(0), &steady, 300), vec![]);
         // Halved at 100 s: the stretch from 97 s holds part of it and moves already, the next
         // moves too.
         let halved = reports(300, |s| if s < 100 { 100 } else { 50 });
-        let found = moves(&mut Watch::new(0, StretchSpread::default()), &halved, 300);
+        let found = moves(&mut Watch::new(0), &halved, 300);
         let (at, (from, to)) = found[0];
         assert_eq!((from, to), (100.0, 50.0));
         assert_eq!(at, 1 + 8 * 16, "{found:?}");
@@ -195,17 +206,22 @@ mod tests {
         // The first watch reads five stretches of a steady pace; the next, settled at 200 s,
         // has a first stretch (201 to 217 s) that the halving at 210 s is part of.
         let steps = reports(400, |s| if s < 210 { 100 } else { 50 });
-        let mut first = Watch::new(0, StretchSpread::default());
+        let mut first = Watch::new(0);
         assert_eq!(moves(&mut first, &steps, 90), vec![]);
-        let mut second = Watch::new(200 * S, first.spread());
-        let found = moves(&mut second, &steps, 400);
+        let mut second = Watch::new(200 * S);
+        let found = moves_after(
+            first.spread(StretchSpread::default()),
+            &mut second,
+            &steps,
+            400,
+        );
         assert_eq!(
             found.first().map(|(at, _)| *at),
             Some(201 + 3 * 16),
             "{found:?}"
         );
         // Without it, the first stretch and the second are what later ones are judged against.
-        let mut alone = Watch::new(200 * S, StretchSpread::default());
+        let mut alone = Watch::new(200 * S);
         assert_eq!(moves(&mut alone, &steps, 400), vec![]);
     }
 
@@ -216,14 +232,7 @@ mod tests {
             33..49 => 80,
             _ => 100,
         });
-        assert_eq!(
-            moves(
-                &mut Watch::new(0, StretchSpread::default()),
-                &up_then_down,
-                200
-            ),
-            vec![]
-        );
+        assert_eq!(moves(&mut Watch::new(0), &up_then_down, 200), vec![]);
     }
 
     #[test]
@@ -232,7 +241,7 @@ mod tests {
         // read, and the next moved stretch is the first again.
         let mut halved = reports(200, |s| if s < 33 { 100 } else { 50 });
         halved.retain(|report| !(40 * S..=64 * S).contains(&report.at_ns));
-        let found = moves(&mut Watch::new(0, StretchSpread::default()), &halved, 200);
+        let found = moves(&mut Watch::new(0), &halved, 200);
         assert_eq!(found[0].0, 1 + 6 * 16, "{found:?}");
     }
 }
