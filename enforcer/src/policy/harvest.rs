@@ -67,8 +67,8 @@
 //!   comparison's standard error, in two cycles in a row, the same way (a new phase of the job:
 //!   evaluation, a checkpoint, a new job), starts the search again from the top. Between
 //!   rechecks the pace at the settled level is read in stretches of `watch::WATCH_NS`: one
-//!   that moved as a new phase's does (`watch`) has the level compared again at once (reason
-//!   `pace_moved`), not up to `RECHECK_MAX_NS` later.
+//!   that moved by more than training may feel, beyond the job's noise (`watch`), has the
+//!   level compared again at once (reason `pace_moved`), not up to `RECHECK_MAX_NS` later.
 //!
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
@@ -78,9 +78,8 @@
 //! offline's time; at one in four minutes, about 3.5% (a too-noisy level's recheck runs on to
 //! six where its carried cycles point to a cost). The first comparison waits for the job's
 //! first `WARMUP_NS` of reports. The price of the longer waits: a level whose cost grows by
-//! less than the watch sees (15% of the pace, and twice its stretches' spread) is found up
-//! to four minutes late (the fast path still moves offline off a training thread it
-//! queues).
+//! less than the watch sees (2ε of the pace, and twice its stretches' spread) is found up to
+//! four minutes late (the fast path still moves offline off a training thread it queues).
 //!
 //! The pace comes from the job's progress reports where it sends them, and otherwise from its
 //! GPUs' busy share (`gpu::training_busy`), counted up like reports. The job's own count comes
@@ -400,7 +399,7 @@ impl Harvest {
                 level,
                 mut watch,
             } => {
-                let moved = watch.read(now_ns, reports, self.stretch_spread);
+                let moved = watch.read(now_ns, reports, self.stretch_spread, self.settings.epsilon);
                 self.phase = Phase::Settled {
                     since,
                     level,

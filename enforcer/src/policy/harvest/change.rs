@@ -61,9 +61,9 @@ pub(crate) enum Why {
     /// The held pace moved by more than `PHASE_CHANGE`, in two cycles in a row: the search
     /// starts again.
     PhaseChange { from: f64, to: f64 },
-    /// Settled, the job's pace at the level moved from its mean since by more than
-    /// `PHASE_CHANGE` and twice the stretches' deviation, in two stretches of `WATCH_NS` in a
-    /// row, the same way (`watch`): the level is compared again at once.
+    /// Settled, the job's pace at the level moved from its mean since by more than 2ε and
+    /// twice the stretches' deviation, in two stretches of `WATCH_NS` in a row, the same way
+    /// (`watch`): the level is compared again at once.
     PaceMoved { from: f64, to: f64 },
     /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
     /// the search starts again.

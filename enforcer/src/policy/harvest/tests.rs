@@ -533,18 +533,66 @@ fn a_held_pace_as_far_as_the_noise_takes_it_is_not_a_new_phase() {
 }
 
 #[test]
-fn the_servers_noise_does_not_move_a_settled_pace() {
+fn the_servers_noise_seldom_moves_a_settled_pace() {
     // Ten hours of a job that nothing costs, its pace ±30% a second (the server's reported
-    // steps): settled, its pace read in 16 s stretches never moved 15% twice in a row.
-    for seed in 1..=20 {
-        let run = free_job_at_the_servers_noise(seed, 1800);
-        let moved: Vec<_> = run
-            .changes
-            .iter()
-            .filter(|(_, c)| matches!(c.why, Why::PaceMoved { .. }))
-            .collect();
-        assert!(moved.is_empty(), "seed {seed}: {moved:?}");
+    // steps): settled, its pace read in 16 s stretches moved beyond 2ε and twice their
+    // deviation, twice in a row, 4 times. Each costs a recheck, 9 s or more of offline held
+    // back: one in two hours is about 0.1% of offline's time.
+    let moved: Vec<_> = (1..=20)
+        .flat_map(|seed| {
+            free_job_at_the_servers_noise(seed, 1800)
+                .changes
+                .into_iter()
+                .filter(|(_, c)| matches!(c.why, Why::PaceMoved { .. }))
+                .map(move |(at, c)| (seed, at, c))
+        })
+        .collect();
+    assert!(moved.len() <= 5, "{moved:?}");
+}
+
+#[test]
+fn a_settled_level_whose_cost_grows_is_compared_at_once_where_training_would_feel_it() {
+    // A quiet job (1% noise, the VM's training simulator's): a level that begins to cost 5% is
+    // compared again within two stretches and left, not at its recheck (225 s later, when
+    // the watch waited for a move of 15%).
+    for seed in 1..=5 {
+        let mut harvest = Harvest::new(settings());
+        let mut reports = Vec::new();
+        let mut job = Job::new(100.0, |_| 0.0, 0.01);
+        job.rng = SplitMix64::new(seed);
+        let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+        job.cost = |l| if l == Level::Held { 0.0 } else { 0.05 };
+        let after = run(&mut harvest, &mut job, &mut reports, at, 100);
+        assert!(
+            after.pace_moved_at().is_some_and(|t| t <= (at + 48) * S),
+            "seed {seed}, costly from {at} s: {:?}",
+            after.changes
+        );
+        assert!(
+            after
+                .changes
+                .iter()
+                .any(|(t, c)| *t <= (at + 60) * S && matches!(c.why, Why::TooCostly { .. })),
+            "seed {seed}, costly from {at} s: {:?}",
+            after.changes
+        );
     }
+    // At the server's reported-steps noise (±30% a second) a cost of 20% moved the pace
+    // beyond the watch's bar within 48 s in 8 runs of 10 (with a bar of 15%, in none): the
+    // stretches there spread by about 7%, and a move must pass 2ε and twice that.
+    let seen = (1..=10)
+        .filter(|&seed| {
+            let mut harvest = Harvest::new(settings());
+            let mut reports = Vec::new();
+            let mut job = Job::new(100.0, |_| 0.0, LOADER_BOUND_NOISE);
+            job.rng = SplitMix64::new(seed);
+            let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+            job.cost = |l| if l == Level::Held { 0.0 } else { 0.2 };
+            let after = run(&mut harvest, &mut job, &mut reports, at, 48);
+            after.pace_moved_at().is_some()
+        })
+        .count();
+    assert!(seen >= 6, "{seen} of 10");
 }
 
 /// Runs `harvest` over `job` second by second from `start_s` until it is settled with at

@@ -1,6 +1,6 @@
-//! The job's pace at a settled level, read between its rechecks: a pace that moves as a new
-//! phase's does is compared again at once, not up to `RECHECK_MAX_NS` later. Pure: the reports
-//! and the time are passed in.
+//! The job's pace at a settled level, read between its rechecks: a pace that moves by more
+//! than training may feel is compared again at once, not up to `RECHECK_MAX_NS` later. Pure:
+//! the reports and the time are passed in.
 //!
 //! A settled level is compared with offline held back only at its rechecks, a minute at first
 //! and then up to four minutes apart: each holds offline back for 9 s or more, so they cannot
@@ -10,20 +10,28 @@
 //! comparison found no longer says what the level costs.
 //!
 //! Read in stretches of `WATCH_NS` against the mean of those read before, it finds a move
-//! larger than `PHASE_CHANGE` (the held halves' own rule for a new phase) and twice the
-//! stretches' standard deviation, in two stretches in a row, the same way. The deviation is
-//! pooled over the job's watches (`StretchSpread`), so that a watch can judge from its
-//! second stretch: a phase that began in the first would otherwise be part of what later
-//! stretches are judged against. Without the deviation, on a model of the server's bursty
-//! job (its loader's batches spread by 30%) the pace of a level that cost nothing moved 14
-//! times in 20 hours; with it, never.
+//! larger than 2ε and twice the stretches' standard deviation, in two stretches in a row, the
+//! same way. 2ε: a level kept at a cost of up to about ε that moved so far costs training more
+//! than ε now, or the job's phase changed. The deviation is pooled over the job's watches
+//! (`StretchSpread`), so that a watch can judge from its second stretch: a phase that began in
+//! the first would otherwise be part of what later stretches are judged against.
+//!
+//! A move that is noise costs a recheck: 9 s or more of offline held back. Judged by 15% alone,
+//! without the deviation, on a model of the server's bursty job (its loader's batches spread
+//! by 30%) the pace of a level that cost nothing moved 14 times in 20 hours. With the
+//! deviation and 2ε, that model moved 10 times in 40 hours (spreads of 15% and 30%), and the
+//! server's reported-steps noise (±30% a second) 4 times in 10 hours: about 0.1% of offline's
+//! time. 15% with the deviation, the held halves' own rule for a new phase, moved never, but
+//! left a cost up to 15% and twice the deviation to the recheck: on a model of the VM's quiet
+//! job (1% noise), levels that began to cost 5%, 10% or 15% were left 225 s later, where they
+//! are now left after 50 s (`cargo test -p enforcer --lib a_settled_level_whose_cost_grows`).
 
-use super::{PHASE_CHANGE, SETTLE_NS, pace_between, statistics::spread_upper_bound};
+use super::{SETTLE_NS, pace_between, statistics::spread_upper_bound};
 use crate::policy::pace::Report;
 
-/// The stretch the settled pace is read over. Long, so that noise alone does not move it by
-/// `PHASE_CHANGE`: on the GPU server the ResNet-50 job's pace over one stretch against the
-/// next spread by 16.5% at 8 s alone and by 5.4% at 16 s beside reamer's defaults
+/// The stretch the settled pace is read over. Long, so that noise alone does not move it far:
+/// on the GPU server the ResNet-50 job's pace over one stretch against the next spread by
+/// 16.5% at 8 s alone and by 5.4% at 16 s beside reamer's defaults
 /// (docs/experiments/2026-11-28-pace-steps-server-cut.md); the VM's training simulator, by
 /// 1.5% at 16 s. Short enough to fit the reports kept (`pace::HISTORY_NS`).
 pub(crate) const WATCH_NS: u64 = 16_000_000_000;
@@ -105,17 +113,18 @@ impl Watch {
         before.with(squares, n - 1.0)
     }
 
-    /// At `now_ns`, with the job's `reports` and the spread of its watches before this one
-    /// (`before`): where a stretch ended since the last call, its
-    /// pace read (the latest one, where several did). The pace it was judged against and its
-    /// own, where it moved from the mean before it further than `PHASE_CHANGE` and twice the
-    /// deviation (`spread`), and the stretch before it had too, the same way. The job's
-    /// first watch judges from its third stretch: the first two are the deviation's.
+    /// At `now_ns`, with the job's `reports`, the spread of its watches before this one
+    /// (`before`) and the controller's `epsilon`: where a stretch ended since the last call,
+    /// its pace read (the latest one, where several did). The pace it was judged against and
+    /// its own, where it moved from the mean before it further than `2 × epsilon` and twice the
+    /// deviation (`spread`), and the stretch before it had too, the same way. The job's first
+    /// watch judges from its third stretch: the first two are the deviation's.
     pub(super) fn read(
         &mut self,
         now_ns: u64,
         reports: &[Report],
         before: StretchSpread,
+        epsilon: f64,
     ) -> Option<(f64, f64)> {
         let first = self.since + SETTLE_NS;
         let over = now_ns.saturating_sub(first) / WATCH_NS;
@@ -136,7 +145,7 @@ impl Watch {
         let moved = self.read >= 1
             && reference > 0.0
             && self.spread(before).deviation().is_some_and(|deviation| {
-                (pace / reference - 1.0).abs() > PHASE_CHANGE + 2.0 * deviation
+                (pace / reference - 1.0).abs() > 2.0 * epsilon + 2.0 * deviation
             });
         if !moved {
             self.read += 1;
@@ -157,6 +166,8 @@ mod tests {
     use super::*;
 
     const S: u64 = 1_000_000_000;
+    /// The controller's default ε.
+    const EPSILON: f64 = 0.01;
 
     /// A report a second from 0 to `to_s`, counting `pace(second)` steps each second.
     fn reports(to_s: u64, pace: impl Fn(u64) -> u64) -> Vec<Report> {
@@ -179,7 +190,11 @@ mod tests {
         to_s: u64,
     ) -> Vec<(u64, (f64, f64))> {
         (0..=to_s)
-            .filter_map(|s| watch.read(s * S, reports, before).map(|moved| (s, moved)))
+            .filter_map(|s| {
+                watch
+                    .read(s * S, reports, before, EPSILON)
+                    .map(|moved| (s, moved))
+            })
             .collect()
     }
 
