@@ -241,6 +241,20 @@ mod tests {
     }
 
     #[test]
+    fn a_move_beyond_twice_epsilon_is_found_and_one_within_it_is_not() {
+        // A steady pace, so no deviation: 5% slower from 100 s is a cost training feels, 1.5%
+        // is within what it may lose.
+        let five = reports(300, |s| if s < 100 { 1000 } else { 950 });
+        let found = moves(&mut Watch::new(0), &five, 300);
+        assert_eq!(
+            found.first().map(|(_, moved)| *moved),
+            Some((1000.0, 950.0))
+        );
+        let within = reports(300, |s| if s < 100 { 1000 } else { 985 });
+        assert_eq!(moves(&mut Watch::new(0), &within, 300), vec![]);
+    }
+
+    #[test]
     fn a_move_one_way_and_then_the_other_is_not_a_new_phase() {
         let up_then_down = reports(200, |s| match s {
             17..33 => 120,
