@@ -556,11 +556,7 @@ fn a_settled_level_whose_cost_grows_is_compared_at_once_where_training_would_fee
     // compared again within two stretches and left, not at its recheck (225 s later, when
     // the watch waited for a move of 15%).
     for seed in 1..=5 {
-        let mut harvest = Harvest::new(settings());
-        let mut reports = Vec::new();
-        let mut job = Job::new(100.0, |_| 0.0, 0.01);
-        job.rng = SplitMix64::new(seed);
-        let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+        let (mut harvest, mut job, mut reports, at) = free_job_settled_for_long(0.01, seed);
         job.cost = |l| if l == Level::Held { 0.0 } else { 0.05 };
         let after = run(&mut harvest, &mut job, &mut reports, at, 100);
         assert!(
@@ -582,17 +578,26 @@ fn a_settled_level_whose_cost_grows_is_compared_at_once_where_training_would_fee
     // stretches there spread by about 7%, and a move must pass 2ε and twice that.
     let seen = (1..=10)
         .filter(|&seed| {
-            let mut harvest = Harvest::new(settings());
-            let mut reports = Vec::new();
-            let mut job = Job::new(100.0, |_| 0.0, LOADER_BOUND_NOISE);
-            job.rng = SplitMix64::new(seed);
-            let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+            let (mut harvest, mut job, mut reports, at) =
+                free_job_settled_for_long(LOADER_BOUND_NOISE, seed);
             job.cost = |l| if l == Level::Held { 0.0 } else { 0.2 };
             let after = run(&mut harvest, &mut job, &mut reports, at, 48);
             after.pace_moved_at().is_some()
         })
         .count();
     assert!(seen >= 6, "{seen} of 10");
+}
+
+/// A job of 100 steps a second that nothing costs, at `noise`, its noise drawn from `seed`,
+/// run from the start until it is settled for long (`run_until_settled_for_long`): the loop,
+/// the job, its reports and the second it got there.
+fn free_job_settled_for_long(noise: f64, seed: u64) -> (Harvest, Job, Vec<Report>, u64) {
+    let mut harvest = Harvest::new(settings());
+    let mut reports = Vec::new();
+    let mut job = Job::new(100.0, |_| 0.0, noise);
+    job.rng = SplitMix64::new(seed);
+    let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+    (harvest, job, reports, at)
 }
 
 /// Runs `harvest` over `job` second by second from `start_s` until it is settled with at
@@ -621,11 +626,8 @@ fn run_until_settled_for_long(
 fn a_new_phase_while_settled_is_compared_at_once_not_at_the_next_recheck() {
     // At the server's noise too: the settled pace is read over 16 s.
     for seed in 1..=5 {
-        let mut harvest = Harvest::new(settings());
-        let mut reports = Vec::new();
-        let mut job = Job::new(100.0, |_| 0.0, LOADER_BOUND_NOISE);
-        job.rng = SplitMix64::new(seed);
-        let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+        let (mut harvest, mut job, mut reports, at) =
+            free_job_settled_for_long(LOADER_BOUND_NOISE, seed);
         job.pace = 50.0;
         let after = run(&mut harvest, &mut job, &mut reports, at, 48);
         assert!(
@@ -635,11 +637,7 @@ fn a_new_phase_while_settled_is_compared_at_once_not_at_the_next_recheck() {
         );
     }
     for seed in 1..=5 {
-        let mut harvest = Harvest::new(settings());
-        let mut reports = Vec::new();
-        let mut job = Job::new(100.0, |_| 0.0, 0.01);
-        job.rng = SplitMix64::new(seed);
-        let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+        let (mut harvest, mut job, mut reports, at) = free_job_settled_for_long(0.01, seed);
         // Evaluation: half the pace, and everything offline does now costs it 4%.
         job.pace = 50.0;
         job.cost = |l| if l == Level::Held { 0.0 } else { 0.04 };
@@ -671,10 +669,8 @@ fn a_new_phase_while_settled_is_compared_at_once_not_at_the_next_recheck() {
 
 #[test]
 fn a_settled_level_that_turns_costly_is_compared_at_once_and_left() {
-    let mut harvest = Harvest::new(settings());
-    let mut reports = Vec::new();
-    let mut job = Job::new(100.0, |_| 0.0, 0.01);
-    let at = run_until_settled_for_long(&mut harvest, &mut job, &mut reports, 0);
+    // Job::new's own seed.
+    let (mut harvest, mut job, mut reports, at) = free_job_settled_for_long(0.01, 7);
     assert_eq!(harvest.level(), Level::TrainingCores);
     // Offline's work beside training grew: every level but `held` costs it 30% now, and the
     // pace alone is what it was.
