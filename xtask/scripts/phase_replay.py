@@ -19,7 +19,8 @@ builds a job with two phases, each ENFORCER's `replay-pace` then replays:
 So a controller that follows the phases keeps offline running in the first phase and held
 back in the slow one. For each ENFORCER (builds to compare), over N rotations of the
 recording (each starting 10,000 steps further in; default 5) of S seconds (default 7200): how
-long after each change of phase it first saw one (`pace_moved` or `phase_change`), what
+long after each change of phase it first saw one (`pace_moved` or `phase_change`); how long
+after each slow phase began with offline running it first left a level as `too_costly`; what
 training lost (C times the share of the time offline ran in the slow phase), and how long
 offline ran. Medians over the rotations.
 
