@@ -203,9 +203,8 @@ enum Phase {
         judged: usize,
         recheck: bool,
     },
-    /// `level` kept since `since`, its pace `watch`ed.
+    /// `level` kept, its pace `watch`ed since it took effect (`Watch::since`).
     Settled {
-        since: u64,
         level: Level,
         watch: Watch,
     },
@@ -394,22 +393,14 @@ impl Harvest {
                 }
                 None
             }
-            Phase::Settled {
-                since,
-                level,
-                mut watch,
-            } => {
+            Phase::Settled { level, mut watch } => {
                 let moved = watch.read(now_ns, reports, self.stretch_spread, self.settings.epsilon);
-                self.phase = Phase::Settled {
-                    since,
-                    level,
-                    watch,
-                };
+                self.phase = Phase::Settled { level, watch };
                 if let Some((from, to)) = moved {
                     self.stretch_spread = watch.spread(self.stretch_spread);
                     return Some(self.recheck(now_ns, level, reports, Why::PaceMoved { from, to }));
                 }
-                if now_ns.saturating_sub(since) < self.recheck_after_ns {
+                if now_ns.saturating_sub(watch.since()) < self.recheck_after_ns {
                     return None;
                 }
                 // Due: no change of level until its held half.
@@ -611,7 +602,6 @@ impl Harvest {
             false => RECHECK_NS,
         };
         self.phase = Phase::Settled {
-            since: now_ns,
             level,
             watch: Watch::new(now_ns),
         };

@@ -612,9 +612,9 @@ fn run_until_settled_for_long(
     for now_s in start_s..start_s + 1200 {
         run(harvest, job, reports, now_s, 1);
         let now = (now_s + 1) * S;
-        if let Phase::Settled { since, .. } = harvest.phase
-            && now >= since + SETTLE_NS + 2 * watch::WATCH_NS
-            && since + harvest.recheck_after_ns >= now + 120 * S
+        if let Phase::Settled { watch, .. } = harvest.phase
+            && now >= watch.since() + SETTLE_NS + 2 * watch::WATCH_NS
+            && watch.since() + harvest.recheck_after_ns >= now + 120 * S
         {
             return now_s + 1;
         }

@@ -98,6 +98,11 @@ impl Watch {
         }
     }
 
+    /// When the level took effect.
+    pub(super) fn since(&self) -> u64 {
+        self.since
+    }
+
     /// The spread of the job's watches (`before`, those before this one), this one's
     /// stretches so far included: what the next watch starts from.
     pub(super) fn spread(&self, before: StretchSpread) -> StretchSpread {
