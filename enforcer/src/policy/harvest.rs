@@ -35,9 +35,12 @@
 //! a static setting above them showed cost 0.8% in the same run.
 //!
 //! - The search starts at the top of the ladder and comes down: a level whose interval lies
-//!   below `1 − ε` gives way to the one under it, and the levels above it are not tried again
-//!   for `CEILING_NS`; the first level not shown costly whose cycles say it keeps training's
-//!   pace is kept. A machine where the top is free settles after one comparison.
+//!   below `1 − ε` gives way to the one under it, and the levels from it up are not tried
+//!   again until the ceiling's wait is over (`ceiling`: a minute the first time, longer for a
+//!   costlier level and for one found too costly again, up to five minutes; five at once for
+//!   a level above the policy's not shown free); the first level not shown costly whose
+//!   cycles say it keeps training's pace is kept. A machine where the top is free settles
+//!   after one comparison.
 //! - The interval: the mean of the cycles' ratios ± Student's t (95%) standard errors, judged
 //!   from `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly. A level above
 //!   the core policy's runs on while the cycles left, up to `MAX_CYCLES_ABOVE_POLICY`, could
@@ -59,8 +62,9 @@
 //!   where its cycles could take that interval there. A level tried above one just kept, and
 //!   left, settles the search back on the kept one without comparing it again.
 //! - Settled, the level is compared again after `RECHECK_NS`, and after twice as long each time
-//!   a recheck settles the loop at the same level again, up to `RECHECK_MAX_NS` (and the level
-//!   above it too, once the ceiling is older than `CEILING_NS`); a recheck keeps the level on
+//!   a recheck settles the loop at the same level again, up to `RECHECK_MAX_NS`, or as soon as
+//!   a level above it found too costly has waited a wait shorter than five minutes (and the
+//!   level above it too, once the ceiling's wait is over); a recheck keeps the level on
 //!   its mean from `MIN_CYCLES` cycles where the mean is not too noisy to, and runs on
 //!   otherwise (a level above the policy's then stopping early as in a search); a held pace
 //!   that moved from the last comparison's by more than `PHASE_CHANGE` and twice that
@@ -91,13 +95,15 @@
 //!
 //! Its parts: `level`, the ladder; `statistics`, the arithmetic of paces, cycles and
 //! intervals; `verdict`, what a comparison's cycles say of its level; `carried`, a too-noisy
-//! level's cycles from one comparison to the next; `watch`, the settled level's pace between
+//! level's cycles from one comparison to the next; `ceiling`, how long a level left waits
+//! before it is tried again; `watch`, the settled level's pace between
 //! its rechecks; `change`, what the loop tells the daemon
 //! (each change of level and its reason); `replay`, the loop over a job's recorded step times
 //! (`enforcer replay-pace`), and `replay::spread`, how far its cycles would spread over them
 //! (`--spread`).
 
 mod carried;
+mod ceiling;
 mod change;
 mod level;
 pub(crate) mod replay;
@@ -106,6 +112,7 @@ mod verdict;
 mod watch;
 
 use self::carried::Carried;
+use self::ceiling::Ceiling;
 pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
 pub(crate) use self::level::{Level, shape};
 use self::statistics::{
@@ -179,8 +186,6 @@ pub(crate) const RECHECK_NS: u64 = 60_000_000_000;
 /// minute, more than offline can give up to stay within 10% of the best static level's work,
 /// and about 3.5% at one in four minutes.
 pub(crate) const RECHECK_MAX_NS: u64 = 240_000_000_000;
-/// The level above one found too costly is not tried again before this.
-pub(crate) const CEILING_NS: u64 = 300_000_000_000;
 /// A held pace this far from the last comparison's (relative), in two cycles in a row, is a
 /// new phase of the job.
 pub(crate) const PHASE_CHANGE: f64 = 0.15;
@@ -232,8 +237,8 @@ pub(crate) struct Harvest {
     /// The last cycle's held pace, where it had moved more than `PHASE_CHANGE` from
     /// `last_held`: one more such cycle, the same way, is a new phase.
     moved_once: Option<f64>,
-    /// The lowest level found too costly, and when.
-    ceiling: Option<(Level, u64)>,
+    /// The lowest level found too costly, and how long the levels from it up wait.
+    ceiling: Ceiling,
     /// The level kept by the comparison before the current one, which tries the level above
     /// it: where that one is left, the search settles back here.
     kept_below: Option<Level>,
@@ -264,7 +269,7 @@ impl Harvest {
             reference: None,
             last_held: None,
             moved_once: None,
-            ceiling: None,
+            ceiling: Ceiling::default(),
             kept_below: None,
             stretch_spread: StretchSpread::default(),
             settled_at: None,
@@ -400,7 +405,11 @@ impl Harvest {
                     self.stretch_spread = watch.spread(self.stretch_spread);
                     return Some(self.recheck(now_ns, level, reports, Why::PaceMoved { from, to }));
                 }
-                if now_ns.saturating_sub(watch.since()) < self.recheck_after_ns {
+                // Due after its wait, or as soon as a level above found too costly has waited
+                // its own: it is tried then, not at a recheck up to four minutes later.
+                let due = now_ns.saturating_sub(watch.since()) >= self.recheck_after_ns
+                    || self.ceiling.cost_may_be_gone_above(level, now_ns);
+                if !due {
                     return None;
                 }
                 // Due: no change of level until its held half.
@@ -413,13 +422,8 @@ impl Harvest {
 
     /// Compares the settled `level` again where it stands.
     fn recheck(&mut self, now_ns: u64, level: Level, reports: &[Report], why: Why) -> Change {
-        // The level above may be tried again once the ceiling is old.
-        if self
-            .ceiling
-            .is_some_and(|(_, at)| now_ns.saturating_sub(at) >= CEILING_NS)
-        {
-            self.ceiling = None;
-        }
+        // The level above may be tried again once the ceiling's wait is over.
+        self.ceiling.lift_if_over(now_ns);
         let change = self.compare(now_ns, level, reports, why);
         if let Phase::Comparing { recheck, .. } = &mut self.phase {
             *recheck = true;
@@ -529,6 +533,9 @@ impl Harvest {
         self.spread.add(&ratios);
         self.cycles.clear();
         let why = verdict.why(level, ratio);
+        if verdict == Verdict::Kept {
+            self.ceiling.kept(level);
+        }
         if matches!(verdict, Verdict::Kept | Verdict::TooNoisy) {
             // Kept; the level above is tried once no ceiling stands in its way (after a
             // search that came down, the ceiling is the level just above). Kept as too noisy
@@ -543,7 +550,7 @@ impl Harvest {
             };
             return match level
                 .up()
-                .filter(|&up| up <= highest && self.ceiling.is_none_or(|(ceiling, _)| up < ceiling))
+                .filter(|&up| up <= highest && self.ceiling.allows(up))
             {
                 Some(up) => {
                     let change = self.compare(now_ns, up, reports, why);
@@ -554,7 +561,16 @@ impl Harvest {
             };
         }
         // Too costly, shown, on the mean, or not shown free: training first.
-        self.ceiling = Some((level, now_ns));
+        match verdict {
+            Verdict::NotShownFree => self.ceiling.not_shown_free(level, now_ns),
+            _ => {
+                // What this comparison cost training: its level halves at the cost found.
+                let at_level_ns = (judged + 1) as f64 * half_ns as f64;
+                let lost_ns = at_level_ns * (1.0 - ratio.ratio).max(0.0);
+                self.ceiling
+                    .too_costly(level, now_ns, lost_ns, self.settings.epsilon);
+            }
+        }
         let down = level.down();
         if let Some(kept) = down.filter(|&down| Some(down) == self.kept_below) {
             // The level under it was kept by the comparison just before this one: settled
@@ -568,7 +584,9 @@ impl Harvest {
             // Cycles this noisy could show no level free: the levels between are passed over
             // as not shown free, and the policy's is compared. On the GPU server each level
             // above the policy's took 21 to 53 s, half of it held back, for no verdict.
-            self.ceiling = Level::Policy.up().map(|above| (above, now_ns));
+            if let Some(above) = Level::Policy.up() {
+                self.ceiling.not_shown_free(above, now_ns);
+            }
             return Some(self.compare(now_ns, Level::Policy, reports, why));
         }
         match down.filter(|&down| down > Level::Held) {
@@ -631,7 +649,7 @@ impl Harvest {
         self.reference = None;
         self.last_held = None;
         self.moved_once = None;
-        self.ceiling = None;
+        self.ceiling.clear();
         self.kept_below = None;
         self.stretch_spread = StretchSpread::default();
         self.settled_at = None;

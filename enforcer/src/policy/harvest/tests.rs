@@ -2,6 +2,7 @@
 
 use enforcer_common::rng::SplitMix64;
 
+use super::ceiling::CEILING_NS;
 use super::*;
 use crate::policy::{cores::Allocation, pace};
 
@@ -267,11 +268,11 @@ fn a_level_that_keeps_trainings_pace_is_rechecked_less_often_and_a_new_level_as_
 }
 
 #[test]
-fn sharing_trainings_cores_that_costs_seven_percent_is_left() {
+fn sharing_trainings_cores_that_costs_seven_percent_is_left_and_its_tries_cost_little() {
     // The VM's Intel host: offline on training's core cost it 7.6%; elsewhere nothing.
     let mut harvest = Harvest::new(settings());
     let mut job = Job::new(150.0, |l| 0.076 * l.training_cores_share(), 0.01);
-    let run = run(&mut harvest, &mut job, &mut Vec::new(), 0, 200);
+    let run = run(&mut harvest, &mut job, &mut Vec::new(), 0, 900);
     // The rung under it: the policy without its pause for training's shortage, which costs
     // nothing here.
     assert_eq!(
@@ -280,21 +281,72 @@ fn sharing_trainings_cores_that_costs_seven_percent_is_left() {
         "{:?}",
         run.changes
     );
-    assert!(
-        run.changes
-            .iter()
-            .any(|(_, c)| matches!(c.why, Why::TooCostly { ratio, .. } if ratio.ratio < 0.95)),
-        "{:?}",
-        run.changes
-    );
-    // Tried again only after the ceiling's time: the rest of the run on the rung under it,
-    // but for the held halves of its comparisons.
+    let left = run
+        .changes
+        .iter()
+        .filter(|(_, c)| {
+            matches!(c.why, Why::TooCostly { tried: Level::TrainingCores, ratio }
+                if ratio.ratio < 0.95)
+        })
+        .count();
+    // Tried again, and left, every five minutes or so: each try costs training 7.6% over its
+    // 9 s at the level, and the wait before the next keeps that within a quarter of ε.
+    assert!((2..=4).contains(&left), "{:?}", run.changes);
+    let tries_cost = run.share_at(80, Level::TrainingCores) * 0.076;
+    assert!(tries_cost < 0.0025, "{tries_cost}: {:?}", run.changes);
     assert!(
         run.share_at(80, Level::Unpaused) > 0.75,
         "{:?}",
         run.changes
     );
-    assert_eq!(run.share_at(80, Level::TrainingCores), 0.0);
+}
+
+#[test]
+fn a_small_cost_gone_is_found_gone_within_minutes_and_a_large_one_is_tried_again_later() {
+    // Every level above `held` costs the job 3% (or 10%) for five minutes, then nothing.
+    type Cost = fn(Level) -> f64;
+    let costs: [(Cost, u64); 2] = [
+        (|l| if l > Level::Held { 0.03 } else { 0.0 }, 270),
+        (|l| if l > Level::Held { 0.1 } else { 0.0 }, 300),
+    ];
+    for (size, (cost, within_s)) in costs.into_iter().enumerate() {
+        for seed in 1..=3 {
+            let mut harvest = Harvest::new(settings());
+            let mut job = Job::new(150.0, cost, 0.01);
+            job.rng = SplitMix64::new(seed);
+            let mut reports = Vec::new();
+            let costly = run(&mut harvest, &mut job, &mut reports, 0, 300);
+            assert!(
+                costly.share_at(100, Level::Held) > 0.85,
+                "{:?}",
+                costly.changes
+            );
+            job.cost = |_| 0.0;
+            let free = run(&mut harvest, &mut job, &mut reports, 300, 600);
+            let back_s = free
+                .levels
+                .iter()
+                .find(|&&(_, level)| level >= Level::Policy)
+                .map(|&(at, _)| at / S - 300);
+            // A level found to cost 3% waits a minute and 12 s, or two minutes the second time,
+            // before it is tried again: back at the policy's level, a comparison a level, 118
+            // to 249 s after the cost went (12 seeds; 352 to 394 s with one wait of five
+            // minutes for every cost). One found to cost 10% waits the longest, as before:
+            // each try of it costs training 0.9 s (352 to 388 s).
+            match size {
+                0 => assert!(
+                    back_s.is_some_and(|s| s < within_s),
+                    "seed {seed}: back after {back_s:?} s: {:?}",
+                    free.changes
+                ),
+                _ => assert!(
+                    back_s.is_some_and(|s| s >= within_s),
+                    "seed {seed}: back after {back_s:?} s: {:?}",
+                    free.changes
+                ),
+            }
+        }
+    }
 }
 
 #[test]
@@ -335,8 +387,8 @@ fn a_cost_growing_with_offlines_share_settles_where_it_stays_within_epsilon() {
     // A quarter costs 0.8% and keeps training within 1%; half costs 1.6%, too much.
     // (Reported as samples, 128 a step: the pace is read to a fraction of a step.)
     // The search comes down the ladder a comparison a level (about two minutes here);
-    // settled there, held halves aside; never above it until the ceiling, set when half was
-    // found too costly at about 100 s, is 5 minutes old: the run ends before.
+    // settled there, held halves aside. Half, found too costly at about 100 s, is tried again
+    // once its wait is over (a minute and more), and then after twice as long: each time left.
     assert_eq!(
         run.settled_level(),
         Some(Level::Quarter),
@@ -344,11 +396,17 @@ fn a_cost_growing_with_offlines_share_settles_where_it_stays_within_epsilon() {
         run.changes
     );
     assert!(
-        run.share_at(150, Level::Quarter) > 0.75,
+        run.share_at(150, Level::Quarter) > 0.65,
         "{:?}",
         run.changes
     );
-    assert_eq!(run.share_at(150, Level::Half), 0.0, "{:?}", run.changes);
+    assert!(run.share_at(150, Level::Half) < 0.1, "{:?}", run.changes);
+    // Training keeps within ε, its tries of half included.
+    let lost: f64 = Level::LADDER
+        .iter()
+        .map(|&level| run.share_at(150, level) * cost(level))
+        .sum();
+    assert!(lost < 0.01, "{lost}: {:?}", run.changes);
 }
 
 #[test]
@@ -1282,9 +1340,11 @@ fn a_mean_at_the_floor_runs_more_cycles_and_half_of_epsilon_keeps_the_policys_le
             .all(|&(level, n)| level <= Level::Policy || n <= MAX_CYCLES_ABOVE_POLICY),
         "{cycles:?}"
     );
-    // Twice ε: offline still held back most of the time (82% before).
+    // Twice ε: offline still held back most of the time, so that training loses well within
+    // ε on average (85% held back, 0.3% lost, where a level found too costly waited five
+    // minutes every time; 76%, 0.5%, now that it waits one the first time).
     let held = runs[3].held;
-    assert!(held > 0.8, "{held:.3} held back");
+    assert!(held > 0.7, "{held:.3} held back");
 }
 
 /// Over 10 runs of two hours of a job at the server's reported-steps noise
