@@ -328,9 +328,9 @@ fn a_small_cost_gone_is_found_gone_within_minutes_and_a_large_one_is_tried_again
                 .iter()
                 .find(|&&(_, level)| level >= Level::Policy)
                 .map(|&(at, _)| at / S - 300);
-            // A level found to cost 3% waits a minute and 12 s, or two minutes the second time,
-            // before it is tried again: back at the policy's level, a comparison a level, 118
-            // to 249 s after the cost went (12 seeds; 352 to 394 s with one wait of five
+            // A level found to cost 3% waits about a minute and 48 s before it is tried again,
+            // two minutes the second time: back at the policy's level, a comparison a level,
+            // 118 to 249 s after the cost went (12 seeds; 352 to 394 s with one wait of five
             // minutes for every cost). One found to cost 10% waits the longest, as before:
             // each try of it costs training 0.9 s (352 to 388 s).
             match size {
@@ -1341,10 +1341,10 @@ fn a_mean_at_the_floor_runs_more_cycles_and_half_of_epsilon_keeps_the_policys_le
         "{cycles:?}"
     );
     // Twice ε: offline still held back most of the time, so that training loses well within
-    // ε on average (85% held back, 0.3% lost, where a level found too costly waited five
-    // minutes every time; 76%, 0.5%, now that it waits one the first time).
+    // ε on average: 85% held back (0.3% lost) where every level left waited five minutes,
+    // 80% (0.4%) now that a cheap try waits less (`ceiling`).
     let held = runs[3].held;
-    assert!(held > 0.7, "{held:.3} held back");
+    assert!(held > 0.75, "{held:.3} held back");
 }
 
 /// Over 10 runs of two hours of a job at the server's reported-steps noise
