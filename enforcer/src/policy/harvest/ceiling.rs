@@ -46,14 +46,12 @@ pub(super) struct Ceiling {
     too_costly: [u32; Level::LADDER.len()],
 }
 
-/// The levels from `level` up are not tried before `at_ns + wait_ns`; `costly`: `level` was
-/// shown too costly, rather than not shown free.
+/// The levels from `level` up are not tried before `at_ns + wait_ns`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Standing {
     level: Level,
     at_ns: u64,
     wait_ns: u64,
-    costly: bool,
 }
 
 impl Ceiling {
@@ -74,7 +72,6 @@ impl Ceiling {
             level,
             at_ns: now_ns,
             wait_ns,
-            costly: true,
         });
     }
 
@@ -85,7 +82,6 @@ impl Ceiling {
             level,
             at_ns: now_ns,
             wait_ns: CEILING_NS,
-            costly: false,
         });
     }
 
@@ -104,18 +100,16 @@ impl Ceiling {
         }
     }
 
-    /// Whether a level over `level` was shown too costly, given a wait shorter than the
-    /// longest, and has waited it: the cost may be gone, and the level is worth a recheck now.
+    /// Whether a level over `level` was given a wait shorter than the longest (so it was shown
+    /// too costly: one not shown free waits the longest) and has waited it: the cost may be
+    /// gone, and the level is worth a recheck now.
     /// One given the longest wait is tried at the first recheck after it: through a bursty
     /// job's noise (the loader model at a 30% spread, every level costing 10%), trying it as
     /// soon as the wait was over kept offline at the policy's level 67% of the time against
     /// 58%.
     pub(super) fn cost_may_be_gone_above(&self, level: Level, now_ns: u64) -> bool {
         self.standing.is_some_and(|s| {
-            s.costly
-                && s.wait_ns < CEILING_NS
-                && level < s.level
-                && now_ns.saturating_sub(s.at_ns) >= s.wait_ns
+            s.wait_ns < CEILING_NS && level < s.level && now_ns.saturating_sub(s.at_ns) >= s.wait_ns
         })
     }
 
