@@ -487,6 +487,7 @@ pub fn markdown(
     out.push_str(&slo_needs_note(measured));
     out.push_str(&wake_note(measured));
     out.push_str(&harvest_note(measured));
+    out.push_str(&pace_targets::table(figures, measured));
     out.push_str(&format!(
         "\nThe workers ran on {} (`inference-worker --engine {}`){}.\n",
         engine_label(&measured.engine),
@@ -509,7 +510,7 @@ pub fn markdown(
     ) else {
         out.push_str(
             "
-(A run of some scenarios only: no verdict against the targets.)
+(A run of some scenarios only: no verdict against reamer's targets.)
 ",
         );
         return out;
@@ -646,5 +647,6 @@ fn more_within_verdict(
     }
 }
 
+mod pace_targets;
 #[cfg(test)]
 mod tests;

@@ -23,8 +23,23 @@ pub(crate) fn interval_at_most(low: f64, high: f64, bound: f64) -> String {
     } else if low > bound {
         met(false).to_owned()
     } else {
-        format!("**not resolved**: the interval spans {bound:.0}%")
+        spans(bound)
     }
+}
+
+/// The same for a figure whose interval must lie at or above `bound`.
+pub(crate) fn interval_at_least(low: f64, high: f64, bound: f64) -> String {
+    if low >= bound {
+        met(true).to_owned()
+    } else if high < bound {
+        met(false).to_owned()
+    } else {
+        spans(bound)
+    }
+}
+
+fn spans(bound: f64) -> String {
+    format!("**not resolved**: the interval spans {bound:.0}%")
 }
 
 /// One row of a targets table.
@@ -61,6 +76,12 @@ mod tests {
         assert_eq!(
             interval_at_most(0.2, 1.2, 1.0),
             "**not resolved**: the interval spans 1%"
+        );
+        assert_eq!(interval_at_least(100.0, 112.0, 100.0), "met");
+        assert_eq!(interval_at_least(85.0, 99.0, 100.0), "**missed**");
+        assert_eq!(
+            interval_at_least(85.0, 132.0, 100.0),
+            "**not resolved**: the interval spans 100%"
         );
         assert_eq!(met_where_measured(None), "not measured");
         assert_eq!(met_where_measured(Some(false)), "**missed**");
