@@ -30,7 +30,7 @@ const FIXED: [Scenario; 7] = [
 ];
 
 const SHARING_FREE: &str =
-    "where sharing training's cores costs it nothing, offline ≥ 85% of the idle CPU";
+    "where sharing training's cores costs training nothing, offline ≥ 85% of the idle CPU";
 
 /// The table, with the fixed settings that are no bound (their slowdown interval passes 1%);
 /// empty where the run has no `reamer_by_pace`.
@@ -91,7 +91,7 @@ pub(super) fn table(figures: &[(Scenario, Figures)], measured: &Measured) -> Str
         Some(f) if !within_one_percent(f) => (
             share,
             format!(
-                "does not apply: sharing training's cores cost it {} here",
+                "does not apply: sharing training's cores cost training {} here",
                 slowdown(f)
             ),
         ),

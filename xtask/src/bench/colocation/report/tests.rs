@@ -345,7 +345,9 @@ fn the_pace_controllers_offline_is_judged_against_each_fixed_setting_that_kept_t
         "{spans}"
     );
     assert!(
-        spans.contains("does not apply: sharing training's cores cost it 3.0% [3.0, 3.0] here"),
+        spans.contains(
+            "does not apply: sharing training's cores cost training 3.0% [3.0, 3.0] here"
+        ),
         "{spans}"
     );
     assert!(
