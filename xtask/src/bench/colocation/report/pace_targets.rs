@@ -11,7 +11,7 @@
 //! medians of three windows each cannot tell a few percent apart; the interval says when a
 //! run cannot.
 
-use super::{Figures, Measured, Scenario, find};
+use super::{Figures, Measured, Scenario, Window, find};
 use crate::bench::common::{
     stats::{bootstrap_median_ci, cell, median},
     verdict,
@@ -129,19 +129,17 @@ fn slowdown(f: &Figures) -> String {
 /// Round by round, the controller's offline inferences/s as a percentage of `fixed`'s, where
 /// both ran offline work in that round.
 fn offline_paired_pct(measured: &Measured, fixed: Scenario) -> Vec<f64> {
-    let offline = |scenario: Scenario, round: usize| {
+    let rate = |w: &Window| w.offline_items_per_s.filter(|rate| *rate > 0.0);
+    let fixed_in = |round: usize| {
         measured
             .windows
             .iter()
-            .find(|w| w.scenario == scenario && w.round == round)?
-            .offline_items_per_s
-            .filter(|rate| *rate > 0.0)
+            .find(|w| w.scenario == fixed && w.round == round)
     };
-    let rounds = measured
+    measured
         .windows
         .iter()
-        .filter(|w| w.scenario == Scenario::ReamerByPace);
-    rounds
-        .filter_map(|w| Some(offline(w.scenario, w.round)? / offline(fixed, w.round)? * 100.0))
+        .filter(|w| w.scenario == Scenario::ReamerByPace)
+        .filter_map(|w| Some(rate(w)? / rate(fixed_in(w.round)?)? * 100.0))
         .collect()
 }
