@@ -17,11 +17,13 @@ use crate::bench::common::{
     verdict,
 };
 
-/// The settings that fix offline's share for the whole run: the baselines that do, and the
-/// core policy's levels as scenarios (the controller's ladder passes the last five).
-const FIXED: [Scenario; 7] = [
+/// The settings that fix offline's share for the whole run: the baselines that do (plain
+/// CFS, a partition, a weight), and the core policy's levels as scenarios (the controller's
+/// ladder passes the last five).
+const FIXED: [Scenario; 8] = [
     Scenario::PlainCfs,
     Scenario::StaticPartition,
+    Scenario::LowShares,
     Scenario::Reamer,
     Scenario::ReamerOfflineNotPaused,
     Scenario::ReamerTrainingCoresQuarter,
