@@ -294,7 +294,7 @@ fn explain(snapshot: &Snapshot) {
          demand (\"training's demand rose\", \"fell\"). {}",
         match enforcement.reactions {
             0 => "The fast path moved no core: none of the sensor's events called for one \
-                  (docs/enforcer.md, \"Fast path\", says when one does; the online pool's \
+                  (docs/enforcer.md, \"The fast path\", says when one does; the online pool's \
                   guaranteed core is never taken)."
                 .to_owned(),
             n => format!(
