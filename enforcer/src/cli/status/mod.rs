@@ -214,7 +214,30 @@ fn harvest_move(change: &serde_json::Value) -> String {
                 cost(change["ratio"]["low"].as_f64().unwrap_or(ratio)),
             )
         }
-        None => format!("{reason}, {to}"),
+        None => format!("{reason}{}, {to}", moved_in_words(change)),
+    }
+}
+
+/// How far a pace moved (`phase_change`: the held pace, `pace_moved`: the settled level's),
+/// as a share of where it was, or what a signal changed from and to: ` (the settled pace 5.0%
+/// down)`, ` (gpu_busy to progress)`. Empty for a change without either.
+fn moved_in_words(change: &serde_json::Value) -> String {
+    let (from, to) = (&change["from"], &change["to"]);
+    if let (Some(from), Some(to)) = (from.as_f64(), to.as_f64()) {
+        let pace = match change["reason"].as_str() {
+            Some("phase_change") => "the held pace",
+            Some("pace_moved") => "the settled pace",
+            _ => "the pace",
+        };
+        let way = if to < from { "down" } else { "up" };
+        return match from > 0.0 {
+            true => format!(" ({pace} {:.1}% {way})", 100.0 * (to - from).abs() / from),
+            false => String::new(),
+        };
+    }
+    match (from.as_str(), to.as_str()) {
+        (Some(from), Some(to)) => format!(" ({from} to {to})"),
+        _ => String::new(),
     }
 }
 
@@ -242,6 +265,32 @@ mod tests {
             harvest_move(&settled),
             "not shown free (unpaused cost training 0.5% [-2.0, 3.0] over 6 cycles), settled at \
              policy"
+        );
+    }
+
+    #[test]
+    fn a_move_of_the_pace_says_how_far_and_a_change_of_signal_from_what_to_what() {
+        let moved = serde_json::json!({
+            "level": "policy", "reason": "pace_moved", "from": 180.0, "to": 171.0
+        });
+        assert_eq!(
+            harvest_move(&moved),
+            "pace moved (the settled pace 5.0% down), now policy"
+        );
+        let phase = serde_json::json!({
+            "level": "training_cores", "reason": "phase_change", "from": 100.0, "to": 140.0
+        });
+        assert_eq!(
+            harvest_move(&phase),
+            "phase change (the held pace 40.0% up), now training_cores"
+        );
+        let signal = serde_json::json!({
+            "level": "training_cores", "reason": "signal_changed", "from": "gpu_busy",
+            "to": "progress"
+        });
+        assert_eq!(
+            harvest_move(&signal),
+            "signal changed (gpu_busy to progress), now training_cores"
         );
     }
 
