@@ -14,21 +14,12 @@ use enforcer_common::protocol::{
 use reamer_tests::harness::{
     Daemon, enforcer_bin, eventually,
     gpu::{BUSY_ON_GPU, HOLD_GPU_MEMORY, Mps, gpu_test, wait_holding},
-    privileged, remove_test_cgroups, wait_ok,
+    privileged, remove_test_cgroups, status_text, wait_ok,
 };
 
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
 
 const GPU_POOL: &str = "[[pool]]\nname = \"serve\"\nkind = \"offline\"\ngpu = true\n";
-
-fn status_text(instance: &str) -> String {
-    let output = Command::new(enforcer_bin())
-        .args(["status", "--instance", instance])
-        .output()
-        .expect("run enforcer status");
-    assert!(output.status.success(), "enforcer status failed");
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 #[test]
 fn without_nvml_the_gpu_side_says_so_once_and_cpu_enforcement_goes_on() {

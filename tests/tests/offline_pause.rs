@@ -4,15 +4,12 @@
 //! any core goes back (`enforcer status` telling both in words), and a daemon that stops leaves
 //! it thawed.
 
-use std::{
-    process::{Child, Command},
-    time::Duration,
-};
+use std::{process::Child, time::Duration};
 
 use enforcer_common::protocol::{self, Grant, Response};
 use reamer_tests::harness::{
-    Daemon, Reaped, cgroup_dir, enforcer_bin, eventually, online_cpu_count, pool_in, privileged,
-    remove_test_cgroups, wait_ok,
+    Daemon, Reaped, cgroup_dir, eventually, online_cpu_count, pool_in, privileged,
+    remove_test_cgroups, status_text, wait_ok,
 };
 use serde_json::Value;
 
@@ -173,11 +170,7 @@ fn offline_pool_pauses_while_training_is_short_of_cores_and_resumes_after() {
         cpu_ticks(offline.id()) > after
     });
     // `enforcer status` tells the pause and the resume in words, from the daemon's records.
-    let status = Command::new(enforcer_bin())
-        .args(["status", "--instance", instance])
-        .output()
-        .expect("run enforcer status");
-    let status = String::from_utf8_lossy(&status.stdout);
+    let status = status_text(instance);
     let decisions: Vec<&str> = status
         .lines()
         .skip_while(|line| !line.starts_with("recent decisions"))

@@ -1,14 +1,17 @@
-//! Privileged test of `[policy] harvest_by_pace` on real cgroups: a training job that reports
-//! its progress (the training simulator, launched through the daemon) and an offline hog.
-//! The controller compares the top of its ladder with offline held back, in cycles of a half
-//! at that level and a half with offline frozen, each step in the decision log with its
-//! reason; `status` shows the level and the held pace; when the job stops reporting, offline
-//! goes back to the core policy's CPUs.
+//! Privileged tests of `[policy] harvest_by_pace` on real cgroups, with a training job that
+//! reports its progress (the training simulator, launched through the daemon):
+//! - beside an offline hog, the controller compares the top of its ladder with offline held
+//!   back, in cycles of a half at that level and a half with offline frozen, each step in the
+//!   decision log with its reason; `status` shows the level and the held pace; when the job
+//!   stops reporting, offline goes back to the core policy's CPUs;
+//! - settled, it reads the job's pace between rechecks, and a job whose pace drops has its
+//!   level compared again at once (`pace_moved`), not at the next recheck.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reamer_tests::harness::{
-    Daemon, Reaped, eventually, pool_in, privileged, remove_test_cgroups, wait_ok,
+    Daemon, Reaped, decision_log_of, eventually, pool_in, privileged, remove_test_cgroups,
+    status_text, wait_ok,
 };
 use serde_json::Value;
 
@@ -131,6 +134,83 @@ fn a_reporting_job_is_compared_with_offline_held_and_without_reports_the_policy_
     );
     assert!(!pool_in(&daemon.snapshot(), "batch").0.paused);
     println!("{:#?}", harvest_steps(&daemon));
+    daemon.stop();
+    remove_test_cgroups(instance, "batch");
+}
+
+/// The controller's lines of the daemon's whole decision log, oldest first: the snapshot
+/// keeps the recent decisions only, and this test runs for minutes.
+fn logged_harvest_steps(instance: &str) -> Vec<Value> {
+    std::fs::read_to_string(decision_log_of(instance))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|record| record.get("harvest").cloned())
+        .collect()
+}
+
+#[test]
+fn a_settled_pace_that_drops_has_its_level_compared_again_at_once() {
+    let instance = "it-pace-moved";
+    if !privileged("a_settled_pace_that_drops_has_its_level_compared_again_at_once") {
+        return;
+    }
+    remove_test_cgroups(instance, "batch");
+    let _ = std::fs::remove_file(decision_log_of(instance));
+    // ε of 5%: the simulator's cycles (about 1% apart on the VM) show every level free in
+    // three, so the search settles at the top within seconds of its first comparison.
+    let config = CONFIG.replace("pace_epsilon = 0.01", "pace_epsilon = 0.05");
+    let daemon = Daemon::start(instance, &config);
+    let sim = Reaped(daemon.launch(
+        "--training",
+        "sim",
+        TRAINING_SIM,
+        &[
+            "--seconds",
+            "240",
+            "--loaders",
+            "1",
+            "--phase-gap-us",
+            "400",
+        ],
+    ));
+    // Settled after its search, and again after its first recheck a minute later: the watch
+    // that follows judges from its second stretch, on the deviation the first one pooled.
+    let settled = |steps: &[Value]| steps.iter().filter(|s| s["settles"] == true).count();
+    eventually("settled twice", Duration::from_secs(150), || {
+        settled(&logged_harvest_steps(instance)) >= 2
+    });
+    let second_settle = Instant::now();
+    // Its first stretch (1 s to settle, 16 s read) is the mean the next ones are judged
+    // against. Then a new phase: the simulator's pace falls by about half.
+    std::thread::sleep(Duration::from_secs(18));
+    // SAFETY: a signal to the simulator this test started (`enforcer launch` execs it).
+    assert_eq!(unsafe { libc::kill(sim.0.id() as i32, libc::SIGUSR1) }, 0);
+    // Two stretches past the bar (16 s each, plus the one the phase began in): well before
+    // the next recheck, two minutes after the last.
+    let moved = |steps: &[Value]| steps.iter().find(|s| s["reason"] == "pace_moved").cloned();
+    eventually("the level compared again", Duration::from_secs(55), || {
+        moved(&logged_harvest_steps(instance)).is_some()
+    });
+    assert!(
+        second_settle.elapsed() < Duration::from_secs(120),
+        "seen only at the recheck"
+    );
+    let step = moved(&logged_harvest_steps(instance)).unwrap();
+    let (from, to) = (step["from"].as_f64().unwrap(), step["to"].as_f64().unwrap());
+    assert!(to < 0.8 * from, "the pace fell by about half: {step}");
+    // The recheck it starts holds offline back at once, and status says how far the pace
+    // moved.
+    let status = daemon
+        .snapshot()
+        .enforcement
+        .and_then(|e| e.harvest)
+        .unwrap();
+    assert!(status.last_change.is_some());
+    let text = status_text(instance);
+    assert!(text.contains("pace moved (the settled pace"), "{text}");
+    println!("{:#?}", logged_harvest_steps(instance));
+    drop(sim);
     daemon.stop();
     remove_test_cgroups(instance, "batch");
 }

@@ -15,7 +15,7 @@ use std::{
 };
 
 use enforcer_common::protocol::{MeanCount, Request, Response};
-use reamer_tests::harness::{Daemon, enforcer_bin, eventually, job, privileged, wait_ok};
+use reamer_tests::harness::{Daemon, eventually, job, privileged, status_text, wait_ok};
 use serde_json::Value;
 
 const TRAINING_SIM: &str = env!("CARGO_BIN_EXE_training-sim");
@@ -245,11 +245,7 @@ fn the_python_helper_reports_from_a_job_and_says_once_why_it_cannot_from_outside
     let progress = job(&snapshot, "py").progress.expect("the job's progress");
     assert!(progress.steps >= 150, "{progress:?}");
     // `enforcer status` shows it beside the job.
-    let status = Command::new(enforcer_bin())
-        .args(["status", "--instance", instance])
-        .output()
-        .expect("enforcer status");
-    let status = String::from_utf8_lossy(&status.stdout);
+    let status = status_text(instance);
     let line = status
         .lines()
         .find(|l| l.trim_start().starts_with("py "))

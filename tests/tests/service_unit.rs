@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use reamer_tests::harness::{Daemon, enforcer_bin, eventually, privileged};
+use reamer_tests::harness::{Daemon, enforcer_bin, eventually, privileged, status_text};
 
 /// Numbers of the capabilities the unit may name (include/uapi/linux/capability.h).
 const CAPABILITY_NUMBERS: [(&str, u32); 7] = [
@@ -296,11 +296,7 @@ fn an_event_thread_refused_real_time_runs_with_the_shortest_slice() {
     // SAFETY: no preconditions; a thread id of a live process.
     let policy = unsafe { libc::sched_getscheduler(events as i32) };
     let slice = slice_ns(daemon.pid(), events);
-    let status = Command::new(enforcer_bin())
-        .args(["status", "--instance", instance])
-        .output()
-        .expect("run enforcer status");
-    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    let status = status_text(instance);
     let log = daemon.stop();
     assert_eq!(
         policy,

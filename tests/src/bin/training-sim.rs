@@ -10,6 +10,10 @@
 //! once a second, as a PyTorch job does with `python/reamer_progress.py`: the daemon's pace
 //! signal for the job.
 //!
+//! With `--phase-gap-us G`, SIGUSR1 starts a new phase of the job: the launch thread's wait
+//! after each burst becomes G µs (a slower stage of the model, an evaluation), so its pace
+//! changes while the daemon watches it.
+//!
 //! With `--serve --json` it runs until stdin closes, and times a part of S seconds for each
 //! line `{"seconds": S}` read there: `{"timed_start": true}` at its first step, its report at
 //! its end. That is the server benchmark's protocol for one job serving every window
@@ -19,7 +23,7 @@ use std::{
     io::BufRead as _,
     sync::{
         Arc, Barrier,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc,
     },
     time::{Duration, Instant},
@@ -59,6 +63,9 @@ struct Args {
     /// Wait after each burst (the GPU working), µs.
     #[arg(long, default_value_t = 150)]
     gap_us: u64,
+    /// The wait after each burst, µs, once SIGUSR1 has started a new phase of the job.
+    #[arg(long)]
+    phase_gap_us: Option<u64>,
     /// Seed of the work-size generator.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -209,8 +216,21 @@ impl TimedPart {
     }
 }
 
+/// Set by SIGUSR1: the job is in its new phase (`--phase-gap-us`).
+static NEW_PHASE: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn start_new_phase(_signal: libc::c_int) {
+    // An atomic store is all a signal handler may safely do here.
+    NEW_PHASE.store(true, Ordering::Relaxed);
+}
+
 fn main() {
     let args = Args::parse();
+    if args.phase_gap_us.is_some() {
+        let handler: extern "C" fn(libc::c_int) = start_new_phase;
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { libc::signal(libc::SIGUSR1, handler as libc::sighandler_t) };
+    }
     // The index of the last step, once the launch thread knows it. A flag would not do: a
     // loader descheduled just after step N's barrier could read a stop meant for step N + 1
     // and leave the others waiting at that barrier forever (seen here on the busy VM).
@@ -260,9 +280,13 @@ fn main() {
             }
         }
         let step_start = Instant::now();
+        let gap_us = match args.phase_gap_us {
+            Some(phase_gap_us) if NEW_PHASE.load(Ordering::Relaxed) => phase_gap_us,
+            _ => args.gap_us,
+        };
         for _ in 0..args.bursts {
             burn(Duration::from_micros(args.burst_us));
-            std::thread::sleep(Duration::from_micros(args.gap_us));
+            std::thread::sleep(Duration::from_micros(gap_us));
         }
         let done = match (args.serve, args.steps) {
             (true, _) => stdin_closed,

@@ -53,6 +53,16 @@ pub fn decision_log_of(instance: &str) -> PathBuf {
     PathBuf::from(format!("/run/reamer/{instance}.decisions.jsonl"))
 }
 
+/// What `enforcer status` prints for the daemon of `instance`, which must answer.
+pub fn status_text(instance: &str) -> String {
+    let output = Command::new(enforcer_bin())
+        .args(["status", "--instance", instance])
+        .output()
+        .expect("run enforcer status");
+    assert!(output.status.success(), "enforcer status failed");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// The control socket of a daemon of `instance`, running or not.
 pub fn socket_of(instance: &str) -> PathBuf {
     PathBuf::from(format!("/run/reamer/{instance}.sock"))
