@@ -160,6 +160,7 @@ fn a_settled_pace_that_drops_has_its_level_compared_again_at_once() {
     // ε of 5%: the simulator's cycles (about 1% apart on the VM) show every level free in
     // three, so the search settles at the top within seconds of its first comparison.
     let config = CONFIG.replace("pace_epsilon = 0.01", "pace_epsilon = 0.05");
+    assert_ne!(config, CONFIG);
     let daemon = Daemon::start(instance, &config);
     let sim = Reaped(daemon.launch(
         "--training",
@@ -199,14 +200,8 @@ fn a_settled_pace_that_drops_has_its_level_compared_again_at_once() {
     let step = moved(&logged_harvest_steps(instance)).unwrap();
     let (from, to) = (step["from"].as_f64().unwrap(), step["to"].as_f64().unwrap());
     assert!(to < 0.8 * from, "the pace fell by about half: {step}");
-    // The recheck it starts holds offline back at once, and status says how far the pace
-    // moved.
-    let status = daemon
-        .snapshot()
-        .enforcement
-        .and_then(|e| e.harvest)
-        .unwrap();
-    assert!(status.last_change.is_some());
+    // `enforcer status` says how far: in its last move, or among the recent decisions once
+    // the comparison's held half has followed.
     let text = status_text(instance);
     assert!(text.contains("pace moved (the settled pace"), "{text}");
     println!("{:#?}", logged_harvest_steps(instance));
