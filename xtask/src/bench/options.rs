@@ -154,15 +154,16 @@ pub struct ColocationOptions {
     pub window: f64,
     /// Seconds each window's training runs before it is timed, with inference running: a job
     /// that has run a while, and the time for reamer_by_pace's controller to find its level
-    /// (its search takes 30-45 s). Every scenario gets the same, training alone included.
+    /// (on the VM its search ended a median 71 s after training started, the slowest 120 s).
+    /// Every scenario gets the same, training alone included.
     #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
     pub settle: f64,
     /// Only these co-location scenarios (comma-separated keys of the JSON report, such as
     /// reamer,reamer_offline_not_paused), each beside training alone; for a quicker look.
     /// Such a run leaves docs/benchmarks.md alone. Default: every scenario but
-    /// reamer_by_pace (offline's share set by training's pace), which takes 30-45 s to
-    /// settle: name it with --settle 45 --window 60 (a window as long as its 60 s between
-    /// checks, so that one of its probes falls in each).
+    /// reamer_by_pace (offline's share set by training's pace), which needs minutes: name it
+    /// with --settle 150 --window 210 (timed once its search is over, through its rechecks
+    /// a minute, then two and four minutes apart), as the runs in docs/enforcer.md were.
     #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
     pub scenarios: Vec<String>,
     /// Report the co-location benchmark from what a run saved (target/bench/colocation/run.json,

@@ -29,8 +29,9 @@ pub enum Scenario {
     ReamerTrainingCoresHalf,
     /// Reamer with `[policy] harvest_by_pace = true`: offline inference's share set by the
     /// training simulator's reported pace (`policy::harvest`). Its first probe waits for 10 s
-    /// of reports and its search takes 30-45 s: it needs training to run untimed first
-    /// (`--settle`) and windows as long as its 60 s between checks (`--window`).
+    /// of reports, and on the VM its search ended a median 71 s after training started: it
+    /// needs training to run untimed first (`--settle`), and windows long enough to hold its
+    /// rechecks (`--window`).
     ReamerByPace,
     /// Reamer with both workers on tract (`--engine tract`) where the others run ONNX
     /// Runtime: what a harvested CPU is worth to offline inference on each engine, side by
