@@ -96,7 +96,8 @@ enum Task {
     /// that stops by its own deadline and still reports what it saved: `--prepare` here
     /// (build, strip, list what to copy), then on the server, without the toolchain,
     /// `target/release/xtask record-server --part 1 --out DIR` (the server section: the static
-    /// frontier and reamer on it) and `--part 2` (the GPU clamp with both training jobs).
+    /// frontier and reamer on it) or `--part 3` (the pace controller, settled), and `--part 2`
+    /// (the GPU clamp with both training jobs).
     RecordServer(record_server::Options),
     /// Lint the Helm chart (deploy/helm/reamer), render it, validate every rendering against
     /// the Kubernetes API's schemas (no cluster needed), and write the plain manifests

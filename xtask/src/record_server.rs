@@ -11,10 +11,11 @@
 //! - `target/release/xtask record-server --part 2 --out DIR`: the GPU clamp on need with both
 //!   training jobs (`--only gpu`), 1 round.
 //! - `target/release/xtask record-server --part 3 --out DIR`: the pace controller
-//!   (`harvest_by_pace`) beside reamer's defaults and training alone, into its own section
-//!   (`--server-section server-pace`), 2 rounds of 45 s; the controller's windows are timed
-//!   45 s after its daemon starts, once its first comparison (18 to 36 s, after 10 s of
-//!   signal) is over. A lease has room for part 1 and 2, or for part 3 and 2.
+//!   (`harvest_by_pace`) settled, beside reamer's defaults and training alone, into its own
+//!   section (`--server-section server-pace`): 1 round of 80 s windows, the controller's timed
+//!   120 s after its daemon starts, once its search is over, so that its window shows what it
+//!   holds, its rechecks and its own paired halves. A lease has room for part 1 and 2, or
+//!   for part 3 and 2.
 //!
 //! What a part leaves in `--out` is the only copy of it: the server goes back with everything
 //! on it. Its saved runs belong in the repository (docs/testing.md says where), or a later
@@ -30,8 +31,9 @@
 //! Part 3 at 55 s a window (2026-11-28, H200) did not fit: a window of reamer's defaults took
 //! 60 s, the controller's 106 s (its daemon's 48 s lead), and round 2's last window, training
 //! alone, was cut at 530 s, which left every ratio one round's. The start on a fresh server,
-//! before the first timed part, took the rest: more than 83 s. At 45 s a window the six take
-//! about 390 s, which leaves the start up to 140 s.
+//! before the first timed part, took the rest: more than 83 s. Each of its windows timed in
+//! the controller's search held offline back 26 to 49% of the window: part 3 now times one
+//! window of the controller settled instead.
 
 use std::{
     path::{Path, PathBuf},
@@ -53,17 +55,17 @@ pub struct Options {
     /// offline in a `cpu.idle` group, the same on a quarter, half and three quarters of the
     /// cores, and reamer; 3 rounds of 12 s; at most 530 s). 2: the GPU clamp on need with
     /// the GPU-bound and the loader-bound job (1 round; about 4 minutes). 3: the pace
-    /// controller (`harvest_by_pace`, following the steps the job reports) beside reamer's
-    /// defaults and training alone, 2 rounds of 45 s (the controller's timed 45 s after its
-    /// daemon starts), its own section (at most 530 s).
+    /// controller (`harvest_by_pace`, following the steps the job reports) settled, beside
+    /// reamer's defaults and training alone, 1 round of 80 s (the controller's timed 120 s
+    /// after its daemon starts, past its search), its own section (at most 530 s).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     part: Option<u8>,
     /// Where a part copies what it recorded: the saved runs, the traces, the log, and
     /// docs/benchmarks.md and the plots as the bench rewrote them.
     #[arg(long, value_name = "DIR", requires = "part")]
     out: Option<PathBuf>,
-    /// A stand-in for the PyTorch job (part 1), to rehearse on a machine without a GPU; its
-    /// figures are not the server's and leave docs/benchmarks.md alone.
+    /// A stand-in for the PyTorch job (parts 1 and 3), to rehearse on a machine without a
+    /// GPU; its figures are not the server's and leave docs/benchmarks.md alone.
     #[arg(long, value_name = "COMMAND", requires = "part")]
     training_cmd: Option<String>,
 }
@@ -117,8 +119,17 @@ fn unpack_onnxruntime() -> anyhow::Result<()> {
 const FRONTIER: &str = "plain_cfs,offline_cpu_idle,offline_cpu_idle_quarter,\
                         offline_cpu_idle_half,offline_cpu_idle_three_quarters,reamer";
 
-/// Part 3's scenarios: reamer's defaults and the pace controller.
-const PACE: &str = "reamer,reamer_by_pace";
+/// Part 3's scenarios after training alone: the pace controller, then reamer's defaults (a
+/// part cut short loses the last window, and the controller's is the one it is for).
+const PACE: &str = "reamer_by_pace,reamer";
+
+/// Part 3's windows: 80 s timed, the controller's 120 s after its daemon starts (and the 3.5 s
+/// lead), where on the H200 its search had ended about 75 and 90 s in (2026-11-28). By that run's
+/// timings (below), alone and the defaults take about 85 s each and the controller's window
+/// about 206 s: 376 s, which leaves the start, more than 83 s on a fresh server, up to 154 s
+/// of the 530.
+const PACE_SECONDS: &str = "80";
+const PACE_SETTLE: &str = "120";
 
 /// One part: the bench command it runs, its deadline, and how a run cut short is reported.
 struct Part {
@@ -145,6 +156,7 @@ fn part(number: u8, training_cmd: Option<&str>) -> Part {
         1 => server_part(
             "server",
             ["3", "12", FRONTIER],
+            &[],
             training_cmd,
             &[
                 "target/bench/server/run.json",
@@ -153,11 +165,13 @@ fn part(number: u8, training_cmd: Option<&str>) -> Part {
                 "docs/server-tradeoff.svg",
             ],
         ),
-        // 6 windows of 45 s at about 50 s each, and the controller's two 48 s leads: about
-        // 390 s, and the start (more than 83 s on a fresh server).
+        // One round: the job's pace moves by about 10% from one minute to the next on the
+        // server, so a second round's pairing would say little, where one long settled window
+        // gives the controller's own halves, paired seconds apart, through its rechecks.
         3 => server_part(
             "server-pace",
-            ["2", "45", PACE],
+            ["1", PACE_SECONDS, PACE],
+            &["--server-pace-settle", PACE_SETTLE],
             training_cmd,
             &[
                 "target/bench/server/run.json",
@@ -182,10 +196,12 @@ fn part(number: u8, training_cmd: Option<&str>) -> Part {
 }
 
 /// A part of the server bench into docs section `section` (its own `--server-section` where
-/// it is not the frontier's): `[rounds, seconds, scenarios]`, stopped at 530 s.
+/// it is not the frontier's): `[rounds, seconds, scenarios]` and `more` of its options,
+/// stopped at 530 s.
 fn server_part(
     section: &'static str,
     [rounds, seconds, scenarios]: [&str; 3],
+    more: &[&str],
     training_cmd: Option<&str>,
     results: &'static [&'static str],
 ) -> Part {
@@ -206,6 +222,7 @@ fn server_part(
         ]
         .map(str::to_owned),
     );
+    args.extend(more.iter().map(|arg| (*arg).to_owned()));
     if let Some(command) = training_cmd {
         args.extend(["--training-cmd".to_owned(), command.to_owned()]);
     }
@@ -498,6 +515,15 @@ mod tests {
             (pace.bench_section, pace.section),
             ("server", "server-pace")
         );
+        // Timed settled: past the 90 s the H200's search took, and the controller's window
+        // second, so that a part cut short loses another.
+        assert!(
+            pace.bench_args
+                .windows(2)
+                .any(|w| w == ["--server-pace-settle", PACE_SETTLE])
+        );
+        assert!(PACE_SETTLE.parse::<f64>().unwrap() >= 90.0);
+        assert!(PACE.starts_with("reamer_by_pace,"));
         let stand_in = part(1, Some("target/release/training-sim"));
         assert!(stand_in.bench_args.ends_with(&[
             "--training-cmd".to_owned(),

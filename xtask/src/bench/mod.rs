@@ -270,6 +270,7 @@ fn run_server(
             rounds: server.server_rounds,
             scenarios: server.scenarios()?,
             seconds: server.server_seconds,
+            pace_settle: std::time::Duration::from_secs_f64(server.server_pace_settle),
             training,
             online_rate: server.server_online_rate,
             about: about.clone(),

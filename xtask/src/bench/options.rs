@@ -245,6 +245,11 @@ impl GpuOptions {
     }
 }
 
+/// `--server-pace-settle`'s default, and its bound: the lead's online load runs at most 600 s
+/// (`server::LEAD_LOAD_MAX`).
+const DEFAULT_PACE_SETTLE_S: f64 = 45.0;
+const PACE_SETTLE_MAX_S: f64 = 590.0;
+
 /// The server benchmark's options (`--loader-workers` is the GPU group's).
 #[derive(clap::Args)]
 #[command(next_help_heading = "Server (--only server)")]
@@ -265,6 +270,13 @@ pub struct ServerOptions {
     /// Seconds of the server benchmark's training job timed per window (after its warm-up).
     #[arg(long, default_value_t = 25.0)]
     pub server_seconds: f64,
+    /// Seconds the pace controller's daemon (`reamer_by_pace`) runs before its window's timed
+    /// part, on top of the 3.5 s every window's inference leads by: its daemon starts with
+    /// each window, and its search comes first (on the H200 it ended about 75 and 90 s after
+    /// the daemon's start, on the VM a median 71 s, the slowest 120 s). The default times the
+    /// window in its search; `record-server --part 3` gives 120, to time it settled.
+    #[arg(long, default_value_t = DEFAULT_PACE_SETTLE_S, value_name = "SECONDS")]
+    pub server_pace_settle: f64,
     /// The docs/benchmarks.md section the server benchmark writes (`<!-- NAME:begin -->`),
     /// and its plot, docs/NAME-tradeoff.svg: `server`, the frontier; `server-pace`, the pace
     /// controller in longer windows (`record-server --part 3`). Give it with --server-from too.
@@ -358,10 +370,12 @@ impl Options {
         }
         let seconds_valid = server.server_seconds >= 1.0 && server.server_seconds.is_finite();
         let rate_valid = server.server_online_rate > 0.0 && server.server_online_rate.is_finite();
-        if !seconds_valid || !rate_valid || gpu.loader_workers == 0 {
+        let settle_valid =
+            server.server_pace_settle >= 0.0 && server.server_pace_settle <= PACE_SETTLE_MAX_S;
+        if !seconds_valid || !rate_valid || !settle_valid || gpu.loader_workers == 0 {
             bail!(
-                "--server-seconds must be at least 1, --server-online-rate above 0 and \
-                 --loader-workers at least 1"
+                "--server-seconds must be at least 1, --server-online-rate above 0, \
+                 --server-pace-settle 0 to {PACE_SETTLE_MAX_S} and --loader-workers at least 1"
             );
         }
         if !(0.0..=100.0).contains(&self.max_steal) {
@@ -465,6 +479,12 @@ impl Options {
                 command.push_str(&format!(
                     " --server-rounds {} --server-seconds {} --server-online-rate {}",
                     server.server_rounds, server.server_seconds, server.server_online_rate
+                ));
+            }
+            if server.server_pace_settle != DEFAULT_PACE_SETTLE_S {
+                command.push_str(&format!(
+                    " --server-pace-settle {}",
+                    server.server_pace_settle
                 ));
             }
             if !server.server_scenarios.is_empty() {
@@ -618,6 +638,16 @@ mod tests {
              --server-seconds 25 --server-online-rate 150 --server-scenarios alone,reamer \
              --loader-workers 6"
         );
+        assert!(
+            parse(&["--only", "server", "--server-pace-settle", "120"])
+                .command()
+                .contains(" --server-online-rate 150 --server-pace-settle 120 --loader-workers")
+        );
+        for settle in ["--server-pace-settle=-1", "--server-pace-settle=600"] {
+            let options = parse(&["--only", "server", settle]);
+            let err = options.check().unwrap_err().to_string();
+            assert!(err.contains("--server-pace-settle 0 to 590"), "{err}");
+        }
     }
 
     #[test]

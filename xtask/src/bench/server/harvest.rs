@@ -8,7 +8,7 @@ use super::report::Window;
 use crate::bench::common::harvest::HarvestStep;
 
 /// A paragraph under the table, per window of the pace controller: empty where none ran.
-pub(super) fn markdown(windows: &[Window]) -> String {
+pub(super) fn markdown(windows: &[Window], lead_s: f64) -> String {
     let lines: Vec<String> = windows
         .iter()
         .filter_map(|w| Some((w.round, w.harvest.as_ref()?)))
@@ -38,7 +38,7 @@ pub(super) fn markdown(windows: &[Window]) -> String {
          pace moved. Its daemon started {:.0} s before the timed part, and its first \
          comparison waits for 10 s of signal (docs/enforcer.md, \"Offline's share, set by \
          training's pace\"):\n\n{}\n",
-        (super::INFERENCE_LEAD + super::PACE_SETTLE).as_secs_f64(),
+        lead_s,
         lines.join("\n")
     )
 }

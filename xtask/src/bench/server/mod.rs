@@ -85,12 +85,8 @@ const MLP_LAYERS: u32 = 8;
 /// that serves all day; reamer's online pool weight settles in it (three latency reports,
 /// one a second).
 const INFERENCE_LEAD: Duration = Duration::from_millis(3500);
-/// The pace controller's windows (`reamer_by_pace`) are timed this much later: the daemon
-/// starts with each window, and the controller's first comparison waits for 10 s of signal
-/// and takes 18 to 36 s (`policy::harvest`). Training, one process for the whole run, is past
-/// its warm-up already: only the daemon settles.
-const PACE_SETTLE: Duration = Duration::from_secs(45);
-/// The lead's load runs until the timed part starts; this bounds it.
+/// The lead's load runs until the timed part starts; this bounds it (and with it
+/// `--server-pace-settle`).
 const LEAD_LOAD_MAX: Duration = Duration::from_secs(600);
 /// Items per CPU-second the offline job is sized for: twice what one thread of the offline
 /// worker ran a 2048×8 MLP at on the 2-CPU EPYC VM (about 1,000); the job running out
@@ -108,6 +104,10 @@ pub struct Options {
     pub scenarios: Vec<Scenario>,
     /// The training job's timed part, seconds.
     pub seconds: f64,
+    /// How much later the pace controller's windows (`reamer_by_pace`) are timed: the daemon
+    /// starts with each window, and the controller searches first. Training, one process for
+    /// the whole run, is past its warm-up already: only the daemon settles.
+    pub pace_settle: Duration,
     pub training: TrainingCommand,
     /// Online requests a second.
     pub online_rate: f64,
@@ -120,19 +120,19 @@ fn bench_dir() -> PathBuf {
 }
 
 /// Lines enough that the offline job outlasts a window with every CPU on it.
-fn job_lines(cpus: usize, seconds: f64) -> u64 {
-    let window_s = (INFERENCE_LEAD + PACE_SETTLE).as_secs_f64() + seconds + JOB_SLACK_S;
+fn job_lines(cpus: usize, seconds: f64, pace_settle: Duration) -> u64 {
+    let window_s = (INFERENCE_LEAD + pace_settle).as_secs_f64() + seconds + JOB_SLACK_S;
     (cpus as f64 * JOB_ITEMS_PER_CPU_S * window_s).ceil() as u64
 }
 
-fn prepare_inputs(seconds: f64) -> anyhow::Result<Inputs> {
+fn prepare_inputs(seconds: f64, pace_settle: Duration) -> anyhow::Result<Inputs> {
     Inputs::prepare(
         &bench_dir(),
         Mlp {
             width: MLP_WIDTH,
             layers: MLP_LAYERS,
         },
-        job_lines(machine_cpus(), seconds),
+        job_lines(machine_cpus(), seconds, pace_settle),
     )
 }
 
@@ -158,7 +158,7 @@ struct Before {
 impl Bench {
     fn start(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Self> {
         progress("preparing the classifier's requests and the offline job");
-        let inputs = prepare_inputs(options.seconds)?;
+        let inputs = prepare_inputs(options.seconds, options.pace_settle)?;
         progress("starting the online worker (PP-OCR cls; it profiles itself first)");
         let stage = Stage::start(INSTANCE, &bench_dir(), inputs, SLO_MS)?;
         progress("starting the training job (it warms up before the first window's timed part)");
@@ -286,7 +286,7 @@ impl Bench {
             })
             .transpose()?;
         let settle = match scenario {
-            Scenario::ReamerByPace => PACE_SETTLE,
+            Scenario::ReamerByPace => self.options.pace_settle,
             _ => Duration::ZERO,
         };
         std::thread::sleep(INFERENCE_LEAD + settle);
@@ -442,6 +442,10 @@ pub struct Measured {
     /// which started the job afresh in each window).
     #[serde(default)]
     pub one_training_process: bool,
+    /// Seconds the pace controller's daemon ran before its windows' timed parts, the 3.5 s
+    /// lead included (`--server-pace-settle` and the lead; runs saved before the option: 48.5).
+    #[serde(default = "lead_before_the_option")]
+    pub pace_lead_s: f64,
     pub windows: Vec<Window>,
 }
 
@@ -457,6 +461,7 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
         options.seconds,
         options.online_rate,
     );
+    let pace_lead_s = (INFERENCE_LEAD + options.pace_settle).as_secs_f64();
     let scenarios = options.scenarios.clone();
     if !scenarios.contains(&Scenario::Alone) {
         bail!("the server benchmark's scenarios must include training alone: every ratio is to it");
@@ -475,6 +480,7 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
         cpus,
         engine: engine.to_owned(),
         one_training_process: true,
+        pace_lead_s,
         windows: windows.to_vec(),
     };
     progress(&format!(
@@ -513,6 +519,12 @@ pub fn run(options: Options, progress: &dyn Fn(&str)) -> anyhow::Result<Measured
     Ok(measured(&windows))
 }
 
+/// The pace controller's lead in runs saved before `--server-pace-settle`: 45 s and the 3.5 s
+/// every window's inference leads by.
+fn lead_before_the_option() -> f64 {
+    48.5
+}
+
 impl Windows for Measured {
     fn windows_measured(&self) -> usize {
         self.windows.len()
@@ -531,8 +543,9 @@ mod tests {
     #[test]
     fn the_offline_job_outlasts_a_window_at_the_rate_it_is_sized_for() {
         for cpus in [2, 16] {
-            let lines = job_lines(cpus, 25.0) as f64;
-            assert!(lines >= cpus as f64 * JOB_ITEMS_PER_CPU_S * (25.0 + 3.5));
+            let settle = Duration::from_secs(120);
+            let lines = job_lines(cpus, 25.0, settle) as f64;
+            assert!(lines >= cpus as f64 * JOB_ITEMS_PER_CPU_S * (25.0 + 3.5 + 120.0));
         }
     }
 }

@@ -415,7 +415,10 @@ pub fn markdown(
         ));
     }
     text.push_str(&confined_markdown(&measured.windows));
-    text.push_str(&super::harvest::markdown(&measured.windows));
+    text.push_str(&super::harvest::markdown(
+        &measured.windows,
+        measured.pace_lead_s,
+    ));
     text.push_str(&super::level_cost::markdown(&measured.windows));
     text.push_str(&super::pace_noise::markdown(&measured.windows));
     if let Some(observed) = figures

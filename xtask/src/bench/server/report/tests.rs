@@ -63,6 +63,7 @@ fn measured(windows: Vec<Window>) -> Measured {
         cpus: 16,
         engine: "tract".to_owned(),
         one_training_process: true,
+        pace_lead_s: 48.5,
         windows,
     }
 }
@@ -494,7 +495,9 @@ fn the_pace_controller_gets_its_own_targets_and_its_steps_under_the_table() {
         });
         windows.push(by_pace);
     }
-    let run = measured(windows);
+    let mut run = measured(windows);
+    // Timed after `--server-pace-settle 120` and the 3.5 s lead.
+    run.pace_lead_s = 123.5;
     let figures = figures(&run);
     let targets = targets(&figures);
     let by_pace: Vec<&Target> = targets
@@ -521,6 +524,18 @@ fn the_pace_controller_gets_its_own_targets_and_its_steps_under_the_table() {
         ),
         "{text}"
     );
+    assert!(
+        text.contains("Its daemon started 124 s before the timed part"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_run_saved_before_the_pace_settle_option_keeps_its_lead() {
+    let mut value = serde_json::to_value(measured(Vec::new())).unwrap();
+    value.as_object_mut().unwrap().remove("pace_lead_s");
+    let read: Measured = serde_json::from_value(value).unwrap();
+    assert_eq!(read.pace_lead_s, 48.5);
 }
 
 #[test]
