@@ -11,11 +11,11 @@
 //! - `target/release/xtask record-server --part 2 --out DIR`: the GPU clamp on need with both
 //!   training jobs (`--only gpu`), 1 round.
 //! - `target/release/xtask record-server --part 3 --out DIR`: the pace controller
-//!   (`harvest_by_pace`) settled, beside reamer's defaults and training alone, into its own
-//!   section (`--server-section server-pace`): 1 round of 80 s windows, the controller's timed
-//!   120 s after its daemon starts, once its search is over, so that its window shows what it
-//!   holds, its rechecks and its own paired halves. A lease has room for part 1 and 2, or
-//!   for part 3 and 2.
+//!   (`harvest_by_pace`) settled, beside plain CFS, reamer's defaults and training alone, into
+//!   its own section (`--server-section server-pace`): 1 round of 60 s windows, the
+//!   controller's timed 120 s after its daemon starts, once its search is over, so that its
+//!   window shows what it holds, its rechecks and its own paired halves. A lease has room for
+//!   part 1 and 2, or for part 3 and 2.
 //!
 //! What a part leaves in `--out` is the only copy of it: the server goes back with everything
 //! on it. Its saved runs belong in the repository (docs/testing.md says where), or a later
@@ -56,8 +56,8 @@ pub struct Options {
     /// cores, and reamer; 3 rounds of 12 s; at most 530 s). 2: the GPU clamp on need with
     /// the GPU-bound and the loader-bound job (1 round; about 4 minutes). 3: the pace
     /// controller (`harvest_by_pace`, following the steps the job reports) settled, beside
-    /// reamer's defaults and training alone, 1 round of 80 s (the controller's timed 120 s
-    /// after its daemon starts, past its search), its own section (at most 530 s).
+    /// plain CFS, reamer's defaults and training alone, 1 round of 60 s (the controller's
+    /// timed 120 s after its daemon starts, past its search), its own section (at most 530 s).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
     part: Option<u8>,
     /// Where a part copies what it recorded: the saved runs, the traces, the log, and
@@ -119,16 +119,17 @@ fn unpack_onnxruntime() -> anyhow::Result<()> {
 const FRONTIER: &str = "plain_cfs,offline_cpu_idle,offline_cpu_idle_quarter,\
                         offline_cpu_idle_half,offline_cpu_idle_three_quarters,reamer";
 
-/// Part 3's scenarios after training alone: the pace controller, then reamer's defaults (a
-/// part cut short loses the last window, and the controller's is the one it is for).
-const PACE: &str = "reamer_by_pace,reamer";
+/// Part 3's scenarios after training alone, in the order a part cut short loses them last to
+/// first: the pace controller, the one the part is for; plain CFS, which its target of 70% of
+/// plain CFS's offline needs; reamer's defaults.
+const PACE: &str = "reamer_by_pace,plain_cfs,reamer";
 
-/// Part 3's windows: 80 s timed, the controller's 120 s after its daemon starts (and the 3.5 s
-/// lead), where on the H200 its search had ended about 75 and 90 s in (2026-11-28). By that run's
-/// timings (below), alone and the defaults take about 85 s each and the controller's window
-/// about 206 s: 376 s, which leaves the start, more than 83 s on a fresh server, up to 154 s
-/// of the 530.
-const PACE_SECONDS: &str = "80";
+/// Part 3's windows: 60 s timed, the controller's 120 s after its daemon starts (and the
+/// 3.5 s lead), where on the H200 its search had ended about 75 and 90 s in (2026-11-28). By
+/// that run's timings (below), each other window takes about 65 s and the controller's about
+/// 186 s: 381 s, which leaves the start, more than 83 s on a fresh server, up to 149 s of the
+/// 530.
+const PACE_SECONDS: &str = "60";
 const PACE_SETTLE: &str = "120";
 
 /// One part: the bench command it runs, its deadline, and how a run cut short is reported.
@@ -524,6 +525,8 @@ mod tests {
         );
         assert!(PACE_SETTLE.parse::<f64>().unwrap() >= 90.0);
         assert!(PACE.starts_with("reamer_by_pace,"));
+        // The target of 70% of plain CFS's offline needs plain CFS in the same run.
+        assert!(PACE.split(',').any(|name| name == "plain_cfs"));
         let stand_in = part(1, Some("target/release/training-sim"));
         assert!(stand_in.bench_args.ends_with(&[
             "--training-cmd".to_owned(),

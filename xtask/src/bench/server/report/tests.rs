@@ -574,4 +574,5 @@ fn the_controllers_own_halves_give_each_levels_cost_under_its_paragraph() {
         line.contains("over 2 halves, too few for an interval"),
         "{line}"
     );
+    assert!(line.contains("own halves in its timed window:"), "{line}");
 }
