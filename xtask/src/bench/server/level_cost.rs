@@ -125,10 +125,11 @@ pub(super) fn markdown(windows: &[Window]) -> String {
         .map(|(level, ratios)| format!("`{level}` {}", mean_and_interval(ratios)))
         .collect();
     format!(
-        "\nWhat each level cost training, from the controller's own halves in {}: the job's pace over each half of a level (past its first {HALF_SETTLE_S:.0} \
-         s, the halves the controller ended) over its pace in the held half before it, the \
-         mean with its 95% interval: {}. The level's cost switched on and off every few \
-         seconds, paired seconds apart where `% of alone` pairs windows minutes apart.\n",
+        "\nWhat each level cost training, from the controller's own halves in {}: the job's \
+         pace over each half of a level (past its first {HALF_SETTLE_S:.0} s, the halves the \
+         controller ended) over its pace in the held half before it, the mean with its 95% \
+         interval: {}. The level's cost switched on and off every few seconds, paired seconds \
+         apart where `% of alone` pairs windows minutes apart.\n",
         match controller.len() {
             1 => "its timed window".to_owned(),
             windows => format!("its {windows} timed windows"),
