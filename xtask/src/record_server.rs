@@ -535,6 +535,19 @@ mod tests {
     }
 
     #[test]
+    fn part_3_fits_its_deadline_by_the_servers_timings() {
+        // 2026-11-28 on the H200: a window took its timed part and about 5 s, the controller's
+        // its lead as well, and the start before the first window more than 83 s. The part
+        // leaves a start of 60 s more than that before its deadline.
+        let windows = 1 + PACE.split(',').count();
+        let seconds: f64 = PACE_SECONDS.parse().unwrap();
+        let settle: f64 = PACE_SETTLE.parse().unwrap();
+        let run_s = windows as f64 * (seconds + 5.0) + settle + 3.5;
+        let deadline_s = part(3, None).deadline.as_secs_f64();
+        assert!(83.0 + 60.0 + run_s <= deadline_s, "{run_s} s of windows");
+    }
+
+    #[test]
     fn a_part_past_its_deadline_is_stopped_with_its_children() {
         let dir = std::env::temp_dir().join(format!("reamer-record-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
