@@ -242,6 +242,40 @@ fn an_interval_reaching_below_the_target_is_not_resolved() {
     );
 }
 
+#[test]
+fn the_pace_controller_is_held_to_ninety_percent_of_the_best_scenario_that_keeps_training() {
+    let run = |by_pace_offline: f64| {
+        let mut windows = Vec::new();
+        for (round, alone) in [1000.0, 1100.0].into_iter().enumerate() {
+            windows.push(window(Scenario::Alone, round, alone, None));
+            // Keeps training at 99.5%: the best of those that keep it.
+            let quarter = Scenario::OfflineCpuIdleQuarter;
+            windows.push(window(quarter, round, alone * 0.995, Some(2000.0)));
+            // More offline, but training at 97%: no rival.
+            windows.push(window(Scenario::Reamer, round, alone * 0.97, Some(2500.0)));
+            let by_pace = Scenario::ReamerByPace;
+            windows.push(window(by_pace, round, alone * 0.995, Some(by_pace_offline)));
+        }
+        let targets = targets(&figures(&measured(windows)));
+        targets
+            .into_iter()
+            .find(|t| {
+                t.target
+                    .starts_with("reamer by pace: offline ≥ 90% of the most")
+            })
+            .unwrap_or_else(|| panic!("no such target"))
+    };
+    let near = run(1850.0);
+    assert!(near.met, "{near:?}");
+    assert!(
+        near.result.contains("92% of the best: ") && near.result.contains("(2000 items/s)"),
+        "{near:?}"
+    );
+    let short = run(1700.0);
+    assert!(!short.met, "{short:?}");
+    assert!(short.result.contains("85% of the best"), "{short:?}");
+}
+
 /// The server's part 3 of 2026-11-28, cut before round 2's `alone`: every ratio came from
 /// round 1 alone, and its one-sample "interval" read as met.
 #[test]
