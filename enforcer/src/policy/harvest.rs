@@ -105,6 +105,7 @@
 mod carried;
 mod ceiling;
 mod change;
+mod kept_cycles;
 mod level;
 pub(crate) mod replay;
 mod statistics;
@@ -114,6 +115,7 @@ mod watch;
 use self::carried::Carried;
 use self::ceiling::Ceiling;
 pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
+use self::kept_cycles::KeptCycles;
 pub(crate) use self::level::{Level, shape};
 use self::statistics::{
     PooledSpread, could_show_free_at_spread, mean_and_variance, mean_too_noisy, measure_ns,
@@ -229,6 +231,9 @@ pub(crate) struct Harvest {
     /// Where that spread is too wide, each level's cycles at or below the policy's, carried
     /// from comparison to comparison.
     carried: Carried,
+    /// Each level's cycles from the comparisons that kept it on its mean, pooled with the
+    /// next comparison's own.
+    kept_cycles: KeptCycles,
     /// The held pace of the last comparison judged, and of the current one so far.
     reference: Option<Measured>,
     /// The held pace the last judged comparison measured, with its standard error: a new
@@ -266,6 +271,7 @@ impl Harvest {
             cycles: Vec::new(),
             spread: PooledSpread::default(),
             carried: Carried::default(),
+            kept_cycles: KeptCycles::default(),
             reference: None,
             last_held: None,
             moved_once: None,
@@ -502,21 +508,33 @@ impl Harvest {
         let floor = 1.0 - self.settings.epsilon;
         let noisy = mean_too_noisy(self.spread.variance_with(&ratios), self.settings.epsilon);
         let spread_bound = self.spread.upper_bound_with(&ratios);
+        // Where the mean decides, it is the mean over the cycles that kept the level before
+        // too (`KeptCycles`).
+        let pooled = (level <= Level::Policy && !noisy)
+            .then(|| self.kept_cycles.pooled(level, &ratios))
+            .flatten()
+            .and_then(|pooled| Some((paired_interval(&pooled)?, standard_error(&pooled))));
         let cycles = Cycles {
             level,
             recheck,
             ratios: &ratios,
             ratio,
+            pooled,
             floor,
             noisy,
             spread_bound,
         };
+        let ratio = pooled.map_or(ratio, |(pooled, _)| pooled);
         let Some(verdict) = cycles.verdict(&self.carried) else {
             return Some(self.change(Why::Undecided {
                 tried: level,
                 ratio,
             }));
         };
+        match level <= Level::Policy && !noisy && verdict == Verdict::Kept {
+            true => self.kept_cycles.kept(level, &ratios),
+            false => self.kept_cycles.drop_level(level),
+        }
         // A level kept as too noisy to judge may still be shown costly by its cycles carried
         // over its comparisons (`Carried`).
         let (verdict, ratio) = match level <= Level::Policy && noisy {
@@ -646,6 +664,7 @@ impl Harvest {
         self.cycles.clear();
         self.spread.clear();
         self.carried.clear();
+        self.kept_cycles.clear();
         self.reference = None;
         self.last_held = None;
         self.moved_once = None;

@@ -1340,11 +1340,14 @@ fn a_mean_at_the_floor_runs_more_cycles_and_half_of_epsilon_keeps_the_policys_le
             .all(|&(level, n)| level <= Level::Policy || n <= MAX_CYCLES_ABOVE_POLICY),
         "{cycles:?}"
     );
-    // Twice ε: offline still held back most of the time, so that training loses well within
-    // ε on average: 85% held back (0.3% lost) where every level left waited five minutes,
-    // 80% (0.4%) now that a cheap try waits less (`ceiling`).
+    // Twice ε: offline still held back most of the time, so that training loses within ε on
+    // average: 85% held back (0.3% lost) where every level left waited five minutes, 80%
+    // (0.4%) once a cheap try waited less (`ceiling`), 60% (0.8%) now that a recheck is
+    // judged with the cycles that kept its level (`KeptCycles`): a level kept on a lucky
+    // mean is kept for a recheck or two longer. The price of holding offline back 12% of the
+    // time rather than 17% where `policy` costs 0.8%, as on the VM (the test below).
     let held = runs[3].held;
-    assert!(held > 0.75, "{held:.3} held back");
+    assert!(held > 0.55, "{held:.3} held back");
 }
 
 /// Over 10 runs of two hours of a job at the server's reported-steps noise
@@ -1418,4 +1421,49 @@ fn a_spread_from_few_cycles_is_bounded_widest() {
     assert!((bound(30) - 1.207).abs() < 0.005, "{}", bound(30));
     let spread = statistics::spread_upper_bound(0.02 * 0.02, 10);
     assert!((spread - 0.02 * 1.434).abs() < 1e-4, "{spread}");
+}
+
+#[test]
+fn a_policy_that_costs_close_to_epsilon_is_kept_on_the_cycles_that_kept_it_before() {
+    // What the levels cost the training simulator on the VM (docs/benchmarks.md): `policy`
+    // 0.8%, the levels under it less, `unpaused` 1.2% and training's cores 3%. Judged afresh,
+    // each recheck of `policy` is a coin's toss run towards its twelfth cycle; pooled with
+    // the cycles that kept it (`KeptCycles`), it ends at its third.
+    let runs = shares_over_vm_runs(|level| match level {
+        Level::Held => 0.0,
+        Level::Quarter => 0.002,
+        Level::Half => 0.004,
+        Level::ThreeQuarters => 0.006,
+        Level::Policy => 0.008,
+        Level::Unpaused => 0.012,
+        Level::TrainingCores => 0.03,
+    });
+    let at_policy: Vec<usize> = runs
+        .cycles
+        .iter()
+        .filter(|&&(level, _)| level == Level::Policy)
+        .map(|&(_, n)| n)
+        .collect();
+    let ended_at_third =
+        at_policy.iter().filter(|&&n| n == MIN_CYCLES).count() as f64 / at_policy.len() as f64;
+    println!(
+        "held {:.1}% of the time, at `policy` or above {:.1}%; {:.0}% of {} comparisons of \
+         `policy` ended at their third cycle",
+        runs.held * 100.0,
+        runs.at_or_above * 100.0,
+        ended_at_third * 100.0,
+        at_policy.len()
+    );
+    // Judged afresh: held back 17.0% of the time, at `policy` or above 57.2%, 37% of those
+    // comparisons ended at their third cycle. Pooled: 12.4%, 69.2%, 63%.
+    assert!(
+        ended_at_third > 0.5,
+        "{ended_at_third:.3} ended at their third cycle"
+    );
+    assert!(runs.held < 0.145, "{:.3} held back", runs.held);
+    assert!(
+        runs.at_or_above > 0.63,
+        "{:.3} at `policy` or above",
+        runs.at_or_above
+    );
 }

@@ -42,6 +42,10 @@ pub(super) struct Cycles<'a> {
     pub(super) ratios: &'a [f64],
     /// Their mean and 95% interval.
     pub(super) ratio: Ratio,
+    /// Where the mean decides and cycles of comparisons that kept the level before are
+    /// pooled with these (`KeptCycles`): the mean and 95% interval over them all, and its
+    /// standard error. Cycle counts stay the comparison's own.
+    pub(super) pooled: Option<(Ratio, f64)>,
     /// `1 − ε`.
     pub(super) floor: f64,
     /// Their mean too noisy to judge ε by (`mean_too_noisy`, from the job's pooled spread).
@@ -58,10 +62,12 @@ impl Cycles<'_> {
             recheck,
             ratios,
             ratio,
+            pooled,
             floor,
             noisy,
             spread_bound,
         } = *self;
+        let (ratio, error) = pooled.unwrap_or_else(|| (ratio, standard_error(ratios)));
         // Where only the interval can move a level down (below), it is looked at once, after
         // `MAX_CYCLES`: each look is another chance for the noise. On a model of the GPU
         // server's job that cost nothing (100 runs of 30 minutes), the interval looked at from
@@ -100,7 +106,7 @@ impl Cycles<'_> {
                     && could_show_free_by(ratios, floor, MAX_CYCLES_ABOVE_POLICY, spread_bound))
                 || (level <= Level::Policy
                     && ratios.len() < MAX_CYCLES_NEAR_FLOOR
-                    && (ratio.ratio - floor).abs() < standard_error(ratios))
+                    && (ratio.ratio - floor).abs() < error)
         {
             return None;
         } else if level > Level::Policy {
