@@ -46,21 +46,22 @@
 //!   the core policy's runs on while the cycles left, up to `MAX_CYCLES_ABOVE_POLICY`, could
 //!   show it free with a chance of 5% or more, at the mean so far (no higher than 1) and a
 //!   spread the job's cycles keep below nine times in ten (pooled over its last comparisons);
-//!   then it is left (not shown free: the policy's level is the default, and more needs
-//!   proof). Where that spread could show no level free at all, the levels between it and the
-//!   policy's are passed over. At the policy's level and below, the mean
-//!   decides (kept where at or above `1 − ε`, left otherwise; a mean within a standard error
-//!   of `1 − ε`, a coin's toss, first runs on up to `MAX_CYCLES_NEAR_FLOOR` cycles), where
-//!   it can: a mean too noisy to judge ε by (`MEAN_NOISE_LIMIT`, from the cycles' spread
-//!   pooled over the job's last comparisons, `PooledSpread`) keeps the level unless the
-//!   interval, looked at once after
-//!   `MAX_CYCLES`, lies below `1 − ε` (reason `too_noisy`), as a job without a signal keeps the
-//!   policy's; such a comparison ends sooner where the cycles left could show the level costly
-//!   with less than a 5% chance, and a level below the policy's kept so goes back up to it once
-//!   its ceiling is old. Its cycles are carried to the level's next comparison (`carried`): a
-//!   99% interval over them all below `1 − ε` leaves the level too, and a comparison runs on
-//!   where its cycles could take that interval there. A level tried above one just kept, and
-//!   left, settles the search back on the kept one without comparing it again.
+//!   then it is left (not shown free: the policy's level is the default, and more needs proof).
+//!   Where that spread could show no level free at all, the levels between it and the policy's
+//!   are passed over. At the policy's level and below, the mean decides (kept where at or above
+//!   `1 − ε`, left otherwise; a mean within a standard error of `1 − ε`, a coin's toss, first
+//!   runs on up to `MAX_CYCLES_NEAR_FLOOR` cycles; the mean, interval and error over the cycles
+//!   that kept the level before too, `kept_cycles`, unless the comparison's own read it
+//!   costlier), where it can: a mean too noisy to judge ε by (`MEAN_NOISE_LIMIT`, from the
+//!   cycles' spread pooled over the job's last comparisons, `PooledSpread`) keeps the level
+//!   unless the interval, looked at once after `MAX_CYCLES`, lies below `1 − ε` (reason
+//!   `too_noisy`), as a job without a signal keeps the policy's; such a comparison ends sooner
+//!   where the cycles left could show the level costly with less than a 5% chance, and a level
+//!   below the policy's kept so goes back up to it once its ceiling is old. Its cycles are
+//!   carried to the level's next comparison (`carried`): a 99% interval over them all below
+//!   `1 − ε` leaves the level too, and a comparison runs on where its cycles could take that
+//!   interval there. A level tried above one just kept, and left, settles the search back on
+//!   the kept one without comparing it again.
 //! - Settled, the level is compared again after `RECHECK_NS`, and after twice as long each time
 //!   a recheck settles the loop at the same level again, up to `RECHECK_MAX_NS`, or as soon as
 //!   a level above it found too costly has waited a wait shorter than five minutes (and the
@@ -95,7 +96,8 @@
 //!
 //! Its parts: `level`, the ladder; `statistics`, the arithmetic of paces, cycles and
 //! intervals; `verdict`, what a comparison's cycles say of its level; `carried`, a too-noisy
-//! level's cycles from one comparison to the next; `ceiling`, how long a level left waits
+//! level's cycles from one comparison to the next; `kept_cycles`, the cycles that kept a
+//! level, pooled with its next comparison's; `ceiling`, how long a level left waits
 //! before it is tried again; `watch`, the settled level's pace between
 //! its rechecks; `change`, what the loop tells the daemon
 //! (each change of level and its reason); `replay`, the loop over a job's recorded step times

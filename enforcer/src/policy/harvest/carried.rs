@@ -24,7 +24,7 @@ use enforcer_common::stats::student_t;
 use super::{
     FUTILITY_Z, MAX_CYCLES,
     level::Level,
-    statistics::{Ratio, mean_and_variance},
+    statistics::{Ratio, errors_apart, mean_and_variance},
 };
 
 /// The most cycles carried for one level: about an hour of a settled level's rechecks.
@@ -115,15 +115,7 @@ impl Carried {
 /// Whether `ratios` (at least one) read a level other than the one `carried` measured: their
 /// means apart by more than `CHANGED_Z` standard errors, from the spread of both.
 fn changed(carried: &[f64], ratios: &[f64]) -> bool {
-    if carried.len() < 2 || ratios.is_empty() {
-        return false;
-    }
-    let all: Vec<f64> = carried.iter().chain(ratios).copied().collect();
-    let (_, variance) = mean_and_variance(&all);
-    let (carried_mean, _) = mean_and_variance(carried);
-    let (own_mean, _) = mean_and_variance(ratios);
-    let error = (variance * (1.0 / carried.len() as f64 + 1.0 / ratios.len() as f64)).sqrt();
-    (own_mean - carried_mean).abs() > CHANGED_Z * error
+    errors_apart(carried, ratios).is_some_and(|apart| apart.abs() > CHANGED_Z)
 }
 
 /// Student's t for a two-sided 99% interval with `freedom` degrees of freedom (at least 11

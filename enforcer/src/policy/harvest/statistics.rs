@@ -63,6 +63,22 @@ pub(super) fn standard_error(values: &[f64]) -> f64 {
     (variance / values.len() as f64).sqrt()
 }
 
+/// How many standard errors of the difference the mean of `later` lies above the mean of
+/// `earlier` (below, negative), from the spread of both together: how far a comparison's
+/// cycles read a level other than the cycles before it did. None where `earlier` has fewer
+/// than two or `later` none.
+pub(super) fn errors_apart(earlier: &[f64], later: &[f64]) -> Option<f64> {
+    if earlier.len() < 2 || later.is_empty() {
+        return None;
+    }
+    let all: Vec<f64> = earlier.iter().chain(later).copied().collect();
+    let (_, variance) = mean_and_variance(&all);
+    let (earlier_mean, _) = mean_and_variance(earlier);
+    let (later_mean, _) = mean_and_variance(later);
+    let error = (variance * (1.0 / earlier.len() as f64 + 1.0 / later.len() as f64)).sqrt();
+    Some((later_mean - earlier_mean) / error)
+}
+
 /// Whether `ratios` could still show a level free by `horizon` cycles: a sequential test's
 /// futility stop. The interval at `horizon` clears `floor` where the mean of all cycles is
 /// at least `floor + t·s/√horizon`; the cycles left, drawn around the mean so far (but no

@@ -1427,8 +1427,8 @@ fn a_spread_from_few_cycles_is_bounded_widest() {
 fn a_policy_that_costs_close_to_epsilon_is_kept_on_the_cycles_that_kept_it_before() {
     // What the levels cost the training simulator on the VM (docs/benchmarks.md): `policy`
     // 0.8%, the levels under it less, `unpaused` 1.2% and training's cores 3%. Judged afresh,
-    // each recheck of `policy` is a coin's toss run towards its twelfth cycle; pooled with
-    // the cycles that kept it (`KeptCycles`), it ends at its third.
+    // a recheck of `policy` is a coin's toss that mostly runs on past its third cycle; pooled
+    // with the cycles that kept it (`KeptCycles`), it mostly ends there.
     let runs = shares_over_vm_runs(|level| match level {
         Level::Held => 0.0,
         Level::Quarter => 0.002,
