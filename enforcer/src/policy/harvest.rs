@@ -512,21 +512,21 @@ impl Harvest {
         let spread_bound = self.spread.upper_bound_with(&ratios);
         // Where the mean decides, it is the mean over the cycles that kept the level before
         // too (`KeptCycles`).
-        let pooled = (level <= Level::Policy && !noisy)
+        let (ratio, error) = (level <= Level::Policy && !noisy)
             .then(|| self.kept_cycles.pooled(level, &ratios))
             .flatten()
-            .and_then(|pooled| Some((paired_interval(&pooled)?, standard_error(&pooled))));
+            .and_then(|pooled| Some((paired_interval(&pooled)?, standard_error(&pooled))))
+            .unwrap_or_else(|| (ratio, standard_error(&ratios)));
         let cycles = Cycles {
             level,
             recheck,
             ratios: &ratios,
             ratio,
-            pooled,
+            error,
             floor,
             noisy,
             spread_bound,
         };
-        let ratio = pooled.map_or(ratio, |(pooled, _)| pooled);
         let Some(verdict) = cycles.verdict(&self.carried) else {
             return Some(self.change(Why::Undecided {
                 tried: level,

@@ -7,7 +7,7 @@ use super::{
     carried::Carried,
     change::Why,
     level::Level,
-    statistics::{Ratio, could_show_costly_by_max_cycles, could_show_free_by, standard_error},
+    statistics::{Ratio, could_show_costly_by_max_cycles, could_show_free_by},
 };
 
 /// What a comparison's cycles say of its level.
@@ -40,12 +40,11 @@ pub(super) struct Cycles<'a> {
     pub(super) recheck: bool,
     /// Each cycle's pace at the level over the held pace just after it.
     pub(super) ratios: &'a [f64],
-    /// Their mean and 95% interval.
+    /// Their mean and 95% interval, and the mean's standard error: where the mean decides
+    /// and cycles of comparisons that kept the level before are pooled with these
+    /// (`KeptCycles`), over them all. Cycle counts stay the comparison's own.
     pub(super) ratio: Ratio,
-    /// Where the mean decides and cycles of comparisons that kept the level before are
-    /// pooled with these (`KeptCycles`): the mean and 95% interval over them all, and its
-    /// standard error. Cycle counts stay the comparison's own.
-    pub(super) pooled: Option<(Ratio, f64)>,
+    pub(super) error: f64,
     /// `1 − ε`.
     pub(super) floor: f64,
     /// Their mean too noisy to judge ε by (`mean_too_noisy`, from the job's pooled spread).
@@ -62,12 +61,11 @@ impl Cycles<'_> {
             recheck,
             ratios,
             ratio,
-            pooled,
+            error,
             floor,
             noisy,
             spread_bound,
         } = *self;
-        let (ratio, error) = pooled.unwrap_or_else(|| (ratio, standard_error(ratios)));
         // Where only the interval can move a level down (below), it is looked at once, after
         // `MAX_CYCLES`: each look is another chance for the noise. On a model of the GPU
         // server's job that cost nothing (100 runs of 30 minutes), the interval looked at from
