@@ -362,9 +362,10 @@ struct Tail {
 }
 
 /// The readings (running CPUs per interval) of the intervals no untraced training slice
-/// touched: where `landed[k]` slices landed in interval k, it and the ones before it that its
-/// excess over the median reading covers (about a CPU each: the spinner it was), plus one;
-/// where some landed only in `tail`, the last intervals its excess covers, plus one.
+/// touched: where `landed[k]` slices landed in interval k, it, the one after it, and the ones
+/// before it that its excess over the median reading covers (about a CPU each: the spinner it
+/// was), plus one; where some landed only in `tail`, the last intervals its excess covers, plus
+/// one.
 fn intervals_without_untraced_slices(
     running: &[f64],
     landed: &[u64],
@@ -376,7 +377,12 @@ fn intervals_without_untraced_slices(
     let mut touched = vec![false; running.len()];
     for (k, _) in landed.iter().enumerate().filter(|(_, n)| **n > 0) {
         let before = (running[k] - median).max(0.0).ceil() as usize + 1;
-        for flag in &mut touched[k.saturating_sub(before)..=k] {
+        // The snapshot reads the counters after the run times, so a slice that landed between
+        // the two reads is counted in interval k and its run time in the next: one run of 121
+        // on the test VM (2026-11-29) read 2.11 running CPUs on 2 in an interval no landing
+        // was counted in.
+        let after = (k + 1).min(running.len() - 1);
+        for flag in &mut touched[k.saturating_sub(before)..=after] {
             *flag = true;
         }
     }

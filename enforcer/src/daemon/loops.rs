@@ -20,7 +20,6 @@ use tracing::{info, warn};
 use super::state::Shared;
 use crate::{
     actuate::thread_policy,
-    host::clock::monotonic_ns,
     policy::{harvest::PaceSource, pace::Report},
     registry::{Reconciled, Registry},
     sensor::{Sensor, interval::Rate, readings},
@@ -83,23 +82,19 @@ struct TrainingTotals {
 fn training_totals(shared: &Shared) -> TrainingTotals {
     let registry = shared.registry.lock().expect("registry poisoned");
     let sensor = shared.sensor.lock().expect("sensor poisoned");
-    let mut totals = registry
-        .training
+    let ids: Vec<u32> = registry.training.iter().map(|job| job.id).collect();
+    let read = readings::run_times(&sensor.maps, &ids);
+    let running: u64 = read
+        .running
         .iter()
-        .filter_map(|job| readings::read_job(&sensor.maps, job.id).ok())
-        .fold(TrainingTotals::default(), |sum, stats| TrainingTotals {
-            run_ns: sum.run_ns + stats.run_ns,
-            wait_ns: sum.wait_ns + stats.wait_ns,
-            ..sum
-        });
-    // After the totals (`running_slices` says why).
-    totals.at_ns = monotonic_ns();
-    totals.run_ns += readings::running_slices(&sensor.maps, totals.at_ns)
-        .iter()
-        .filter(|(job, _)| registry.training.iter().any(|j| j.id == **job))
+        .filter(|(job, _)| ids.contains(job))
         .map(|(_, ns)| ns)
-        .sum::<u64>();
-    totals
+        .sum();
+    TrainingTotals {
+        at_ns: read.at_ns,
+        run_ns: read.jobs.iter().map(|stats| stats.run_ns).sum::<u64>() + running,
+        wait_ns: read.jobs.iter().map(|stats| stats.wait_ns).sum(),
+    }
 }
 
 /// The slow path, once a tick: training's run + wait time goes to the CPU policy as a demand

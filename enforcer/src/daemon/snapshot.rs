@@ -10,8 +10,7 @@ use enforcer_common::{
 
 use super::{event_thread, state::Shared};
 use crate::{
-    actuate::thread_policy, gpu::service::GpuService, host::clock::monotonic_ns,
-    registry::GroupClass, sensor::readings,
+    actuate::thread_policy, gpu::service::GpuService, registry::GroupClass, sensor::readings,
 };
 
 /// How much a snapshot reads.
@@ -28,14 +27,12 @@ pub(crate) fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
     let full = detail == Detail::Full;
     let registry = shared.registry.lock().expect("registry poisoned");
     let sensor = shared.sensor.lock().expect("sensor poisoned");
-    let totals: Vec<_> = registry
-        .training
-        .iter()
-        .map(|job| readings::read_job(&sensor.maps, job.id).unwrap_or_default())
-        .collect();
-    // After the totals (`running_slices` says why), at the instant the snapshot is stamped.
-    let now_ns = monotonic_ns();
-    let running = readings::running_slices(&sensor.maps, now_ns);
+    let ids: Vec<u32> = registry.training.iter().map(|job| job.id).collect();
+    let readings::RunTimes {
+        jobs: totals,
+        running,
+        at_ns: now_ns,
+    } = readings::run_times(&sensor.maps, &ids);
     // The event thread takes the tally after every event: held for copies only.
     let cpu_slots = shared.cpus.last().map_or(0, |&cpu| cpu as usize + 1);
     let (events_received, contentions_by_cpu): (Vec<u64>, Vec<u64>) = {

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use enforcer_common::{CLASS_TRAINING, COUNTER_NAMES, JobStats, NR_CLASSES, NR_COUNTERS};
+use enforcer_common::{CLASS_TRAINING, COUNTER_NAMES, CpuState, JobStats, NR_CLASSES, NR_COUNTERS};
 
 use super::SensorMaps;
+use crate::host::clock::monotonic_ns;
 
 /// Sums one job's per-CPU statistics.
-pub(crate) fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps::MapError> {
+fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps::MapError> {
     let per_cpu = maps.job_stats.get(&id, 0)?;
     let mut total = JobStats::default();
     for cpu in per_cpu.iter() {
@@ -35,19 +36,92 @@ pub(crate) fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps
     Ok(total)
 }
 
-/// Training's slices in progress at CLOCK_MONOTONIC `now_ns`: per job, the time its threads
-/// running now have run since they were switched in. The sensor adds a slice to the job's
-/// `run_ns` only when it ends, so a thread that runs for seconds without a switch would
-/// otherwise count nothing until then, and all of it in the interval it ends in.
+/// Training's run time as of one instant: each job's completed slices, and the slices in
+/// progress then.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct RunTimes {
+    /// The jobs' statistics, in the order asked for (zeros where a job has no entry).
+    pub(crate) jobs: Vec<JobStats>,
+    /// Per job, the time its threads running at `at_ns` have run since they were switched in.
+    pub(crate) running: BTreeMap<u32, u64>,
+    /// The CLOCK_MONOTONIC instant of the reading.
+    pub(crate) at_ns: u64,
+}
+
+/// How many times a reading is taken, at most, while a CPU switches during it. The window is
+/// a few syscalls, so a CPU switching every millisecond lands a switch in about one reading in
+/// fifty; four in a row is the reader preempted each time, and then the last is kept.
+const READ_ATTEMPTS: usize = 4;
+
+/// Reads `jobs`' run times: completed slices and the slices in progress. The sensor adds a
+/// slice to a job's `run_ns` only when it ends, so a thread that runs for seconds without a
+/// switch would otherwise count nothing until then, and all of it in the interval it ends in.
 ///
-/// Read it after the job totals: a slice that ends between the two reads is then missed by
-/// this reading and counted by the next, where the other order would count it twice.
-pub(crate) fn running_slices(maps: &SensorMaps, now_ns: u64) -> BTreeMap<u32, u64> {
+/// Totals and slots are two reads. A slice that ended between them would be in neither, and
+/// counted whole in the next reading: a thread that ran for a second would move a second from
+/// one interval to the next. So the slots are read before and after the totals, and the
+/// reading is taken again while any CPU switched meanwhile.
+pub(crate) fn run_times(maps: &SensorMaps, jobs: &[u32]) -> RunTimes {
+    settled_run_times(
+        || cpu_states(maps),
+        || {
+            jobs.iter()
+                .map(|&id| read_job(maps, id).unwrap_or_default())
+                .collect()
+        },
+        monotonic_ns,
+    )
+}
+
+/// [`run_times`] over its three reads: the slots, the jobs' totals and the clock.
+fn settled_run_times(
+    mut slots: impl FnMut() -> Vec<CpuState>,
+    mut totals: impl FnMut() -> Vec<JobStats>,
+    clock: impl Fn() -> u64,
+) -> RunTimes {
+    let mut before = slots();
+    let mut attempts = 1;
+    loop {
+        let jobs = totals();
+        let at_ns = clock();
+        let after = slots();
+        if attempts == READ_ATTEMPTS || !switched_between(&before, &after) {
+            return RunTimes {
+                jobs,
+                running: running_slices(&after, at_ns),
+                at_ns,
+            };
+        }
+        before = after;
+        attempts += 1;
+    }
+}
+
+/// Whether any CPU switched between two copies of the slots: every switch the sensor sees
+/// stamps `switched_at_ns`, and the fields a slice's start writes are compared too, since a
+/// copy taken during a switch can hold them before that stamp.
+fn switched_between(before: &[CpuState], after: &[CpuState]) -> bool {
+    let switch = |slot: &CpuState| {
+        (
+            slot.switched_at_ns,
+            slot.current_class,
+            slot.current_tid,
+            slot.training_since_ns,
+            slot.training_exec_start_ns,
+        )
+    };
+    before.len() != after.len()
+        || before
+            .iter()
+            .zip(after)
+            .any(|(b, a)| switch(b) != switch(a))
+}
+
+/// Training's slices in progress at CLOCK_MONOTONIC `now_ns`, per job, from a copy of the
+/// slots.
+fn running_slices(slots: &[CpuState], now_ns: u64) -> BTreeMap<u32, u64> {
     let mut per_job = BTreeMap::new();
-    for cpu in 0..possible_cpus() {
-        let Ok(state) = maps.cpu_state.get(&cpu, 0) else {
-            continue;
-        };
+    for state in slots {
         // `training_since_ns` is written before `current_class` and read after it, so a
         // training class here comes with its own slice's start or a later one, never an
         // earlier (`CpuState`).
@@ -59,6 +133,13 @@ pub(crate) fn running_slices(maps: &SensorMaps, now_ns: u64) -> BTreeMap<u32, u6
         }
     }
     per_job
+}
+
+/// A copy of every CPU's slot (zeros where one cannot be read).
+fn cpu_states(maps: &SensorMaps) -> Vec<CpuState> {
+    (0..possible_cpus())
+        .map(|cpu| maps.cpu_state.get(&cpu, 0).unwrap_or_default())
+        .collect()
 }
 
 /// The CPUs that can exist (`/sys/devices/system/cpu/possible`): the slots of `cpu_state`
@@ -79,12 +160,117 @@ pub(crate) fn read_counters(maps: &SensorMaps) -> BTreeMap<String, u64> {
 
 /// Per-CPU time by class, for the CPUs that exist.
 pub(crate) fn read_cpu_class_ns(maps: &SensorMaps) -> Vec<[u64; NR_CLASSES]> {
-    (0..possible_cpus())
-        .map(|cpu| {
-            maps.cpu_state
-                .get(&cpu, 0)
-                .map(|s| s.class_ns)
-                .unwrap_or_default()
-        })
-        .collect()
+    cpu_states(maps).iter().map(|slot| slot.class_ns).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use enforcer_common::CLASS_OTHER;
+
+    use super::*;
+
+    const JOB: u32 = 7;
+    const MS: u64 = 1_000_000;
+
+    /// A CPU running one of `JOB`'s threads since `since_ns`, switched in at `since_ns`.
+    fn training_since(since_ns: u64) -> CpuState {
+        CpuState {
+            switched_at_ns: since_ns,
+            current_class: CLASS_TRAINING,
+            current_group: JOB,
+            current_tid: 100,
+            training_since_ns: since_ns,
+            training_exec_start_ns: 5 * MS,
+            ..CpuState::default()
+        }
+    }
+
+    /// A CPU switched to a thread of no class at `at_ns`.
+    fn other_since(at_ns: u64) -> CpuState {
+        CpuState {
+            switched_at_ns: at_ns,
+            current_class: CLASS_OTHER,
+            current_tid: 200,
+            ..CpuState::default()
+        }
+    }
+
+    fn ran(run_ns: u64) -> Vec<JobStats> {
+        vec![JobStats {
+            run_ns,
+            ..JobStats::default()
+        }]
+    }
+
+    /// Replays scripted reads in order, each read taking the next of its kind.
+    fn replay(
+        slots: Vec<Vec<CpuState>>,
+        totals: Vec<Vec<JobStats>>,
+        clock: Vec<u64>,
+    ) -> (RunTimes, usize) {
+        let slots = RefCell::new(slots.into_iter());
+        let totals = RefCell::new(totals.into_iter());
+        let clock = RefCell::new(clock.into_iter());
+        let reads = RefCell::new(0);
+        let read = settled_run_times(
+            || slots.borrow_mut().next().expect("a scripted slot copy"),
+            || {
+                *reads.borrow_mut() += 1;
+                totals.borrow_mut().next().expect("a scripted totals read")
+            },
+            || clock.borrow_mut().next().expect("a scripted clock read"),
+        );
+        (read, reads.into_inner())
+    }
+
+    fn job_run_ns(read: &RunTimes) -> u64 {
+        read.jobs[0].run_ns + read.running.get(&JOB).copied().unwrap_or(0)
+    }
+
+    #[test]
+    fn a_slice_that_ends_between_the_totals_and_the_slots_is_counted_by_a_second_reading() {
+        // A slice from 1 ms runs on; the totals are read at 149 ms, before it ends at 150 ms,
+        // and the slots after it ended. Read once, the 149 ms it ran are in neither.
+        let (read, attempts) = replay(
+            vec![
+                vec![training_since(MS)],
+                vec![other_since(150 * MS)],
+                vec![other_since(150 * MS)],
+            ],
+            vec![ran(0), ran(149 * MS)],
+            vec![149 * MS, 160 * MS],
+        );
+        assert_eq!(attempts, 2, "{:?} running", read.running);
+        assert_eq!(job_run_ns(&read), 149 * MS, "{:?} running", read.running);
+        assert_eq!(read.at_ns, 160 * MS);
+    }
+
+    #[test]
+    fn a_slice_running_through_the_reading_counts_up_to_its_instant() {
+        let (read, attempts) = replay(
+            vec![vec![training_since(MS)], vec![training_since(MS)]],
+            vec![ran(20 * MS)],
+            vec![101 * MS],
+        );
+        assert_eq!(attempts, 1);
+        assert_eq!(job_run_ns(&read), 120 * MS, "{:?} running", read.running);
+    }
+
+    #[test]
+    fn a_cpu_switching_through_every_reading_keeps_the_last_after_a_bounded_number() {
+        // Consecutive training slices move the start on by the one that ended (the switch
+        // program), so only the start tells them apart.
+        let slots = (0..=READ_ATTEMPTS as u64)
+            .map(|k| vec![training_since(MS + k * 10 * MS)])
+            .collect();
+        let totals = (0..READ_ATTEMPTS as u64)
+            .map(|k| ran(k * 10 * MS))
+            .collect();
+        let clock = (0..READ_ATTEMPTS as u64).map(|k| 100 * MS + k).collect();
+        let (read, attempts) = replay(slots, totals, clock);
+        assert_eq!(attempts, READ_ATTEMPTS);
+        assert_eq!(read.at_ns, 100 * MS + READ_ATTEMPTS as u64 - 1);
+    }
 }
