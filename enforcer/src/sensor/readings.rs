@@ -48,9 +48,9 @@ pub(crate) struct RunTimes {
     pub(crate) at_ns: u64,
 }
 
-/// How many times a reading is taken, at most, while a slice it would miss ended during it.
-/// The window is a few syscalls, tens of microseconds; four in a row is the reader preempted
-/// each time, and then the last is kept.
+/// How many times a reading is taken, at most, while a slice it would miss ended during it:
+/// the window is a few syscalls, and a slice long enough to matter seldom ends in it. After
+/// the last, what it read is kept, as every reading was before the retry.
 const READ_ATTEMPTS: usize = 4;
 
 /// A slice that ended during a reading may be in neither of its reads; at most this much, it
