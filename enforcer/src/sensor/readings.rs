@@ -38,7 +38,7 @@ fn read_job(maps: &SensorMaps, id: u32) -> Result<JobStats, aya::maps::MapError>
 
 /// Training's run time as of one instant: each job's completed slices, and the slices in
 /// progress then.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug)]
 pub(crate) struct RunTimes {
     /// The jobs' statistics, in the order asked for (zeros where a job has no entry).
     pub(crate) jobs: Vec<JobStats>,

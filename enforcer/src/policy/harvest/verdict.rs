@@ -40,10 +40,11 @@ pub(super) struct Cycles<'a> {
     pub(super) recheck: bool,
     /// Each cycle's pace at the level over the held pace just after it.
     pub(super) ratios: &'a [f64],
-    /// Their mean and 95% interval, and the mean's standard error: where the mean decides
-    /// and cycles of comparisons that kept the level before are pooled with these
-    /// (`KeptCycles`), over them all. Cycle counts stay the comparison's own.
+    /// Their mean and 95% interval: where the mean decides and cycles of comparisons that
+    /// kept the level before are pooled with these (`KeptCycles`), over them all. Cycle
+    /// counts stay the comparison's own.
     pub(super) ratio: Ratio,
+    /// The standard error of `ratio`'s mean, over the same cycles.
     pub(super) error: f64,
     /// `1 − ε`.
     pub(super) floor: f64,
