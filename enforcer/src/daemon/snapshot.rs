@@ -33,6 +33,9 @@ pub(crate) fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
         running,
         at_ns: now_ns,
     } = readings::run_times(&sensor.maps, &ids);
+    // Beside the run times: a reader pairs these counters (the untraced slices above all) with
+    // the run time of the same interval, which a read a few locks later would skew.
+    let counters = readings::read_counters(&sensor.maps);
     // The event thread takes the tally after every event: held for copies only.
     let cpu_slots = shared.cpus.last().map_or(0, |&cpu| cpu as usize + 1);
     let (events_received, contentions_by_cpu): (Vec<u64>, Vec<u64>) = {
@@ -115,7 +118,6 @@ pub(crate) fn take_snapshot(shared: &Shared, detail: Detail) -> Snapshot {
         true => readings::read_cpu_class_ns(&sensor.maps),
         false => Vec::new(),
     };
-    let counters = readings::read_counters(&sensor.maps);
     let programs = sensor.program_stats();
     drop(sensor);
     let enforcement = enforcement_status(shared, &jobs, detail);
