@@ -5,7 +5,9 @@
 //!   decision log with its reason; `status` shows the level and the held pace; when the job
 //!   stops reporting, offline goes back to the core policy's CPUs;
 //! - settled, it reads the job's pace between rechecks, and a job whose pace drops has its
-//!   level compared again at once (`pace_moved`), not at the next recheck.
+//!   level compared again at once (`pace_moved`), not at the next recheck;
+//! - a second training job brings it down from the top of its ladder to the core policy's
+//!   level (`several_jobs`): one job's pace is no proof for the other's cores.
 
 use std::time::{Duration, Instant};
 
@@ -206,6 +208,59 @@ fn a_settled_pace_that_drops_has_its_level_compared_again_at_once() {
     assert!(text.contains("pace moved (the settled pace"), "{text}");
     println!("{:#?}", logged_harvest_steps(instance));
     drop(sim);
+    daemon.stop();
+    remove_test_cgroups(instance, "batch");
+}
+
+#[test]
+fn a_second_training_job_brings_the_controller_down_to_the_policys_level() {
+    let instance = "it-pace-jobs";
+    if !privileged("a_second_training_job_brings_the_controller_down_to_the_policys_level") {
+        return;
+    }
+    remove_test_cgroups(instance, "batch");
+    let daemon = Daemon::start(instance, CONFIG);
+    let _hog = Reaped(daemon.launch(
+        "--pool",
+        "batch",
+        HOG,
+        &["--threads", "1", "--seconds", "40"],
+    ));
+    let _sim = Reaped(daemon.launch(
+        "--training",
+        "sim",
+        TRAINING_SIM,
+        &["--seconds", "40", "--loaders", "1"],
+    ));
+    eventually("a comparison of the top", Duration::from_secs(16), || {
+        has_step(&harvest_steps(&daemon), "training_cores", "trial")
+    });
+
+    // A second job, which reports nothing: offline on training's cores would reach its cores
+    // too, and the first job's pace says nothing of them.
+    let _other = Reaped(daemon.launch("--training", "other", "sleep", &["30"]));
+    eventually("the policy's level", Duration::from_secs(5), || {
+        has_step(&harvest_steps(&daemon), "policy", "several_jobs")
+    });
+    let came_down = |steps: &[Value]| {
+        steps
+            .iter()
+            .position(|s| s["reason"] == "several_jobs")
+            .expect("a several_jobs step")
+    };
+    let down = &harvest_steps(&daemon)[came_down(&harvest_steps(&daemon))];
+    assert_eq!(down["jobs"], 2, "{down}");
+    // Its comparisons go on, at the policy's level and below (a cycle is 6 s or more).
+    std::thread::sleep(Duration::from_secs(8));
+    let steps = harvest_steps(&daemon);
+    let since: Vec<&Value> = steps[came_down(&steps)..].iter().collect();
+    assert!(
+        since.len() > 1
+            && since
+                .iter()
+                .all(|s| !["unpaused", "training_cores"].contains(&s["level"].as_str().unwrap())),
+        "{since:#?}"
+    );
     daemon.stop();
     remove_test_cgroups(instance, "batch");
 }

@@ -477,11 +477,19 @@ impl Enforcement {
 
     /// The pace controller's step, once a tick: `signal` where the pace of the training job it
     /// follows comes from now (None: it has none), `reports` that pace's counts
-    /// (`policy::pace`). A new level is logged with its reason and written at once.
-    pub(crate) fn on_pace(&mut self, now_ns: u64, signal: Option<PaceSource>, reports: &[Report]) {
+    /// (`policy::pace`), `training_jobs` how many jobs run. A new level is logged with its
+    /// reason and written at once.
+    pub(crate) fn on_pace(
+        &mut self,
+        now_ns: u64,
+        signal: Option<PaceSource>,
+        reports: &[Report],
+        training_jobs: usize,
+    ) {
         let Some(harvest) = &mut self.harvest else {
             return;
         };
+        harvest.set_training_jobs(training_jobs);
         let before = harvest.level();
         let Some(change) = harvest.tick(now_ns, signal, reports) else {
             return;

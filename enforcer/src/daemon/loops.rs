@@ -131,7 +131,8 @@ pub(crate) fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
 /// The pace controller's step (`[policy] harvest_by_pace`): the pace of the first training job
 /// that has one now, or none. One job steers it: the first in the registry's order with
 /// progress reports, or else the first whose GPUs give a busy share of its own
-/// (`gpu::training_busy`).
+/// (`gpu::training_busy`). It is told how many jobs run: with more than one, it keeps to the
+/// policy's level and below (`Harvest::set_training_jobs`).
 fn pace_step(shared: &Shared, now_ns: u64) {
     let jobs: Vec<String> = {
         let registry = shared.registry.lock().expect("registry poisoned");
@@ -165,7 +166,7 @@ fn pace_step(shared: &Shared, now_ns: u64) {
         .enforcement
         .lock()
         .expect("enforcement poisoned")
-        .on_pace(now_ns, signal, &reports);
+        .on_pace(now_ns, signal, &reports, jobs.len());
 }
 
 /// The GPU policy's fast signal: training's CPU use over each `GPU_RISE_PERIOD`, where the

@@ -92,17 +92,18 @@
 //! step's GPU work stays the same. A change of source starts the search again from the top:
 //! the two are in different units. Without either (a job that does not report and holds no GPU
 //! of its own, or silent for `pace::STALE_NS`) the level is the core policy's own, as without
-//! this loop.
+//! this loop. The loop follows one job's pace; while more than one training job runs, it goes
+//! no higher than the policy's level (`set_training_jobs`), since the levels above reach every
+//! job's cores.
 //!
-//! Its parts: `level`, the ladder; `statistics`, the arithmetic of paces, cycles and
-//! intervals; `verdict`, what a comparison's cycles say of its level; `carried`, a too-noisy
-//! level's cycles from one comparison to the next; `kept_cycles`, the cycles that kept a
-//! level, pooled with its next comparison's; `ceiling`, how long a level left waits
-//! before it is tried again; `watch`, the settled level's pace between
-//! its rechecks; `change`, what the loop tells the daemon
-//! (each change of level and its reason); `replay`, the loop over a job's recorded step times
-//! (`enforcer replay-pace`), and `replay::spread`, how far its cycles would spread over them
-//! (`--spread`).
+//! Its parts: `level`, the ladder; `tuning`, its timings and thresholds; `statistics`, the
+//! arithmetic of paces, cycles and intervals; `verdict`, what a comparison's cycles say of its
+//! level; `carried`, a too-noisy level's cycles from one comparison to the next; `kept_cycles`, the
+//! cycles that kept a level, pooled with its next comparison's; `ceiling`, how long a level left
+//! waits before it is tried again; `watch`, the settled level's pace between its rechecks;
+//! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
+//! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
+//! its cycles would spread over them (`--spread`).
 
 mod carried;
 mod ceiling;
@@ -111,6 +112,7 @@ mod kept_cycles;
 mod level;
 pub(crate) mod replay;
 mod statistics;
+mod tuning;
 mod verdict;
 mod watch;
 
@@ -124,75 +126,15 @@ use self::statistics::{
     standard_error,
 };
 pub(crate) use self::statistics::{pace_between, paired_interval};
+use self::tuning::{FUTILITY_Z, MEAN_NOISE_LIMIT, POOLED_COMPARISONS, REPORTS_PER_HALF};
+pub(crate) use self::tuning::{
+    MAX_CYCLES, MAX_CYCLES_ABOVE_POLICY, MAX_CYCLES_NEAR_FLOOR, MAX_MEASURE_NS, MIN_CYCLES,
+    MIN_MEASURE_NS, PHASE_CHANGE, RECHECK_MAX_NS, RECHECK_NS, SETTLE_NS, WARMUP_NS,
+};
 use self::verdict::{Cycles, Verdict};
 use self::watch::{StretchSpread, Watch};
 use super::pace::Report;
 use crate::config::HarvestSettings;
-
-/// A job's first comparison waits until it has reported a pace this long: its first seconds
-/// (imports, a data loader's start, autotuning) are not its pace. Measured on the VM: a probe
-/// in the training simulator's first 5 s read 174 steps/s against 179 alone.
-pub(crate) const WARMUP_NS: u64 = 10_000_000_000;
-/// Each half of a cycle settles this long before it measures: offline's threads leave the
-/// CPUs (or come back) and the caches refill.
-pub(crate) const SETTLE_NS: u64 = 1_000_000_000;
-/// A half measures over `REPORTS_PER_HALF` of the job's report periods, at least this: two
-/// periods of a job reporting once a second. Longer halves would not narrow the VM's cycles:
-/// the training simulator alone, its pace over one stretch against the next, spread by 1.9%
-/// for 1 s stretches and by 1.5% for 2, 4 and 8 s
-/// (docs/experiments/2026-11-27-noisy-pace-pooled.md).
-pub(crate) const MIN_MEASURE_NS: u64 = 2_000_000_000;
-/// The most a half measures: a job reporting every 5 s or less often gets 10 s halves.
-pub(crate) const MAX_MEASURE_NS: u64 = 10_000_000_000;
-/// Report periods in a half's measurement: two give it two or three reports.
-const REPORTS_PER_HALF: u64 = 2;
-/// Cycles before the interval may judge a level: fewer give no useful interval.
-pub(crate) const MIN_CYCLES: usize = 3;
-/// Cycles after which the mean judges a level the interval could not.
-pub(crate) const MAX_CYCLES: usize = 6;
-/// Above the core policy's level, a comparison whose cycles could still show the level free
-/// (`could_show_free_by`) runs on past `MAX_CYCLES`, up to this many cycles: where sharing
-/// training's cores costs a little less than ε, six cycles cannot show it. Replayed over the
-/// VM job's recorded steps (2 hours, the levels above the policy's costing half of ε, the
-/// others nothing), the controller spent 77% of the time above the policy's level against
-/// 57% at six cycles, and 42% against 21% at three quarters of ε, offline held back 7–8% of
-/// the time against 6–7%; at 1.5 and 2 times ε as seldom above it (2%). A job as noisy as the
-/// GPU server's is judged as before (docs/experiments/2026-11-28-longer-proof-above-policy.md).
-/// 48 cycles gained little more.
-pub(crate) const MAX_CYCLES_ABOVE_POLICY: usize = 24;
-/// At the policy's level and below, a comparison whose mean lies within one of its standard
-/// errors of `1 − ε` after `MAX_CYCLES` runs on, up to this many cycles, before its mean
-/// decides: there the verdict is a coin's toss, and a level that costs training half of ε
-/// was left in about one comparison of three. On a model of the VM's job (20 runs of 30
-/// minutes, every level above `held` costing the same), the time at `policy` or above rose
-/// from 57% to 72% at a cost of 0.5%, and from 22% to 37% at 1%, while a cost of 2% kept
-/// offline held back as much (82% to 86%); over the VM job's recorded steps
-/// (`enforcer replay-pace --cost 0.005`), from 47% to 91%
-/// (docs/experiments/2026-11-28-replay-cost-vm.md).
-pub(crate) const MAX_CYCLES_NEAR_FLOOR: usize = 12;
-/// Above the core policy's level, a comparison ends before `MAX_CYCLES_ABOVE_POLICY` where the
-/// cycles left would need a mean this many of their standard errors above the mean so far to
-/// show the level free: a chance under 5% (one-sided normal). On the VM, where each cycle's
-/// ratio spread by 2.2 to 2.6%, every such level ran six cycles, the most it then had, and none
-/// was shown free.
-const FUTILITY_Z: f64 = 1.645;
-/// At the policy's level and below, the mean of a comparison's cycles decides only where its
-/// standard error at `MAX_CYCLES` cycles is at most this many ε (`mean_too_noisy`); noisier,
-/// the level is kept unless its interval lies below `1 − ε`.
-const MEAN_NOISE_LIMIT: f64 = 2.0;
-/// Comparisons judged before the current one whose cycles' spread says with it how noisy the
-/// job's pace is (`PooledSpread`): with the current one, about 20 cycles at three to six each.
-const POOLED_COMPARISONS: usize = 4;
-/// Settled, the level is compared again after this long the first time.
-pub(crate) const RECHECK_NS: u64 = 60_000_000_000;
-/// Each recheck that settles the loop at the same level doubles the wait before the next, up
-/// to this: a settled level's held halves take about 11% of offline's time at one recheck a
-/// minute, more than offline can give up to stay within 10% of the best static level's work,
-/// and about 3.5% at one in four minutes.
-pub(crate) const RECHECK_MAX_NS: u64 = 240_000_000_000;
-/// A held pace this far from the last comparison's (relative), in two cycles in a row, is a
-/// new phase of the job.
-pub(crate) const PHASE_CHANGE: f64 = 0.15;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -254,6 +196,10 @@ pub(crate) struct Harvest {
     /// The level the loop last settled at, and how long it waits there before a recheck.
     settled_at: Option<Level>,
     recheck_after_ns: u64,
+    /// The training jobs the node runs, and the highest level the loop may try: the ladder's
+    /// top while one job runs, the policy's while more do (`set_training_jobs`).
+    training_jobs: usize,
+    top: Level,
     /// The last change, for status.
     last: Option<Change>,
     /// What the loop has cost offline: the first tick, the last one, and the time between
@@ -282,6 +228,8 @@ impl Harvest {
             stretch_spread: StretchSpread::default(),
             settled_at: None,
             recheck_after_ns: RECHECK_NS,
+            training_jobs: 1,
+            top: Level::TOP,
             last: None,
             first_tick_ns: None,
             last_tick_ns: 0,
@@ -298,6 +246,20 @@ impl Harvest {
                 .first_tick_ns
                 .map_or(0, |first| self.last_tick_ns.saturating_sub(first)),
         }
+    }
+
+    /// How many training jobs the node runs now. The loop follows one job's pace, and the
+    /// levels above the core policy's reach every job: offline on all of training's reserved
+    /// cores, or running while any job is short of cores. One job's pace is no proof for
+    /// another's, so while more than one runs the loop goes no higher than the policy's level,
+    /// and its next tick comes down to it from above (reason `several_jobs`). Below it, the
+    /// loop only takes offline work away, from every job alike.
+    pub(crate) fn set_training_jobs(&mut self, jobs: usize) {
+        self.training_jobs = jobs;
+        self.top = match jobs > 1 {
+            true => Level::Policy,
+            false => Level::TOP,
+        };
     }
 
     /// The last change `tick` made, if any.
@@ -374,7 +336,13 @@ impl Harvest {
             // Paces in the other source's units mean nothing now.
             self.forget();
             let why = Why::SignalChanged { from, to: source };
-            return Some(self.compare(now_ns, Level::TOP, reports, why));
+            return Some(self.compare(now_ns, self.top, reports, why));
+        }
+        if self.level_judged().is_some_and(|level| level > self.top) {
+            let why = Why::SeveralJobs {
+                jobs: self.training_jobs,
+            };
+            return Some(self.compare(now_ns, self.top, reports, why));
         }
         match self.phase {
             Phase::NoSignal => {
@@ -383,7 +351,7 @@ impl Harvest {
             }
             Phase::WarmingUp { since } => (now_ns.saturating_sub(since) >= WARMUP_NS).then(|| {
                 let why = Why::Trial { reference: None };
-                self.compare(now_ns, Level::TOP, reports, why)
+                self.compare(now_ns, self.top, reports, why)
             }),
             Phase::Comparing {
                 since,
@@ -492,7 +460,7 @@ impl Harvest {
                         from: before,
                         to: held,
                     };
-                    return Some(self.compare(now_ns, Level::TOP, reports, why));
+                    return Some(self.compare(now_ns, self.top, reports, why));
                 }
                 (Some(_), _) => self.moved_once = Some(held),
                 (None, _) => {}
@@ -565,8 +533,8 @@ impl Harvest {
             // loop spent 8.9% of its time below the policy's level that way; going back up
             // once the ceiling is old, 4.0%.
             let highest = match verdict {
-                Verdict::TooNoisy => Level::Policy,
-                _ => Level::TOP,
+                Verdict::TooNoisy => Level::Policy.min(self.top),
+                _ => self.top,
             };
             return match level
                 .up()
@@ -613,6 +581,14 @@ impl Harvest {
             Some(down) => Some(self.compare(now_ns, down, reports, why)),
             // Even a quarter costs training more than ε: held back until the next check.
             None => Some(self.settle(now_ns, Level::Held, why)),
+        }
+    }
+
+    /// The level being compared (its held halves included), or settled at.
+    fn level_judged(&self) -> Option<Level> {
+        match self.phase {
+            Phase::Comparing { level, .. } | Phase::Settled { level, .. } => Some(level),
+            Phase::NoSignal | Phase::WarmingUp { .. } => None,
         }
     }
 

@@ -214,8 +214,20 @@ fn harvest_move(change: &serde_json::Value) -> String {
                 cost(change["ratio"]["low"].as_f64().unwrap_or(ratio)),
             )
         }
-        None => format!("{reason}{}, {to}", moved_in_words(change)),
+        None => format!(
+            "{reason}{}{}, {to}",
+            moved_in_words(change),
+            jobs_in_words(change)
+        ),
     }
+}
+
+/// How many training jobs ran where that held the loop to the policy's level
+/// (`several_jobs`): ` (2 training jobs)`. Empty for any other change.
+fn jobs_in_words(change: &serde_json::Value) -> String {
+    change["jobs"]
+        .as_u64()
+        .map_or(String::new(), |jobs| format!(" ({jobs} training jobs)"))
 }
 
 /// How far a pace moved (`phase_change`: the held pace, `pace_moved`: the settled level's),
@@ -269,7 +281,7 @@ mod tests {
     }
 
     #[test]
-    fn a_move_of_the_pace_says_how_far_and_a_change_of_signal_from_what_to_what() {
+    fn a_move_says_how_far_the_pace_went_what_the_signal_changed_or_how_many_jobs_ran() {
         let moved = serde_json::json!({
             "level": "policy", "reason": "pace_moved", "from": 180.0, "to": 171.0
         });
@@ -291,6 +303,11 @@ mod tests {
         assert_eq!(
             harvest_move(&signal),
             "signal changed (gpu_busy to progress), now training_cores"
+        );
+        let jobs = serde_json::json!({"level": "policy", "reason": "several_jobs", "jobs": 2});
+        assert_eq!(
+            harvest_move(&jobs),
+            "several jobs (2 training jobs), now policy"
         );
     }
 

@@ -68,6 +68,10 @@ pub(crate) enum Why {
     /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
     /// the search starts again.
     SignalChanged { from: PaceSource, to: PaceSource },
+    /// `jobs` training jobs run: the loop, which follows one job's pace, came down from a
+    /// level above the core policy's, which reaches the others' cores too, and compares the
+    /// policy's (`Harvest::set_training_jobs`).
+    SeveralJobs { jobs: usize },
 }
 
 /// Offline held back by the loop, `held_ns` of the `running_ns` since its first tick.

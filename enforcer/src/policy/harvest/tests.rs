@@ -827,6 +827,51 @@ fn a_change_of_signal_starts_the_search_again_from_a_probe() {
 }
 
 #[test]
+fn a_second_training_job_keeps_the_loop_at_the_policys_level_until_it_leaves() {
+    let mut harvest = Harvest::new(settings());
+    // Nothing slows this job: alone, its pace shows even training's cores free.
+    let mut job = Job::new(100.0, |_| 0.0, 0.01);
+    let mut reports = Vec::new();
+    let alone = run(&mut harvest, &mut job, &mut reports, 0, 120);
+    assert_eq!(
+        alone.settled_level(),
+        Some(Level::TrainingCores),
+        "{:?}",
+        alone.changes
+    );
+
+    // A second job starts: this job's pace says nothing of what offline on the other's cores
+    // costs it, so the loop comes down at its next tick and goes no higher.
+    harvest.set_training_jobs(2);
+    let beside = run(&mut harvest, &mut job, &mut reports, 120, 900);
+    let (at, first) = beside.changes.first().expect("a change at once");
+    assert_eq!(*at, 120 * S);
+    assert_eq!(
+        (first.level, &first.why),
+        (Level::Policy, &Why::SeveralJobs { jobs: 2 })
+    );
+    assert!(
+        beside
+            .levels
+            .iter()
+            .all(|&(_, level)| level <= Level::Policy),
+        "{:?}",
+        beside.changes
+    );
+    assert_eq!(beside.settled_level(), Some(Level::Policy));
+
+    // It leaves: the levels above are tried again from the next recheck on.
+    harvest.set_training_jobs(1);
+    let after = run(&mut harvest, &mut job, &mut reports, 1020, 600);
+    assert_eq!(
+        after.settled_level(),
+        Some(Level::TrainingCores),
+        "{:?}",
+        after.changes
+    );
+}
+
+#[test]
 fn without_a_signal_the_policy_level_stands_and_a_lost_one_returns_to_it() {
     let mut harvest = Harvest::new(settings());
     assert_eq!(harvest.tick(0, None, &[]), None);
