@@ -34,6 +34,20 @@ fn harvest_steps(daemon: &Daemon) -> Vec<Value> {
         .collect()
 }
 
+/// A daemon of `instance` with an offline hog of one thread in its `batch` pool for
+/// `seconds`.
+fn daemon_with_offline_hog(instance: &str, seconds: &str) -> (Daemon, Reaped) {
+    remove_test_cgroups(instance, "batch");
+    let daemon = Daemon::start(instance, CONFIG);
+    let hog = Reaped(daemon.launch(
+        "--pool",
+        "batch",
+        HOG,
+        &["--threads", "1", "--seconds", seconds],
+    ));
+    (daemon, hog)
+}
+
 fn has_step(steps: &[Value], level: &str, reason: &str) -> bool {
     steps
         .iter()
@@ -48,14 +62,7 @@ fn a_reporting_job_is_compared_with_offline_held_and_without_reports_the_policy_
     ) {
         return;
     }
-    remove_test_cgroups(instance, "batch");
-    let daemon = Daemon::start(instance, CONFIG);
-    let _hog = Reaped(daemon.launch(
-        "--pool",
-        "batch",
-        HOG,
-        &["--threads", "1", "--seconds", "60"],
-    ));
+    let (daemon, _hog) = daemon_with_offline_hog(instance, "60");
     // No job reports yet: the core policy's level, no controller step.
     std::thread::sleep(Duration::from_millis(500));
     assert!(harvest_steps(&daemon).is_empty());
@@ -218,14 +225,7 @@ fn a_second_training_job_brings_the_controller_down_to_the_policys_level() {
     if !privileged("a_second_training_job_brings_the_controller_down_to_the_policys_level") {
         return;
     }
-    remove_test_cgroups(instance, "batch");
-    let daemon = Daemon::start(instance, CONFIG);
-    let _hog = Reaped(daemon.launch(
-        "--pool",
-        "batch",
-        HOG,
-        &["--threads", "1", "--seconds", "40"],
-    ));
+    let (daemon, _hog) = daemon_with_offline_hog(instance, "40");
     let _sim = Reaped(daemon.launch(
         "--training",
         "sim",
