@@ -131,16 +131,14 @@ pub(crate) fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
 /// The pace controller's step (`[policy] harvest_by_pace`): the pace of the first training job
 /// that has one now, or none. One job steers it: the first in the registry's order with
 /// progress reports, or else the first whose GPUs give a busy share of its own
-/// (`gpu::training_busy`). It is told how many jobs run: with more than one, it keeps to the
-/// policy's level and below (`Harvest::set_training_jobs`).
+/// (`gpu::training_busy`). It is told how many jobs run (`Registry::running_training_jobs`):
+/// with more than one, it keeps to the policy's level and below
+/// (`Harvest::set_training_jobs`).
 fn pace_step(shared: &Shared, now_ns: u64) {
-    let jobs: Vec<String> = {
+    let (jobs, running): (Vec<String>, usize) = {
         let registry = shared.registry.lock().expect("registry poisoned");
-        registry
-            .training
-            .iter()
-            .map(|job| job.name.clone())
-            .collect()
+        let names = registry.training.iter().map(|job| job.name.clone());
+        (names.collect(), registry.running_training_jobs())
     };
     let reported = {
         let board = shared.progress.lock().expect("progress board poisoned");
@@ -166,7 +164,7 @@ fn pace_step(shared: &Shared, now_ns: u64) {
         .enforcement
         .lock()
         .expect("enforcement poisoned")
-        .on_pace(now_ns, signal, &reports, jobs.len());
+        .on_pace(now_ns, signal, &reports, running);
 }
 
 /// The GPU policy's fast signal: training's CPU use over each `GPU_RISE_PERIOD`, where the

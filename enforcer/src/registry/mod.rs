@@ -417,6 +417,16 @@ impl Registry {
         report
     }
 
+    /// The training jobs that run: threads at the last reconcile, and not ended. A job the
+    /// config declares whose groups are empty does not run, nor does a launched one that
+    /// ended and keeps its figures for status.
+    pub(crate) fn running_training_jobs(&self) -> usize {
+        self.training
+            .iter()
+            .filter(|job| job.threads > 0 && job.ended.is_none())
+            .count()
+    }
+
     /// Every thread id of every group, with its owner (a process's pid is its main thread's
     /// id): what the GPU side attributes GPU processes by.
     pub(crate) fn owners(&self) -> HashMap<u32, Owner> {
@@ -494,5 +504,24 @@ mod tests {
             Err(RegistryError::NoSuchProcess { pid: 4_194_305 })
         ));
         assert!(registry.add_training_process("bad name", pid).is_err());
+    }
+
+    #[test]
+    fn only_jobs_with_threads_that_have_not_ended_run() {
+        let mut registry = Registry::default();
+        let pid = std::process::id();
+        for name in ["a", "b", "c"] {
+            registry.add_training_process(name, pid).unwrap();
+        }
+        // Before a reconcile has counted their threads: none runs yet.
+        assert_eq!(registry.running_training_jobs(), 0);
+        for job in &mut registry.training {
+            job.threads = 2;
+        }
+        assert_eq!(registry.running_training_jobs(), 3);
+        // One ended (its figures kept for status), one's groups empty.
+        registry.training[0].ended = Some(std::time::Instant::now());
+        registry.training[1].threads = 0;
+        assert_eq!(registry.running_training_jobs(), 1);
     }
 }
