@@ -196,10 +196,9 @@ pub(crate) struct Harvest {
     /// The level the loop last settled at, and how long it waits there before a recheck.
     settled_at: Option<Level>,
     recheck_after_ns: u64,
-    /// The training jobs the node runs, and the highest level the loop may try: the ladder's
-    /// top while one job runs, the policy's while more do (`set_training_jobs`).
+    /// The training jobs the node runs (`set_training_jobs`), which set the highest level
+    /// the loop may try (`top`).
     training_jobs: usize,
-    top: Level,
     /// The last change, for status.
     last: Option<Change>,
     /// What the loop has cost offline: the first tick, the last one, and the time between
@@ -229,7 +228,6 @@ impl Harvest {
             settled_at: None,
             recheck_after_ns: RECHECK_NS,
             training_jobs: 1,
-            top: Level::TOP,
             last: None,
             first_tick_ns: None,
             last_tick_ns: 0,
@@ -256,10 +254,15 @@ impl Harvest {
     /// loop only takes offline work away, from every job alike.
     pub(crate) fn set_training_jobs(&mut self, jobs: usize) {
         self.training_jobs = jobs;
-        self.top = match jobs > 1 {
+    }
+
+    /// The highest level the loop may try: the ladder's top while one job runs, the policy's
+    /// while more do.
+    fn top(&self) -> Level {
+        match self.training_jobs > 1 {
             true => Level::Policy,
             false => Level::TOP,
-        };
+        }
     }
 
     /// The last change `tick` made, if any.
@@ -336,13 +339,13 @@ impl Harvest {
             // Paces in the other source's units mean nothing now.
             self.forget();
             let why = Why::SignalChanged { from, to: source };
-            return Some(self.compare(now_ns, self.top, reports, why));
+            return Some(self.compare(now_ns, self.top(), reports, why));
         }
-        if self.level_judged().is_some_and(|level| level > self.top) {
+        if self.level_judged().is_some_and(|level| level > self.top()) {
             let why = Why::SeveralJobs {
                 jobs: self.training_jobs,
             };
-            return Some(self.compare(now_ns, self.top, reports, why));
+            return Some(self.compare(now_ns, self.top(), reports, why));
         }
         match self.phase {
             Phase::NoSignal => {
@@ -351,7 +354,7 @@ impl Harvest {
             }
             Phase::WarmingUp { since } => (now_ns.saturating_sub(since) >= WARMUP_NS).then(|| {
                 let why = Why::Trial { reference: None };
-                self.compare(now_ns, self.top, reports, why)
+                self.compare(now_ns, self.top(), reports, why)
             }),
             Phase::Comparing {
                 since,
@@ -460,7 +463,7 @@ impl Harvest {
                         from: before,
                         to: held,
                     };
-                    return Some(self.compare(now_ns, self.top, reports, why));
+                    return Some(self.compare(now_ns, self.top(), reports, why));
                 }
                 (Some(_), _) => self.moved_once = Some(held),
                 (None, _) => {}
@@ -533,8 +536,8 @@ impl Harvest {
             // loop spent 8.9% of its time below the policy's level that way; going back up
             // once the ceiling is old, 4.0%.
             let highest = match verdict {
-                Verdict::TooNoisy => Level::Policy.min(self.top),
-                _ => self.top,
+                Verdict::TooNoisy => Level::Policy,
+                _ => self.top(),
             };
             return match level
                 .up()
