@@ -1,0 +1,178 @@
+"""What a pace controller build does over a job's recorded steps, at the VM's ladder of costs.
+
+    python3 xtask/scripts/ladder_replay.py STEPS.json ENFORCER [ENFORCER ...]
+        [--rotations N] [--seconds S]
+    python3 xtask/scripts/ladder_replay.py STEPS.json ENFORCER [ENFORCER ...] --grow G
+        [--rotations N]
+
+STEPS.json is a job's recorded step times (ms), as `enforcer replay-pace` reads them: for
+example the training simulator alone, target/bench/server/server-pace-steps-alone.json after
+`cargo xtask bench --only server --no-docs --training-cmd target/release/training-sim
+--server-section server-pace --server-scenarios alone ...`.
+
+Without --grow: for each ladder of level costs below (`replay-pace --level-cost`), each
+ENFORCER (builds to compare) replays N rotations of the recording (each starting 1/N further
+in; default 5) for S seconds (default 7200). Per ladder and build, medians over the
+rotations: offline's work against the core policy's alone (the time at each level times
+offline's inferences/s there over reamer's defaults', from docs/benchmarks.md's co-location
+run: 1518 at `policy`, 2838 `unpaused`, 4348 on training's cores; the shares below `policy`
+keep at least one CPU, all the VM's policy gives offline, so they count as `policy`), the
+time offline was held back, at `policy` or above, above it, and what training lost (the time
+at each level times its cost).
+
+With --grow G: the VM's frontier for 30 minutes, then every level above `held` slower by a
+further G (the recording beside offline slowed from then on), over N rotations (default 40).
+Of the rotations settled at `policy` when the cost came: how long until the controller
+settled below it, the median, and how many did not within 15 minutes.
+
+The standard library only.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+LEVELS = ["held", "quarter", "half", "three_quarters", "policy", "unpaused", "training_cores"]
+FRONTIER = (
+    "quarter=0.002,half=0.004,three_quarters=0.006,policy=0.008,unpaused=0.012,"
+    "training_cores=0.03"
+)
+
+
+def every(cost):
+    return ",".join(f"{level}={cost}" for level in LEVELS[1:])
+
+
+LADDERS = {
+    "the VM's frontier": FRONTIER,
+    "nothing": "",
+    "every level 0.5%": every(0.005),
+    "every level 1%": every(0.01),
+    "every level 2%": every(0.02),
+    "above `policy` 0.5%": "unpaused=0.005,training_cores=0.005",
+    "above `policy` 1.5%": "unpaused=0.015,training_cores=0.015",
+}
+OFFLINE_RATE = {"held": 0.0, "unpaused": 2838 / 1518, "training_cores": 4348 / 1518}
+ONSET_S, AFTER_S = 1800, 900
+
+
+def read_steps(path):
+    try:
+        with open(path) as file:
+            steps = json.load(file)
+    except (OSError, ValueError) as error:
+        sys.exit(f"{path}: cannot read the step times: {error}")
+    if not isinstance(steps, list) or len(steps) < 100 or not all(
+        isinstance(ms, (int, float)) and ms > 0 for ms in steps
+    ):
+        sys.exit(f"{path}: expected a JSON array of at least 100 step times (ms > 0)")
+    return steps
+
+
+def replay(enforcer, held, beside, seconds, ladder):
+    command = [enforcer, "replay-pace", held, beside, "--seconds", str(seconds), "--json"]
+    if ladder:
+        command += ["--level-cost", ladder]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        sys.exit(f"{enforcer} replay-pace failed: {error}")
+    return json.loads(done.stdout)
+
+
+def rotate(steps, index, count):
+    start = index * len(steps) // count
+    return steps[start:] + steps[:start]
+
+
+def write(directory, name, steps):
+    path = os.path.join(directory, name)
+    with open(path, "w") as file:
+        json.dump(steps, file)
+    return path
+
+
+def ladders(steps, enforcers, rotations, seconds, directory):
+    paths = [write(directory, f"r{i}.json", rotate(steps, i, rotations)) for i in range(rotations)]
+    print("| levels' costs | build | offline, of the defaults' | offline held back "
+          "| at `policy` or above | above `policy` | training lost |")
+    print("|---|---|---|---|---|---|---|")
+    for name, ladder in LADDERS.items():
+        costs = {level: float(cost) for level, cost in
+                 (pair.split("=") for pair in ladder.split(",") if pair)}
+        for enforcer in enforcers:
+            rows = []
+            for path in paths:
+                time = replay(enforcer, path, path, seconds, ladder)["time_at_level"]
+                at = [time.get(level, 0.0) for level in LEVELS]
+                rows.append((
+                    sum(a * OFFLINE_RATE.get(level, 1.0) for a, level in zip(at, LEVELS)),
+                    at[0],
+                    sum(at[4:]),
+                    sum(at[5:]),
+                    sum(a * costs.get(level, 0.0) for a, level in zip(at, LEVELS)),
+                ))
+            medians = [statistics.median(column) for column in zip(*rows)]
+            cells = [f"{m * 100:.1f}%" for m in medians[:4]] + [f"{medians[4] * 100:.2f}%"]
+            print(f"| {name} | {enforcer} | " + " | ".join(cells) + " |")
+
+
+def grown(steps, enforcers, rotations, grow, directory):
+    end_ms = (ONSET_S + AFTER_S + 60) * 1000
+    pairs = []
+    for i in range(rotations):
+        base = rotate(steps, i, rotations)
+        held, beside, at_ms = [], [], 0.0
+        while at_ms < end_ms:
+            for ms in base:
+                held.append(ms)
+                beside.append(ms if at_ms < ONSET_S * 1000 else ms / (1 - grow))
+                at_ms += ms
+                if at_ms >= end_ms:
+                    break
+        pairs.append((write(directory, f"g{i}-held.json", held),
+                      write(directory, f"g{i}-beside.json", beside)))
+    for enforcer in enforcers:
+        left = []
+        for held, beside in pairs:
+            changes = replay(enforcer, held, beside, ONSET_S + AFTER_S, FRONTIER)["changes"]
+            before = [c for c in changes if c["at_s"] < ONSET_S]
+            if not before or before[-1]["level"] != "policy":
+                continue
+            below = [c["at_s"] - ONSET_S for c in changes if c["at_s"] >= ONSET_S
+                     and c["settles"] and LEVELS.index(c["level"]) < LEVELS.index("policy")]
+            left.append(below[0] if below else None)
+        found = sorted(s for s in left if s is not None)
+        median = found[len(left) // 2] if len(found) > len(left) // 2 else None
+        shown = "none" if median is None else f"{median:.0f} s"
+        print(f"{enforcer}: of {len(left)} rotations at `policy`, left after a median {shown}; "
+              f"{len(left) - len(found)} not within {AFTER_S} s")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("steps", help="the job's recorded step times (ms), a JSON array")
+    parser.add_argument("enforcers", nargs="+", help="enforcer binaries to compare")
+    parser.add_argument("--rotations", type=int, help="rotations of the recording")
+    parser.add_argument("--seconds", type=int, default=7200, help="seconds replayed per rotation")
+    parser.add_argument("--grow", type=float, help="a cost (0.022: 2.2%%) that comes after 30 min")
+    args = parser.parse_args()
+    if args.grow is not None and not 0 < args.grow < 1:
+        sys.exit("--grow: a share of the job's pace, between 0 and 1 (0.022 is 2.2%)")
+    rotations = args.rotations or (40 if args.grow is not None else 5)
+    if rotations < 1 or args.seconds < 60:
+        sys.exit("--rotations must be at least 1, --seconds at least 60")
+    steps = read_steps(args.steps)
+    with tempfile.TemporaryDirectory() as directory:
+        if args.grow is None:
+            ladders(steps, args.enforcers, rotations, args.seconds, directory)
+        else:
+            grown(steps, args.enforcers, rotations, args.grow, directory)
+
+
+if __name__ == "__main__":
+    main()
