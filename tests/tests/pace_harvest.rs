@@ -114,6 +114,7 @@ fn a_reporting_job_is_compared_with_offline_held_and_without_reports_the_policy_
         .and_then(|e| e.harvest)
         .unwrap();
     assert_eq!(status.reference_steps_per_s, Some(reference));
+    assert_eq!(status.job.as_deref(), Some("sim"), "the job followed");
     // One held half is over (3 s: 1 s to settle, 2 s measured): status counts it against the
     // controller's time.
     assert!(

@@ -175,6 +175,9 @@ pub struct HarvestStatus {
     /// `gpu_busy` (its GPUs' busy share, busy microseconds a second); None without a pace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
+    /// The training job whose pace it follows (the first in the registry's order with one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
     /// Training's pace with offline held back, at the last probe, in the units of `signal`.
     pub reference_steps_per_s: Option<f64>,
     /// The controller's last change, as the decision log holds it: the level, the reason

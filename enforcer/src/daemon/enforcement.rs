@@ -476,13 +476,13 @@ impl Enforcement {
     }
 
     /// The pace controller's step, once a tick: `signal` where the pace of the training job it
-    /// follows comes from now (None: it has none), `reports` that pace's counts
+    /// follows comes from now, and that job's name (None: it has none), `reports` that pace's counts
     /// (`policy::pace`), `training_jobs` how many jobs run. A new level is logged with its
     /// reason and written at once.
     pub(crate) fn on_pace(
         &mut self,
         now_ns: u64,
-        signal: Option<PaceSource>,
+        signal: Option<(PaceSource, &str)>,
         reports: &[Report],
         training_jobs: usize,
     ) {
@@ -575,6 +575,7 @@ impl Enforcement {
                 HarvestStatus {
                     level: harvest.level().name().to_owned(),
                     signal: harvest.source().map(|source| source.name().to_owned()),
+                    job: harvest.job().map(str::to_owned),
                     reference_steps_per_s: harvest.reference().map(|m| m.steps_per_s),
                     // As the decision log holds it.
                     last_change: harvest

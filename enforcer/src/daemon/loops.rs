@@ -142,23 +142,21 @@ fn pace_step(shared: &Shared, now_ns: u64) {
     };
     let reported = {
         let board = shared.progress.lock().expect("progress board poisoned");
-        jobs.iter()
-            .filter_map(|name| board.get(name))
-            .find(|tracker| {
-                tracker
-                    .pace(now_ns)
-                    .is_some_and(|pace| pace.steps_per_s.is_some())
-            })
-            .map(|tracker| (PaceSource::Progress, tracker.reports().collect()))
+        jobs.iter().find_map(|name| {
+            let tracker = board.get(name)?;
+            tracker.pace(now_ns)?.steps_per_s?;
+            Some((PaceSource::Progress, name, tracker.reports().collect()))
+        })
     };
-    let pace: Option<(PaceSource, Vec<Report>)> = reported.or_else(|| {
+    let pace: Option<(PaceSource, &String, Vec<Report>)> = reported.or_else(|| {
         let gpu = shared.gpu.get()?;
-        jobs.iter()
-            .find_map(|name| gpu.busy_reports(name, now_ns))
-            .map(|reports| (PaceSource::GpuBusy, reports))
+        jobs.iter().find_map(|name| {
+            let reports = gpu.busy_reports(name, now_ns)?;
+            Some((PaceSource::GpuBusy, name, reports))
+        })
     });
-    let (signal, reports) = pace.map_or((None, Vec::new()), |(source, reports)| {
-        (Some(source), reports)
+    let (signal, reports) = pace.map_or((None, Vec::new()), |(source, job, reports)| {
+        (Some((source, job.as_str())), reports)
     });
     shared
         .enforcement

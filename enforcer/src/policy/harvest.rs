@@ -90,7 +90,8 @@
 //! GPUs' busy share (`gpu::training_busy`), counted up like reports. The job's own count comes
 //! first: it is the pace itself, while the busy share follows the pace only as long as a
 //! step's GPU work stays the same. A change of source starts the search again from the top:
-//! the two are in different units. Without either (a job that does not report and holds no GPU
+//! the two are in different units. So does a change of the job followed, after the new job's
+//! first `WARMUP_NS` at the policy's level: one job's cycles say nothing of another's. Without either (a job that does not report and holds no GPU
 //! of its own, or silent for `pace::STALE_NS`) the level is the core policy's own, as without
 //! this loop. The loop follows one job's pace; while more than one training job runs, it goes
 //! no higher than the policy's level (`set_training_jobs`), since the levels above reach every
@@ -165,8 +166,9 @@ enum Phase {
 pub(crate) struct Harvest {
     settings: HarvestSettings,
     phase: Phase,
-    /// Where the pace comes from while there is one.
+    /// Where the pace comes from while there is one, and the job it is of.
     source: Option<PaceSource>,
+    job: Option<String>,
     /// The current comparison's cycles: the level's pace over the held pace, and the held
     /// pace.
     cycles: Vec<(f64, f64)>,
@@ -215,6 +217,7 @@ impl Harvest {
             settings,
             phase: Phase::NoSignal,
             source: None,
+            job: None,
             cycles: Vec::new(),
             spread: PooledSpread::default(),
             carried: Carried::default(),
@@ -289,13 +292,18 @@ impl Harvest {
         self.source
     }
 
-    /// One step of the loop at `now_ns`, with the job's reports (`signal`: where the job's
-    /// pace comes from now, None without one: no reports, or stale ones). A change of level,
-    /// if any.
+    /// The training job whose pace the loop follows, while it has one.
+    pub(crate) fn job(&self) -> Option<&str> {
+        self.job.as_deref()
+    }
+
+    /// One step of the loop at `now_ns`, with the job's reports (`signal`: where the pace
+    /// comes from now, and the job it is of; None without one: no reports, or stale ones). A
+    /// change of level, if any.
     pub(crate) fn tick(
         &mut self,
         now_ns: u64,
-        signal: Option<PaceSource>,
+        signal: Option<(PaceSource, &str)>,
         reports: &[Report],
     ) -> Option<Change> {
         // The level since the last tick held until this one.
@@ -315,11 +323,11 @@ impl Harvest {
     fn step(
         &mut self,
         now_ns: u64,
-        signal: Option<PaceSource>,
+        signal: Option<(PaceSource, &str)>,
         reports: &[Report],
     ) -> Option<Change> {
-        let Some(source) = signal else {
-            self.source = None;
+        let Some((source, job)) = signal else {
+            (self.source, self.job) = (None, None);
             match self.phase {
                 Phase::NoSignal => return None,
                 // Nothing changed yet: no step to log.
@@ -333,8 +341,23 @@ impl Harvest {
             self.forget();
             return Some(self.change(Why::NoSignal));
         };
-        let before = self.source.replace(source);
         let searching = !matches!(self.phase, Phase::NoSignal | Phase::WarmingUp { .. });
+        let other_job = (self.job.as_deref() != Some(job))
+            .then(|| self.job.replace(job.to_owned()))
+            .flatten();
+        if let Some(from) = other_job {
+            // Another job's pace (the one followed ended, or went silent while another
+            // reports): nothing measured of the last one holds for it, and its first seconds
+            // are not its pace.
+            self.phase = Phase::WarmingUp { since: now_ns };
+            if searching {
+                self.forget();
+                self.source = Some(source);
+                let to = job.to_owned();
+                return Some(self.change(Why::JobChanged { from, to }));
+            }
+        }
+        let before = self.source.replace(source);
         if let Some(from) = before.filter(|&from| from != source && searching) {
             // Paces in the other source's units mean nothing now.
             self.forget();

@@ -31,7 +31,8 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
             harvest
                 .reference_steps_per_s
                 .map_or(String::new(), |pace| format!(
-                    " | training's pace with offline held back {}",
+                    " | {}'s pace with offline held back {}",
+                    harvest.job.as_deref().unwrap_or("training"),
                     pace_in_words(harvest.signal.as_deref(), pace)
                 )),
             harvest
@@ -231,8 +232,8 @@ fn jobs_in_words(change: &serde_json::Value) -> String {
 }
 
 /// How far a pace moved (`phase_change`: the held pace, `pace_moved`: the settled level's),
-/// as a share of where it was, or what a signal changed from and to: ` (the settled pace 5.0%
-/// down)`, ` (gpu_busy to progress)`. Empty for a change without either.
+/// as a share of where it was, or what a signal or the job followed changed from and to: ` (the
+/// settled pace 5.0% down)`, ` (gpu_busy to progress)`, ` (resnet to bert)`. Empty for a change without either.
 fn moved_in_words(change: &serde_json::Value) -> String {
     let (from, to) = (&change["from"], &change["to"]);
     if let (Some(from), Some(to)) = (from.as_f64(), to.as_f64()) {
@@ -281,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn a_move_says_how_far_the_pace_went_what_the_signal_changed_or_how_many_jobs_ran() {
+    fn a_move_says_how_far_the_pace_went_what_changed_or_how_many_jobs_ran() {
         let moved = serde_json::json!({
             "level": "policy", "reason": "pace_moved", "from": 180.0, "to": 171.0
         });
@@ -303,6 +304,13 @@ mod tests {
         assert_eq!(
             harvest_move(&signal),
             "signal changed (gpu_busy to progress), now training_cores"
+        );
+        let job = serde_json::json!({
+            "level": "policy", "reason": "job_changed", "from": "resnet", "to": "bert"
+        });
+        assert_eq!(
+            harvest_move(&job),
+            "job changed (resnet to bert), now policy"
         );
         let jobs = serde_json::json!({"level": "policy", "reason": "several_jobs", "jobs": 2});
         assert_eq!(

@@ -74,6 +74,7 @@ fn renders_cumulative_histograms_and_counters() {
             harvest: Some(HarvestStatus {
                 level: "half".into(),
                 signal: Some("progress".into()),
+                job: Some("resnet".into()),
                 reference_steps_per_s: Some(11.5),
                 last_change: Some(serde_json::json!({
                     "level": "half", "reason": "too_costly", "tried": "three_quarters",

@@ -68,6 +68,10 @@ pub(crate) enum Why {
     /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
     /// the search starts again.
     SignalChanged { from: PaceSource, to: PaceSource },
+    /// The pace now comes from another training job (the one followed ended, or went silent
+    /// while another reports): the core policy's level while the new job's first seconds pass
+    /// (`WARMUP_NS`), then the search from the top.
+    JobChanged { from: String, to: String },
     /// `jobs` training jobs run: the loop, which follows one job's pace, came down from a
     /// level above the core policy's, which reaches the others' cores too, and compares the
     /// policy's (`Harvest::set_training_jobs`).

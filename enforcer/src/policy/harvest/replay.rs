@@ -236,7 +236,8 @@ pub(crate) fn replay(
         let reports: Vec<Report> = tracker.reports().collect();
         let level = harvest.level();
         *ticks_at.entry(level).or_default() += 1;
-        if let Some(change) = harvest.tick(now, Some(PaceSource::Progress), &reports) {
+        if let Some(change) = harvest.tick(now, Some((PaceSource::Progress, "replayed")), &reports)
+        {
             changes.push(ReplayedChange {
                 at_s: now as f64 / S as f64,
                 change,

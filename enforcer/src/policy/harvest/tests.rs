@@ -23,8 +23,9 @@ struct Job {
     rng: SplitMix64,
     steps: f64,
     second_pace: f64,
-    /// Where the loop is told the pace comes from.
+    /// Where the loop is told the pace comes from, and whose pace it is.
     source: PaceSource,
+    name: &'static str,
     /// Seconds from one report to the next, drawn uniformly from this range.
     report_gap_s: (f64, f64),
     next_report_ns: u64,
@@ -41,6 +42,7 @@ impl Job {
             steps: 0.0,
             second_pace: pace,
             source: PaceSource::Progress,
+            name: "job",
             report_gap_s: (1.0, 1.0),
             next_report_ns: 0,
         }
@@ -123,7 +125,7 @@ fn run(
         }
         let level = harvest.level();
         job.steps += job.second_pace * (1.0 - (job.cost)(level)) * (TICK as f64 / S as f64);
-        if let Some(change) = harvest.tick(now, Some(job.source), reports) {
+        if let Some(change) = harvest.tick(now, Some((job.source, job.name)), reports) {
             out.changes.push((now, change));
         }
         out.levels.push((now, harvest.level()));
@@ -827,6 +829,46 @@ fn a_change_of_signal_starts_the_search_again_from_a_probe() {
 }
 
 #[test]
+fn another_jobs_pace_is_followed_from_its_first_seconds_not_compared_with_the_last_ones() {
+    let mut harvest = Harvest::new(settings());
+    let mut reports = Vec::new();
+    let mut job = Job::new(100.0, |_| 0.0, 0.01);
+    let first = run(&mut harvest, &mut job, &mut reports, 0, 100);
+    assert_eq!(first.settled_level(), Some(Level::TrainingCores));
+    assert_eq!(harvest.job(), Some("job"));
+    // The job ends; another one, already reporting, is the first with a pace now: its own
+    // count, a third of the pace, and offline on training's cores costs it 5%.
+    (job.name, job.pace, job.steps) = ("other", 30.0, 0.0);
+    job.cost = |l| if l == Level::TrainingCores { 0.05 } else { 0.0 };
+    reports.clear();
+    let second = run(&mut harvest, &mut job, &mut reports, 100, 200);
+    let (at, change) = &second.changes[0];
+    assert_eq!(*at, 100 * S);
+    assert_eq!(
+        (change.level, &change.why),
+        (
+            Level::Policy,
+            &Why::JobChanged {
+                from: "job".into(),
+                to: "other".into()
+            }
+        )
+    );
+    assert_eq!(harvest.job(), Some("other"));
+    // The core policy's level through the new job's first seconds, then the search from the
+    // top, which finds training's cores too costly for it.
+    let (next, _) = &second.changes[1];
+    assert!(*next >= at + WARMUP_NS, "{:?}", second.changes);
+    assert!(second.share_at(100, Level::Policy) > 0.0);
+    assert_eq!(
+        second.settled_level(),
+        Some(Level::Unpaused),
+        "{:?}",
+        second.changes
+    );
+}
+
+#[test]
 fn a_second_training_job_keeps_the_loop_at_the_policys_level_until_it_leaves() {
     let mut harvest = Harvest::new(settings());
     // Nothing slows this job: alone, its pace shows even training's cores free.
@@ -877,14 +919,17 @@ fn without_a_signal_the_policy_level_stands_and_a_lost_one_returns_to_it() {
     assert_eq!(harvest.tick(0, None, &[]), None);
     assert_eq!(harvest.level(), Level::Policy);
     // A signal: the first probe waits for the job's first WARMUP_NS.
-    assert_eq!(harvest.tick(S, Some(PaceSource::Progress), &[]), None);
     assert_eq!(
-        harvest.tick(S + WARMUP_NS - 1, Some(PaceSource::Progress), &[]),
+        harvest.tick(S, Some((PaceSource::Progress, "job")), &[]),
+        None
+    );
+    assert_eq!(
+        harvest.tick(S + WARMUP_NS - 1, Some((PaceSource::Progress, "job")), &[]),
         None
     );
     assert_eq!(harvest.level(), Level::Policy);
     let change = harvest
-        .tick(S + WARMUP_NS, Some(PaceSource::Progress), &[])
+        .tick(S + WARMUP_NS, Some((PaceSource::Progress, "job")), &[])
         .unwrap();
     assert_eq!(
         (change.level, change.why),
