@@ -42,6 +42,9 @@ pub(crate) struct HarvestAt {
     /// Its signal: `progress` or `gpu_busy`; None without one.
     #[serde(default)]
     pub signal: Option<String>,
+    /// The training job whose pace it follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
     /// The reason of its last move (`probe`, `trial`, `kept`, `too_costly`, ...).
     #[serde(default)]
     pub reason: Option<String>,
@@ -81,6 +84,7 @@ pub(crate) fn interval(prev: &Snapshot, cur: &Snapshot) -> ObservedInterval {
         .map(|h| HarvestAt {
             level: h.level.clone(),
             signal: h.signal.clone(),
+            job: h.job.clone(),
             reason: h
                 .last_change
                 .as_ref()
@@ -175,9 +179,13 @@ pub(crate) fn render(observed: &ObservedInterval) -> String {
     }
     if let Some(harvest) = &observed.harvest {
         out.push_str(&format!(
-            "offline's share by training's pace: {} (signal: {}; last move: {})\n",
+            "offline's share by training's pace: {} (signal: {}{}; last move: {})\n",
             harvest.level,
             harvest.signal.as_deref().unwrap_or("none"),
+            harvest
+                .job
+                .as_ref()
+                .map_or(String::new(), |job| format!(" from {job}")),
             harvest
                 .reason
                 .as_deref()
@@ -271,6 +279,7 @@ mod tests {
                 harvest: Some(HarvestStatus {
                     level: "unpaused".into(),
                     signal: Some("gpu_busy".into()),
+                    job: Some("resnet".into()),
                     reference_steps_per_s: Some(870_000.0),
                     last_change: Some(serde_json::json!({"level": "unpaused", "reason": "kept"})),
                     ..Default::default()
@@ -285,12 +294,14 @@ mod tests {
             Some(HarvestAt {
                 level: "unpaused".into(),
                 signal: Some("gpu_busy".into()),
+                job: Some("resnet".into()),
                 reason: Some("kept".into()),
             })
         );
         assert!(
             render(&observed).contains(
-                "offline's share by training's pace: unpaused (signal: gpu_busy; last move: kept)"
+                "offline's share by training's pace: unpaused (signal: gpu_busy from resnet; last \
+                 move: kept)"
             ),
             "{}",
             render(&observed)
