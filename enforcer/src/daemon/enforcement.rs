@@ -476,9 +476,9 @@ impl Enforcement {
     }
 
     /// The pace controller's step, once a tick: `signal` where the pace of the training job it
-    /// follows comes from now, and that job's name (None: it has none), `reports` that pace's counts
-    /// (`policy::pace`), `training_jobs` how many jobs run. A new level is logged with its
-    /// reason and written at once.
+    /// follows comes from now, and that job's name (None: it has none), `reports` that pace's
+    /// counts (`policy::pace`), `training_jobs` how many jobs run. A new level is logged with
+    /// its reason and written at once.
     pub(crate) fn on_pace(
         &mut self,
         now_ns: u64,

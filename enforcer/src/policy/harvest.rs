@@ -86,16 +86,16 @@
 //! less than the watch sees (2ε of the pace, and twice its stretches' spread) is found up to
 //! four minutes late (the fast path still moves offline off a training thread it queues).
 //!
-//! The pace comes from the job's progress reports where it sends them, and otherwise from its
-//! GPUs' busy share (`gpu::training_busy`), counted up like reports. The job's own count comes
-//! first: it is the pace itself, while the busy share follows the pace only as long as a
-//! step's GPU work stays the same. A change of source starts the search again from the top:
-//! the two are in different units. So does a change of the job followed, after the new job's
-//! first `WARMUP_NS` at the policy's level: one job's cycles say nothing of another's. Without either (a job that does not report and holds no GPU
-//! of its own, or silent for `pace::STALE_NS`) the level is the core policy's own, as without
-//! this loop. The loop follows one job's pace; while more than one training job runs, it goes
-//! no higher than the policy's level (`set_training_jobs`), since the levels above reach every
-//! job's cores.
+//! The pace comes from the job's progress reports where it sends them, and otherwise from its GPUs'
+//! busy share (`gpu::training_busy`), counted up like reports. The job's own count comes first: it
+//! is the pace itself, while the busy share follows the pace only as long as a step's GPU work
+//! stays the same. A change of source starts the search again from the top: the two are in
+//! different units. So does a change of the job followed, after the new job's first `WARMUP_NS` at
+//! the policy's level: one job's cycles say nothing of another's. Without either (a job that does
+//! not report and holds no GPU of its own, or silent for `pace::STALE_NS`) the level is the core
+//! policy's own, as without this loop. The loop follows one job's pace; while more than one
+//! training job runs, it goes no higher than the policy's level (`set_training_jobs`), since the
+//! levels above reach every job's cores.
 //!
 //! Its parts: `level`, the ladder; `tuning`, its timings and thresholds; `statistics`, the
 //! arithmetic of paces, cycles and intervals; `verdict`, what a comparison's cycles say of its
