@@ -5,10 +5,11 @@
     python3 xtask/scripts/ladder_replay.py STEPS.json ENFORCER [ENFORCER ...] --grow G
         [--rotations N]
 
-STEPS.json is a job's recorded step times (ms), as `enforcer replay-pace` reads them: for
-example the training simulator alone, target/bench/server/server-pace-steps-alone.json after
-`cargo xtask bench --only server --no-docs --training-cmd target/release/training-sim
---server-section server-pace --server-scenarios alone ...`.
+STEPS.json is a job's recorded step times (ms; more than 10,000), as `enforcer replay-pace`
+reads them: for example the training simulator alone,
+target/bench/server/server-pace-steps-alone.json after `cargo xtask bench --only server
+--no-docs --training-cmd target/release/training-sim --server-section server-pace
+--server-scenarios alone ...`.
 
 Without --grow: for each ladder of level costs below (`replay-pace --level-cost`), each
 ENFORCER (builds to compare) replays N rotations of the recording (each starting 1/N further
@@ -36,6 +37,10 @@ import subprocess
 import sys
 import tempfile
 
+# The same checks of the recording as the phase script's (this folder is on the path when
+# either runs as a script).
+from phase_replay import read_steps
+
 LEVELS = ["held", "quarter", "half", "three_quarters", "policy", "unpaused", "training_cores"]
 FRONTIER = (
     "quarter=0.002,half=0.004,three_quarters=0.006,policy=0.008,unpaused=0.012,"
@@ -58,19 +63,6 @@ LADDERS = {
 }
 OFFLINE_RATE = {"held": 0.0, "unpaused": 2838 / 1518, "training_cores": 4348 / 1518}
 ONSET_S, AFTER_S = 1800, 900
-
-
-def read_steps(path):
-    try:
-        with open(path) as file:
-            steps = json.load(file)
-    except (OSError, ValueError) as error:
-        sys.exit(f"{path}: cannot read the step times: {error}")
-    if not isinstance(steps, list) or len(steps) < 100 or not all(
-        isinstance(ms, (int, float)) and ms > 0 for ms in steps
-    ):
-        sys.exit(f"{path}: expected a JSON array of at least 100 step times (ms > 0)")
-    return steps
 
 
 def replay(enforcer, held, beside, seconds, ladder):
