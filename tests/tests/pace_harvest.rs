@@ -8,6 +8,8 @@
 //!   level compared again at once (`pace_moved`), not at the next recheck;
 //! - a second training job brings it down from the top of its ladder to the core policy's
 //!   level (`several_jobs`): one job's pace is no proof for the other's cores.
+//! - of two reporting jobs, the one followed keeps the signal when the other, earlier in the
+//!   registry's order, reports again after a silence.
 
 use std::time::{Duration, Instant};
 
@@ -262,6 +264,69 @@ fn a_second_training_job_brings_the_controller_down_to_the_policys_level() {
                 .all(|s| !["unpaused", "training_cores"].contains(&s["level"].as_str().unwrap())),
         "{since:#?}"
     );
+    daemon.stop();
+    remove_test_cgroups(instance, "batch");
+}
+
+/// The job the controller follows, as status has it.
+fn followed_job(daemon: &Daemon) -> Option<String> {
+    daemon.snapshot().enforcement?.harvest?.job
+}
+
+/// Sends `signal` to `child`, a process this test launched.
+fn signal(child: &Reaped, signal: libc::c_int) {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) with the pid of a child this test holds and has not reaped.
+    assert_eq!(
+        unsafe { libc::kill(pid, signal) },
+        0,
+        "kill({pid}, {signal})"
+    );
+}
+
+#[test]
+fn the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again() {
+    let instance = "it-pace-follow";
+    if !privileged("the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again") {
+        return;
+    }
+    let _ = std::fs::remove_file(decision_log_of(instance));
+    let (daemon, _hog) = daemon_with_offline_hog(instance, "60");
+    // Two reporting jobs: "first" comes first in the registry's order and is followed.
+    let args = ["--seconds", "60", "--loaders", "1"];
+    let first = Reaped(daemon.launch("--training", "first", TRAINING_SIM, &args));
+    eventually("the first job followed", Duration::from_secs(10), || {
+        followed_job(&daemon).as_deref() == Some("first")
+    });
+    let second = Reaped(daemon.launch("--training", "second", TRAINING_SIM, &args));
+    // Its first comparison (after its first 10 s of reports): a change of job from here on is
+    // a step of the decision log.
+    eventually("a comparison", Duration::from_secs(16), || {
+        harvest_steps(&daemon)
+            .iter()
+            .any(|s| s["reason"] == "trial")
+    });
+
+    // "first" stops (as a job between bursts of reports would): silent past 10 s, its pace
+    // goes, and the controller follows "second".
+    signal(&first, libc::SIGSTOP);
+    eventually("the second job followed", Duration::from_secs(16), || {
+        followed_job(&daemon).as_deref() == Some("second")
+    });
+    // "first" reports again (a pace from its second report on). The controller keeps
+    // "second": another change would cost it 10 s at the policy's level and a new search.
+    signal(&first, libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(followed_job(&daemon).as_deref(), Some("second"));
+    let changes: Vec<Value> = logged_harvest_steps(instance)
+        .into_iter()
+        .filter(|step| step["reason"] == "job_changed")
+        .collect();
+    assert!(
+        changes.len() == 1 && changes[0]["from"] == "first" && changes[0]["to"] == "second",
+        "{changes:#?}"
+    );
+    drop((first, second));
     daemon.stop();
     remove_test_cgroups(instance, "batch");
 }

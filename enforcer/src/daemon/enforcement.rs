@@ -515,6 +515,13 @@ impl Enforcement {
         self.apply(decision, None);
     }
 
+    /// The job whose pace the controller follows, and where that pace comes from, while it
+    /// follows one: the daemon keeps to that job while it has a pace (`pace_signal`).
+    pub(crate) fn pace_followed(&self) -> Option<(PaceSource, String)> {
+        let harvest = self.harvest.as_ref()?;
+        Some((harvest.source()?, harvest.job()?.to_owned()))
+    }
+
     /// Whether the pace controller runs (`[policy] harvest_by_pace`).
     pub(crate) fn harvests_by_pace(&self) -> bool {
         self.harvest.is_some()

@@ -17,10 +17,9 @@ use std::{
 
 use tracing::{info, warn};
 
-use super::state::Shared;
+use super::{pace_signal, state::Shared};
 use crate::{
     actuate::thread_policy,
-    policy::{harvest::PaceSource, pace::Report},
     registry::{Reconciled, Registry},
     sensor::{Sensor, interval::Rate, readings},
 };
@@ -120,49 +119,12 @@ pub(crate) fn tick(shared: &Arc<Shared>) -> impl FnMut() + Send + 'static {
             enforcement.harvests_by_pace()
         };
         if harvests_by_pace {
-            pace_step(&shared, now.at_ns);
+            pace_signal::step(&shared, now.at_ns);
         }
         if let Some(gpu) = shared.gpu.get() {
             gpu.on_training_cpu(now.at_ns, run_ns as f64 / dt as f64);
         }
     }
-}
-
-/// The pace controller's step (`[policy] harvest_by_pace`): the pace of the first training job
-/// that has one now, or none. One job steers it: the first in the registry's order with
-/// progress reports, or else the first whose GPUs give a busy share of its own
-/// (`gpu::training_busy`). It is told how many jobs run (`Registry::running_training_jobs`):
-/// with more than one, it keeps to the policy's level and below
-/// (`Harvest::set_training_jobs`).
-fn pace_step(shared: &Shared, now_ns: u64) {
-    let (jobs, running): (Vec<String>, usize) = {
-        let registry = shared.registry.lock().expect("registry poisoned");
-        let names = registry.training.iter().map(|job| job.name.clone());
-        (names.collect(), registry.running_training_jobs())
-    };
-    let reported = {
-        let board = shared.progress.lock().expect("progress board poisoned");
-        jobs.iter().find_map(|name| {
-            let tracker = board.get(name)?;
-            tracker.pace(now_ns)?.steps_per_s?;
-            Some((PaceSource::Progress, name, tracker.reports().collect()))
-        })
-    };
-    let pace: Option<(PaceSource, &String, Vec<Report>)> = reported.or_else(|| {
-        let gpu = shared.gpu.get()?;
-        jobs.iter().find_map(|name| {
-            let reports = gpu.busy_reports(name, now_ns)?;
-            Some((PaceSource::GpuBusy, name, reports))
-        })
-    });
-    let (signal, reports) = pace.map_or((None, Vec::new()), |(source, job, reports)| {
-        (Some((source, job.as_str())), reports)
-    });
-    shared
-        .enforcement
-        .lock()
-        .expect("enforcement poisoned")
-        .on_pace(now_ns, signal, &reports, running);
 }
 
 /// The GPU policy's fast signal: training's CPU use over each `GPU_RISE_PERIOD`, where the

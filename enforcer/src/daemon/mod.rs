@@ -24,6 +24,7 @@ pub(crate) mod heartbeat;
 pub(crate) mod journal;
 pub(crate) mod loops;
 pub(crate) mod metrics;
+mod pace_signal;
 pub(crate) mod pods;
 pub(crate) mod reactions;
 pub(crate) mod relaunch_board;

@@ -1,0 +1,122 @@
+//! The pace controller's signal, once a tick (`[policy] harvest_by_pace`): which training job's
+//! pace steers it, and that pace's reports.
+//!
+//! One job steers it: a job's progress reports come first, its GPUs' busy share
+//! (`gpu::training_busy`) second. Among the jobs with a pace from the same source, the one the
+//! controller follows now keeps it for as long as it has one; otherwise the first in the
+//! registry's order. Each change of job costs the controller its measurements: the new job's
+//! first 10 s at the core policy's level, then a search from the top (`Why::JobChanged`). Taken
+//! in the registry's order alone, a job earlier in it that reports in bursts, silent past
+//! `pace::STALE_NS` between them, would take the signal back from a steady one at each burst
+//! and lose it again at each silence.
+
+use super::state::Shared;
+use crate::policy::{harvest::PaceSource, pace::Report};
+
+/// The controller's step at `now_ns`, with the pace of the job it follows (or none), and the
+/// number of training jobs running (`Registry::running_training_jobs`): with more than one it
+/// keeps to the core policy's level and below (`Harvest::set_training_jobs`).
+pub(super) fn step(shared: &Shared, now_ns: u64) {
+    let (jobs, running): (Vec<String>, usize) = {
+        let registry = shared.registry.lock().expect("registry poisoned");
+        let names = registry.training.iter().map(|job| job.name.clone());
+        (names.collect(), registry.running_training_jobs())
+    };
+    let followed = shared
+        .enforcement
+        .lock()
+        .expect("enforcement poisoned")
+        .pace_followed();
+    let followed_by = |source: PaceSource| {
+        followed
+            .as_ref()
+            .filter(|(from, _)| *from == source)
+            .map(|(_, job)| job.as_str())
+    };
+    let reported = {
+        let board = shared.progress.lock().expect("progress board poisoned");
+        follow(&jobs, followed_by(PaceSource::Progress), |name| {
+            let tracker = board.get(name)?;
+            tracker.pace(now_ns)?.steps_per_s?;
+            Some(tracker.reports().collect::<Vec<Report>>())
+        })
+        .map(|(job, reports)| (PaceSource::Progress, job, reports))
+    };
+    let pace = reported.or_else(|| {
+        let gpu = shared.gpu.get()?;
+        follow(&jobs, followed_by(PaceSource::GpuBusy), |name| {
+            gpu.busy_reports(name, now_ns)
+        })
+        .map(|(job, reports)| (PaceSource::GpuBusy, job, reports))
+    });
+    let (signal, reports) = pace.map_or((None, Vec::new()), |(source, job, reports)| {
+        (Some((source, job)), reports)
+    });
+    shared
+        .enforcement
+        .lock()
+        .expect("enforcement poisoned")
+        .on_pace(now_ns, signal, &reports, running);
+}
+
+/// Of `jobs` (the registry's order), the one whose `pace` steers the controller, with that
+/// pace: `followed` while it still has one, else the first that has one.
+fn follow<'a, T>(
+    jobs: &'a [String],
+    followed: Option<&str>,
+    mut pace: impl FnMut(&str) -> Option<T>,
+) -> Option<(&'a str, T)> {
+    let followed = jobs.iter().filter(|job| Some(job.as_str()) == followed);
+    followed
+        .chain(jobs)
+        .find_map(|job| Some((job.as_str(), pace(job)?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::follow;
+
+    fn jobs(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    /// Each job's pace, where it has one.
+    fn paces<'a>(with: &'a [(&'a str, f64)]) -> impl FnMut(&str) -> Option<f64> + 'a {
+        move |job| with.iter().find(|(name, _)| *name == job).map(|&(_, p)| p)
+    }
+
+    #[test]
+    fn with_none_followed_the_first_job_with_a_pace_steers() {
+        let jobs = jobs(&["resnet", "bert", "gpt"]);
+        let chosen = follow(&jobs, None, paces(&[("gpt", 3.0), ("bert", 2.0)]));
+        assert_eq!(chosen, Some(("bert", 2.0)));
+        assert_eq!(follow(&jobs, None, paces(&[])), None);
+    }
+
+    #[test]
+    fn the_job_followed_keeps_the_signal_while_an_earlier_one_reports_again() {
+        // "bert" took the signal while "resnet" was silent; "resnet" reports again.
+        let jobs = jobs(&["resnet", "bert"]);
+        let both = [("resnet", 1.0), ("bert", 2.0)];
+        assert_eq!(
+            follow(&jobs, Some("bert"), paces(&both)),
+            Some(("bert", 2.0))
+        );
+        // Silent itself, it gives the signal to the first job with a pace.
+        let resnet_only = [("resnet", 1.0)];
+        let chosen = follow(&jobs, Some("bert"), paces(&resnet_only));
+        assert_eq!(chosen, Some(("resnet", 1.0)));
+    }
+
+    #[test]
+    fn a_followed_job_that_left_the_registry_steers_nothing() {
+        // An ended job's name, still held by the controller, with a pace left on the board.
+        let jobs = jobs(&["bert"]);
+        let chosen = follow(
+            &jobs,
+            Some("resnet"),
+            paces(&[("resnet", 1.0), ("bert", 2.0)]),
+        );
+        assert_eq!(chosen, Some(("bert", 2.0)));
+    }
+}
