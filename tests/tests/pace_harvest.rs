@@ -117,6 +117,11 @@ fn a_reporting_job_is_compared_with_offline_held_and_without_reports_the_policy_
         .unwrap();
     assert_eq!(status.reference_steps_per_s, Some(reference));
     assert_eq!(status.job.as_deref(), Some("sim"), "the job followed");
+    // Its steps counted by reason, for `/metrics`: a trial and a probe so far at least.
+    for reason in ["trial", "probe"] {
+        let count = status.steps.get(reason).copied().unwrap_or(0);
+        assert!(count >= 1, "{reason}: {:?}", status.steps);
+    }
     // One held half is over (3 s: 1 s to settle, 2 s measured): status counts it against the
     // controller's time.
     assert!(

@@ -175,7 +175,8 @@ pub struct HarvestStatus {
     /// `gpu_busy` (its GPUs' busy share, busy microseconds a second); None without a pace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
-    /// The training job whose pace it follows (the first in the registry's order with one).
+    /// The training job whose pace it follows (kept while it has a pace; else the first in the
+    /// registry's order with one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
     /// Training's pace with offline held back, at the last probe, in the units of `signal`.
@@ -191,6 +192,10 @@ pub struct HarvestStatus {
     pub held_back_s: f64,
     #[serde(default)]
     pub running_s: f64,
+    /// The controller's steps since it started, by reason (`probe`, `trial`, `kept`,
+    /// `too_costly`, ...), as the decision log writes them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steps: BTreeMap<String, u64>,
 }
 
 /// What `status` shows of enforcement.

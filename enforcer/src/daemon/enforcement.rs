@@ -152,6 +152,8 @@ pub(crate) struct Enforcement {
     started_ns: u64,
     /// The pace controller (`[policy] harvest_by_pace`): the level it holds offline at.
     harvest: Option<Harvest>,
+    /// Its steps by reason, as the decision log writes them: for status and `/metrics`.
+    harvest_steps: BTreeMap<String, u64>,
     /// The offline pools the CPU side pauses and narrows (not those with `gpu = true`).
     cpu_offline_pools: Vec<String>,
     /// `pause_offline_when_training_short` as configured (and kept where some pool can
@@ -218,6 +220,7 @@ impl Enforcement {
             quiet: None,
             started_ns: monotonic_ns(),
             harvest: settings.policy.harvest.map(Harvest::new),
+            harvest_steps: BTreeMap::new(),
             cpu_offline_pools: settings
                 .pools
                 .iter()
@@ -495,7 +498,11 @@ impl Enforcement {
             return;
         };
         info!(level = change.level.name(), why = ?change.why, "pace controller");
-        self.record(serde_json::json!({ "at_ns": now_ns, "harvest": change }));
+        let logged = serde_json::to_value(&change).unwrap_or_default();
+        if let Some(reason) = logged["reason"].as_str() {
+            *self.harvest_steps.entry(reason.to_owned()).or_default() += 1;
+        }
+        self.record(serde_json::json!({ "at_ns": now_ns, "harvest": logged }));
         if change.level == before {
             return;
         }
@@ -590,6 +597,7 @@ impl Enforcement {
                         .and_then(|change| serde_json::to_value(change).ok()),
                     held_back_s: held.held_ns as f64 / 1e9,
                     running_s: held.running_ns as f64 / 1e9,
+                    steps: self.harvest_steps.clone(),
                 }
             }),
         };

@@ -4,6 +4,8 @@
 //! The sensor's log-linear histograms are folded into power-of-two `le` buckets (1 µs to
 //! about 1 s), which Prometheus can aggregate.
 
+mod harvest;
+
 use std::{fmt, net::SocketAddr, sync::Arc};
 
 use axum::{Router, http::header, response::IntoResponse, routing::get};
@@ -234,56 +236,8 @@ impl Collector for SnapshotMetrics {
                 )?,
                 enforcement.demand_estimate_cpus,
             )?;
-            // The pace controller, where it runs: its reference, and what the last level it
-            // judged cost training (its pace over the reference, with the interval's ends).
             if let Some(harvest) = &enforcement.harvest {
-                if let Some(reference) = harvest.reference_steps_per_s {
-                    // One gauge per unit: steps from the job's reports, GPUs busy from NVML.
-                    let (name, help, value) = match harvest.signal.as_deref() {
-                        Some("gpu_busy") => (
-                            "reamer_harvest_reference_gpus_busy",
-                            "Training's GPUs' busy share with offline held back (GPUs busy, \
-                             from NVML): the mean of the pace controller's last held halves.",
-                            reference / 1e6,
-                        ),
-                        _ => (
-                            "reamer_harvest_reference_steps_per_second",
-                            "Training's pace with offline held back: the mean of the pace \
-                             controller's last held halves.",
-                            reference,
-                        ),
-                    };
-                    gauge(
-                        &mut encoder.encode_descriptor(name, help, None, MetricType::Gauge)?,
-                        value,
-                    )?;
-                }
-                counter(
-                    &mut encoder.encode_descriptor(
-                        "reamer_harvest_held_back_seconds",
-                        "Seconds the pace controller held offline inference back (its probes, \
-                         and a level found too costly down to a quarter): its rate is the share \
-                         of offline's time the controller costs it.",
-                        None,
-                        MetricType::Counter,
-                    )?,
-                    harvest.held_back_s,
-                )?;
-                let ratio = &harvest.last_change.as_ref().map(|c| c["ratio"].clone());
-                if let Some(ratio) = ratio.as_ref().filter(|r| r["ratio"].is_f64()) {
-                    let mut family = encoder.encode_descriptor(
-                        "reamer_harvest_pace_ratio",
-                        "Training's pace over its reference at the level the pace controller \
-                         judged last (bound: the ratio and its interval's ends).",
-                        None,
-                        MetricType::Gauge,
-                    )?;
-                    for bound in ["ratio", "low", "high"] {
-                        if let Some(value) = ratio[bound].as_f64() {
-                            gauge(&mut family.encode_family(&[("bound", bound)])?, value)?;
-                        }
-                    }
-                }
+                harvest::encode(&mut encoder, harvest)?;
             }
             let mut family = encoder.encode_descriptor(
                 "reamer_pool_cpus",

@@ -82,6 +82,7 @@ fn renders_cumulative_histograms_and_counters() {
                 })),
                 held_back_s: 36.5,
                 running_s: 300.0,
+                steps: [("probe".to_owned(), 12), ("too_costly".to_owned(), 1)].into(),
             }),
             ..Default::default()
         }),
@@ -111,9 +112,13 @@ fn renders_cumulative_histograms_and_counters() {
         "reamer_training_progress_steps_total{job=\"resnet\"} 1200",
         "reamer_training_pace_steps_per_second{job=\"resnet\"} 11.5",
         "reamer_training_gpu_busy{job=\"resnet\"} 0.87",
-        "reamer_harvest_reference_steps_per_second 11.5",
-        "reamer_harvest_pace_ratio{bound=\"low\"} 0.95",
+        "reamer_harvest_reference_steps_per_second{job=\"resnet\"} 11.5",
+        "reamer_harvest_pace_ratio{job=\"resnet\",bound=\"low\"} 0.95",
         "reamer_harvest_held_back_seconds_total 36.5",
+        "reamer_harvest_level{level=\"half\"} 1",
+        "reamer_harvest_level{level=\"policy\"} 0",
+        "reamer_harvest_steps_total{reason=\"probe\"} 12",
+        "reamer_harvest_steps_total{reason=\"too_costly\"} 1",
         "reamer_sensor_counter_total{counter=\"events_sent\"} 7",
         "reamer_pool_cpu_weight{pool=\"web\"} 25",
         "reamer_pool_paused{pool=\"batch\"} 1",
@@ -121,6 +126,14 @@ fn renders_cumulative_histograms_and_counters() {
         assert!(text.contains(line), "{line} not in {text}");
     }
     assert!(!text.contains("reamer_pool_paused{pool=\"web\"}"), "{text}");
+    // Every level of the ladder, one of them in force.
+    let levels: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("reamer_harvest_level{"))
+        .collect();
+    assert_eq!(levels.len(), 7, "{levels:?}");
+    let in_force = levels.iter().filter(|line| line.ends_with(" 1")).count();
+    assert_eq!(in_force, 1, "{levels:?}");
     // Every sample line is `name{labels} value` or `name value`.
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         assert_eq!(

@@ -26,7 +26,7 @@ pub(crate) enum Level {
 }
 
 impl Level {
-    pub(super) const LADDER: [Level; 7] = [
+    pub(crate) const LADDER: [Level; 7] = [
         Level::Held,
         Level::Quarter,
         Level::Half,

@@ -1,0 +1,96 @@
+//! The pace controller's series (`[policy] harvest_by_pace`): the level it holds offline at,
+//! its steps by reason, the seconds it held offline back, and, labelled with the job whose pace
+//! it follows, that job's pace with offline held back and what the level judged last cost it.
+
+use std::fmt;
+
+use enforcer_common::protocol::HarvestStatus;
+use prometheus_client::{encoding::DescriptorEncoder, metrics::MetricType};
+
+use super::{counter, gauge};
+use crate::policy::harvest::Level;
+
+pub(super) fn encode(encoder: &mut DescriptorEncoder, harvest: &HarvestStatus) -> fmt::Result {
+    // Every level, 1 for the one in force: a level left reads 0 at once rather than going
+    // stale, and `max by (level)` over time shows where offline was held.
+    let mut family = encoder.encode_descriptor(
+        "reamer_harvest_level",
+        "The level the pace controller holds offline inference at (1; every other level 0), \
+         from held (offline paused) to training_cores (offline on training's cores too).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for level in Level::LADDER {
+        let value = u64::from(level.name() == harvest.level);
+        gauge(
+            &mut family.encode_family(&[("level", level.name())])?,
+            value,
+        )?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "reamer_harvest_steps",
+        "The pace controller's steps by reason, as the decision log writes them: probe (a held \
+         half), trial, kept, too_costly, not_shown_free, phase_change, job_changed and others.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (reason, count) in &harvest.steps {
+        counter(
+            &mut family.encode_family(&[("reason", reason.as_str())])?,
+            *count,
+        )?;
+    }
+    counter(
+        &mut encoder.encode_descriptor(
+            "reamer_harvest_held_back_seconds",
+            "Seconds the pace controller held offline inference back (its probes, and a level \
+             found too costly down to a quarter): its rate is the share of offline's time the \
+             controller costs it.",
+            None,
+            MetricType::Counter,
+        )?,
+        harvest.held_back_s,
+    )?;
+    let job: Vec<(&str, &str)> = harvest
+        .job
+        .iter()
+        .map(|job| ("job", job.as_str()))
+        .collect();
+    if let Some(reference) = harvest.reference_steps_per_s {
+        // One gauge per unit: steps from the job's reports, GPUs busy from NVML.
+        let (name, help, value) = match harvest.signal.as_deref() {
+            Some("gpu_busy") => (
+                "reamer_harvest_reference_gpus_busy",
+                "Training's GPUs' busy share with offline held back (GPUs busy, from NVML): the \
+                 mean of the pace controller's last held halves.",
+                reference / 1e6,
+            ),
+            _ => (
+                "reamer_harvest_reference_steps_per_second",
+                "Training's pace with offline held back: the mean of the pace controller's last \
+                 held halves.",
+                reference,
+            ),
+        };
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        gauge(&mut family.encode_family(&job)?, value)?;
+    }
+    let ratio = harvest.last_change.as_ref().map(|c| c["ratio"].clone());
+    if let Some(ratio) = ratio.filter(|r| r["ratio"].is_f64()) {
+        let mut family = encoder.encode_descriptor(
+            "reamer_harvest_pace_ratio",
+            "Training's pace over its reference at the level the pace controller judged last \
+             (bound: the ratio and its interval's ends).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for bound in ["ratio", "low", "high"] {
+            if let Some(value) = ratio[bound].as_f64() {
+                let mut labels = job.clone();
+                labels.push(("bound", bound));
+                gauge(&mut family.encode_family(&labels)?, value)?;
+            }
+        }
+    }
+    Ok(())
+}
