@@ -8,7 +8,8 @@
 //!   level compared again at once (`pace_moved`), not at the next recheck;
 //! - a second training job brings it down from the top of its ladder to the core policy's
 //!   level (`several_jobs`): one job's pace is no proof for the other's cores.
-//! - of two reporting jobs, the one followed keeps the signal when the other, earlier in the
+//! - of two reporting jobs, the other is measured over the controller's cycles beside the one
+//!   followed, and the one followed keeps the signal when the other, earlier in the
 //!   registry's order, reports again after a silence.
 
 use std::time::{Duration, Instant};
@@ -310,6 +311,15 @@ fn the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again() {
         harvest_steps(&daemon)
             .iter()
             .any(|s| s["reason"] == "trial")
+    });
+    // The job beside it is measured over the same cycles (two at least: 12 s or more), so that
+    // a level costly to it alone is left too.
+    eventually("the job beside measured", Duration::from_secs(30), || {
+        let harvest = daemon.snapshot().enforcement.and_then(|e| e.harvest);
+        let beside = harvest.map(|h| h.beside).unwrap_or_default();
+        beside
+            .iter()
+            .any(|b| b.job == "second" && b.cycles >= 2 && b.ratio > 0.0)
     });
 
     // "first" stops (as a job between bursts of reports would): silent past 10 s, its pace

@@ -11,8 +11,8 @@ pub mod snapshot;
 use serde::{Deserialize, Serialize};
 
 pub use snapshot::{
-    EnforcementStatus, HarvestStatus, JobProgress, JobTotals, PodInfo, PoolInfo, PoolStatus,
-    ProgramStats, Snapshot,
+    BesideJob, EnforcementStatus, HarvestStatus, JobProgress, JobTotals, PodInfo, PoolInfo,
+    PoolStatus, ProgramStats, Snapshot,
 };
 
 /// Set for every command `enforcer launch` starts: the control socket of the daemon it

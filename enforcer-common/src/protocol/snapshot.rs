@@ -196,6 +196,22 @@ pub struct HarvestStatus {
     /// `too_costly`, ...), as the decision log writes them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub steps: BTreeMap<String, u64>,
+    /// The training jobs beside the one followed, with two cycles or more in the current
+    /// comparison (the last one, once settled): what the level compared cost each of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside: Vec<BesideJob>,
+}
+
+/// A training job beside the one the pace controller follows: its pace at the level compared
+/// over its pace with offline held back, over the comparison's cycles (`ratio`, with its 95%
+/// interval `low` to `high`, over `cycles` cycles).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BesideJob {
+    pub job: String,
+    pub ratio: f64,
+    pub low: f64,
+    pub high: f64,
+    pub cycles: usize,
 }
 
 /// What `status` shows of enforcement.

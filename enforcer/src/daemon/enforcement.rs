@@ -17,7 +17,7 @@ use std::{
 
 use enforcer_common::{
     EVENT_ENQUEUED_BEHIND_INFERENCE, EVENT_PREEMPTED_BY_INFERENCE, SensorEvent, cpu_list,
-    protocol::{EnforcementStatus, Grant, HarvestStatus, LatencyReport, PoolStatus},
+    protocol::{BesideJob, EnforcementStatus, Grant, HarvestStatus, LatencyReport, PoolStatus},
 };
 use serde::Serialize;
 use tokio::sync::mpsc::Sender;
@@ -480,19 +480,21 @@ impl Enforcement {
 
     /// The pace controller's step, once a tick: `signal` where the pace of the training job it
     /// follows comes from now, and that job's name (None: it has none), `reports` that pace's
-    /// counts (`policy::pace`), `training_jobs` how many jobs run. A new level is logged with
-    /// its reason and written at once.
+    /// counts (`policy::pace`), `training_jobs` how many jobs run, `others` the other jobs'
+    /// reports, each named. A new level is logged with its reason and written at once.
     pub(crate) fn on_pace(
         &mut self,
         now_ns: u64,
         signal: Option<(PaceSource, &str)>,
         reports: &[Report],
         training_jobs: usize,
+        others: Vec<(String, Vec<Report>)>,
     ) {
         let Some(harvest) = &mut self.harvest else {
             return;
         };
         harvest.set_training_jobs(training_jobs);
+        harvest.set_other_jobs(others);
         let before = harvest.level();
         let Some(change) = harvest.tick(now_ns, signal, reports) else {
             return;
@@ -598,6 +600,17 @@ impl Enforcement {
                     held_back_s: held.held_ns as f64 / 1e9,
                     running_s: held.running_ns as f64 / 1e9,
                     steps: self.harvest_steps.clone(),
+                    beside: harvest
+                        .beside()
+                        .into_iter()
+                        .map(|(job, r)| BesideJob {
+                            job,
+                            ratio: r.ratio,
+                            low: r.low,
+                            high: r.high,
+                            cycles: r.cycles,
+                        })
+                        .collect(),
                 }
             }),
         };

@@ -13,9 +13,10 @@
 use super::state::Shared;
 use crate::policy::{harvest::PaceSource, pace::Report};
 
-/// The controller's step at `now_ns`, with the pace of the job it follows (or none), and the
-/// number of training jobs running (`Registry::running_training_jobs`): with more than one it
-/// keeps to the core policy's level and below (`Harvest::set_training_jobs`).
+/// The controller's step at `now_ns`, with the pace of the job it follows (or none), the
+/// number of training jobs running (`Registry::running_training_jobs`: with more than one it
+/// keeps to the core policy's level and below, `Harvest::set_training_jobs`), and the other
+/// jobs' paces.
 pub(super) fn step(shared: &Shared, now_ns: u64) {
     let (jobs, running): (Vec<String>, usize) = {
         let registry = shared.registry.lock().expect("registry poisoned");
@@ -33,22 +34,35 @@ pub(super) fn step(shared: &Shared, now_ns: u64) {
             .filter(|(from, _)| *from == source)
             .map(|(_, job)| job.as_str())
     };
-    let reported = {
+    // Each job's pace from its reports, where it has one, and from its GPUs' busy share.
+    let reported: Vec<Option<Vec<Report>>> = {
         let board = shared.progress.lock().expect("progress board poisoned");
-        follow(&jobs, followed_by(PaceSource::Progress), |name| {
+        let reports = |name: &String| {
             let tracker = board.get(name)?;
             tracker.pace(now_ns)?.steps_per_s?;
-            Some(tracker.reports().collect::<Vec<Report>>())
-        })
-        .map(|(job, reports)| (PaceSource::Progress, job, reports))
+            Some(tracker.reports().collect())
+        };
+        jobs.iter().map(reports).collect()
     };
-    let pace = reported.or_else(|| {
-        let gpu = shared.gpu.get()?;
-        follow(&jobs, followed_by(PaceSource::GpuBusy), |name| {
-            gpu.busy_reports(name, now_ns)
-        })
-        .map(|(job, reports)| (PaceSource::GpuBusy, job, reports))
+    let busy = |name: &str| shared.gpu.get()?.busy_reports(name, now_ns);
+    let of = |name: &str| jobs.iter().position(|job| job == name);
+    let pace = follow(&jobs, followed_by(PaceSource::Progress), |name| {
+        reported[of(name)?].clone()
+    })
+    .map(|(job, reports)| (PaceSource::Progress, job, reports))
+    .or_else(|| {
+        follow(&jobs, followed_by(PaceSource::GpuBusy), busy)
+            .map(|(job, reports)| (PaceSource::GpuBusy, job, reports))
     });
+    // The jobs beside the one followed, each by its own pace: a level that slows one of them
+    // is left too (`Harvest::set_other_jobs`).
+    let followed_now = pace.as_ref().map(|(_, job, _)| *job);
+    let others = jobs
+        .iter()
+        .zip(reported)
+        .filter(|(name, _)| Some(name.as_str()) != followed_now)
+        .filter_map(|(name, reports)| Some((name.clone(), reports.or_else(|| busy(name))?)))
+        .collect();
     let (signal, reports) = pace.map_or((None, Vec::new()), |(source, job, reports)| {
         (Some((source, job)), reports)
     });
@@ -56,7 +70,7 @@ pub(super) fn step(shared: &Shared, now_ns: u64) {
         .enforcement
         .lock()
         .expect("enforcement poisoned")
-        .on_pace(now_ns, signal, &reports, running);
+        .on_pace(now_ns, signal, &reports, running, others);
 }
 
 /// Of `jobs` (the registry's order), the one whose `pace` steers the controller, with that

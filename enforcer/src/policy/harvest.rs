@@ -95,13 +95,15 @@
 //! not report and holds no GPU of its own, or silent for `pace::STALE_NS`) the level is the core
 //! policy's own, as without this loop. The loop follows one job's pace; while more than one
 //! training job runs, it goes no higher than the policy's level (`set_training_jobs`), since the
-//! levels above reach every job's cores.
+//! levels above reach every job's cores, and the other jobs' paces over the same cycles can
+//! leave a level the job followed keeps (`others`).
 //!
 //! Its parts: `level`, the ladder; `tuning`, its timings and thresholds; `statistics`, the
 //! arithmetic of paces, cycles and intervals; `verdict`, what a comparison's cycles say of its
 //! level; `carried`, a too-noisy level's cycles from one comparison to the next; `kept_cycles`, the
 //! cycles that kept a level, pooled with its next comparison's; `ceiling`, how long a level left
 //! waits before it is tried again; `watch`, the settled level's pace between its rechecks;
+//! `others`, the jobs beside the one followed;
 //! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
 //! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
 //! its cycles would spread over them (`--spread`).
@@ -111,6 +113,7 @@ mod ceiling;
 mod change;
 mod kept_cycles;
 mod level;
+mod others;
 pub(crate) mod replay;
 mod statistics;
 mod tuning;
@@ -122,9 +125,9 @@ use self::ceiling::Ceiling;
 pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
 use self::kept_cycles::KeptCycles;
 pub(crate) use self::level::{Level, shape};
+use self::others::Others;
 use self::statistics::{
-    PooledSpread, could_show_free_at_spread, mean_and_variance, mean_too_noisy, measure_ns,
-    standard_error,
+    PooledSpread, could_show_free_at_spread, mean_too_noisy, measure_ns, measured, standard_error,
 };
 pub(crate) use self::statistics::{pace_between, paired_interval};
 use self::tuning::{FUTILITY_Z, MEAN_NOISE_LIMIT, POOLED_COMPARISONS, REPORTS_PER_HALF};
@@ -199,8 +202,9 @@ pub(crate) struct Harvest {
     settled_at: Option<Level>,
     recheck_after_ns: u64,
     /// The training jobs the node runs (`set_training_jobs`), which set the highest level
-    /// the loop may try (`top`).
+    /// the loop may try (`top`), and the cycles of those it does not follow (`others`).
     training_jobs: usize,
+    others: Others,
     /// The last change, for status.
     last: Option<Change>,
     /// What the loop has cost offline: the first tick, the last one, and the time between
@@ -231,6 +235,7 @@ impl Harvest {
             settled_at: None,
             recheck_after_ns: RECHECK_NS,
             training_jobs: 1,
+            others: Others::default(),
             last: None,
             first_tick_ns: None,
             last_tick_ns: 0,
@@ -246,25 +251,6 @@ impl Harvest {
             running_ns: self
                 .first_tick_ns
                 .map_or(0, |first| self.last_tick_ns.saturating_sub(first)),
-        }
-    }
-
-    /// How many training jobs the node runs now. The loop follows one job's pace, and the
-    /// levels above the core policy's reach every job: offline on all of training's reserved
-    /// cores, or running while any job is short of cores. One job's pace is no proof for
-    /// another's, so while more than one runs the loop goes no higher than the policy's level,
-    /// and its next tick comes down to it from above (reason `several_jobs`). Below it, the
-    /// loop only takes offline work away, from every job alike.
-    pub(crate) fn set_training_jobs(&mut self, jobs: usize) {
-        self.training_jobs = jobs;
-    }
-
-    /// The highest level the loop may try: the ladder's top while one job runs, the policy's
-    /// while more do.
-    fn top(&self) -> Level {
-        match self.training_jobs > 1 {
-            true => Level::Policy,
-            false => Level::TOP,
         }
     }
 
@@ -455,6 +441,7 @@ impl Harvest {
             judged: judged + 1,
             recheck,
         };
+        self.others.add_cycle(start, half_ns);
         let level_pace = pace_between(reports, start, start + SETTLE_NS, start + half_ns);
         let held_pace = pace_between(
             reports,
@@ -492,7 +479,8 @@ impl Harvest {
                 (None, _) => {}
             }
             self.cycles.push((level_pace / held, held));
-            self.reference = self.held_reference();
+            let held: Vec<f64> = self.cycles.iter().map(|&(_, held)| held).collect();
+            self.reference = measured(&held);
         }
         let ratios: Vec<f64> = self.cycles.iter().map(|&(ratio, _)| ratio).collect();
         let Some(ratio) = paired_interval(&ratios).filter(|_| ratios.len() >= MIN_CYCLES) else {
@@ -527,6 +515,11 @@ impl Harvest {
                 ratio,
             }));
         };
+        // Kept for the job followed, and shown costly by another job's cycles: left.
+        let costly_for = matches!(verdict, Verdict::Kept | Verdict::TooNoisy)
+            .then(|| self.others.costly_for(floor))
+            .flatten();
+        let verdict = costly_for.as_ref().map_or(verdict, |_| Verdict::TooCostly);
         match level <= Level::Policy && !noisy && verdict == Verdict::Kept {
             true => self.kept_cycles.kept(level, &ratios),
             false => self.kept_cycles.drop_level(level),
@@ -546,7 +539,17 @@ impl Harvest {
         self.last_held = self.reference;
         self.spread.add(&ratios);
         self.cycles.clear();
-        let why = verdict.why(level, ratio);
+        let (why, ratio) = match costly_for {
+            Some((job, ratio)) => (
+                Why::TooCostlyFor {
+                    tried: level,
+                    job,
+                    ratio,
+                },
+                ratio,
+            ),
+            None => (verdict.why(level, ratio), ratio),
+        };
         if verdict == Verdict::Kept {
             self.ceiling.kept(level);
         }
@@ -621,6 +624,7 @@ impl Harvest {
     /// Begins comparing `level` with offline held back: its half first.
     fn compare(&mut self, now_ns: u64, level: Level, reports: &[Report], why: Why) -> Change {
         self.cycles.clear();
+        self.others.clear_cycles();
         self.kept_below = None;
         self.phase = Phase::Comparing {
             since: now_ns,
@@ -648,24 +652,10 @@ impl Harvest {
         self.change(why)
     }
 
-    /// The held halves' pace so far, as a measurement.
-    fn held_reference(&self) -> Option<Measured> {
-        let held: Vec<f64> = self.cycles.iter().map(|&(_, held)| held).collect();
-        let n = held.len();
-        if n == 0 {
-            return None;
-        }
-        let (mean, _) = mean_and_variance(&held);
-        Some(Measured {
-            steps_per_s: mean,
-            standard_error: standard_error(&held),
-            intervals: n,
-        })
-    }
-
     /// Drops what was measured: a new signal, or none.
     fn forget(&mut self) {
         self.cycles.clear();
+        self.others.clear_cycles();
         self.spread.clear();
         self.carried.clear();
         self.kept_cycles.clear();

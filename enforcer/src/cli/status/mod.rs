@@ -4,7 +4,7 @@ mod decisions;
 
 use std::path::Path;
 
-use enforcer_common::protocol::Snapshot;
+use enforcer_common::protocol::{BesideJob, Snapshot};
 
 use super::client::Client;
 
@@ -26,7 +26,7 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
     ));
     if let Some(harvest) = &enforcement.harvest {
         out.push_str(&format!(
-            "offline's share by training's pace: {}{}{}{}\n",
+            "offline's share by training's pace: {}{}{}{}{}\n",
             harvest.level,
             harvest
                 .reference_steps_per_s
@@ -43,6 +43,7 @@ pub(crate) fn render(snapshot: &Snapshot) -> String {
                     harvest_move(change)
                 )),
             held_back_in_words(harvest.held_back_s, harvest.running_s),
+            beside_in_words(&harvest.beside),
         ));
     }
     out.push_str("\ntraining jobs:\n");
@@ -177,6 +178,21 @@ fn pace_in_words(signal: Option<&str>, pace: f64) -> String {
     }
 }
 
+/// What the level compared cost each job beside the one followed, over the comparison's
+/// cycles: ` | beside it: bert lost 3.0% [1.0, 5.0] over 4 cycles`.
+fn beside_in_words(beside: &[BesideJob]) -> String {
+    let lost = |r: f64| (1.0 - r) * 100.0;
+    let each = beside.iter().map(|b| {
+        let (job, cycles) = (&b.job, b.cycles);
+        let (ratio, low, high) = (lost(b.ratio), lost(b.high), lost(b.low));
+        format!("{job} lost {ratio:.1}% [{low:.1}, {high:.1}] over {cycles} cycles")
+    });
+    match beside.is_empty() {
+        true => String::new(),
+        false => format!(" | beside it: {}", each.collect::<Vec<_>>().join(", ")),
+    }
+}
+
 /// What the pace controller has cost offline so far, where it has run: ` | offline held back
 /// 36 s of 300 s (12%)`.
 fn held_back_in_words(held_s: f64, running_s: f64) -> String {
@@ -202,6 +218,11 @@ fn harvest_move(change: &serde_json::Value) -> String {
     let judged = change["tried"]
         .as_str()
         .zip(change["ratio"]["ratio"].as_f64());
+    // A level left for a job other than the one followed (`too_costly_for`) names it.
+    let (reason, paid_by) = match change["job"].as_str() {
+        Some(job) => (format!("{reason} {job}"), job),
+        None => (reason, "training"),
+    };
     match judged {
         Some((tried, ratio)) => {
             let cost = |r: f64| (1.0 - r) * 100.0;
@@ -209,7 +230,7 @@ fn harvest_move(change: &serde_json::Value) -> String {
                 .as_u64()
                 .map_or(String::new(), |n| format!(" over {n} cycles"));
             format!(
-                "{reason} ({tried} cost training {:.1}% [{:.1}, {:.1}]{cycles}), {to}",
+                "{reason} ({tried} cost {paid_by} {:.1}% [{:.1}, {:.1}]{cycles}), {to}",
                 cost(ratio),
                 cost(change["ratio"]["high"].as_f64().unwrap_or(ratio)),
                 cost(change["ratio"]["low"].as_f64().unwrap_or(ratio)),
@@ -271,6 +292,15 @@ mod tests {
         );
         let probe = serde_json::json!({"level": "held", "reason": "probe"});
         assert_eq!(harvest_move(&probe), "probe, now held");
+        // Left for a job beside the one followed: that job paid the cost.
+        let other_job = serde_json::json!({
+            "level": "quarter", "reason": "too_costly_for", "tried": "half", "job": "bert",
+            "ratio": {"ratio": 0.9, "low": 0.85, "high": 0.95, "cycles": 3}
+        });
+        assert_eq!(
+            harvest_move(&other_job),
+            "too costly for bert (half cost bert 10.0% [5.0, 15.0] over 3 cycles), now quarter"
+        );
         let settled = serde_json::json!({
             "level": "policy", "settles": true, "reason": "not_shown_free", "tried": "unpaused",
             "ratio": {"ratio": 0.995, "low": 0.97, "high": 1.02, "cycles": 6}
@@ -327,6 +357,30 @@ mod tests {
             " | offline held back 36 s of 300 s (12%)"
         );
         assert_eq!(held_back_in_words(0.0, 0.0), "");
+    }
+
+    #[test]
+    fn what_the_level_cost_the_jobs_beside_reads_job_by_job() {
+        let bert = BesideJob {
+            job: "bert".into(),
+            ratio: 0.97,
+            low: 0.95,
+            high: 0.99,
+            cycles: 4,
+        };
+        let gpt = BesideJob {
+            job: "gpt".into(),
+            ratio: 1.0,
+            low: 0.98,
+            high: 1.02,
+            cycles: 3,
+        };
+        assert_eq!(
+            beside_in_words(&[bert, gpt]),
+            " | beside it: bert lost 3.0% [1.0, 5.0] over 4 cycles, gpt lost 0.0% [-2.0, 2.0] \
+             over 3 cycles"
+        );
+        assert_eq!(beside_in_words(&[]), "");
     }
 
     #[test]

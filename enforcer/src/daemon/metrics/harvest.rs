@@ -75,20 +75,36 @@ pub(super) fn encode(encoder: &mut DescriptorEncoder, harvest: &HarvestStatus) -
         let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
         gauge(&mut family.encode_family(&job)?, value)?;
     }
-    let ratio = harvest.last_change.as_ref().map(|c| c["ratio"].clone());
+    // What the level judged last cost the job followed, and what the level compared costs each
+    // job beside it so far: (job, [ratio, low, high]).
+    let mut costs: Vec<(&str, [f64; 3])> = Vec::new();
+    let ratio = harvest.last_change.as_ref().map(|c| &c["ratio"]);
     if let Some(ratio) = ratio.filter(|r| r["ratio"].is_f64()) {
+        let bound = |name: &str| ratio[name].as_f64().unwrap_or(f64::NAN);
+        let job = harvest.job.as_deref().unwrap_or("");
+        costs.push((job, [bound("ratio"), bound("low"), bound("high")]));
+    }
+    for beside in &harvest.beside {
+        costs.push((beside.job.as_str(), [beside.ratio, beside.low, beside.high]));
+    }
+    if !costs.is_empty() {
         let mut family = encoder.encode_descriptor(
             "reamer_harvest_pace_ratio",
-            "Training's pace over its reference at the level the pace controller judged last \
-             (bound: the ratio and its interval's ends).",
+            "A training job's pace over its pace with offline held back: for the job the pace \
+             controller follows, at the level it judged last; for each job beside it, at the \
+             level it compares now (bound: the ratio and its interval's ends).",
             None,
             MetricType::Gauge,
         )?;
-        for bound in ["ratio", "low", "high"] {
-            if let Some(value) = ratio[bound].as_f64() {
-                let mut labels = job.clone();
-                labels.push(("bound", bound));
-                gauge(&mut family.encode_family(&labels)?, value)?;
+        for (job, values) in costs {
+            for (bound, value) in ["ratio", "low", "high"].into_iter().zip(values) {
+                let labels: &[(&str, &str)] = match job.is_empty() {
+                    true => &[("bound", bound)],
+                    false => &[("job", job), ("bound", bound)],
+                };
+                if value.is_finite() {
+                    gauge(&mut family.encode_family(&labels)?, value)?;
+                }
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use enforcer_common::{
     histogram::{NR_BUCKETS, bucket_of},
-    protocol::{EnforcementStatus, HarvestStatus, JobProgress, JobTotals, PoolStatus},
+    protocol::{BesideJob, EnforcementStatus, HarvestStatus, JobProgress, JobTotals, PoolStatus},
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -83,6 +83,13 @@ fn renders_cumulative_histograms_and_counters() {
                 held_back_s: 36.5,
                 running_s: 300.0,
                 steps: [("probe".to_owned(), 12), ("too_costly".to_owned(), 1)].into(),
+                beside: vec![BesideJob {
+                    job: "bert".into(),
+                    ratio: 0.98,
+                    low: 0.96,
+                    high: 1.0,
+                    cycles: 3,
+                }],
             }),
             ..Default::default()
         }),
@@ -114,6 +121,7 @@ fn renders_cumulative_histograms_and_counters() {
         "reamer_training_gpu_busy{job=\"resnet\"} 0.87",
         "reamer_harvest_reference_steps_per_second{job=\"resnet\"} 11.5",
         "reamer_harvest_pace_ratio{job=\"resnet\",bound=\"low\"} 0.95",
+        "reamer_harvest_pace_ratio{job=\"bert\",bound=\"ratio\"} 0.98",
         "reamer_harvest_held_back_seconds_total 36.5",
         "reamer_harvest_level{level=\"half\"} 1",
         "reamer_harvest_level{level=\"policy\"} 0",

@@ -50,6 +50,13 @@ pub(crate) enum Why {
     Kept { tried: Level, ratio: Ratio },
     /// Level `tried` cost training more than ε: the one below.
     TooCostly { tried: Level, ratio: Ratio },
+    /// Level `tried`, kept for the job followed, cost another training job more than ε (its
+    /// own cycles' interval, `others`): the one below.
+    TooCostlyFor {
+        tried: Level,
+        job: String,
+        ratio: Ratio,
+    },
     /// Level `tried`, above the core policy's, was not shown to keep training's pace in
     /// `MAX_CYCLES` cycles (its interval still reaches below `1 − ε`): the one below.
     NotShownFree { tried: Level, ratio: Ratio },

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{
     super::pace::Report, FUTILITY_Z, MAX_CYCLES, MAX_CYCLES_ABOVE_POLICY, MAX_MEASURE_NS,
-    MEAN_NOISE_LIMIT, MIN_MEASURE_NS, POOLED_COMPARISONS, REPORTS_PER_HALF,
+    MEAN_NOISE_LIMIT, MIN_MEASURE_NS, Measured, POOLED_COMPARISONS, REPORTS_PER_HALF,
 };
 
 /// A level's pace against offline held back: the mean of its cycles' ratios and its
@@ -61,6 +61,16 @@ pub(super) fn mean_and_variance(values: &[f64]) -> (f64, f64) {
 pub(super) fn standard_error(values: &[f64]) -> f64 {
     let (_, variance) = mean_and_variance(values);
     (variance / values.len() as f64).sqrt()
+}
+
+/// Held halves' paces as one measurement: their mean, its standard error and their count;
+/// None without one.
+pub(super) fn measured(held: &[f64]) -> Option<Measured> {
+    (!held.is_empty()).then(|| Measured {
+        steps_per_s: mean_and_variance(held).0,
+        standard_error: standard_error(held),
+        intervals: held.len(),
+    })
 }
 
 /// How many standard errors of the difference the mean of `later` lies above the mean of
