@@ -1,5 +1,6 @@
 //! The pace controller's signal, once a tick (`[policy] harvest_by_pace`): which training job's
-//! pace steers it, and that pace's reports.
+//! pace steers it, that pace's reports, and the paces of the jobs beside it (by which a level
+//! that slows one of them is left too: `harvest/others.rs`).
 //!
 //! One job steers it: a job's progress reports come first, its GPUs' busy share
 //! (`gpu::training_busy`) second. Among the jobs with a pace from the same source, the one the

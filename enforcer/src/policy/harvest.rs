@@ -100,13 +100,13 @@
 //!
 //! Its parts: `level`, the ladder; `tuning`, its timings and thresholds; `statistics`, the
 //! arithmetic of paces, cycles and intervals; `verdict`, what a comparison's cycles say of its
-//! level; `carried`, a too-noisy level's cycles from one comparison to the next; `kept_cycles`, the
-//! cycles that kept a level, pooled with its next comparison's; `ceiling`, how long a level left
-//! waits before it is tried again; `watch`, the settled level's pace between its rechecks;
-//! `others`, the jobs beside the one followed;
-//! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
-//! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
-//! its cycles would spread over them (`--spread`).
+//! level; `carried`, a too-noisy level's cycles from one comparison to the next; `kept_cycles`,
+//! the cycles that kept a level, pooled with its next comparison's; `ceiling`, how long a level
+//! left waits before it is tried again; `watch`, the settled level's pace between its rechecks;
+//! `others`, the jobs beside the one followed; `change`, what the loop tells the daemon (each
+//! change of level and its reason); `replay`, the loop over a job's recorded step times
+//! (`enforcer replay-pace`), and `replay::spread`, how far its cycles would spread over them
+//! (`--spread`).
 
 mod carried;
 mod ceiling;
