@@ -321,6 +321,16 @@ fn the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again() {
             .iter()
             .any(|b| b.job == "second" && b.cycles >= 2 && b.ratio > 0.0)
     });
+    // And status says what the level costs it.
+    let status = status_text(instance);
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("offline's share"));
+    assert!(
+        line.is_some_and(|line| line.contains("beside it: second lost")),
+        "{status}"
+    );
+    println!("{}", line.unwrap_or_default());
 
     // "first" stops (as a job between bursts of reports would): silent past 10 s, its pace
     // goes, and the controller follows "second".
