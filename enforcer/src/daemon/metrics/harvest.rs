@@ -75,17 +75,26 @@ pub(super) fn encode(encoder: &mut DescriptorEncoder, harvest: &HarvestStatus) -
         let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
         gauge(&mut family.encode_family(&job)?, value)?;
     }
-    // What the level judged last cost the job followed, and what the level compared costs each
-    // job beside it so far: (job, [ratio, low, high]).
-    let mut costs: Vec<(&str, [f64; 3])> = Vec::new();
-    let ratio = harvest.last_change.as_ref().map(|c| &c["ratio"]);
-    if let Some(ratio) = ratio.filter(|r| r["ratio"].is_f64()) {
-        let bound = |name: &str| ratio[name].as_f64().unwrap_or(f64::NAN);
-        let job = harvest.job.as_deref().unwrap_or("");
-        costs.push((job, [bound("ratio"), bound("low"), bound("high")]));
-    }
-    for beside in &harvest.beside {
-        costs.push((beside.job.as_str(), [beside.ratio, beside.low, beside.high]));
+    // What the level compared costs each job beside the one followed so far, and what the level
+    // judged last cost the job it was judged by (the job followed, or a job beside it for
+    // `too_costly_for`) where that job is not among them: (job, [ratio, low, high]), one series
+    // per job and bound.
+    let mut costs: Vec<(&str, [f64; 3])> = harvest
+        .beside
+        .iter()
+        .map(|beside| (beside.job.as_str(), [beside.ratio, beside.low, beside.high]))
+        .collect();
+    if let Some(change) = &harvest.last_change
+        && change["ratio"]["ratio"].is_f64()
+    {
+        let bound = |name: &str| change["ratio"][name].as_f64().unwrap_or(f64::NAN);
+        let job = change["job"]
+            .as_str()
+            .or(harvest.job.as_deref())
+            .unwrap_or("");
+        if !costs.iter().any(|&(beside, _)| beside == job) {
+            costs.push((job, [bound("ratio"), bound("low"), bound("high")]));
+        }
     }
     if !costs.is_empty() {
         let mut family = encoder.encode_descriptor(

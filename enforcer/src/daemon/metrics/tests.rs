@@ -154,6 +154,58 @@ fn renders_cumulative_histograms_and_counters() {
     }
 }
 
+/// The pace ratio's series for `job` and `bound`, as sample lines.
+fn pace_ratios<'a>(text: &'a str, job: &str, bound: &str) -> Vec<&'a str> {
+    let series = format!("reamer_harvest_pace_ratio{{job=\"{job}\",bound=\"{bound}\"}} ");
+    text.lines()
+        .filter(|line| line.starts_with(&series))
+        .collect()
+}
+
+#[test]
+fn a_level_left_for_a_job_beside_has_its_ratio_under_that_job_once() {
+    let harvest = |beside: Vec<BesideJob>| HarvestStatus {
+        level: "quarter".into(),
+        signal: Some("progress".into()),
+        job: Some("resnet".into()),
+        last_change: Some(serde_json::json!({
+            "level": "quarter", "reason": "too_costly_for", "tried": "half", "job": "bert",
+            "ratio": {"ratio": 0.9, "low": 0.85, "high": 0.95, "cycles": 3}
+        })),
+        beside,
+        ..Default::default()
+    };
+    let render_with = |beside| {
+        render(Snapshot {
+            enforcement: Some(EnforcementStatus {
+                harvest: Some(harvest(beside)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    };
+    // Left for bert: its ratio is bert's, not the job followed's.
+    let text = render_with(Vec::new());
+    assert_eq!(
+        pace_ratios(&text, "bert", "ratio"),
+        ["reamer_harvest_pace_ratio{job=\"bert\",bound=\"ratio\"} 0.9"]
+    );
+    assert!(pace_ratios(&text, "resnet", "ratio").is_empty(), "{text}");
+    // bert measured again at the level below: one series, the comparison now running.
+    let now = BesideJob {
+        job: "bert".into(),
+        ratio: 0.99,
+        low: 0.9,
+        high: 1.08,
+        cycles: 2,
+    };
+    let text = render_with(vec![now]);
+    assert_eq!(
+        pace_ratios(&text, "bert", "ratio"),
+        ["reamer_harvest_pace_ratio{job=\"bert\",bound=\"ratio\"} 0.99"]
+    );
+}
+
 #[test]
 fn a_reference_from_the_gpus_busy_share_has_its_own_gauge() {
     let snapshot = Snapshot {
