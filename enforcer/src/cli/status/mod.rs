@@ -181,16 +181,21 @@ fn pace_in_words(signal: Option<&str>, pace: f64) -> String {
 /// What the level compared cost each job beside the one followed, over the comparison's
 /// cycles: ` | beside it: bert lost 3.0% [1.0, 5.0] over 4 cycles`.
 fn beside_in_words(beside: &[BesideJob]) -> String {
-    let lost = |r: f64| (1.0 - r) * 100.0;
     let each = beside.iter().map(|b| {
-        let (job, cycles) = (&b.job, b.cycles);
-        let (ratio, low, high) = (lost(b.ratio), lost(b.high), lost(b.low));
-        format!("{job} lost {ratio:.1}% [{low:.1}, {high:.1}] over {cycles} cycles")
+        let cost = cost_in_words(b.ratio, b.low, b.high);
+        format!("{} lost {cost} over {} cycles", b.job, b.cycles)
     });
     match beside.is_empty() {
         true => String::new(),
         false => format!(" | beside it: {}", each.collect::<Vec<_>>().join(", ")),
     }
+}
+
+/// A pace ratio with its interval as what it cost the job, in %: `3.0% [1.0, 5.0]` for 0.97
+/// in [0.95, 0.99].
+fn cost_in_words(ratio: f64, low: f64, high: f64) -> String {
+    let cost = |r: f64| (1.0 - r) * 100.0;
+    format!("{:.1}% [{:.1}, {:.1}]", cost(ratio), cost(high), cost(low))
 }
 
 /// What the pace controller has cost offline so far, where it has run: ` | offline held back
@@ -225,16 +230,12 @@ fn harvest_move(change: &serde_json::Value) -> String {
     };
     match judged {
         Some((tried, ratio)) => {
-            let cost = |r: f64| (1.0 - r) * 100.0;
             let cycles = change["ratio"]["cycles"]
                 .as_u64()
                 .map_or(String::new(), |n| format!(" over {n} cycles"));
-            format!(
-                "{reason} ({tried} cost {paid_by} {:.1}% [{:.1}, {:.1}]{cycles}), {to}",
-                cost(ratio),
-                cost(change["ratio"]["high"].as_f64().unwrap_or(ratio)),
-                cost(change["ratio"]["low"].as_f64().unwrap_or(ratio)),
-            )
+            let bound = |name: &str| change["ratio"][name].as_f64().unwrap_or(ratio);
+            let cost = cost_in_words(ratio, bound("low"), bound("high"));
+            format!("{reason} ({tried} cost {paid_by} {cost}{cycles}), {to}")
         }
         None => format!(
             "{reason}{}{}, {to}",

@@ -775,13 +775,19 @@ fn a_settled_level_that_turns_costly_is_compared_at_once_and_left() {
     );
 }
 
-#[test]
-fn a_new_phase_of_the_job_starts_the_search_again() {
+/// A job that nothing slows, 100 s in: the loop settled at the top of its ladder.
+fn settled_at_the_top() -> (Harvest, Job, Vec<Report>) {
     let mut harvest = Harvest::new(settings());
     let mut reports = Vec::new();
     let mut job = Job::new(100.0, |_| 0.0, 0.01);
     let first = run(&mut harvest, &mut job, &mut reports, 0, 100);
     assert_eq!(first.settled_level(), Some(Level::TrainingCores));
+    (harvest, job, reports)
+}
+
+#[test]
+fn a_new_phase_of_the_job_starts_the_search_again() {
+    let (mut harvest, mut job, mut reports) = settled_at_the_top();
     // Evaluation: half the pace, and now everything offline does costs it 4%.
     job.pace = 50.0;
     job.cost = |l| if l == Level::Held { 0.0 } else { 0.04 };
@@ -804,11 +810,7 @@ fn a_new_phase_of_the_job_starts_the_search_again() {
 
 #[test]
 fn a_change_of_signal_starts_the_search_again_from_a_probe() {
-    let mut harvest = Harvest::new(settings());
-    let mut reports = Vec::new();
-    let mut job = Job::new(100.0, |_| 0.0, 0.01);
-    let first = run(&mut harvest, &mut job, &mut reports, 0, 100);
-    assert_eq!(first.settled_level(), Some(Level::TrainingCores));
+    let (mut harvest, mut job, mut reports) = settled_at_the_top();
     assert_eq!(harvest.source(), Some(PaceSource::Progress));
     // The job stops reporting; its GPU's busy share, in other units, takes over.
     job.source = PaceSource::GpuBusy;
@@ -839,11 +841,7 @@ fn a_change_of_signal_starts_the_search_again_from_a_probe() {
 
 #[test]
 fn another_jobs_pace_is_followed_from_its_first_seconds_not_compared_with_the_last_ones() {
-    let mut harvest = Harvest::new(settings());
-    let mut reports = Vec::new();
-    let mut job = Job::new(100.0, |_| 0.0, 0.01);
-    let first = run(&mut harvest, &mut job, &mut reports, 0, 100);
-    assert_eq!(first.settled_level(), Some(Level::TrainingCores));
+    let (mut harvest, mut job, mut reports) = settled_at_the_top();
     assert_eq!(harvest.job(), Some("job"));
     // The job ends; another one, already reporting, is the first with a pace now: its own
     // count, a third of the pace, and offline on training's cores costs it 5%.
