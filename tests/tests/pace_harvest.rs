@@ -10,13 +10,14 @@
 //!   level (`several_jobs`): one job's pace is no proof for the other's cores.
 //! - of two reporting jobs, the other is measured over the controller's cycles beside the one
 //!   followed, and the one followed keeps the signal when the other, earlier in the
-//!   registry's order, reports again after a silence.
+//!   registry's order, reports again after a silence; `observe --json` records the
+//!   controller as status has it.
 
 use std::time::{Duration, Instant};
 
 use reamer_tests::harness::{
-    Daemon, Reaped, decision_log_of, eventually, pool_in, privileged, remove_test_cgroups,
-    status_text, wait_ok,
+    Daemon, Reaped, decision_log_of, enforcer_bin, eventually, pool_in, privileged,
+    remove_test_cgroups, status_text, wait_ok,
 };
 use serde_json::Value;
 
@@ -331,6 +332,23 @@ fn the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again() {
         "{status}"
     );
     println!("{}", line.unwrap_or_default());
+    // `observe --json` records the controller as status has it: the job followed, its pace
+    // with offline held back, and (the cycles may have begun again since) the jobs beside.
+    let observed = std::process::Command::new(enforcer_bin())
+        .args(["observe", "--json", "--interval", "0.2", "--count", "1"])
+        .args(["--instance", instance])
+        .output()
+        .expect("enforcer observe");
+    assert!(observed.status.success(), "{observed:?}");
+    let trace: Value = serde_json::from_slice(&observed.stdout).expect("a JSON line");
+    let harvest = &trace["harvest"];
+    assert_eq!(harvest["job"], "first", "{trace}");
+    assert!(
+        harvest["reference_steps_per_s"]
+            .as_f64()
+            .is_some_and(|pace| pace > 0.0),
+        "{trace}"
+    );
 
     // "first" stops (as a job between bursts of reports would): silent past 10 s, its pace
     // goes, and the controller follows "second".

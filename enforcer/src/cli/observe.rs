@@ -2,9 +2,13 @@
 
 use std::{collections::HashMap, io::Write as _, path::Path, time::Duration};
 
-use enforcer_common::{cpu_list, protocol::Snapshot};
+use enforcer_common::{
+    cpu_list,
+    protocol::{HarvestStatus, Snapshot},
+};
 
 use super::client::{Client, ClientError};
+use super::status::harvest_in_words;
 use crate::sensor::interval::{JobInterval, job_interval};
 
 /// One printed interval: a line of `observe --json`, and of the traces `enforcer replay`
@@ -25,29 +29,17 @@ pub(crate) struct ObservedInterval {
     /// Whether offline pools were paused at the interval's end, where the daemon enforces.
     #[serde(default)]
     pub offline_paused: Option<bool>,
-    /// Where the pace controller holds offline at the interval's end, and why it last moved
-    /// (`harvest_by_pace`): `held`, `quarter`, ... `training_cores`.
+    /// The pace controller at the interval's end (`harvest_by_pace`), as `status --json` has
+    /// it: the level (`held`, `quarter`, ... `training_cores`), the job followed and its pace
+    /// with offline held back, the last move with what the level cost training, what the
+    /// controller has cost offline, and what the level cost each job beside. A trace recorded
+    /// before these were there reads its level, signal and job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub harvest: Option<HarvestAt>,
+    pub harvest: Option<HarvestStatus>,
     /// Sensor counters that changed in the interval (events sent, dropped, ...).
     pub counters: HashMap<String, u64>,
     /// Average cost of one sensor program run in the interval, when bpf_stats is enabled.
     pub sensor_ns_per_run: Option<f64>,
-}
-
-/// The pace controller at an interval's end.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub(crate) struct HarvestAt {
-    pub level: String,
-    /// Its signal: `progress` or `gpu_busy`; None without one.
-    #[serde(default)]
-    pub signal: Option<String>,
-    /// The training job whose pace it follows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<String>,
-    /// The reason of its last move (`probe`, `trial`, `kept`, `too_costly`, ...).
-    #[serde(default)]
-    pub reason: Option<String>,
 }
 
 /// Figures between two snapshots.
@@ -79,18 +71,7 @@ pub(crate) fn interval(prev: &Snapshot, cur: &Snapshot) -> ObservedInterval {
     let reserved_cpus =
         enforced.map(|e| cpu_list::parse(&e.training_cpus).map_or(0, |cpus| cpus.len()));
     let offline_paused = enforced.map(|e| e.pools.iter().any(|pool| pool.paused));
-    let harvest = enforced
-        .and_then(|e| e.harvest.as_ref())
-        .map(|h| HarvestAt {
-            level: h.level.clone(),
-            signal: h.signal.clone(),
-            job: h.job.clone(),
-            reason: h
-                .last_change
-                .as_ref()
-                .and_then(|c| c["reason"].as_str())
-                .map(str::to_owned),
-        });
+    let harvest = enforced.and_then(|e| e.harvest.clone());
     let counters = cur
         .counters
         .iter()
@@ -179,18 +160,13 @@ pub(crate) fn render(observed: &ObservedInterval) -> String {
     }
     if let Some(harvest) = &observed.harvest {
         out.push_str(&format!(
-            "offline's share by training's pace: {} (signal: {}{}; last move: {})\n",
-            harvest.level,
+            "offline's share by training's pace: {} | signal: {}{}\n",
+            harvest_in_words(harvest),
             harvest.signal.as_deref().unwrap_or("none"),
             harvest
                 .job
                 .as_ref()
                 .map_or(String::new(), |job| format!(" from {job}")),
-            harvest
-                .reason
-                .as_deref()
-                .unwrap_or("none yet")
-                .replace('_', " "),
         ));
     }
     let counter = |name: &str| observed.counters.get(name).copied().unwrap_or(0);
@@ -265,57 +241,78 @@ pub(crate) async fn run(
 
 #[cfg(test)]
 mod tests {
-    use enforcer_common::protocol::{EnforcementStatus, HarvestStatus};
+    use enforcer_common::protocol::{BesideJob, EnforcementStatus};
 
     use super::*;
 
     #[test]
-    fn the_pace_controllers_level_and_last_move_are_in_the_interval() {
+    fn the_pace_controller_is_in_the_interval_as_status_has_it() {
         let prev = Snapshot::default();
+        let harvest = HarvestStatus {
+            level: "half".into(),
+            signal: Some("progress".into()),
+            job: Some("resnet".into()),
+            reference_steps_per_s: Some(181.5),
+            last_change: Some(serde_json::json!({
+                "level": "half", "reason": "too_costly_for", "job": "bert",
+                "tried": "three_quarters", "settles": true,
+                "ratio": {"ratio": 0.9, "low": 0.85, "high": 0.95, "cycles": 3},
+            })),
+            held_back_s: 30.0,
+            running_s: 300.0,
+            beside: vec![BesideJob {
+                job: "bert".into(),
+                ratio: 0.9,
+                low: 0.85,
+                high: 0.95,
+                cycles: 3,
+            }],
+            ..Default::default()
+        };
         let cur = Snapshot {
             monotonic_ns: 100_000_000,
             enforcement: Some(EnforcementStatus {
                 enforcing: true,
-                harvest: Some(HarvestStatus {
-                    level: "unpaused".into(),
-                    signal: Some("gpu_busy".into()),
-                    job: Some("resnet".into()),
-                    reference_steps_per_s: Some(870_000.0),
-                    last_change: Some(serde_json::json!({"level": "unpaused", "reason": "kept"})),
-                    ..Default::default()
-                }),
+                harvest: Some(harvest.clone()),
                 ..Default::default()
             }),
             ..Default::default()
         };
         let observed = interval(&prev, &cur);
-        assert_eq!(
-            observed.harvest,
-            Some(HarvestAt {
-                level: "unpaused".into(),
-                signal: Some("gpu_busy".into()),
-                job: Some("resnet".into()),
-                reason: Some("kept".into()),
-            })
-        );
+        assert_eq!(observed.harvest.as_ref(), Some(&harvest));
+        // Per job: the one followed, its pace with offline held back, what the level cost the
+        // job it was left for, what the controller cost offline, and each job beside.
         assert!(
             render(&observed).contains(
-                "offline's share by training's pace: unpaused (signal: gpu_busy from resnet; last \
-                 move: kept)"
+                "offline's share by training's pace: half | resnet's pace with offline held back \
+                 181.50 steps/s | last move: too costly for bert (three_quarters cost bert 10.0% \
+                 [5.0, 15.0] over 3 cycles), settled at half | offline held back 30 s of 300 s \
+                 (10%) | beside it: bert lost 10.0% [5.0, 15.0] over 3 cycles | signal: progress \
+                 from resnet\n"
             ),
             "{}",
             render(&observed)
         );
-        // A trace line says it, and one recorded before it was there still reads.
+        // A trace line carries it all, and reads back.
         let line = serde_json::to_string(&observed).unwrap();
-        assert!(
-            line.contains("\"harvest\":{\"level\":\"unpaused\""),
-            "{line}"
-        );
+        let read: ObservedInterval = serde_json::from_str(&line).unwrap();
+        assert_eq!(read.harvest, Some(harvest));
+        // A line recorded before any of it, and one from before the reference and the rest,
+        // still read.
         let old: ObservedInterval = serde_json::from_str(
             r#"{"seconds":0.1,"jobs":[],"counters":{},"sensor_ns_per_run":null}"#,
         )
         .unwrap();
         assert_eq!(old.harvest, None);
+        let older: ObservedInterval = serde_json::from_str(
+            r#"{"seconds":0.1,"jobs":[],"counters":{},"sensor_ns_per_run":null,
+                "harvest":{"level":"unpaused","signal":"gpu_busy","job":"resnet","reason":"kept"}}"#,
+        )
+        .unwrap();
+        let older = older.harvest.unwrap();
+        assert_eq!(
+            (older.level.as_str(), older.job.as_deref()),
+            ("unpaused", Some("resnet"))
+        );
     }
 }

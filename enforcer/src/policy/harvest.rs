@@ -629,7 +629,8 @@ impl Harvest {
         self.phase = Phase::Comparing {
             since: now_ns,
             level,
-            half_ns: SETTLE_NS + measure_ns(reports),
+            // Long enough for every job's reports, the jobs beside the one followed too.
+            half_ns: SETTLE_NS + measure_ns(reports).max(self.others.measure_ns()),
             holding: false,
             judged: 0,
             recheck: false,

@@ -9,6 +9,9 @@
 //! costly (reason `too_costly_for`, with the job). Without them, a level that slowed only a job
 //! not followed was kept for as long as that job ran.
 //!
+//! A half measures long enough for every job's reports (`Others::measure_ns`): two of the
+//! periods of whichever job reports least often.
+//!
 //! Another job's cycles only ever take offline work away, and only by their interval: where its
 //! 95% interval lies wholly below `1 − ε`, from `MIN_CYCLES` cycles on. Its mean alone does not
 //! decide, as the followed job's does at the policy's level (`Cycles::verdict`): that takes more
@@ -17,8 +20,8 @@
 
 use std::collections::BTreeMap;
 
-use super::statistics::{Ratio, pace_between, paired_interval};
-use super::tuning::{MIN_CYCLES, SETTLE_NS};
+use super::statistics::{Ratio, measure_ns, pace_between, paired_interval};
+use super::tuning::{MIN_CYCLES, MIN_MEASURE_NS, SETTLE_NS};
 use super::{Harvest, Level};
 use crate::policy::pace::Report;
 
@@ -105,6 +108,15 @@ impl Others {
                 let ratio = paired_interval(cycles).filter(|ratio| ratio.high < floor)?;
                 Some((job.clone(), ratio))
             })
+    }
+
+    /// How long a half must measure for every other job's reports to give it a pace
+    /// (`measure_ns` of each): a job reporting less often than the one followed, every 3 s
+    /// beside one reporting each second, has at most one report in the followed job's 2 s and
+    /// so no cycles at all.
+    pub(super) fn measure_ns(&self) -> u64 {
+        let each = self.reports.iter().map(|(_, reports)| measure_ns(reports));
+        each.max().unwrap_or(MIN_MEASURE_NS)
     }
 
     /// A new comparison: the cycles so far judged nothing of its level.

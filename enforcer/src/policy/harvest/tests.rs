@@ -1020,6 +1020,32 @@ fn a_level_that_slows_the_job_not_followed_is_left_for_it() {
 }
 
 #[test]
+fn a_job_beside_reporting_less_often_has_its_own_cycles() {
+    // As above, with the job beside reporting every 3 s while the one followed reports each
+    // second: halves of the followed job's two report periods held at most one of its reports.
+    let mut followed = Job::new(100.0, |_| 0.0, 0.01);
+    let mut beside = Job {
+        name: "beside",
+        rng: SplitMix64::new(11),
+        report_gap_s: (3.0, 3.0),
+        ..Job::new(50.0, |level| from_three_quarters(level, 0.1), 0.01)
+    };
+    let mut harvest = Harvest::new(settings());
+    let told = run_beside(&mut harvest, (&mut followed, &mut beside), 0, 900, true);
+    let left_for_beside = told
+        .changes
+        .iter()
+        .any(|(_, change)| matches!(&change.why, Why::TooCostlyFor { job, .. } if job == "beside"));
+    assert!(left_for_beside, "{:?}", told.changes);
+    assert_eq!(
+        told.settled_level(),
+        Some(Level::Half),
+        "{:?}",
+        told.changes
+    );
+}
+
+#[test]
 fn a_job_beside_that_pays_nothing_has_no_level_left_for_it() {
     // Both jobs' paces as noisy as the VM's training simulator's (±4.5% a second, its cycles
     // spreading by about 2.6%), and no level costs either: the other job's cycles must not take
