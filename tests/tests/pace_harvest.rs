@@ -332,8 +332,9 @@ fn the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again() {
         "{status}"
     );
     println!("{}", line.unwrap_or_default());
-    // `observe --json` records the controller as status has it: the job followed, its pace
-    // with offline held back, and (the cycles may have begun again since) the jobs beside.
+    // `observe --json` records the controller as status has it: the job followed and its pace
+    // with offline held back (the jobs beside are left out here: a new comparison may have
+    // begun since, with no cycles yet).
     let observed = std::process::Command::new(enforcer_bin())
         .args(["observe", "--json", "--interval", "0.2", "--count", "1"])
         .args(["--instance", instance])
