@@ -6,8 +6,10 @@
 //!   stops reporting, offline goes back to the core policy's CPUs;
 //! - settled, it reads the job's pace between rechecks, and a job whose pace drops has its
 //!   level compared again at once (`pace_moved`), not at the next recheck;
-//! - a second training job brings it down from the top of its ladder to the core policy's
-//!   level (`several_jobs`): one job's pace is no proof for the other's cores.
+//! - a second training job without a pace brings it down from the top of its ladder to the
+//!   core policy's level (`several_jobs`): one job's pace is no proof for the other's cores;
+//! - with two reporting jobs it searches from the top of its ladder, each job's own cycles to
+//!   show a level above the policy's free;
 //! - of two reporting jobs, the other is measured over the controller's cycles beside the one
 //!   followed, and the one followed keeps the signal when the other, earlier in the
 //!   registry's order, reports again after a silence; `observe --json` records the
@@ -260,6 +262,7 @@ fn a_second_training_job_brings_the_controller_down_to_the_policys_level() {
     };
     let down = &harvest_steps(&daemon)[came_down(&harvest_steps(&daemon))];
     assert_eq!(down["jobs"], 2, "{down}");
+    assert_eq!(down["waiting_for"], "other", "{down}");
     // Its comparisons go on, at the policy's level and below (a cycle is 6 s or more).
     std::thread::sleep(Duration::from_secs(8));
     let steps = harvest_steps(&daemon);
@@ -271,6 +274,52 @@ fn a_second_training_job_brings_the_controller_down_to_the_policys_level() {
                 .all(|s| !["unpaused", "training_cores"].contains(&s["level"].as_str().unwrap())),
         "{since:#?}"
     );
+    daemon.stop();
+    remove_test_cgroups(instance, "batch");
+}
+
+#[test]
+fn two_reporting_jobs_have_the_levels_above_the_policys_compared() {
+    let instance = "it-pace-two";
+    if !privileged("two_reporting_jobs_have_the_levels_above_the_policys_compared") {
+        return;
+    }
+    let _ = std::fs::remove_file(decision_log_of(instance));
+    let (daemon, _hog) = daemon_with_offline_hog(instance, "45");
+    let args = ["--seconds", "45", "--loaders", "1"];
+    let _first = Reaped(daemon.launch("--training", "first", TRAINING_SIM, &args));
+    eventually("the first job followed", Duration::from_secs(10), || {
+        followed_job(&daemon).as_deref() == Some("first")
+    });
+    let _second = Reaped(daemon.launch("--training", "second", TRAINING_SIM, &args));
+    // The first comparison waits for both jobs' first 10 s of a pace. Each job then has a pace
+    // of its own to show a level above the policy's free, so the search starts at the top of
+    // the ladder.
+    eventually("a comparison", Duration::from_secs(16), || {
+        harvest_steps(&daemon)
+            .iter()
+            .any(|s| s["reason"] == "trial")
+    });
+    let steps = harvest_steps(&daemon);
+    let first = steps.iter().find(|s| s["reason"] == "trial");
+    assert_eq!(
+        first.map(|s| s["level"].clone()),
+        Some("training_cores".into()),
+        "{steps:#?}"
+    );
+    // The job beside is measured over the controller's cycles from its own first 10 s on (two
+    // cycles: 12 s or more), whatever level the search has come to.
+    eventually("the job beside measured", Duration::from_secs(40), || {
+        let harvest = daemon.snapshot().enforcement.and_then(|e| e.harvest);
+        let beside = harvest.map(|h| h.beside).unwrap_or_default();
+        beside.iter().any(|b| b.job == "second" && b.cycles >= 2)
+    });
+    let steps = logged_harvest_steps(instance);
+    assert!(
+        !steps.iter().any(|s| s["reason"] == "several_jobs"),
+        "{steps:#?}"
+    );
+    println!("{steps:#?}");
     daemon.stop();
     remove_test_cgroups(instance, "batch");
 }
@@ -315,7 +364,7 @@ fn the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again() {
     });
     // The job beside it is measured over the same cycles (two at least: 12 s or more), so that
     // a level costly to it alone is left too.
-    eventually("the job beside measured", Duration::from_secs(30), || {
+    eventually("the job beside measured", Duration::from_secs(40), || {
         let harvest = daemon.snapshot().enforcement.and_then(|e| e.harvest);
         let beside = harvest.map(|h| h.beside).unwrap_or_default();
         beside

@@ -480,21 +480,21 @@ impl Enforcement {
 
     /// The pace controller's step, once a tick: `signal` where the pace of the training job it
     /// follows comes from now, and that job's name (None: it has none), `reports` that pace's
-    /// counts (`policy::pace`), `training_jobs` how many jobs run, `others` the other jobs'
+    /// counts (`policy::pace`), `training_jobs` the jobs that run, `others` the other jobs'
     /// reports, each named. A new level is logged with its reason and written at once.
     pub(crate) fn on_pace(
         &mut self,
         now_ns: u64,
         signal: Option<(PaceSource, &str)>,
         reports: &[Report],
-        training_jobs: usize,
+        training_jobs: Vec<String>,
         others: Vec<(String, Vec<Report>)>,
     ) {
         let Some(harvest) = &mut self.harvest else {
             return;
         };
         harvest.set_training_jobs(training_jobs);
-        harvest.set_other_jobs(others);
+        harvest.set_other_jobs(now_ns, others);
         let before = harvest.level();
         let Some(change) = harvest.tick(now_ns, signal, reports) else {
             return;

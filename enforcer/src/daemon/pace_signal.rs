@@ -15,11 +15,11 @@ use super::state::Shared;
 use crate::policy::{harvest::PaceSource, pace::Report};
 
 /// The controller's step at `now_ns`, with the pace of the job it follows (or none), the
-/// number of training jobs running (`Registry::running_training_jobs`: with more than one it
-/// keeps to the core policy's level and below, `Harvest::set_training_jobs`), and the other
-/// jobs' paces.
+/// training jobs running (`Registry::running_training_jobs`: while one of them beside the job
+/// followed has no pace, it keeps to the core policy's level and below,
+/// `Harvest::set_training_jobs`), and the other jobs' paces.
 pub(super) fn step(shared: &Shared, now_ns: u64) {
-    let (jobs, running): (Vec<String>, usize) = {
+    let (jobs, running): (Vec<String>, Vec<String>) = {
         let registry = shared.registry.lock().expect("registry poisoned");
         let names = registry.training.iter().map(|job| job.name.clone());
         (names.collect(), registry.running_training_jobs())
@@ -55,13 +55,14 @@ pub(super) fn step(shared: &Shared, now_ns: u64) {
         follow(&jobs, followed_by(PaceSource::GpuBusy), busy)
             .map(|(job, reports)| (PaceSource::GpuBusy, job, reports))
     });
-    // The jobs beside the one followed, each by its own pace: a level that slows one of them
-    // is left too (`Harvest::set_other_jobs`).
+    // The jobs running beside the one followed, each by its own pace: a level that slows one
+    // of them is left too, and one above the policy's is kept only where each shows it free
+    // (`Harvest::set_other_jobs`). An ended job's last reports show nothing of its cores.
     let followed_now = pace.as_ref().map(|(_, job, _)| *job);
     let others = jobs
         .iter()
         .zip(reported)
-        .filter(|(name, _)| Some(name.as_str()) != followed_now)
+        .filter(|(name, _)| Some(name.as_str()) != followed_now && running.contains(name))
         .filter_map(|(name, reports)| Some((name.clone(), reports.or_else(|| busy(name))?)))
         .collect();
     let (signal, reports) = pace.map_or((None, Vec::new()), |(source, job, reports)| {

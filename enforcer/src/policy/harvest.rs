@@ -93,10 +93,11 @@
 //! different units. So does a change of the job followed, after the new job's first `WARMUP_NS` at
 //! the policy's level: one job's cycles say nothing of another's. Without either (a job that does
 //! not report and holds no GPU of its own, or silent for `pace::STALE_NS`) the level is the core
-//! policy's own, as without this loop. The loop follows one job's pace; while more than one
-//! training job runs, it goes no higher than the policy's level (`set_training_jobs`), since the
-//! levels above reach every job's cores, and the other jobs' paces over the same cycles can
-//! leave a level the job followed keeps (`others`).
+//! policy's own, as without this loop. The loop follows one job's pace; the other training jobs'
+//! paces over the same cycles can leave a level the job followed keeps, and a level above the
+//! policy's, which reaches every job's cores, is kept only where each of them shows it free
+//! too. While a job beside has no pace, or is in its first `WARMUP_NS` of one, the loop goes no
+//! higher than the policy's level (`others`).
 //!
 //! Its parts: `level`, the ladder; `tuning`, its timings and thresholds; `statistics`, the
 //! arithmetic of paces, cycles and intervals; `verdict`, what a comparison's cycles say of its
@@ -125,7 +126,7 @@ use self::ceiling::Ceiling;
 pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
 use self::kept_cycles::KeptCycles;
 pub(crate) use self::level::{Level, shape};
-use self::others::Others;
+use self::others::{Beside, Others};
 use self::statistics::{
     PooledSpread, could_show_free_at_spread, mean_too_noisy, measure_ns, measured, standard_error,
 };
@@ -201,9 +202,9 @@ pub(crate) struct Harvest {
     /// The level the loop last settled at, and how long it waits there before a recheck.
     settled_at: Option<Level>,
     recheck_after_ns: u64,
-    /// The training jobs the node runs (`set_training_jobs`), which set the highest level
-    /// the loop may try (`top`), and the cycles of those it does not follow (`others`).
-    training_jobs: usize,
+    /// The training jobs the node runs, by name (`set_training_jobs`), which set the highest
+    /// level the loop may try (`top`), and the cycles of those it does not follow (`others`).
+    training_jobs: Vec<String>,
     others: Others,
     /// The last change, for status.
     last: Option<Change>,
@@ -234,7 +235,7 @@ impl Harvest {
             stretch_spread: StretchSpread::default(),
             settled_at: None,
             recheck_after_ns: RECHECK_NS,
-            training_jobs: 1,
+            training_jobs: Vec::new(),
             others: Others::default(),
             last: None,
             first_tick_ns: None,
@@ -352,7 +353,8 @@ impl Harvest {
         }
         if self.level_judged().is_some_and(|level| level > self.top()) {
             let why = Why::SeveralJobs {
-                jobs: self.training_jobs,
+                jobs: self.training_jobs.len(),
+                waiting_for: self.waiting_for().unwrap_or_default().to_owned(),
             };
             return Some(self.compare(now_ns, self.top(), reports, why));
         }
@@ -361,10 +363,14 @@ impl Harvest {
                 self.phase = Phase::WarmingUp { since: now_ns };
                 None
             }
-            Phase::WarmingUp { since } => (now_ns.saturating_sub(since) >= WARMUP_NS).then(|| {
-                let why = Why::Trial { reference: None };
-                self.compare(now_ns, self.top(), reports, why)
-            }),
+            // The first comparison waits for the jobs beside too: from the top of the ladder
+            // where each has a pace of its own by then.
+            Phase::WarmingUp { since } => {
+                (now_ns.saturating_sub(since) >= WARMUP_NS && self.others_warmed_up()).then(|| {
+                    let why = Why::Trial { reference: None };
+                    self.compare(now_ns, self.top(), reports, why)
+                })
+            }
             Phase::Comparing {
                 since,
                 half_ns,
@@ -509,16 +515,30 @@ impl Harvest {
             noisy,
             spread_bound,
         };
-        let Some(verdict) = cycles.verdict(&self.carried) else {
-            return Some(self.change(Why::Undecided {
-                tried: level,
-                ratio,
-            }));
+        // Above the policy's level the jobs beside the one followed must show the level free
+        // too (`others`); one whose cycles could hardly show it any more ends the comparison.
+        let beside = match level > Level::Policy {
+            true => self.others.above_policy(floor, recheck, judged + 1),
+            false => Beside::Free,
         };
-        // Kept for the job followed, and shown costly by another job's cycles: left.
-        let costly_for = matches!(verdict, Verdict::Kept | Verdict::TooNoisy)
-            .then(|| self.others.costly_for(floor))
-            .flatten();
+        let (verdict, not_shown_free_for) = match (cycles.verdict(&self.carried), beside) {
+            (None | Some(Verdict::Kept), Beside::NotShownFree { job, ratio }) => {
+                (Verdict::NotShownFree, Some((job, ratio)))
+            }
+            (None, _) | (Some(Verdict::Kept), Beside::NotYet) => {
+                return Some(self.change(Why::Undecided {
+                    tried: level,
+                    ratio,
+                }));
+            }
+            (Some(verdict), _) => (verdict, None),
+        };
+        // Kept for the job followed, or not shown free for a job beside, and shown costly by
+        // another job's cycles: left, as too costly for it.
+        let costly_for = (matches!(verdict, Verdict::Kept | Verdict::TooNoisy)
+            || not_shown_free_for.is_some())
+        .then(|| self.others.costly_for(floor))
+        .flatten();
         let verdict = costly_for.as_ref().map_or(verdict, |_| Verdict::TooCostly);
         match level <= Level::Policy && !noisy && verdict == Verdict::Kept {
             true => self.kept_cycles.kept(level, &ratios),
@@ -538,9 +558,10 @@ impl Harvest {
         };
         self.last_held = self.reference;
         self.spread.add(&ratios);
+        self.others.judged();
         self.cycles.clear();
-        let (why, ratio) = match costly_for {
-            Some((job, ratio)) => (
+        let (why, ratio) = match (costly_for, not_shown_free_for) {
+            (Some((job, ratio)), _) => (
                 Why::TooCostlyFor {
                     tried: level,
                     job,
@@ -548,7 +569,15 @@ impl Harvest {
                 },
                 ratio,
             ),
-            None => (verdict.why(level, ratio), ratio),
+            (None, Some((job, beside))) => (
+                Why::NotShownFreeFor {
+                    tried: level,
+                    job,
+                    ratio: beside,
+                },
+                ratio,
+            ),
+            (None, None) => (verdict.why(level, ratio), ratio),
         };
         if verdict == Verdict::Kept {
             self.ceiling.kept(level);
@@ -656,7 +685,7 @@ impl Harvest {
     /// Drops what was measured: a new signal, or none.
     fn forget(&mut self) {
         self.cycles.clear();
-        self.others.clear_cycles();
+        self.others.forget();
         self.spread.clear();
         self.carried.clear();
         self.kept_cycles.clear();

@@ -420,11 +420,10 @@ impl Registry {
     /// The training jobs that run: threads at the last reconcile, and not ended. A job the
     /// config declares whose groups are empty does not run, nor does a launched one that
     /// ended and keeps its figures for status.
-    pub(crate) fn running_training_jobs(&self) -> usize {
-        self.training
-            .iter()
-            .filter(|job| job.threads > 0 && job.ended.is_none())
-            .count()
+    pub(crate) fn running_training_jobs(&self) -> Vec<String> {
+        let running = self.training.iter();
+        let running = running.filter(|job| job.threads > 0 && job.ended.is_none());
+        running.map(|job| job.name.clone()).collect()
     }
 
     /// Every thread id of every group, with its owner (a process's pid is its main thread's
@@ -514,14 +513,14 @@ mod tests {
             registry.add_training_process(name, pid).unwrap();
         }
         // Before a reconcile has counted their threads: none runs yet.
-        assert_eq!(registry.running_training_jobs(), 0);
+        assert!(registry.running_training_jobs().is_empty());
         for job in &mut registry.training {
             job.threads = 2;
         }
-        assert_eq!(registry.running_training_jobs(), 3);
+        assert_eq!(registry.running_training_jobs(), ["a", "b", "c"]);
         // One ended (its figures kept for status), one's groups empty.
         registry.training[0].ended = Some(std::time::Instant::now());
         registry.training[1].threads = 0;
-        assert_eq!(registry.running_training_jobs(), 1);
+        assert_eq!(registry.running_training_jobs(), ["c"]);
     }
 }

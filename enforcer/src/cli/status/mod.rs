@@ -257,11 +257,16 @@ fn harvest_move(change: &serde_json::Value) -> String {
 }
 
 /// How many training jobs ran where that held the loop to the policy's level
-/// (`several_jobs`): ` (2 training jobs)`. Empty for any other change.
+/// (`several_jobs`), and the one whose pace it waited for: ` (2 training jobs, waiting for
+/// bert's pace)`. Empty for any other change.
 fn jobs_in_words(change: &serde_json::Value) -> String {
-    change["jobs"]
-        .as_u64()
-        .map_or(String::new(), |jobs| format!(" ({jobs} training jobs)"))
+    let Some(jobs) = change["jobs"].as_u64() else {
+        return String::new();
+    };
+    match change["waiting_for"].as_str().filter(|job| !job.is_empty()) {
+        Some(job) => format!(" ({jobs} training jobs, waiting for {job}'s pace)"),
+        None => format!(" ({jobs} training jobs)"),
+    }
 }
 
 /// How far a pace moved (`phase_change`: the held pace, `pace_moved`: the settled level's),
@@ -322,6 +327,25 @@ mod tests {
             "not shown free (unpaused cost training 0.5% [-2.0, 3.0] over 6 cycles), settled at \
              policy"
         );
+        // Not shown free by a job beside the one followed, with two cycles or more, and with
+        // fewer.
+        let beside = serde_json::json!({
+            "level": "unpaused", "reason": "not_shown_free_for", "tried": "training_cores",
+            "job": "bert", "ratio": {"ratio": 0.99, "low": 0.97, "high": 1.01, "cycles": 9}
+        });
+        assert_eq!(
+            harvest_move(&beside),
+            "not shown free for bert (training_cores cost bert 1.0% [-1.0, 3.0] over 9 cycles), \
+             now unpaused"
+        );
+        let uncounted = serde_json::json!({
+            "level": "unpaused", "reason": "not_shown_free_for", "tried": "training_cores",
+            "job": "bert", "ratio": null
+        });
+        assert_eq!(
+            harvest_move(&uncounted),
+            "not shown free for bert, now unpaused"
+        );
     }
 
     #[test]
@@ -355,10 +379,12 @@ mod tests {
             harvest_move(&job),
             "job changed (resnet to bert), now policy"
         );
-        let jobs = serde_json::json!({"level": "policy", "reason": "several_jobs", "jobs": 2});
+        let jobs = serde_json::json!({
+            "level": "policy", "reason": "several_jobs", "jobs": 2, "waiting_for": "bert"
+        });
         assert_eq!(
             harvest_move(&jobs),
-            "several jobs (2 training jobs), now policy"
+            "several jobs (2 training jobs, waiting for bert's pace), now policy"
         );
     }
 

@@ -60,6 +60,14 @@ pub(crate) enum Why {
     /// Level `tried`, above the core policy's, was not shown to keep training's pace in
     /// `MAX_CYCLES` cycles (its interval still reaches below `1 − ε`): the one below.
     NotShownFree { tried: Level, ratio: Ratio },
+    /// Level `tried`, above the core policy's and kept (or not yet judged) for the job
+    /// followed, could hardly be shown free any more by another training job's cycles (`others`),
+    /// whose mean and interval are `ratio` where it had two cycles or more: the one below.
+    NotShownFreeFor {
+        tried: Level,
+        job: String,
+        ratio: Option<Ratio>,
+    },
     /// The cycles so far cannot tell of level `tried`: another cycle.
     Undecided { tried: Level, ratio: Ratio },
     /// Level `tried`, at the core policy's level or below, kept: its cycles are too noisy for
@@ -79,10 +87,11 @@ pub(crate) enum Why {
     /// while another reports): the core policy's level while the new job's first seconds pass
     /// (`WARMUP_NS`), then the search from the top.
     JobChanged { from: String, to: String },
-    /// `jobs` training jobs run: the loop, which follows one job's pace, came down from a
-    /// level above the core policy's, which reaches the others' cores too, and compares the
-    /// policy's (`Harvest::set_training_jobs`).
-    SeveralJobs { jobs: usize },
+    /// `jobs` training jobs run, and `waiting_for`, one of them beside the job followed, has
+    /// no pace yet to show a level above the core policy's free (none, or in its first
+    /// `WARMUP_NS`): the loop came down from such a level, which reaches that job's cores too,
+    /// and compares the policy's (`Harvest::set_training_jobs`).
+    SeveralJobs { jobs: usize, waiting_for: String },
 }
 
 /// Offline held back by the loop, `held_ns` of the `running_ns` since its first tick.

@@ -1,42 +1,60 @@
 //! Several training jobs. The loop follows one job's pace, and the levels above the core
 //! policy's reach every job: offline on all of training's reserved cores, or running while any
-//! job is short of cores. One job's pace is no proof for another's, so while more than one job
-//! runs the loop goes no higher than the policy's level (`Harvest::top`).
+//! job is short of cores. One job's pace is no proof for another's, so such a level is kept only
+//! where every job running beside the one followed shows it free by its own pace.
 //!
-//! There and below, each level reaches every job alike, so each cycle's halves serve every job:
-//! another job's pace over the same level half and held half is a cycle of its own (`Others`),
-//! and a level kept for the job followed is still left where another job's cycles show it
-//! costly (reason `too_costly_for`, with the job). Without them, a level that slowed only a job
-//! not followed was kept for as long as that job ran.
+//! Each level reaches every job alike, so each cycle's halves serve every job: another job's
+//! pace over the same level half and held half is a cycle of its own (`Others`).
 //!
-//! A half measures long enough for every job's reports (`Others::measure_ns`): two of the
-//! periods of whichever job reports least often.
+//! - Above the policy's level, a level the job followed keeps is kept only where each job beside
+//!   it shows it free too (`Others::above_policy`): its own cycles' 95% interval at or above
+//!   `1 − ε`, or, in a recheck, their mean, as for the job followed. The comparison runs on
+//!   while a job's cycles could still show it, up to `MAX_CYCLES_ABOVE_POLICY`, and ends where they
+//!   could hardly show it any more (reason `not_shown_free_for`, with the job). A running job with
+//!   no pace at all (no reports and no GPU of its own) cannot show anything, nor can one in its
+//!   first `WARMUP_NS` of reports (a job's first seconds are not its pace): while one runs, the
+//!   loop goes no higher than the policy's level (`Harvest::top`, reason `several_jobs`), and a
+//!   level above it comes down at the next tick, so a new job is not left beside offline on its
+//!   cores until a recheck. The first comparison waits for them too. So one tenant's count,
+//!   honest or not, can put offline on another tenant's cores only where that tenant's own pace
+//!   shows it free.
+//! - At the policy's level and below, a level kept for the job followed is still left where
+//!   another job's 95% interval lies wholly below `1 − ε`, from `MIN_CYCLES` cycles on (reason
+//!   `too_costly_for`, with the job). Its mean alone does not decide there, as the followed
+//!   job's does (`Cycles::verdict`): that takes more cycles than a comparison the job followed
+//!   ends may have run. So a cost of a few % to another job can pass unseen at those levels,
+//!   while one whose cycles leave no doubt is not kept. Without these cycles, a level that slowed
+//!   only a job not followed was kept for as long as that job ran.
+//! - A job beside counts its cycles from its first `WARMUP_NS` of reports on, as the job
+//!   followed waits as long for its first comparison.
+//! - A half measures long enough for every job's reports (`Others::measure_ns`): two of the
+//!   periods of whichever job reports least often.
 //!
-//! Another job's cycles only ever take offline work away, and only by their interval: where its
-//! 95% interval lies wholly below `1 − ε`, from `MIN_CYCLES` cycles on. Its mean alone does not
-//! decide, as the followed job's does at the policy's level (`Cycles::verdict`): that takes more
-//! cycles than a comparison the job followed ends may have run. So a cost of a few % to another
-//! job can pass unseen, while one whose cycles leave no doubt is not kept.
+//! Settled, only the job followed is watched between rechecks (`watch`): a cost that grows for a
+//! job beside is found at the next recheck, one to four minutes later.
 
 use std::collections::BTreeMap;
 
-use super::statistics::{Ratio, measure_ns, pace_between, paired_interval};
-use super::tuning::{MIN_CYCLES, MIN_MEASURE_NS, SETTLE_NS};
+use super::statistics::{
+    PooledSpread, Ratio, could_show_free_by, measure_ns, pace_between, paired_interval,
+};
+use super::tuning::{MAX_CYCLES_ABOVE_POLICY, MIN_CYCLES, MIN_MEASURE_NS, SETTLE_NS, WARMUP_NS};
 use super::{Harvest, Level};
 use crate::policy::pace::Report;
 
 impl Harvest {
-    /// How many training jobs the node runs now: with more than one, the loop goes no higher
-    /// than the policy's level, and its next tick comes down to it from above (reason
-    /// `several_jobs`).
-    pub(crate) fn set_training_jobs(&mut self, jobs: usize) {
-        self.training_jobs = jobs;
+    /// The training jobs the node runs, by name: while one of them other than the job followed
+    /// has no pace, or is in its first `WARMUP_NS` of one, the loop goes no higher than the
+    /// policy's level, and its next tick comes down to it from above (reason `several_jobs`).
+    pub(crate) fn set_training_jobs(&mut self, running: Vec<String>) {
+        self.training_jobs = running;
     }
 
-    /// The reports of the training jobs beside the one followed, each named: a level compared
-    /// is left where one of their paces shows it costly too.
-    pub(crate) fn set_other_jobs(&mut self, reports: Vec<(String, Vec<Report>)>) {
-        self.others.set_reports(reports);
+    /// The reports of the training jobs beside the one followed, each named, at `now_ns`: a
+    /// level compared is left where one of their paces shows it costly too, and one above the
+    /// policy's is kept only where each of them shows it free.
+    pub(crate) fn set_other_jobs(&mut self, now_ns: u64, reports: Vec<(String, Vec<Report>)>) {
+        self.others.set_reports(now_ns, reports);
     }
 
     /// Each job beside the one followed with two cycles or more in the current comparison (or
@@ -48,14 +66,46 @@ impl Harvest {
         judged.collect()
     }
 
-    /// The highest level the loop may try: the ladder's top while one job runs, the policy's
-    /// while more do.
+    /// The highest level the loop may try: the ladder's top, or the policy's while a running
+    /// job other than the one followed has no pace yet to show a level above it free
+    /// (`waiting_for`).
     pub(super) fn top(&self) -> Level {
-        match self.training_jobs > 1 {
-            true => Level::Policy,
-            false => Level::TOP,
+        match self.waiting_for() {
+            Some(_) => Level::Policy,
+            None => Level::TOP,
         }
     }
+
+    /// Whether every job beside the one followed with a pace is past its first `WARMUP_NS` of
+    /// it: the first comparison waits for them, to start from the top of the ladder.
+    pub(super) fn others_warmed_up(&self) -> bool {
+        let mut others = self.others.since.keys();
+        others.all(|job| !self.others.warming(job, self.last_tick_ns))
+    }
+
+    /// The first running training job, other than the one followed, with no pace, or in its
+    /// first `WARMUP_NS` of one (as of the last tick): its pace cannot show a level free yet.
+    pub(super) fn waiting_for(&self) -> Option<&str> {
+        let followed = self.job.as_deref();
+        let now_ns = self.last_tick_ns;
+        self.training_jobs
+            .iter()
+            .map(String::as_str)
+            .filter(|&job| Some(job) != followed)
+            .find(|&job| !self.others.has_pace(job) || self.others.warming(job, now_ns))
+    }
+}
+
+/// What the jobs beside the one followed say of a level above the policy's.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Beside {
+    /// Every one of them shows it free (or none runs).
+    Free,
+    /// One of them cannot tell yet: another cycle.
+    NotYet,
+    /// `job`'s cycles could hardly show it free any more: the level is left. `ratio`, where it
+    /// has two cycles or more.
+    NotShownFree { job: String, ratio: Option<Ratio> },
 }
 
 /// The other jobs' reports and cycles.
@@ -63,24 +113,54 @@ impl Harvest {
 pub(super) struct Others {
     /// Each other job's reports, as of the last tick.
     reports: Vec<(String, Vec<Report>)>,
+    /// When each of them was first told with a pace, in its current run of reports: its cycles
+    /// count from `WARMUP_NS` later.
+    since: BTreeMap<String, u64>,
     /// Each other job's cycles in the current comparison: its pace at the level over its held
     /// pace just after it.
     cycles: BTreeMap<String, Vec<f64>>,
+    /// How far each other job's cycles spread over its last comparisons, as `Harvest::spread`
+    /// for the job followed: whether its cycles left could still show a level free.
+    spread: BTreeMap<String, PooledSpread>,
 }
 
 impl Others {
-    /// The other jobs' reports now: each job running beside the one followed, with a pace.
-    /// A job not among them (ended, or silent) has its cycles dropped.
-    fn set_reports(&mut self, reports: Vec<(String, Vec<Report>)>) {
-        self.cycles
-            .retain(|job, _| reports.iter().any(|(name, _)| name == job));
+    /// The other jobs' reports at `now_ns`: each job running beside the one followed, with a
+    /// pace. A job not among them (ended, or silent) has what was measured of it dropped.
+    fn set_reports(&mut self, now_ns: u64, reports: Vec<(String, Vec<Report>)>) {
+        let told = |job: &String| reports.iter().any(|(name, _)| name == job);
+        self.cycles.retain(|job, _| told(job));
+        self.since.retain(|job, _| told(job));
+        self.spread.retain(|job, _| told(job));
+        for (job, _) in &reports {
+            self.since.entry(job.clone()).or_insert(now_ns);
+        }
         self.reports = reports;
     }
 
+    /// Whether `job` runs beside the one followed with a pace.
+    fn has_pace(&self, job: &str) -> bool {
+        self.reports.iter().any(|(name, _)| name == job)
+    }
+
+    /// Whether `job` is in its first `WARMUP_NS` of a pace at `now_ns`.
+    fn warming(&self, job: &str, now_ns: u64) -> bool {
+        self.since
+            .get(job)
+            .is_some_and(|&since| now_ns < since + WARMUP_NS)
+    }
+
     /// Counts the cycle from `start`, of halves of `half_ns` (each settling for `SETTLE_NS`),
-    /// for each other job whose reports cover both halves.
+    /// for each other job past its first `WARMUP_NS` whose reports cover both halves.
     pub(super) fn add_cycle(&mut self, start: u64, half_ns: u64) {
         for (job, reports) in &self.reports {
+            if self
+                .since
+                .get(job)
+                .is_none_or(|&since| start < since + WARMUP_NS)
+            {
+                continue;
+            }
             let level = pace_between(reports, start, start + SETTLE_NS, start + half_ns);
             let held_from = start + half_ns;
             let held = pace_between(
@@ -110,6 +190,40 @@ impl Others {
             })
     }
 
+    /// What the other jobs' cycles say of a level above the policy's after `judged` cycles of
+    /// the comparison (a `recheck` of the level kept, or a search): free where each job's shows
+    /// it free, from `MIN_CYCLES` cycles (their interval at or above `floor`; in a recheck,
+    /// their mean); not shown free where one job's cycles left, up to `MAX_CYCLES_ABOVE_POLICY`,
+    /// could hardly show it (`could_show_free_by`, at the spread its cycles keep).
+    pub(super) fn above_policy(&self, floor: f64, recheck: bool, judged: usize) -> Beside {
+        let left = MAX_CYCLES_ABOVE_POLICY.saturating_sub(judged);
+        let none = PooledSpread::default();
+        let mut beside = Beside::Free;
+        for (job, _) in &self.reports {
+            let cycles = self.cycles.get(job).map_or(&[][..], Vec::as_slice);
+            let ratio = paired_interval(cycles);
+            let shown = ratio.filter(|_| cycles.len() >= MIN_CYCLES);
+            if shown.is_some_and(|r| r.low >= floor || (recheck && r.ratio >= floor)) {
+                continue;
+            }
+            let spread = self
+                .spread
+                .get(job)
+                .unwrap_or(&none)
+                .upper_bound_with(cycles);
+            let may_yet = cycles.len() < MIN_CYCLES
+                || could_show_free_by(cycles, floor, cycles.len() + left, spread);
+            match left > 0 && may_yet {
+                true => beside = Beside::NotYet,
+                false => {
+                    let job = job.clone();
+                    return Beside::NotShownFree { job, ratio };
+                }
+            }
+        }
+        beside
+    }
+
     /// How long a half must measure for every other job's reports to give it a pace
     /// (`measure_ns` of each): a job reporting less often than the one followed, every 3 s
     /// beside one reporting each second, has at most one report in the followed job's 2 s and
@@ -119,8 +233,107 @@ impl Others {
         each.max().unwrap_or(MIN_MEASURE_NS)
     }
 
+    /// The comparison is judged: each job's cycles join its spread.
+    pub(super) fn judged(&mut self) {
+        for (job, cycles) in &self.cycles {
+            self.spread.entry(job.clone()).or_default().add(cycles);
+        }
+    }
+
     /// A new comparison: the cycles so far judged nothing of its level.
     pub(super) fn clear_cycles(&mut self) {
         self.cycles.clear();
+    }
+
+    /// A new signal: nothing measured of the jobs beside holds against it.
+    pub(super) fn forget(&mut self) {
+        self.cycles.clear();
+        self.spread.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+    const FLOOR: f64 = 0.99;
+
+    /// A job's reports at 100 steps a second, once a second, from `from_s` to `to_s`.
+    fn steady(from_s: u64, to_s: u64) -> Vec<Report> {
+        let report = |t: u64| Report::count(t * S, 100 * (t - from_s));
+        (from_s..=to_s).map(report).collect()
+    }
+
+    #[test]
+    fn a_job_beside_counts_its_cycles_from_its_first_seconds_on() {
+        let mut others = Others::default();
+        others.set_reports(0, vec![("bert".into(), steady(0, 60))]);
+        // A cycle within its first `WARMUP_NS`: not counted.
+        others.add_cycle(2 * S, 3 * S);
+        assert!(others.cycles.is_empty());
+        others.add_cycle(WARMUP_NS, 3 * S);
+        assert_eq!(others.cycles["bert"], [1.0]);
+        // Told again, its first report stands.
+        others.set_reports(20 * S, vec![("bert".into(), steady(0, 60))]);
+        others.add_cycle(20 * S, 3 * S);
+        assert_eq!(others.cycles["bert"].len(), 2);
+        // Silent, and back: its first seconds again.
+        others.set_reports(30 * S, Vec::new());
+        assert!(others.cycles.is_empty());
+        others.set_reports(31 * S, vec![("bert".into(), steady(31, 90))]);
+        others.add_cycle(32 * S, 3 * S);
+        assert!(others.cycles.is_empty());
+    }
+
+    /// Jobs beside `a` and `b`, with these cycles.
+    fn beside(a: &[f64], b: &[f64]) -> Others {
+        let mut others = Others::default();
+        others.set_reports(0, vec![("a".into(), Vec::new()), ("b".into(), Vec::new())]);
+        others.cycles.insert("a".into(), a.to_vec());
+        others.cycles.insert("b".into(), b.to_vec());
+        others
+    }
+
+    #[test]
+    fn a_level_above_the_policys_is_free_only_where_each_job_beside_shows_it() {
+        let free = [1.0, 1.001, 0.999];
+        // Too few cycles of one job, or too wide an interval: another cycle.
+        assert_eq!(
+            beside(&free, &[1.0]).above_policy(FLOOR, false, 3),
+            Beside::NotYet
+        );
+        let wide = [1.0, 0.99, 1.01];
+        assert_eq!(
+            beside(&free, &wide).above_policy(FLOOR, false, 3),
+            Beside::NotYet
+        );
+        // A recheck keeps the level on the mean, as for the job followed.
+        assert_eq!(
+            beside(&free, &wide).above_policy(FLOOR, true, 3),
+            Beside::Free
+        );
+        assert_eq!(
+            beside(&free, &free).above_policy(FLOOR, false, 3),
+            Beside::Free
+        );
+        // Out of cycles, or with cycles that could hardly show it free any more: left.
+        for (cycles, judged) in [
+            (&wide[..], MAX_CYCLES_ABOVE_POLICY),
+            (&[0.97, 0.971, 0.969], 3),
+        ] {
+            let Beside::NotShownFree { job, ratio } =
+                beside(&free, cycles).above_policy(FLOOR, false, judged)
+            else {
+                panic!("{cycles:?} after {judged} cycles");
+            };
+            assert_eq!(job, "b");
+            assert_eq!(ratio.map(|r| r.cycles), Some(3));
+        }
+        // No job beside: nothing to show.
+        assert_eq!(
+            Others::default().above_policy(FLOOR, false, 3),
+            Beside::Free
+        );
     }
 }
