@@ -104,10 +104,10 @@
 //! level; `carried`, a too-noisy level's cycles from one comparison to the next; `kept_cycles`,
 //! the cycles that kept a level, pooled with its next comparison's; `ceiling`, how long a level
 //! left waits before it is tried again; `watch`, the settled level's pace between its rechecks;
-//! `others`, the jobs beside the one followed; `change`, what the loop tells the daemon (each
-//! change of level and its reason); `replay`, the loop over a job's recorded step times
-//! (`enforcer replay-pace`), and `replay::spread`, how far its cycles would spread over them
-//! (`--spread`).
+//! `others`, the jobs beside the one followed; `reading`, what status reads of the loop;
+//! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
+//! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
+//! its cycles would spread over them (`--spread`).
 
 mod carried;
 mod ceiling;
@@ -115,6 +115,7 @@ mod change;
 mod kept_cycles;
 mod level;
 mod others;
+mod reading;
 pub(crate) mod replay;
 mod statistics;
 mod tuning;
@@ -242,46 +243,6 @@ impl Harvest {
             last_tick_ns: 0,
             held_back_ns: 0,
         }
-    }
-
-    /// How long offline has been held back since the loop's first tick, and how long that
-    /// is: the share of offline's time its probes take, as an operator sees it.
-    pub(crate) fn held_back(&self) -> HeldBack {
-        HeldBack {
-            held_ns: self.held_back_ns,
-            running_ns: self
-                .first_tick_ns
-                .map_or(0, |first| self.last_tick_ns.saturating_sub(first)),
-        }
-    }
-
-    /// The last change `tick` made, if any.
-    pub(crate) fn last_change(&self) -> Option<&Change> {
-        self.last.as_ref()
-    }
-
-    /// The level in force.
-    pub(crate) fn level(&self) -> Level {
-        match self.phase {
-            Phase::NoSignal | Phase::WarmingUp { .. } => Level::Policy,
-            Phase::Comparing { holding: true, .. } => Level::Held,
-            Phase::Comparing { level, .. } | Phase::Settled { level, .. } => level,
-        }
-    }
-
-    /// Training's pace with offline held back, where measured, in the units of `source`.
-    pub(crate) fn reference(&self) -> Option<Measured> {
-        self.reference
-    }
-
-    /// Where the pace comes from, while the job has one.
-    pub(crate) fn source(&self) -> Option<PaceSource> {
-        self.source
-    }
-
-    /// The training job whose pace the loop follows, while it has one.
-    pub(crate) fn job(&self) -> Option<&str> {
-        self.job.as_deref()
     }
 
     /// One step of the loop at `now_ns`, with the job's reports (`signal`: where the pace
