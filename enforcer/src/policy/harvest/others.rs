@@ -154,11 +154,7 @@ impl Others {
     /// for each other job past its first `WARMUP_NS` whose reports cover both halves.
     pub(super) fn add_cycle(&mut self, start: u64, half_ns: u64) {
         for (job, reports) in &self.reports {
-            if self
-                .since
-                .get(job)
-                .is_none_or(|&since| start < since + WARMUP_NS)
-            {
+            if self.warming(job, start) {
                 continue;
             }
             let level = pace_between(reports, start, start + SETTLE_NS, start + half_ns);
