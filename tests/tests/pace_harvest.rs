@@ -5,7 +5,8 @@
 //!   decision log with its reason; `status` shows the level and the held pace; when the job
 //!   stops reporting, offline goes back to the core policy's CPUs;
 //! - settled, it reads the job's pace between rechecks, and a job whose pace drops has its
-//!   level compared again at once (`pace_moved`), not at the next recheck;
+//!   level compared again at once (`pace_moved`), not at the next recheck; so does a job
+//!   beside the one followed (`pace_moved_for`, with the job);
 //! - a second training job without a pace brings it down from the top of its ladder to the
 //!   core policy's level (`several_jobs`): one job's pace is no proof for the other's cores;
 //! - with two reporting jobs it searches from the top of its ladder, each job's own cycles to
@@ -227,6 +228,72 @@ fn a_settled_pace_that_drops_has_its_level_compared_again_at_once() {
     assert!(text.contains("pace moved (the settled pace"), "{text}");
     println!("{:#?}", logged_harvest_steps(instance));
     drop(sim);
+    daemon.stop();
+    remove_test_cgroups(instance, "batch");
+}
+
+#[test]
+fn a_settled_pace_that_drops_for_the_job_beside_has_its_level_compared_again_at_once() {
+    let instance = "it-pace-moved-for";
+    if !privileged(
+        "a_settled_pace_that_drops_for_the_job_beside_has_its_level_compared_again_at_once",
+    ) {
+        return;
+    }
+    remove_test_cgroups(instance, "batch");
+    let _ = std::fs::remove_file(decision_log_of(instance));
+    // ε of 5%, as above: each job's cycles show a level free or costly in three.
+    let config = CONFIG.replace("pace_epsilon = 0.01", "pace_epsilon = 0.05");
+    let daemon = Daemon::start(instance, &config);
+    let args = [
+        "--seconds",
+        "300",
+        "--loaders",
+        "1",
+        "--phase-gap-us",
+        "400",
+    ];
+    let first = Reaped(daemon.launch("--training", "first", TRAINING_SIM, &args));
+    eventually("the first job followed", Duration::from_secs(10), || {
+        followed_job(&daemon).as_deref() == Some("first")
+    });
+    let second = Reaped(daemon.launch("--training", "second", TRAINING_SIM, &args));
+    // Settled twice: the second watch of each job judges from its second stretch.
+    let settled = |steps: &[Value]| steps.iter().filter(|s| s["settles"] == true).count();
+    eventually("settled twice", Duration::from_secs(200), || {
+        settled(&logged_harvest_steps(instance)) >= 2
+    });
+    let second_settle = Instant::now();
+    std::thread::sleep(Duration::from_secs(18));
+    // A new phase of the job beside, not of the one followed: its pace falls by about half.
+    signal(&second, libc::SIGUSR1);
+    let moved = |steps: &[Value]| {
+        let mut moves = steps.iter().filter(|s| {
+            s["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("pace_moved"))
+        });
+        moves.next().cloned()
+    };
+    eventually("the level compared again", Duration::from_secs(55), || {
+        moved(&logged_harvest_steps(instance)).is_some()
+    });
+    assert!(
+        second_settle.elapsed() < Duration::from_secs(120),
+        "seen only at the recheck"
+    );
+    let step = moved(&logged_harvest_steps(instance)).unwrap();
+    assert_eq!(step["reason"], "pace_moved_for", "{step}");
+    assert_eq!(step["job"], "second", "{step}");
+    let (from, to) = (step["from"].as_f64().unwrap(), step["to"].as_f64().unwrap());
+    assert!(to < 0.8 * from, "its pace fell by about half: {step}");
+    let text = status_text(instance);
+    assert!(
+        text.contains("pace moved for second (the settled pace"),
+        "{text}"
+    );
+    println!("{:#?}", logged_harvest_steps(instance));
+    drop((first, second));
     daemon.stop();
     remove_test_cgroups(instance, "batch");
 }

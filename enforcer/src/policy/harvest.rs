@@ -97,7 +97,8 @@
 //! paces over the same cycles can leave a level the job followed keeps, and a level above the
 //! policy's, which reaches every job's cores, is kept only where each of them shows it free
 //! too. While a job beside has no pace, or is in its first `WARMUP_NS` of one, the loop goes no
-//! higher than the policy's level (`others`).
+//! higher than the policy's level. Settled, each job beside's pace is watched as the followed
+//! job's is (reason `pace_moved_for`; `others`).
 //!
 //! Its parts: `level`, the ladder; `tuning`, its timings and thresholds; `statistics`, the
 //! arithmetic of paces, cycles and intervals; `verdict`, what a comparison's cycles say of its
@@ -360,6 +361,14 @@ impl Harvest {
                     self.stretch_spread = watch.spread(self.stretch_spread);
                     return Some(self.recheck(now_ns, level, reports, Why::PaceMoved { from, to }));
                 }
+                // The jobs beside too: a cost that grows for one of them is found now, not at
+                // the recheck.
+                let epsilon = self.settings.epsilon;
+                if let Some((job, from, to)) = self.others.watch(now_ns, watch.since(), epsilon) {
+                    self.stretch_spread = watch.spread(self.stretch_spread);
+                    let why = Why::PaceMovedFor { job, from, to };
+                    return Some(self.recheck(now_ns, level, reports, why));
+                }
                 // Due after its wait, or as soon as a level above found too costly has waited
                 // its own: it is tried then, not at a recheck up to four minutes later.
                 let due = now_ns.saturating_sub(watch.since()) >= self.recheck_after_ns
@@ -615,6 +624,7 @@ impl Harvest {
     fn compare(&mut self, now_ns: u64, level: Level, reports: &[Report], why: Why) -> Change {
         self.cycles.clear();
         self.others.clear_cycles();
+        self.others.end_watches();
         self.kept_below = None;
         self.phase = Phase::Comparing {
             since: now_ns,

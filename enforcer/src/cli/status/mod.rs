@@ -269,16 +269,16 @@ fn jobs_in_words(change: &serde_json::Value) -> String {
     }
 }
 
-/// How far a pace moved (`phase_change`: the held pace, `pace_moved`: the settled level's),
-/// as a share of where it was, or what a signal or the job followed changed from and to: ` (the
-/// settled pace 5.0% down)`, ` (gpu_busy to progress)`, ` (resnet to bert)`. Empty for a change
-/// without either.
+/// How far a pace moved (`phase_change`: the held pace, `pace_moved` and `pace_moved_for`: the
+/// settled level's), as a share of where it was, or what a signal or the job followed changed
+/// from and to: ` (the settled pace 5.0% down)`, ` (gpu_busy to progress)`, ` (resnet to
+/// bert)`. Empty for a change without either.
 fn moved_in_words(change: &serde_json::Value) -> String {
     let (from, to) = (&change["from"], &change["to"]);
     if let (Some(from), Some(to)) = (from.as_f64(), to.as_f64()) {
         let pace = match change["reason"].as_str() {
             Some("phase_change") => "the held pace",
-            Some("pace_moved") => "the settled pace",
+            Some("pace_moved" | "pace_moved_for") => "the settled pace",
             _ => "the pace",
         };
         let way = if to < from { "down" } else { "up" };
@@ -356,6 +356,15 @@ mod tests {
         assert_eq!(
             harvest_move(&moved),
             "pace moved (the settled pace 5.0% down), now policy"
+        );
+        // A job beside the one followed, whose own settled pace moved.
+        let moved_for = serde_json::json!({
+            "level": "policy", "reason": "pace_moved_for", "job": "bert", "from": 50.0,
+            "to": 45.0
+        });
+        assert_eq!(
+            harvest_move(&moved_for),
+            "pace moved for bert (the settled pace 10.0% down), now policy"
         );
         let phase = serde_json::json!({
             "level": "training_cores", "reason": "phase_change", "from": 100.0, "to": 140.0

@@ -80,6 +80,9 @@ pub(crate) enum Why {
     /// twice the stretches' deviation, in two stretches of `WATCH_NS` in a row, the same way
     /// (`watch`): the level is compared again at once.
     PaceMoved { from: f64, to: f64 },
+    /// Settled, the pace at the level of `job`, a training job beside the one followed, moved
+    /// as `PaceMoved` says, by its own stretches (`others`): the level is compared again at once.
+    PaceMovedFor { job: String, from: f64, to: f64 },
     /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
     /// the search starts again.
     SignalChanged { from: PaceSource, to: PaceSource },

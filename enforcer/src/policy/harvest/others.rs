@@ -29,9 +29,13 @@
 //!   followed waits as long for its first comparison.
 //! - A half measures long enough for every job's reports (`Others::measure_ns`): two of the
 //!   periods of whichever job reports least often.
-//!
-//! Settled, only the job followed is watched between rechecks (`watch`): a cost that grows for a
-//! job beside is found at the next recheck, one to four minutes later.
+//! - Settled, each job beside's pace at the level is watched between rechecks as the job
+//!   followed's is (`watch`, from the later of the settling and the end of the job's first
+//!   `WARMUP_NS`, with its own stretches' spread): a move beyond 2ε and twice that spread, in two
+//!   stretches in a row, the same way, has the level compared again at once (reason
+//!   `pace_moved_for`, with the job), not at the next recheck one to four minutes later. Each job
+//!   watched adds its own false moves, a recheck each (9 s or more of offline held back): on
+//!   models at spreads of 1 to 30% a second, with nothing costing, one in 16 hours at most.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +43,7 @@ use super::statistics::{
     PooledSpread, Ratio, could_show_free_by, measure_ns, pace_between, paired_interval,
 };
 use super::tuning::{MAX_CYCLES_ABOVE_POLICY, MIN_CYCLES, MIN_MEASURE_NS, SETTLE_NS, WARMUP_NS};
+use super::watch::{StretchSpread, Watch};
 use super::{Harvest, Level};
 use crate::policy::pace::Report;
 
@@ -122,6 +127,10 @@ pub(super) struct Others {
     /// How far each other job's cycles spread over its last comparisons, as `Harvest::spread`
     /// for the job followed: whether its cycles left could still show a level free.
     spread: BTreeMap<String, PooledSpread>,
+    /// Settled, each other job's pace at the level, as the job followed's (`Watch`).
+    watches: BTreeMap<String, Watch>,
+    /// How far each other job's settled paces spread over its watches before the current one.
+    stretch_spread: BTreeMap<String, StretchSpread>,
 }
 
 impl Others {
@@ -132,6 +141,8 @@ impl Others {
         self.cycles.retain(|job, _| told(job));
         self.since.retain(|job, _| told(job));
         self.spread.retain(|job, _| told(job));
+        self.watches.retain(|job, _| told(job));
+        self.stretch_spread.retain(|job, _| told(job));
         for (job, _) in &reports {
             self.since.entry(job.clone()).or_insert(now_ns);
         }
@@ -241,10 +252,51 @@ impl Others {
         self.cycles.clear();
     }
 
+    /// Settled at `settled_ns`, at `now_ns`: each other job's pace at the level read as the job
+    /// followed's is (`Watch::read`, at `epsilon`), from the later of `settled_ns` and the end
+    /// of its first `WARMUP_NS`. The first job (in the order told) whose pace moved, with its
+    /// pace before and after.
+    pub(super) fn watch(
+        &mut self,
+        now_ns: u64,
+        settled_ns: u64,
+        epsilon: f64,
+    ) -> Option<(String, f64, f64)> {
+        for (job, reports) in &self.reports {
+            let Some(&since) = self.since.get(job) else {
+                continue;
+            };
+            let from = settled_ns.max(since + WARMUP_NS);
+            if now_ns < from {
+                continue;
+            }
+            let watch = self
+                .watches
+                .entry(job.clone())
+                .or_insert_with(|| Watch::new(from));
+            let before = self.stretch_spread.get(job).copied().unwrap_or_default();
+            if let Some((from, to)) = watch.read(now_ns, reports, before, epsilon) {
+                return Some((job.clone(), from, to));
+            }
+        }
+        None
+    }
+
+    /// The settled level is compared again, or left: each other job's watch ends, its
+    /// stretches joining its spread.
+    pub(super) fn end_watches(&mut self) {
+        for (job, watch) in std::mem::take(&mut self.watches) {
+            let before = self.stretch_spread.get(&job).copied().unwrap_or_default();
+            self.stretch_spread.insert(job, watch.spread(before));
+        }
+    }
+
     /// A new signal: nothing measured of the jobs beside holds against it.
     pub(super) fn forget(&mut self) {
         self.cycles.clear();
         self.spread.clear();
+        self.watches.clear();
+        self.stretch_spread.clear();
     }
 }
 

@@ -678,8 +678,19 @@ fn run_until_settled_for_long(
     reports: &mut Vec<Report>,
     start_s: u64,
 ) -> u64 {
-    for now_s in start_s..start_s + 1200 {
+    settled_for_long_after(harvest, start_s, |harvest, now_s| {
         run(harvest, job, reports, now_s, 1);
+    })
+}
+
+/// As `run_until_settled_for_long`, each second run by `one_second(harvest, now_s)`.
+fn settled_for_long_after(
+    harvest: &mut Harvest,
+    start_s: u64,
+    mut one_second: impl FnMut(&mut Harvest, u64),
+) -> u64 {
+    for now_s in start_s..start_s + 1200 {
+        one_second(harvest, now_s);
         let now = (now_s + 1) * S;
         if let Phase::Settled { watch, .. } = harvest.phase
             && now >= watch.since() + SETTLE_NS + 2 * watch::WATCH_NS
@@ -937,7 +948,20 @@ fn a_second_training_job_without_a_pace_keeps_the_loop_at_the_policys_level_unti
 /// beside runs without a pace.
 fn run_beside(
     harvest: &mut Harvest,
+    jobs: (&mut Job, &mut Job),
+    start_s: u64,
+    seconds: u64,
+    tell_others: bool,
+) -> Run {
+    let mut reports = (Vec::new(), Vec::new());
+    run_beside_with(harvest, jobs, &mut reports, start_s, seconds, tell_others)
+}
+
+/// As `run_beside`, the two jobs' reports carried over from one call to the next in `reports`.
+fn run_beside_with(
+    harvest: &mut Harvest,
     (followed, beside): (&mut Job, &mut Job),
+    (reports, beside_reports): &mut (Vec<Report>, Vec<Report>),
     start_s: u64,
     seconds: u64,
     tell_others: bool,
@@ -946,18 +970,17 @@ fn run_beside(
         levels: Vec::new(),
         changes: Vec::new(),
     };
-    let (mut reports, mut beside_reports) = (Vec::new(), Vec::new());
     harvest.set_training_jobs(names(&[followed.name, beside.name]));
     for tick in (start_s * S / TICK)..((start_s + seconds) * S / TICK) {
         let now = tick * TICK;
-        followed.advance(now, harvest.level(), &mut reports);
-        beside.advance(now, harvest.level(), &mut beside_reports);
+        followed.advance(now, harvest.level(), reports);
+        beside.advance(now, harvest.level(), beside_reports);
         if tell_others {
             let others = vec![(beside.name.to_owned(), beside_reports.clone())];
             harvest.set_other_jobs(now, others);
         }
         let signal = Some((followed.source, followed.name));
-        if let Some(change) = harvest.tick(now, signal, &reports) {
+        if let Some(change) = harvest.tick(now, signal, reports) {
             out.changes.push((now, change));
         }
         out.levels.push((now, harvest.level()));
@@ -1182,7 +1205,7 @@ fn a_job_that_starts_beside_offline_on_training_cores_brings_it_down_at_once() {
     // The job followed, alone, settles at `training_cores`. A second job starts, which offline
     // on training's cores costs 10%: the loop comes down to `policy` at its next tick, waits for
     // the new job's first seconds, and then leaves `training_cores` for it on its own cycles.
-    let (mut harvest, mut followed, mut reports) = settled_at_the_top();
+    let (mut harvest, mut followed, reports) = settled_at_the_top();
     let mut beside = Job {
         name: "beside",
         rng: SplitMix64::new(11),
@@ -1192,20 +1215,10 @@ fn a_job_that_starts_beside_offline_on_training_cores_brings_it_down_at_once() {
             0.01,
         )
     };
-    let mut beside_reports = Vec::new();
-    harvest.set_training_jobs(names(&["job", "beside"]));
-    let (mut changes, mut at_training_cores) = (Vec::new(), 0);
-    for tick in (100 * S / TICK)..(700 * S / TICK) {
-        let now = tick * TICK;
-        followed.advance(now, harvest.level(), &mut reports);
-        beside.advance(now, harvest.level(), &mut beside_reports);
-        harvest.set_other_jobs(now, vec![("beside".to_owned(), beside_reports.clone())]);
-        let signal = Some((followed.source, followed.name));
-        if let Some(change) = harvest.tick(now, signal, &reports) {
-            changes.push((now, change));
-        }
-        at_training_cores += u64::from(harvest.level() == Level::TrainingCores);
-    }
+    let mut reports = (reports, Vec::new());
+    let jobs = (&mut followed, &mut beside);
+    let run = run_beside_with(&mut harvest, jobs, &mut reports, 100, 600, true);
+    let changes = &run.changes;
     let (at, first) = changes.first().expect("a change at once");
     assert_eq!(*at, 100 * S);
     assert_eq!(
@@ -1235,8 +1248,108 @@ fn a_job_that_starts_beside_offline_on_training_cores_brings_it_down_at_once() {
     );
     // The job beside's comparisons of `training_cores`, and their retries once the ceiling's
     // wait is over: a few % of its ten minutes.
-    let share = at_training_cores as f64 / (600 * S / TICK) as f64;
+    let share = run.share_at(100, Level::TrainingCores);
     assert!(share < 0.1, "{share} {changes:?}");
+}
+
+#[test]
+fn a_cost_that_grows_for_a_job_beside_while_settled_is_compared_at_once() {
+    // Nothing costs either job, and the loop settles. Then offline's work grows, and every level
+    // but `held` costs the job beside `cost`; the job followed still feels nothing, so its own
+    // watch sees nothing. The job beside's does, within two stretches, and the level is left
+    // for it: not at the recheck, two minutes or more later. 20 runs a case; at a spread of 1%
+    // a second each run left its level after 50 s, where with the job followed alone watched
+    // each left it after 225 s. At 4.5%, the recheck leaves a level at `policy` or below only
+    // by the job beside's interval, and a cost of a few % mostly waits as before.
+    type Cost = fn(Level) -> f64;
+    let costs: [(f64, Cost); 3] = [
+        (0.03, |level| f64::from(level != Level::Held) * 0.03),
+        (0.05, |level| f64::from(level != Level::Held) * 0.05),
+        (0.10, |level| f64::from(level != Level::Held) * 0.10),
+    ];
+    for (cost, cost_of) in costs {
+        for noise in [0.01, 0.045] {
+            // For each run, when the level settled at was left (s after the cost began).
+            let mut left_after = Vec::new();
+            for seed in 1..=20 {
+                let mut followed = Job::new(100.0, |_| 0.0, noise);
+                followed.rng = SplitMix64::new(seed);
+                let mut beside = Job::new(50.0, |_| 0.0, noise);
+                (beside.name, beside.rng) = ("beside", SplitMix64::new(100 + seed));
+                let mut harvest = Harvest::new(settings());
+                let mut reports = (Vec::new(), Vec::new());
+                let at = settled_for_long_after(&mut harvest, 0, |harvest, now_s| {
+                    let jobs = (&mut followed, &mut beside);
+                    run_beside_with(harvest, jobs, &mut reports, now_s, 1, true);
+                });
+                let settled = harvest.level();
+                beside.cost = cost_of;
+                let jobs = (&mut followed, &mut beside);
+                let after = run_beside_with(&mut harvest, jobs, &mut reports, at, 600, true);
+                let left = after
+                    .levels
+                    .iter()
+                    .find(|&&(_, l)| l < settled && l != Level::Held);
+                left_after.push(left.map(|(t, _)| (t - at * S) / S));
+                if noise > 0.01 {
+                    continue;
+                }
+                let moved_for_beside = after.changes.iter().find(|(_, change)| {
+                    matches!(&change.why, Why::PaceMovedFor { job, from, to }
+                        if job == "beside" && to < from)
+                });
+                assert!(
+                    moved_for_beside.is_some_and(|(t, _)| *t <= (at + 48) * S),
+                    "cost {cost}, seed {seed}, from {at} s: {:?}",
+                    after.changes
+                );
+                assert!(
+                    left.is_some_and(|(t, _)| *t <= (at + 60) * S),
+                    "cost {cost}, seed {seed}, from {at} s: {:?}",
+                    after.changes
+                );
+            }
+            let within_a_minute = left_after.iter().flatten().filter(|&&t| t <= 60).count();
+            let left = left_after.iter().flatten().count();
+            println!(
+                "cost {:.0}% to the job beside at a spread of {:.1}%: left within 60 s in {} runs \
+                 of 20, within 600 s in {left}: {left_after:?}",
+                100.0 * cost,
+                100.0 * noise,
+                within_a_minute
+            );
+            if cost >= 0.1 {
+                assert!(within_a_minute >= 15, "{left_after:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_job_beside_that_pays_nothing_seldom_has_its_settled_pace_taken_to_have_moved() {
+    // Each job watched adds the false moves of its own pace: each costs a recheck, offline held
+    // back 9 s or more. Eight runs of two hours at each spread of the paces a second, nothing
+    // costing: the job beside's pace moved 0, 0, 0 and 1 times at 1, 4.5, 15 and 30%, the job
+    // followed's 0, 0, 0 and 2. One in four hours is about 0.06% of offline's time.
+    for noise in [0.01, 0.045, 0.15, LOADER_BOUND_NOISE] {
+        let mut moved_for = Vec::new();
+        for seed in 0..8 {
+            let mut followed = Job::new(100.0, |_| 0.0, noise);
+            followed.rng = SplitMix64::new(seed);
+            let mut beside = Job::new(50.0, |_| 0.0, noise);
+            (beside.name, beside.rng) = ("beside", SplitMix64::new(100 + seed));
+            let mut harvest = Harvest::new(settings());
+            let run = run_beside(&mut harvest, (&mut followed, &mut beside), 0, 7200, true);
+            let changes = run.changes.into_iter();
+            moved_for.extend(changes.filter(|(_, c)| matches!(c.why, Why::PaceMovedFor { .. })));
+        }
+        println!(
+            "spread {:.1}%: the job beside's settled pace moved {} times in 16 hours",
+            100.0 * noise,
+            moved_for.len()
+        );
+        assert!(moved_for.len() <= 4, "spread {noise}: {moved_for:?}");
+    }
 }
 
 #[test]

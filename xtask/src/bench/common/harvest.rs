@@ -34,9 +34,9 @@ pub struct HarvestStep {
     /// interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ratio: Option<StepRatio>,
-    /// Where the step is a `phase_change` (or a `pace_moved`): the held pace (the settled
-    /// level's) it was judged against, and the one that moved away from it, in the signal's
-    /// units.
+    /// Where the step is a `phase_change` (or a `pace_moved`, `pace_moved_for`): the held pace
+    /// (the settled level's) it was judged against, and the one that moved away from it, in the
+    /// signal's units.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_moved: Option<[f64; 2]>,
 }
@@ -159,7 +159,7 @@ impl HarvestStep {
             ),
             (None, Some([from, to])) if from > 0.0 => {
                 let pace = match self.reason.as_str() {
-                    "pace_moved" => "pace",
+                    "pace_moved" | "pace_moved_for" => "pace",
                     _ => "held pace",
                 };
                 format!(", {pace} {:+.0}%", (to / from - 1.0) * 100.0)
@@ -204,6 +204,7 @@ impl HarvestSteps {
                         | "too_noisy"
                         | "phase_change"
                         | "pace_moved"
+                        | "pace_moved_for"
                 )
             })
             .map(HarvestStep::words)
