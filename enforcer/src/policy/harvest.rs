@@ -366,8 +366,14 @@ impl Harvest {
                 let epsilon = self.settings.epsilon;
                 if let Some((job, from, to)) = self.others.watch(now_ns, watch.since(), epsilon) {
                     self.stretch_spread = watch.spread(self.stretch_spread);
-                    let why = Why::PaceMovedFor { job, from, to };
-                    return Some(self.recheck(now_ns, level, reports, why));
+                    let why = Why::PaceMovedFor {
+                        job: job.clone(),
+                        from,
+                        to,
+                    };
+                    let change = self.recheck(now_ns, level, reports, why);
+                    self.others.moved = Some(job);
+                    return Some(change);
                 }
                 // Due after its wait, or as soon as a level above found too costly has waited
                 // its own: it is tried then, not at a recheck up to four minutes later.
@@ -487,8 +493,12 @@ impl Harvest {
         };
         // Above the policy's level the jobs beside the one followed must show the level free
         // too (`others`); one whose cycles could hardly show it any more ends the comparison.
+        // At the policy's level and below, a job beside whose settled pace moved has this
+        // recheck run on while its mean, where it decides, is below `1 − ε` (`others`).
+        let epsilon = self.settings.epsilon;
         let beside = match level > Level::Policy {
             true => self.others.above_policy(floor, recheck, judged + 1),
+            false if self.others.moved_wants_a_cycle(floor, epsilon, judged + 1) => Beside::NotYet,
             false => Beside::Free,
         };
         let (verdict, not_shown_free_for) = match (cycles.verdict(&self.carried), beside) {
@@ -507,7 +517,10 @@ impl Harvest {
         // another job's cycles: left, as too costly for it.
         let costly_for = (matches!(verdict, Verdict::Kept | Verdict::TooNoisy)
             || not_shown_free_for.is_some())
-        .then(|| self.others.costly_for(floor))
+        .then(|| {
+            let mean_decides = (level <= Level::Policy).then_some(epsilon);
+            self.others.costly_for(floor, mean_decides)
+        })
         .flatten();
         let verdict = costly_for.as_ref().map_or(verdict, |_| Verdict::TooCostly);
         match level <= Level::Policy && !noisy && verdict == Verdict::Kept {
@@ -623,8 +636,7 @@ impl Harvest {
     /// Begins comparing `level` with offline held back: its half first.
     fn compare(&mut self, now_ns: u64, level: Level, reports: &[Report], why: Why) -> Change {
         self.cycles.clear();
-        self.others.clear_cycles();
-        self.others.end_watches();
+        self.others.comparison_begins();
         self.kept_below = None;
         self.phase = Phase::Comparing {
             since: now_ns,

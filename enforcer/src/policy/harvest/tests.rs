@@ -988,6 +988,31 @@ fn run_beside_with(
     out
 }
 
+/// Two jobs, the loop following the first's pace and told the second's, with their reports,
+/// which carry over from one `run` to the next.
+struct TwoJobs {
+    followed: Job,
+    beside: Job,
+    reports: (Vec<Report>, Vec<Report>),
+}
+
+impl TwoJobs {
+    fn new(followed: Job, beside: Job) -> Self {
+        let reports = (Vec::new(), Vec::new());
+        Self {
+            followed,
+            beside,
+            reports,
+        }
+    }
+
+    /// As `run_beside`, told the job beside's pace.
+    fn run(&mut self, harvest: &mut Harvest, start_s: u64, seconds: u64) -> Run {
+        let jobs = (&mut self.followed, &mut self.beside);
+        run_beside_with(harvest, jobs, &mut self.reports, start_s, seconds, true)
+    }
+}
+
 /// `cost` at `three_quarters` and above, nothing below: a job beside the one followed whose
 /// loader shares offline's CPUs, say.
 fn from_three_quarters(level: Level, cost: f64) -> f64 {
@@ -1259,8 +1284,8 @@ fn a_cost_that_grows_for_a_job_beside_while_settled_is_compared_at_once() {
     // watch sees nothing. The job beside's does, within two stretches, and the level is left
     // for it: not at the recheck, two minutes or more later. 20 runs a case; at a spread of 1%
     // a second each run left its level after 50 s, where with the job followed alone watched
-    // each left it after 225 s. At 4.5%, the recheck leaves a level at `policy` or below only
-    // by the job beside's interval, and a cost of a few % mostly waits as before.
+    // each left it after 225 s. At 4.5% the recheck its move begins runs on to six cycles
+    // where the job's mean is below `1 − ε`, and leaves the level on that mean.
     type Cost = fn(Level) -> f64;
     let costs: [(f64, Cost); 3] = [
         (0.03, |level| f64::from(level != Level::Held) * 0.03),
@@ -1272,20 +1297,10 @@ fn a_cost_that_grows_for_a_job_beside_while_settled_is_compared_at_once() {
             // For each run, when the level settled at was left (s after the cost began).
             let mut left_after = Vec::new();
             for seed in 1..=20 {
-                let mut followed = Job::new(100.0, |_| 0.0, noise);
-                followed.rng = SplitMix64::new(seed);
-                let mut beside = Job::new(50.0, |_| 0.0, noise);
-                (beside.name, beside.rng) = ("beside", SplitMix64::new(100 + seed));
-                let mut harvest = Harvest::new(settings());
-                let mut reports = (Vec::new(), Vec::new());
-                let at = settled_for_long_after(&mut harvest, 0, |harvest, now_s| {
-                    let jobs = (&mut followed, &mut beside);
-                    run_beside_with(harvest, jobs, &mut reports, now_s, 1, true);
-                });
+                let (mut harvest, mut jobs, at) = two_jobs_settled_for_long(noise, seed);
                 let settled = harvest.level();
-                beside.cost = cost_of;
-                let jobs = (&mut followed, &mut beside);
-                let after = run_beside_with(&mut harvest, jobs, &mut reports, at, 600, true);
+                jobs.beside.cost = cost_of;
+                let after = jobs.run(&mut harvest, at, 600);
                 let left = after
                     .levels
                     .iter()
@@ -1309,20 +1324,68 @@ fn a_cost_that_grows_for_a_job_beside_while_settled_is_compared_at_once() {
                     after.changes
                 );
             }
-            let within_a_minute = left_after.iter().flatten().filter(|&&t| t <= 60).count();
-            let left = left_after.iter().flatten().count();
+            let within = |s: u64| left_after.iter().flatten().filter(|&&t| t <= s).count();
             println!(
                 "cost {:.0}% to the job beside at a spread of {:.1}%: left within 60 s in {} runs \
-                 of 20, within 600 s in {left}: {left_after:?}",
+                 of 20, within 120 s in {}, within 600 s in {}: {left_after:?}",
                 100.0 * cost,
                 100.0 * noise,
-                within_a_minute
+                within(60),
+                within(120),
+                within(600),
             );
-            if cost >= 0.1 {
-                assert!(within_a_minute >= 15, "{left_after:?}");
+            if noise > 0.01 && cost >= 0.05 {
+                // Before the recheck that came at 225 s: with the interval alone, 6 runs of 20 at
+                // a cost of 5%, 17 at 10%.
+                assert!(within(120) >= 14, "{left_after:?}");
             }
         }
     }
+}
+
+#[test]
+fn a_new_phase_of_the_job_beside_seldom_has_its_level_left_for_it() {
+    // Nothing costs either job, and the loop settles; then the job beside's pace halves (its
+    // evaluation, say). Its watch sees the move and the level is compared again, its mean
+    // deciding at the policy's level and below: a level there left for it is one wrongly left.
+    // 20 runs at a quiet spread and at the VM's (4.5% a second): 0 and 2. (At 4.5%, 5 more
+    // runs left `unpaused` as not shown free for it, as any of its rechecks may: there a
+    // recheck keeps a level above the policy's only where the mean of every job's cycles does.)
+    for noise in [0.01, 0.045] {
+        let mut wrongly_left = Vec::new();
+        for seed in 1..=20 {
+            let (mut harvest, mut jobs, at) = two_jobs_settled_for_long(noise, seed);
+            jobs.beside.pace /= 2.0;
+            let after = jobs.run(&mut harvest, at, 300);
+            let left_for = after.changes.into_iter().filter(|(_, change)| {
+                matches!(change.why, Why::TooCostlyFor { tried, .. } if tried <= Level::Policy)
+            });
+            wrongly_left.extend(left_for.map(|(t, change)| (seed, (t - at * S) / S, change.why)));
+        }
+        println!(
+            "a new phase of the job beside at a spread of {:.1}%: {} levels at `policy` or below \
+             left for it in 20 runs: {wrongly_left:?}",
+            100.0 * noise,
+            wrongly_left.len()
+        );
+        assert!(wrongly_left.len() <= 4, "{wrongly_left:?}");
+    }
+}
+
+/// Two jobs of 100 and 50 steps a second that nothing costs, at `noise`, their noise drawn
+/// from `seed`, run from the start until the loop is settled for long
+/// (`run_until_settled_for_long`): the loop, the jobs and the second it got there.
+fn two_jobs_settled_for_long(noise: f64, seed: u64) -> (Harvest, TwoJobs, u64) {
+    let mut followed = Job::new(100.0, |_| 0.0, noise);
+    followed.rng = SplitMix64::new(seed);
+    let mut beside = Job::new(50.0, |_| 0.0, noise);
+    (beside.name, beside.rng) = ("beside", SplitMix64::new(100 + seed));
+    let mut jobs = TwoJobs::new(followed, beside);
+    let mut harvest = Harvest::new(settings());
+    let at = settled_for_long_after(&mut harvest, 0, |harvest, now_s| {
+        jobs.run(harvest, now_s, 1);
+    });
+    (harvest, jobs, at)
 }
 
 #[test]
