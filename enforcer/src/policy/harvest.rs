@@ -505,7 +505,9 @@ impl Harvest {
             (None | Some(Verdict::Kept), Beside::NotShownFree { job, ratio }) => {
                 (Verdict::NotShownFree, Some((job, ratio)))
             }
-            (None, _) | (Some(Verdict::Kept), Beside::NotYet) => {
+            // Kept, or too noisy to judge, for the job followed: on while a job beside wants
+            // another cycle.
+            (None, _) | (Some(Verdict::Kept | Verdict::TooNoisy), Beside::NotYet) => {
                 return Some(self.change(Why::Undecided {
                     tried: level,
                     ratio,

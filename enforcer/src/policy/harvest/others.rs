@@ -24,8 +24,8 @@
 //!   job's does (`Cycles::verdict`): that takes more cycles than a comparison the job followed
 //!   ends may have run. So a cost of a few % to another job can pass unseen at those levels
 //!   (unless it moves that job's settled pace: below), while one whose cycles leave no doubt
-//!   is not kept. Without these cycles, a level that slowed
-//!   only a job not followed was kept for as long as that job ran.
+//!   is not kept. Without these cycles, a level that slowed only a job not followed was kept
+//!   for as long as that job ran.
 //! - A job beside counts its cycles from its first `WARMUP_NS` of reports on, as the job
 //!   followed waits as long for its first comparison.
 //! - A half measures long enough for every job's reports (`Others::measure_ns`): two of the
@@ -40,7 +40,10 @@
 //! - In that recheck, at the policy's level and below, the mean of the moved job's cycles
 //!   decides, as the followed job's does, where its cycles are not too noisy for it
 //!   (`mean_too_noisy`, from its pooled spread): a mean below `1 − ε` runs the comparison on to
-//!   `MAX_CYCLES` cycles, and then leaves the level (`too_costly_for`). Its interval alone lets
+//!   `MAX_CYCLES` cycles, and then leaves the level (`too_costly_for`), also where the job
+//!   followed is too noisy for its own mean and its verdict came at the third cycle (judged
+//!   then, a new phase of the job beside that cost nothing had `policy` left in 9 runs of 20
+//!   on a model; at the sixth, in 2). Its interval alone lets
 //!   a cost of a few % pass where the job's pace is as noisy as the VM's; its watch's move is
 //!   the evidence that lets its mean judge, as in no other comparison, so that what each job
 //!   beside adds to the levels wrongly left stays as rare as its moves. On a model at the VM's
