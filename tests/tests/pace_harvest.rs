@@ -171,6 +171,29 @@ fn logged_harvest_steps(instance: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The first step of `instance`'s decision log that compared a settled level again because a
+/// pace moved (`pace_moved`, or `pace_moved_for` a job beside): two stretches past the bar (16 s
+/// each, plus the one the phase began in) after a new phase begun 18 s after the loop settled
+/// at `settled`, well before the next recheck two minutes after it.
+fn first_pace_move(instance: &str, settled: Instant) -> Value {
+    let moved = |steps: &[Value]| {
+        let mut moves = steps.iter().filter(|s| {
+            s["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("pace_moved"))
+        });
+        moves.next().cloned()
+    };
+    eventually("the level compared again", Duration::from_secs(55), || {
+        moved(&logged_harvest_steps(instance)).is_some()
+    });
+    assert!(
+        settled.elapsed() < Duration::from_secs(120),
+        "seen only at the recheck"
+    );
+    moved(&logged_harvest_steps(instance)).unwrap()
+}
+
 #[test]
 fn a_settled_pace_that_drops_has_its_level_compared_again_at_once() {
     let instance = "it-pace-moved";
@@ -209,17 +232,8 @@ fn a_settled_pace_that_drops_has_its_level_compared_again_at_once() {
     std::thread::sleep(Duration::from_secs(18));
     // SAFETY: a signal to the simulator this test started (`enforcer launch` execs it).
     assert_eq!(unsafe { libc::kill(sim.0.id() as i32, libc::SIGUSR1) }, 0);
-    // Two stretches past the bar (16 s each, plus the one the phase began in): well before
-    // the next recheck, two minutes after the last.
-    let moved = |steps: &[Value]| steps.iter().find(|s| s["reason"] == "pace_moved").cloned();
-    eventually("the level compared again", Duration::from_secs(55), || {
-        moved(&logged_harvest_steps(instance)).is_some()
-    });
-    assert!(
-        second_settle.elapsed() < Duration::from_secs(120),
-        "seen only at the recheck"
-    );
-    let step = moved(&logged_harvest_steps(instance)).unwrap();
+    let step = first_pace_move(instance, second_settle);
+    assert_eq!(step["reason"], "pace_moved", "{step}");
     let (from, to) = (step["from"].as_f64().unwrap(), step["to"].as_f64().unwrap());
     assert!(to < 0.8 * from, "the pace fell by about half: {step}");
     // `enforcer status` says how far: in its last move, or among the recent decisions once
@@ -267,22 +281,7 @@ fn a_settled_pace_that_drops_for_the_job_beside_has_its_level_compared_again_at_
     std::thread::sleep(Duration::from_secs(18));
     // A new phase of the job beside, not of the one followed: its pace falls by about half.
     signal(&second, libc::SIGUSR1);
-    let moved = |steps: &[Value]| {
-        let mut moves = steps.iter().filter(|s| {
-            s["reason"]
-                .as_str()
-                .is_some_and(|r| r.starts_with("pace_moved"))
-        });
-        moves.next().cloned()
-    };
-    eventually("the level compared again", Duration::from_secs(55), || {
-        moved(&logged_harvest_steps(instance)).is_some()
-    });
-    assert!(
-        second_settle.elapsed() < Duration::from_secs(120),
-        "seen only at the recheck"
-    );
-    let step = moved(&logged_harvest_steps(instance)).unwrap();
+    let step = first_pace_move(instance, second_settle);
     assert_eq!(step["reason"], "pace_moved_for", "{step}");
     assert_eq!(step["job"], "second", "{step}");
     let (from, to) = (step["from"].as_f64().unwrap(), step["to"].as_f64().unwrap());
