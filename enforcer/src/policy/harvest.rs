@@ -366,14 +366,8 @@ impl Harvest {
                 let epsilon = self.settings.epsilon;
                 if let Some((job, from, to)) = self.others.watch(now_ns, watch.since(), epsilon) {
                     self.stretch_spread = watch.spread(self.stretch_spread);
-                    let why = Why::PaceMovedFor {
-                        job: job.clone(),
-                        from,
-                        to,
-                    };
-                    let change = self.recheck(now_ns, level, reports, why);
-                    self.others.moved = Some(job);
-                    return Some(change);
+                    let why = Why::PaceMovedFor { job, from, to };
+                    return Some(self.recheck(now_ns, level, reports, why));
                 }
                 // Due after its wait, or as soon as a level above found too costly has waited
                 // its own: it is tried then, not at a recheck up to four minutes later.
@@ -638,7 +632,12 @@ impl Harvest {
     /// Begins comparing `level` with offline held back: its half first.
     fn compare(&mut self, now_ns: u64, level: Level, reports: &[Report], why: Why) -> Change {
         self.cycles.clear();
-        self.others.comparison_begins();
+        // A recheck that a job beside's moved pace began has that job's mean judge the level.
+        let moved = match &why {
+            Why::PaceMovedFor { job, .. } => Some(job.clone()),
+            _ => None,
+        };
+        self.others.comparison_begins(moved);
         self.kept_below = None;
         self.phase = Phase::Comparing {
             since: now_ns,

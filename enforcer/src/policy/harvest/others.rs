@@ -150,7 +150,7 @@ pub(super) struct Others {
     stretch_spread: BTreeMap<String, StretchSpread>,
     /// The other job whose settled pace moved, in the recheck that move began: its mean
     /// decides at the policy's level and below (`moved_mean`).
-    pub(super) moved: Option<String>,
+    moved: Option<String>,
 }
 
 impl Others {
@@ -312,11 +312,11 @@ impl Others {
     }
 
     /// A new comparison (a search's, or a recheck's): the cycles so far judged nothing of its
-    /// level, and a settled level's watches end, their stretches joining each job's spread. A
-    /// recheck that a job's move began names it again (`moved`).
-    pub(super) fn comparison_begins(&mut self) {
+    /// level, and a settled level's watches end, their stretches joining each job's spread.
+    /// `moved`: the job beside whose settled pace moved, where that move began this recheck.
+    pub(super) fn comparison_begins(&mut self, moved: Option<String>) {
         self.cycles.clear();
-        self.moved = None;
+        self.moved = moved;
         for (job, watch) in std::mem::take(&mut self.watches) {
             let before = self.stretch_spread.get(&job).copied().unwrap_or_default();
             self.stretch_spread.insert(job, watch.spread(before));
@@ -458,7 +458,9 @@ mod tests {
         assert!(!others.moved_wants_a_cycle(FLOOR, epsilon, 3));
         assert_eq!(others.costly_for(FLOOR, Some(epsilon)), None);
         // In the recheck b's move began: on to `MAX_CYCLES`, then left on its mean.
-        others.moved = Some("b".into());
+        // (Its cycles counted again over the new comparison.)
+        others.comparison_begins(Some("b".into()));
+        others.cycles.insert("b".into(), costly.to_vec());
         assert!(others.moved_wants_a_cycle(FLOOR, epsilon, 3));
         assert!(!others.moved_wants_a_cycle(FLOOR, epsilon, MAX_CYCLES));
         let (job, ratio) = others.costly_for(FLOOR, Some(epsilon)).expect("left for b");
@@ -466,7 +468,7 @@ mod tests {
         // Above the policy's level its mean does not decide this way.
         assert_eq!(others.costly_for(FLOOR, None), None);
         // A new comparison: no job's move behind it.
-        others.comparison_begins();
+        others.comparison_begins(None);
         assert_eq!(others.moved, None);
     }
 }
