@@ -192,6 +192,11 @@ pub struct HarvestStatus {
     pub held_back_s: f64,
     #[serde(default)]
     pub running_s: f64,
+    /// How long each half of the last comparison measured, s, after its 1 s settling: two of
+    /// the job's report periods, or longer where its pace narrows with the length faster than
+    /// the length costs (a bursty job's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_measure_s: Option<f64>,
     /// The controller's steps since it started, by reason (`probe`, `trial`, `kept`,
     /// `too_costly`, ...), as the decision log writes them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -599,6 +599,7 @@ impl Enforcement {
                         .and_then(|change| serde_json::to_value(change).ok()),
                     held_back_s: held.held_ns as f64 / 1e9,
                     running_s: held.running_ns as f64 / 1e9,
+                    half_measure_s: harvest.half_measure_ns().map(|ns| ns as f64 / 1e9),
                     steps: self.harvest_steps.clone(),
                     beside: harvest
                         .beside()

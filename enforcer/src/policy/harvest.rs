@@ -24,15 +24,12 @@
 //! The loop, from the job's progress reports (`pace::PaceTracker`), compares a level with
 //! offline held back **in pairs**: a cycle runs the level for a half, then holds offline back
 //! for a half, each half settling for `SETTLE_NS` and then measuring training's pace (from the
-//! means of the count the job sends with its reports, where it does: `pace_between`); the
-//! cycle's ratio is the level's pace over the held pace just after it. Paired halves seconds
-//! apart cancel the drift that a reference measured once and trials compared with it for
-//! half a minute do not. On the VM (AMD EPYC host) the training simulator alone, timed in
-//! half-second parts for a minute, varied by 2.1% from part to part, and 4 s of it against
-//! the next 8 s by 1.2% (standard deviation) with nothing beside it; four paired cycles of the
-//! same readings by 0.6%. The design before this one (one 4 s reference, 8 s trials against
-//! it), against a 1% ε, left most of its trials undecided there and judged levels costly that
-//! a static setting above them showed cost 0.8% in the same run.
+//! means of the count the job sends with its reports, where it does: `pace_between`) for two
+//! of the job's report periods, or longer where the job's noise narrows with the length
+//! (`half_length`); the cycle's ratio is the level's pace over the held pace just after it.
+//! Paired halves seconds apart cancel the drift of the job's pace: on the VM (AMD EPYC host)
+//! the training simulator alone, 4 s of it against the next 8 s, varied by 1.2% (standard
+//! deviation); four paired cycles of the same readings by 0.6%.
 //!
 //! - The search starts at the top of the ladder and comes down: a level whose interval lies
 //!   below `1 − ε` gives way to the one under it, and the levels from it up are not tried
@@ -62,18 +59,17 @@
 //!   `1 − ε` leaves the level too, and a comparison runs on where its cycles could take that
 //!   interval there. A level tried above one just kept, and left, settles the search back on
 //!   the kept one without comparing it again.
-//! - Settled, the level is compared again after `RECHECK_NS`, and after twice as long each time
-//!   a recheck settles the loop at the same level again, up to `RECHECK_MAX_NS`, or as soon as
-//!   a level above it found too costly has waited a wait shorter than five minutes (and the
-//!   level above it too, once the ceiling's wait is over); a recheck keeps the level on
-//!   its mean from `MIN_CYCLES` cycles where the mean is not too noisy to, and runs on
-//!   otherwise (a level above the policy's then stopping early as in a search); a held pace
+//! - Settled, the level is compared again after `RECHECK_NS`, then twice as long after each
+//!   recheck that keeps it, up to `RECHECK_MAX_NS` (each as many times longer as the halves are
+//!   longer than their shortest, `half_length`), or once a level above it found too costly
+//!   has waited a wait under five minutes; a recheck keeps the level on its mean from
+//!   `MIN_CYCLES` cycles where the mean is not too noisy to, and runs on otherwise; a held pace
 //!   that moved from the last comparison's by more than `PHASE_CHANGE` and twice that
-//!   comparison's standard error, in two cycles in a row, the same way (a new phase of the job:
-//!   evaluation, a checkpoint, a new job), starts the search again from the top. Between
-//!   rechecks the pace at the settled level is read in stretches of `watch::WATCH_NS`: one
-//!   that moved by more than training may feel, beyond the job's noise (`watch`), has the
-//!   level compared again at once (reason `pace_moved`), not up to `RECHECK_MAX_NS` later.
+//!   comparison's standard error, in two cycles in a row, the same way (a new phase of the
+//!   job), starts the search again from the top. Between rechecks the pace at the settled
+//!   level is read in stretches of `watch::WATCH_NS`: one that moved by more than training may
+//!   feel, beyond the job's noise (`watch`), has the level compared again at once
+//!   (`pace_moved`).
 //!
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
@@ -83,8 +79,7 @@
 //! offline's time; at one in four minutes, about 3.5% (a too-noisy level's recheck runs on to
 //! six where its carried cycles point to a cost). The first comparison waits for the job's
 //! first `WARMUP_NS` of reports. The price of the longer waits: a level whose cost grows by
-//! less than the watch sees (2ε of the pace, and twice its stretches' spread) is found up to
-//! four minutes late (the fast path still moves offline off a training thread it queues).
+//! less than the watch sees (2ε, and twice its stretches' spread) is found a recheck late.
 //!
 //! The pace comes from the job's progress reports where it sends them, and otherwise from its GPUs'
 //! busy share (`gpu::training_busy`), counted up like reports. The job's own count comes first: it
@@ -105,6 +100,7 @@
 //! level; `carried`, a too-noisy level's cycles from one comparison to the next; `kept_cycles`,
 //! the cycles that kept a level, pooled with its next comparison's; `ceiling`, how long a level
 //! left waits before it is tried again; `watch`, the settled level's pace between its rechecks;
+//! `half_length`, how long a half measures;
 //! `others`, the jobs beside the one followed; `reading`, what status reads of the loop;
 //! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
 //! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
@@ -113,6 +109,7 @@
 mod carried;
 mod ceiling;
 mod change;
+mod half_length;
 mod kept_cycles;
 mod level;
 mod others;
@@ -126,11 +123,12 @@ mod watch;
 use self::carried::Carried;
 use self::ceiling::Ceiling;
 pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
+use self::half_length::HalfLengths;
 use self::kept_cycles::KeptCycles;
 pub(crate) use self::level::{Level, shape};
 use self::others::{Beside, Others};
 use self::statistics::{
-    PooledSpread, could_show_free_at_spread, mean_too_noisy, measure_ns, measured, standard_error,
+    PooledSpread, could_show_free_at_spread, mean_too_noisy, measured, standard_error,
 };
 pub(crate) use self::statistics::{pace_between, paired_interval};
 use self::tuning::{FUTILITY_Z, MEAN_NOISE_LIMIT, POOLED_COMPARISONS, REPORTS_PER_HALF};
@@ -201,6 +199,9 @@ pub(crate) struct Harvest {
     kept_below: Option<Level>,
     /// How far the settled pace spread over the job's watches before the current one (`watch`).
     stretch_spread: StretchSpread,
+    /// The job's noise by the length of the halves, and the length the last comparison's
+    /// measured (`half_length`).
+    half_lengths: HalfLengths,
     /// The level the loop last settled at, and how long it waits there before a recheck.
     settled_at: Option<Level>,
     recheck_after_ns: u64,
@@ -235,6 +236,7 @@ impl Harvest {
             ceiling: Ceiling::default(),
             kept_below: None,
             stretch_spread: StretchSpread::default(),
+            half_lengths: HalfLengths::default(),
             settled_at: None,
             recheck_after_ns: RECHECK_NS,
             training_jobs: Vec::new(),
@@ -355,6 +357,7 @@ impl Harvest {
                 None
             }
             Phase::Settled { level, mut watch } => {
+                self.read_half_lengths(now_ns, watch.since(), reports);
                 let moved = watch.read(now_ns, reports, self.stretch_spread, self.settings.epsilon);
                 self.phase = Phase::Settled { level, watch };
                 if let Some((from, to)) = moved {
@@ -371,7 +374,8 @@ impl Harvest {
                 }
                 // Due after its wait, or as soon as a level above found too costly has waited
                 // its own: it is tried then, not at a recheck up to four minutes later.
-                let due = now_ns.saturating_sub(watch.since()) >= self.recheck_after_ns
+                let wait_ns = self.half_lengths.recheck_wait_ns(self.recheck_after_ns);
+                let due = now_ns.saturating_sub(watch.since()) >= wait_ns
                     || self.ceiling.cost_may_be_gone_above(level, now_ns);
                 if !due {
                     return None;
@@ -639,11 +643,11 @@ impl Harvest {
         };
         self.others.comparison_begins(moved);
         self.kept_below = None;
+        let measure_ns = self.measure_ns(reports);
         self.phase = Phase::Comparing {
             since: now_ns,
             level,
-            // Long enough for every job's reports, the jobs beside the one followed too.
-            half_ns: SETTLE_NS + measure_ns(reports).max(self.others.measure_ns()),
+            half_ns: SETTLE_NS + measure_ns,
             holding: false,
             judged: 0,
             recheck: false,
@@ -679,6 +683,7 @@ impl Harvest {
         self.ceiling.clear();
         self.kept_below = None;
         self.stretch_spread = StretchSpread::default();
+        self.half_lengths.clear();
         self.settled_at = None;
     }
 

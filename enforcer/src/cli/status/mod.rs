@@ -154,12 +154,12 @@ pub(crate) async fn run(socket: &Path, json: bool) -> anyhow::Result<()> {
 }
 
 /// The pace controller as `status` and `observe` show it: the level, the job followed's pace
-/// with offline held back, the last move, what it has cost offline and the jobs beside:
-/// `policy | resnet's pace with offline held back 181.57 steps/s | last move: trial, now
-/// policy | offline held back 6 s of 23 s (26%)`.
+/// with offline held back, the last move, what it has cost offline, how long its halves
+/// measure and the jobs beside: `policy | resnet's pace with offline held back 181.57 steps/s
+/// | last move: trial, now policy | offline held back 6 s of 23 s (26%) | halves of 2.0 s`.
 pub(super) fn harvest_in_words(harvest: &HarvestStatus) -> String {
     format!(
-        "{}{}{}{}{}",
+        "{}{}{}{}{}{}",
         harvest.level,
         harvest
             .reference_steps_per_s
@@ -176,6 +176,9 @@ pub(super) fn harvest_in_words(harvest: &HarvestStatus) -> String {
                 harvest_move(change)
             )),
         held_back_in_words(harvest.held_back_s, harvest.running_s),
+        harvest
+            .half_measure_s
+            .map_or(String::new(), |half| format!(" | halves of {half:.1} s")),
         beside_in_words(&harvest.beside),
     )
 }
@@ -404,6 +407,21 @@ mod tests {
             " | offline held back 36 s of 300 s (12%)"
         );
         assert_eq!(held_back_in_words(0.0, 0.0), "");
+    }
+
+    #[test]
+    fn the_controllers_halves_read_as_how_long_each_measures() {
+        let harvest = HarvestStatus {
+            level: "policy".into(),
+            held_back_s: 30.0,
+            running_s: 300.0,
+            half_measure_s: Some(10.0),
+            ..Default::default()
+        };
+        assert_eq!(
+            harvest_in_words(&harvest),
+            "policy | offline held back 30 s of 300 s (10%) | halves of 10.0 s"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The pace controller's series (`[policy] harvest_by_pace`): the level it holds offline at,
-//! its steps by reason, the seconds it held offline back, and, labelled with the job whose pace
-//! it follows, that job's pace with offline held back and what the level judged last cost it.
+//! its steps by reason, the seconds it held offline back, how long its halves measure, and,
+//! labelled with the job whose pace it follows, that job's pace with offline held back and what
+//! the level judged last cost it.
 
 use std::fmt;
 
@@ -51,6 +52,19 @@ pub(super) fn encode(encoder: &mut DescriptorEncoder, harvest: &HarvestStatus) -
         )?,
         harvest.held_back_s,
     )?;
+    if let Some(half) = harvest.half_measure_s {
+        gauge(
+            &mut encoder.encode_descriptor(
+                "reamer_harvest_half_measure_seconds",
+                "How long each half of the pace controller's last comparison measured, after \
+                 its settling: two of the job's report periods, or longer where its pace narrows \
+                 with the length (a bursty job's).",
+                None,
+                MetricType::Gauge,
+            )?,
+            half,
+        )?;
+    }
     let job: Vec<(&str, &str)> = harvest
         .job
         .iter()

@@ -82,6 +82,7 @@ fn renders_cumulative_histograms_and_counters() {
                 })),
                 held_back_s: 36.5,
                 running_s: 300.0,
+                half_measure_s: Some(10.0),
                 steps: [("probe".to_owned(), 12), ("too_costly".to_owned(), 1)].into(),
                 beside: vec![BesideJob {
                     job: "bert".into(),
@@ -123,6 +124,7 @@ fn renders_cumulative_histograms_and_counters() {
         "reamer_harvest_pace_ratio{job=\"resnet\",bound=\"low\"} 0.95",
         "reamer_harvest_pace_ratio{job=\"bert\",bound=\"ratio\"} 0.98",
         "reamer_harvest_held_back_seconds_total 36.5",
+        "reamer_harvest_half_measure_seconds 10.0",
         "reamer_harvest_level{level=\"half\"} 1",
         "reamer_harvest_level{level=\"policy\"} 0",
         "reamer_harvest_steps_total{reason=\"probe\"} 12",

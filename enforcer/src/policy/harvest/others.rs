@@ -304,6 +304,11 @@ impl Others {
         each.max().unwrap_or(MIN_MEASURE_NS)
     }
 
+    /// Whether no job beside the one followed reports a pace.
+    pub(super) fn is_empty(&self) -> bool {
+        self.reports.is_empty()
+    }
+
     /// The comparison is judged: each job's cycles join its spread.
     pub(super) fn judged(&mut self) {
         for (job, cycles) in &self.cycles {

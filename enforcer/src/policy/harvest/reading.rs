@@ -1,5 +1,6 @@
 //! What status, `/metrics` and the daemon read of the pace controller: the level in force, the
-//! job followed and its reference pace, the last change, and what the loop has held back.
+//! job followed and its reference pace, the last change, what the loop has held back, and how
+//! long its halves measure.
 
 use super::{Change, Harvest, HeldBack, Level, Measured, PaceSource, Phase};
 
@@ -13,6 +14,11 @@ impl Harvest {
                 .first_tick_ns
                 .map_or(0, |first| self.last_tick_ns.saturating_sub(first)),
         }
+    }
+
+    /// How long each half of the last comparison measured, where one was begun.
+    pub(crate) fn half_measure_ns(&self) -> Option<u64> {
+        self.half_lengths.measured_ns()
     }
 
     /// The last change `tick` made, if any.

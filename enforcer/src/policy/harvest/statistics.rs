@@ -241,6 +241,14 @@ impl PooledSpread {
             .fold((0.0, 0), |(sum, freedom), &(s, f)| (sum + s, freedom + f))
     }
 
+    /// The comparisons pooled, read as if their cycles spread by `ratio` times the variance:
+    /// their halves measured another length than the next comparison's will.
+    pub(super) fn rescale(&mut self, ratio: f64) {
+        for (squares, _) in &mut self.judged {
+            *squares *= ratio;
+        }
+    }
+
     pub(super) fn clear(&mut self) {
         self.judged.clear();
     }

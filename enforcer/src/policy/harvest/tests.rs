@@ -3,6 +3,7 @@
 use enforcer_common::rng::SplitMix64;
 
 use super::ceiling::CEILING_NS;
+use super::statistics::measure_ns;
 use super::*;
 use crate::policy::{cores::Allocation, pace};
 
