@@ -53,16 +53,20 @@ impl Harvest {
         let shortest_ns = self.shortest_measure_ns(reports);
         let lengths = &mut self.half_lengths;
         lengths.unsettled();
-        let measure_ns = match followed_alone {
+        let length = match followed_alone {
             true => lengths.choose(shortest_ns, self.settings.epsilon),
-            false => shortest_ns,
+            false => 0,
         };
-        if lengths.measured_ns != 0 && measure_ns != lengths.measured_ns {
-            match lengths.variance_ratio(lengths.measured_ns, measure_ns) {
+        // The shortest itself moves a little with the job's report gaps: only another multiple
+        // of it changes what the pooled spread is worth.
+        if length != lengths.length {
+            match lengths.variance_ratio(lengths.length, length) {
                 Some(ratio) => self.spread.rescale(ratio),
                 None => self.spread.clear(),
             }
         }
+        let measure_ns = HalfLengths::measure_ns(shortest_ns, MULTIPLES[length]);
+        lengths.length = length;
         lengths.measured_ns = measure_ns;
         lengths.recheck_scale = (SETTLE_NS + measure_ns) as f64 / (SETTLE_NS + shortest_ns) as f64;
         measure_ns
@@ -98,8 +102,10 @@ pub(super) struct HalfLengths {
     /// The settled level being read: when it took effect, and where each length's next
     /// cycle begins.
     settled: Option<(u64, [u64; MULTIPLES.len()])>,
-    /// How long the last comparison's halves measured (0 before the first), and how many times
-    /// longer than the shortest they were (with their settling).
+    /// The last comparison's halves: their length (an index of `MULTIPLES`), how long they
+    /// measured (0 before the first), and how many times longer than the shortest they were
+    /// (with their settling).
+    length: usize,
     measured_ns: u64,
     recheck_scale: f64,
 }
@@ -110,6 +116,7 @@ impl Default for HalfLengths {
             base_ns: 0,
             read: [(0.0, 0.0); MULTIPLES.len()],
             settled: None,
+            length: 0,
             measured_ns: 0,
             recheck_scale: 1.0,
         }
@@ -176,11 +183,11 @@ impl HalfLengths {
         (count >= MIN_FREEDOM).then(|| squares / count)
     }
 
-    /// How long a half measures for a job whose halves need `base_ns` at their shortest: the
-    /// length that judges a level soonest, where it does so `GAIN_NEEDED` times sooner than
-    /// the shortest; the shortest otherwise, and where the cycles read say too little (or at
-    /// another shortest length).
-    pub(super) fn choose(&self, base_ns: u64, epsilon: f64) -> u64 {
+    /// The length (an index of `MULTIPLES`) a half measures for a job whose halves need
+    /// `base_ns` at their shortest: the one that judges a level soonest, where it does so
+    /// `GAIN_NEEDED` times sooner than the shortest; the shortest (0) otherwise, and where the
+    /// cycles read say too little (or at another shortest length).
+    pub(super) fn choose(&self, base_ns: u64, epsilon: f64) -> usize {
         let same_base = self.read_at(base_ns);
         // Where the shortest halves' mean can judge ε, a comparison ends at its third cycle
         // or soon after whatever their length: longer halves would only hold offline back
@@ -189,40 +196,27 @@ impl HalfLengths {
             .variance(0)
             .is_some_and(|variance| mean_too_noisy(variance, epsilon))
         {
-            return base_ns;
+            return 0;
         }
         let time_to_judge = |i: usize| {
             let measure_ns = Self::measure_ns(base_ns, MULTIPLES[i]);
-            Some((
-                self.variance(i)? * (SETTLE_NS + measure_ns) as f64,
-                measure_ns,
-            ))
+            Some((self.variance(i)? * (SETTLE_NS + measure_ns) as f64, i))
         };
         let Some((shortest, _)) = time_to_judge(0).filter(|_| same_base) else {
-            return base_ns;
+            return 0;
         };
         (1..MULTIPLES.len())
             .filter_map(time_to_judge)
             .filter(|&(time, _)| time * GAIN_NEEDED <= shortest)
             .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map_or(base_ns, |(_, measure_ns)| measure_ns)
+            .map_or(0, |(_, length)| length)
     }
 
-    /// A cycle's variance at halves measuring `to_ns` over its variance at `from_ns`, where
-    /// both were read: what a spread pooled at one length is worth at the other.
-    pub(super) fn variance_ratio(&self, from_ns: u64, to_ns: u64) -> Option<f64> {
-        // The length read nearest to `measure_ns`: the shortest moves a little with the
-        // job's report gaps.
-        let at = |measure_ns: u64| {
-            let off = |i: usize| {
-                (Self::measure_ns(self.base_ns, MULTIPLES[i]) as f64 / measure_ns as f64)
-                    .ln()
-                    .abs()
-            };
-            let i = (0..MULTIPLES.len()).min_by(|&a, &b| off(a).total_cmp(&off(b)))?;
-            self.variance(i).filter(|&variance| variance > 0.0)
-        };
-        Some(at(to_ns)? / at(from_ns)?)
+    /// A cycle's variance at the `to`th length over its variance at the `from`th, where both
+    /// were read: what a spread pooled at one length is worth at the other.
+    pub(super) fn variance_ratio(&self, from: usize, to: usize) -> Option<f64> {
+        let at = |i: usize| self.variance(i).filter(|&variance| variance > 0.0);
+        Some(at(to)? / at(from)?)
     }
 
     pub(super) fn clear(&mut self) {
@@ -279,7 +273,7 @@ mod tests {
             (100.0 * (1.0 + 0.3 * (2.0 * rng.next_f64() - 1.0))) as u64
         });
         let lengths = read_over(&noisy, 7200);
-        assert_eq!(lengths.choose(2 * S, EPSILON), 2 * S, "{lengths:?}");
+        assert_eq!(lengths.choose(2 * S, EPSILON), 0, "{lengths:?}");
     }
 
     /// Reports every second for `seconds` of a job whose steps come in bursts of 100, one a
@@ -300,15 +294,16 @@ mod tests {
 
     #[test]
     fn a_pace_that_comes_in_bursts_gets_longer_halves_once_enough_cycles_say_so() {
+        // Four times the shortest: 8 s.
         let lengths = read_over(&bursty(7200), 7200);
-        assert_eq!(lengths.choose(2 * S, EPSILON), 8 * S, "{lengths:?}");
+        assert_eq!(lengths.choose(2 * S, EPSILON), 2, "{lengths:?}");
         // What a spread pooled at 2 s halves is worth at 8 s.
-        let ratio = lengths.variance_ratio(2 * S, 8 * S).unwrap();
+        let ratio = lengths.variance_ratio(0, 2).unwrap();
         assert!(ratio < 0.2, "{ratio}");
         // Two minutes say too little yet: the shortest.
-        assert_eq!(read_over(&bursty(120), 120).choose(2 * S, EPSILON), 2 * S);
+        assert_eq!(read_over(&bursty(120), 120).choose(2 * S, EPSILON), 0);
         // Nor for a job whose shortest half is another length now.
-        assert_eq!(lengths.choose(4 * S, EPSILON), 4 * S);
+        assert_eq!(lengths.choose(4 * S, EPSILON), 0);
     }
 
     #[test]
@@ -322,6 +317,25 @@ mod tests {
         assert_eq!(lengths.read, before);
         lengths.read(4030 * S, 4000 * S, 2 * S, &bursty);
         assert_ne!(lengths.read, before);
-        assert_eq!(lengths.choose(2 * S, EPSILON), 8 * S);
+        assert_eq!(lengths.choose(2 * S, EPSILON), 2);
+    }
+
+    #[test]
+    fn a_shortest_half_that_moves_with_the_report_gaps_keeps_the_pooled_spread() {
+        // Two comparisons' halves at their shortest, two report periods each: 2 s for reports
+        // a second apart, 2.4 s where some come 1.2 s apart. The spread pooled over the job's
+        // comparisons is worth as much at either (it was cleared at each such move).
+        let mut harvest = Harvest::new(crate::config::HarvestSettings { epsilon: EPSILON });
+        harvest.spread.add(&[1.0, 1.1, 0.9]);
+        let every_second = reports(30, |_| 100);
+        let mut slower = every_second.clone();
+        for (i, report) in slower.iter_mut().enumerate() {
+            report.at_ns += (i as u64 / 2) * S / 5;
+        }
+        assert_eq!(harvest.measure_ns(&every_second), 2 * S);
+        let before = harvest.spread.variance_with(&[]);
+        assert!(harvest.measure_ns(&slower) > 2 * S);
+        assert_eq!(harvest.spread.variance_with(&[]), before);
+        assert!(before > 0.0);
     }
 }
