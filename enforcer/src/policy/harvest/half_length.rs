@@ -24,8 +24,8 @@
 //! tests' models of such jobs, the gains read 0.9 to 1.8 times.
 
 use super::{
-    Harvest, MAX_MEASURE_NS, SETTLE_NS, pace_between,
-    statistics::{mean_too_noisy, measure_ns},
+    Harvest, MAX_MEASURE_NS, SETTLE_NS,
+    statistics::{cycle_ratio, mean_too_noisy, measure_ns},
 };
 use crate::policy::pace::Report;
 
@@ -36,11 +36,14 @@ impl Harvest {
         measure_ns(reports).max(self.others.measure_ns())
     }
 
-    /// Settled since `since_ns`, at `now_ns`: the job's noise read by length.
+    /// Settled since `since_ns`, at `now_ns`: the job's noise read by length, its lengths
+    /// taken from the shortest half as the settle began.
     pub(super) fn read_half_lengths(&mut self, now_ns: u64, since_ns: u64, reports: &[Report]) {
-        let shortest_ns = self.shortest_measure_ns(reports);
-        self.half_lengths
-            .read(now_ns, since_ns, shortest_ns, reports);
+        if !self.half_lengths.reads(since_ns) {
+            let shortest_ns = self.shortest_measure_ns(reports);
+            self.half_lengths.settled(since_ns, shortest_ns);
+        }
+        self.half_lengths.read(now_ns, reports);
     }
 
     /// How long the halves of a comparison begun now measure: longer than the shortest only
@@ -129,29 +132,36 @@ impl HalfLengths {
         (base_ns * multiple).min(MAX_MEASURE_NS.max(base_ns))
     }
 
-    /// At `now_ns`, settled since `since_ns` with halves of `base_ns` at their shortest: each
-    /// cycle of each length that ended since the last call, read from `reports`.
-    pub(super) fn read(&mut self, now_ns: u64, since_ns: u64, base_ns: u64, reports: &[Report]) {
+    /// Whether the settled level that took effect at `since_ns` is the one being read.
+    pub(super) fn reads(&self, since_ns: u64) -> bool {
+        self.settled.is_some_and(|(since, _)| since == since_ns)
+    }
+
+    /// A level settled at `since_ns`, with halves of `base_ns` at their shortest: its cycles
+    /// are read from then on (those read before are kept, unless at another shortest).
+    pub(super) fn settled(&mut self, since_ns: u64, base_ns: u64) {
         if !self.read_at(base_ns) {
-            (self.base_ns, self.read, self.settled) = (base_ns, Default::default(), None);
+            (self.base_ns, self.read) = (base_ns, Default::default());
         }
-        let next = match &mut self.settled {
-            Some((since, next)) if *since == since_ns => next,
-            settled => &mut settled.insert((since_ns, [since_ns; MULTIPLES.len()])).1,
+        self.settled = Some((since_ns, [since_ns; MULTIPLES.len()]));
+    }
+
+    /// At `now_ns`, settled (`settled`): each cycle of each length that ended since the last
+    /// call, read from `reports`.
+    pub(super) fn read(&mut self, now_ns: u64, reports: &[Report]) {
+        let Some((_, next)) = &mut self.settled else {
+            return;
         };
         for (i, &multiple) in MULTIPLES.iter().enumerate() {
             let half_ns = SETTLE_NS + Self::measure_ns(self.base_ns, multiple);
             while next[i] + 2 * half_ns <= now_ns {
                 let start = next[i];
                 next[i] += 2 * half_ns;
-                let pace =
-                    |from: u64| pace_between(reports, from, from + SETTLE_NS, from + half_ns);
-                let (Some(first), Some(second)) = (pace(start), pace(start + half_ns)) else {
-                    continue;
-                };
-                if second > 0.0 {
+                // Not where a half has fewer than two reports, or none of the job's steps.
+                let ratio = cycle_ratio(reports, start, half_ns).filter(|r| r.is_finite());
+                if let Some(ratio) = ratio {
                     let (squares, count) = &mut self.read[i];
-                    *squares += (first / second - 1.0).powi(2);
+                    *squares += (ratio - 1.0).powi(2);
                     *count += 1.0;
                     if *count > MAX_FREEDOM {
                         *squares *= MAX_FREEDOM / *count;
@@ -253,6 +263,7 @@ mod tests {
     /// The lengths read over `reports`, settled from 0, read every second as the loop does.
     fn read_over(reports: &[Report], seconds: u64) -> HalfLengths {
         let mut lengths = HalfLengths::default();
+        lengths.settled(0, 2 * S);
         for s in 0..=seconds {
             // The daemon keeps 30 s of reports.
             let kept: Vec<Report> = reports
@@ -260,7 +271,7 @@ mod tests {
                 .filter(|r| r.at_ns <= s * S && r.at_ns + 30 * S > s * S)
                 .copied()
                 .collect();
-            lengths.read(s * S, 0, 2 * S, &kept);
+            lengths.read(s * S, &kept);
         }
         lengths
     }
@@ -313,9 +324,10 @@ mod tests {
         let before = lengths.read;
         lengths.unsettled();
         // Settled again at 4000 s: nothing of the first settle's last cycles is read twice.
-        lengths.read(4001 * S, 4000 * S, 2 * S, &bursty);
+        lengths.settled(4000 * S, 2 * S);
+        lengths.read(4001 * S, &bursty);
         assert_eq!(lengths.read, before);
-        lengths.read(4030 * S, 4000 * S, 2 * S, &bursty);
+        lengths.read(4030 * S, &bursty);
         assert_ne!(lengths.read, before);
         assert_eq!(lengths.choose(2 * S, EPSILON), 2);
     }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{
     super::pace::Report, FUTILITY_Z, MAX_CYCLES, MAX_CYCLES_ABOVE_POLICY, MAX_MEASURE_NS,
-    MEAN_NOISE_LIMIT, MIN_MEASURE_NS, Measured, POOLED_COMPARISONS, REPORTS_PER_HALF,
+    MEAN_NOISE_LIMIT, MIN_MEASURE_NS, Measured, POOLED_COMPARISONS, REPORTS_PER_HALF, SETTLE_NS,
 };
 
 /// A level's pace against offline held back: the mean of its cycles' ratios and its
@@ -326,6 +326,14 @@ pub(crate) fn pace_between(
     (last.at_ns > first.at_ns).then(|| {
         last.steps.saturating_sub(first.steps) as f64 * 1e9 / (last.at_ns - first.at_ns) as f64
     })
+}
+
+/// The ratio of a cycle of two halves of `half_ns` from `start_ns`, each settling for
+/// `SETTLE_NS`: the first half's pace over the second's (infinite, or NaN, where the second's
+/// is 0); None where a half has fewer than two reports.
+pub(super) fn cycle_ratio(reports: &[Report], start_ns: u64, half_ns: u64) -> Option<f64> {
+    let pace = |from: u64| pace_between(reports, from, from + SETTLE_NS, from + half_ns);
+    Some(pace(start_ns)? / pace(start_ns + half_ns)?)
 }
 
 /// How long a half measures for a job reporting as in `reports`: `REPORTS_PER_HALF` of its

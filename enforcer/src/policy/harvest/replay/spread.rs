@@ -8,7 +8,10 @@
 use serde::Serialize;
 
 use super::{
-    super::{SETTLE_NS, pace_between, statistics::mean_and_variance},
+    super::{
+        SETTLE_NS,
+        statistics::{cycle_ratio, mean_and_variance},
+    },
     Reporter, Reporting, S, StepTrace,
 };
 use crate::policy::pace::{Mean, Report};
@@ -64,12 +67,8 @@ pub(crate) fn all_reports(trace: &StepTrace, reporter: Reporter) -> Vec<Report> 
 /// and `measure_s` measured, one cycle after another; with the cycles counted.
 fn spread(reports: &[Report], length_ns: u64, measure_s: f64) -> (f64, usize) {
     let half_ns = SETTLE_NS + (measure_s * S as f64) as u64;
-    let pace = |start: u64| pace_between(reports, start, start + SETTLE_NS, start + half_ns);
     let ratios: Vec<f64> = (0..length_ns / (2 * half_ns))
-        .filter_map(|cycle| {
-            let start = cycle * 2 * half_ns;
-            Some(pace(start)? / pace(start + half_ns)?)
-        })
+        .filter_map(|cycle| cycle_ratio(reports, cycle * 2 * half_ns, half_ns))
         .collect();
     let (_, variance) = mean_and_variance(&ratios);
     (variance.sqrt(), ratios.len())
