@@ -12,9 +12,9 @@
 //! - with two reporting jobs it searches from the top of its ladder, each job's own cycles to
 //!   show a level above the policy's free;
 //! - of two reporting jobs, the other is measured over the controller's cycles beside the one
-//!   followed, and the one followed keeps the signal when the other, earlier in the
-//!   registry's order, reports again after a silence; `observe --json` records the
-//!   controller as status has it.
+//!   followed; `observe --json` records the controller as status has it; the one followed,
+//!   stopped past 10 s while its process lives (a checkpoint), is paused: no signal meanwhile,
+//!   not the other job's, and once it reports again its level is compared again (`resumed`).
 
 use std::time::{Duration, Instant};
 
@@ -407,9 +407,9 @@ fn signal(child: &Reaped, signal: libc::c_int) {
 }
 
 #[test]
-fn the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again() {
+fn a_job_followed_that_pauses_keeps_the_signal_and_its_level_is_compared_again() {
     let instance = "it-pace-follow";
-    if !privileged("the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again") {
+    if !privileged("a_job_followed_that_pauses_keeps_the_signal_and_its_level_is_compared_again") {
         return;
     }
     let _ = std::fs::remove_file(decision_log_of(instance));
@@ -466,24 +466,40 @@ fn the_job_followed_keeps_the_signal_when_an_earlier_job_reports_again() {
         "{trace}"
     );
 
-    // "first" stops (as a job between bursts of reports would): silent past 10 s, its pace
-    // goes, and the controller follows "second".
+    // "first" stops while its process lives on, as a job writing a checkpoint does: silent
+    // past 10 s, it is paused, not ended. The controller waits for it at the policy's level,
+    // and does not follow "second" (which would drop what it measured of "first").
     signal(&first, libc::SIGSTOP);
-    eventually("the second job followed", Duration::from_secs(16), || {
-        followed_job(&daemon).as_deref() == Some("second")
+    eventually("the pause", Duration::from_secs(16), || {
+        has_step(&logged_harvest_steps(instance), "policy", "no_signal")
     });
-    // "first" reports again (a pace from its second report on). The controller keeps
-    // "second": another change would cost it 10 s at the policy's level and a new search.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(followed_job(&daemon), None);
+    // "first" reports again: followed again, and after its first 10 s of reports the level it
+    // had is compared again (`resumed`), not searched for from the top.
     signal(&first, libc::SIGCONT);
-    std::thread::sleep(Duration::from_secs(6));
-    assert_eq!(followed_job(&daemon).as_deref(), Some("second"));
-    let changes: Vec<Value> = logged_harvest_steps(instance)
-        .into_iter()
-        .filter(|step| step["reason"] == "job_changed")
-        .collect();
+    eventually(
+        "the first job followed again",
+        Duration::from_secs(6),
+        || followed_job(&daemon).as_deref() == Some("first"),
+    );
+    eventually("its level compared again", Duration::from_secs(16), || {
+        logged_harvest_steps(instance)
+            .iter()
+            .any(|step| step["reason"] == "resumed")
+    });
+    let steps = logged_harvest_steps(instance);
+    let resumed = steps
+        .iter()
+        .find(|step| step["reason"] == "resumed")
+        .unwrap();
     assert!(
-        changes.len() == 1 && changes[0]["from"] == "first" && changes[0]["to"] == "second",
-        "{changes:#?}"
+        resumed["paused_s"].as_f64().is_some_and(|s| s >= 3.0),
+        "{resumed}"
+    );
+    assert!(
+        !steps.iter().any(|step| step["reason"] == "job_changed"),
+        "{steps:#?}"
     );
     drop((first, second));
     daemon.stop();

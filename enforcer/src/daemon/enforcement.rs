@@ -531,6 +531,14 @@ impl Enforcement {
         Some((harvest.source()?, harvest.job()?.to_owned()))
     }
 
+    /// The job the controller followed, silent now for less than ten minutes
+    /// (`PAUSE_KEPT_NS`) while it waits for its return (`harvest/pause.rs`): the daemon keeps
+    /// the signal for it.
+    pub(crate) fn pace_paused(&self, now_ns: u64) -> Option<(PaceSource, String)> {
+        let (source, job) = self.harvest.as_ref()?.paused_job(now_ns)?;
+        Some((source, job.to_owned()))
+    }
+
     /// Whether the pace controller runs (`[policy] harvest_by_pace`).
     pub(crate) fn harvests_by_pace(&self) -> bool {
         self.harvest.is_some()

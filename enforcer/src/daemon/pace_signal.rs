@@ -9,7 +9,9 @@
 //! first 10 s at the core policy's level, then a search from the top (`Why::JobChanged`). Taken
 //! in the registry's order alone, a job earlier in it that reports in bursts, silent past
 //! `pace::STALE_NS` between them, would take the signal back from a steady one at each burst
-//! and lose it again at each silence.
+//! and lose it again at each silence. The job followed itself, silent while its processes run
+//! (a checkpoint, an evaluation), is paused (`harvest/pause.rs`): no signal until it reports
+//! again, for up to ten minutes (`PAUSE_KEPT_NS`), not its GPUs' busy share nor another job's.
 
 use super::state::Shared;
 use crate::policy::{harvest::PaceSource, pace::Report};
@@ -24,11 +26,13 @@ pub(super) fn step(shared: &Shared, now_ns: u64) {
         let names = registry.training.iter().map(|job| job.name.clone());
         (names.collect(), registry.running_training_jobs())
     };
-    let followed = shared
-        .enforcement
-        .lock()
-        .expect("enforcement poisoned")
-        .pace_followed();
+    // The job followed, or the one it paused for (`harvest/pause.rs`): the first to have a
+    // pace again.
+    let followed = {
+        let enforcement = shared.enforcement.lock().expect("enforcement poisoned");
+        let followed = enforcement.pace_followed();
+        followed.or_else(|| enforcement.pace_paused(now_ns))
+    };
     let followed_by = |source: PaceSource| {
         followed
             .as_ref()
@@ -47,18 +51,28 @@ pub(super) fn step(shared: &Shared, now_ns: u64) {
     };
     let busy = |name: &str| shared.gpu.get()?.busy_reports(name, now_ns);
     let of = |name: &str| jobs.iter().position(|job| job == name);
-    let pace = follow(&jobs, followed_by(PaceSource::Progress), |name| {
-        reported[of(name)?].clone()
-    })
-    .map(|(job, reports)| (PaceSource::Progress, job, reports))
-    .or_else(|| {
-        follow(&jobs, followed_by(PaceSource::GpuBusy), busy)
-            .map(|(job, reports)| (PaceSource::GpuBusy, job, reports))
+    // A job followed by its reports that is silent while its processes run is paused (a
+    // checkpoint, an evaluation): no signal until it reports again, not its GPUs' busy share
+    // (idle while it writes a checkpoint) nor another job's pace, each of which would start the
+    // search afresh.
+    let paused = paused(followed_by(PaceSource::Progress), &running, |job| {
+        of(job).is_some_and(|at| reported[at].is_some())
     });
+    let pace = match paused {
+        Some(_) => None,
+        None => follow(&jobs, followed_by(PaceSource::Progress), |name| {
+            reported[of(name)?].clone()
+        })
+        .map(|(job, reports)| (PaceSource::Progress, job, reports))
+        .or_else(|| {
+            follow(&jobs, followed_by(PaceSource::GpuBusy), busy)
+                .map(|(job, reports)| (PaceSource::GpuBusy, job, reports))
+        }),
+    };
     // The jobs running beside the one followed, each by its own pace: a level that slows one
     // of them is left too, and one above the policy's is kept only where each shows it free
     // (`Harvest::set_other_jobs`). An ended job's last reports show nothing of its cores.
-    let followed_now = pace.as_ref().map(|(_, job, _)| *job);
+    let followed_now = pace.as_ref().map(|(_, job, _)| *job).or(paused);
     let others = jobs
         .iter()
         .zip(reported)
@@ -73,6 +87,16 @@ pub(super) fn step(shared: &Shared, now_ns: u64) {
         .lock()
         .expect("enforcement poisoned")
         .on_pace(now_ns, signal, &reports, running, others);
+}
+
+/// `followed`, the job followed by its progress reports (or paused for), where it is paused:
+/// its processes still run (`running`), and it has no pace of its reports.
+fn paused<'a>(
+    followed: Option<&'a str>,
+    running: &[String],
+    has_pace: impl Fn(&str) -> bool,
+) -> Option<&'a str> {
+    followed.filter(|job| running.iter().any(|name| name == job) && !has_pace(job))
 }
 
 /// Of `jobs` (the registry's order), the one whose `pace` steers the controller, with that
@@ -90,7 +114,7 @@ fn follow<'a, T>(
 
 #[cfg(test)]
 mod tests {
-    use super::follow;
+    use super::{follow, paused};
 
     fn jobs(names: &[&str]) -> Vec<String> {
         names.iter().map(|name| (*name).to_owned()).collect()
@@ -134,5 +158,17 @@ mod tests {
             paces(&[("resnet", 1.0), ("bert", 2.0)]),
         );
         assert_eq!(chosen, Some(("bert", 2.0)));
+    }
+
+    #[test]
+    fn a_silent_job_followed_by_its_reports_is_paused_while_it_runs() {
+        let running = jobs(&["resnet", "bert"]);
+        let silent = |_: &str| false;
+        assert_eq!(paused(Some("resnet"), &running, silent), Some("resnet"));
+        // Reporting again: followed, not paused.
+        assert_eq!(paused(Some("resnet"), &running, |_| true), None);
+        // Its processes gone: ended, and the signal goes to another job or its GPUs.
+        assert_eq!(paused(Some("gpt"), &running, silent), None);
+        assert_eq!(paused(None, &running, silent), None);
     }
 }

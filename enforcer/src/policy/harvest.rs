@@ -88,7 +88,9 @@
 //! different units. So does a change of the job followed, after the new job's first `WARMUP_NS` at
 //! the policy's level: one job's cycles say nothing of another's. Without either (a job that does
 //! not report and holds no GPU of its own, or silent for `pace::STALE_NS`) the level is the core
-//! policy's own, as without this loop. The loop follows one job's pace; the other training jobs'
+//! policy's own, as without this loop; a silence of the job followed shorter than
+//! `PAUSE_KEPT_NS` is a pause, after which its level is compared again with what was measured
+//! of the job before (`pause`). The loop follows one job's pace; the other training jobs'
 //! paces over the same cycles can leave a level the job followed keeps, and a level above the
 //! policy's, which reaches every job's cores, is kept only where each of them shows it free
 //! too. While a job beside has no pace, or is in its first `WARMUP_NS` of one, the loop goes no
@@ -100,7 +102,7 @@
 //! level; `carried`, a too-noisy level's cycles from one comparison to the next; `kept_cycles`,
 //! the cycles that kept a level, pooled with its next comparison's; `ceiling`, how long a level
 //! left waits before it is tried again; `watch`, the settled level's pace between its rechecks;
-//! `half_length`, how long a half measures;
+//! `half_length`, how long a half measures; `pause`, a silence of the job that is a pause;
 //! `others`, the jobs beside the one followed; `reading`, what status reads of the loop;
 //! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
 //! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
@@ -113,6 +115,7 @@ mod half_length;
 mod kept_cycles;
 mod level;
 mod others;
+mod pause;
 mod reading;
 pub(crate) mod replay;
 mod statistics;
@@ -127,6 +130,7 @@ use self::half_length::HalfLengths;
 use self::kept_cycles::KeptCycles;
 pub(crate) use self::level::{Level, shape};
 use self::others::{Beside, Others};
+use self::pause::Pauses;
 use self::statistics::{
     PooledSpread, could_show_free_at_spread, mean_too_noisy, measured, standard_error,
 };
@@ -202,6 +206,8 @@ pub(crate) struct Harvest {
     /// The job's noise by the length of the halves, and the length the last comparison's
     /// measured (`half_length`).
     half_lengths: HalfLengths,
+    /// The job's newest count, and what the loop was doing when it last went silent (`pause`).
+    pauses: Pauses,
     /// The level the loop last settled at, and how long it waits there before a recheck.
     settled_at: Option<Level>,
     recheck_after_ns: u64,
@@ -237,6 +243,7 @@ impl Harvest {
             kept_below: None,
             stretch_spread: StretchSpread::default(),
             half_lengths: HalfLengths::default(),
+            pauses: Pauses::default(),
             settled_at: None,
             recheck_after_ns: RECHECK_NS,
             training_jobs: Vec::new(),
@@ -278,20 +285,16 @@ impl Harvest {
         reports: &[Report],
     ) -> Option<Change> {
         let Some((source, job)) = signal else {
-            (self.source, self.job) = (None, None);
-            match self.phase {
-                Phase::NoSignal => return None,
-                // Nothing changed yet: no step to log.
-                Phase::WarmingUp { .. } => {
-                    self.phase = Phase::NoSignal;
-                    return None;
-                }
-                _ => {}
+            if self.phase == Phase::NoSignal {
+                return None;
             }
+            // Warming up, nothing changed yet: no step to log.
+            let warming_up = matches!(self.phase, Phase::WarmingUp { .. });
+            self.pause(now_ns);
             self.phase = Phase::NoSignal;
-            self.forget();
-            return Some(self.change(Why::NoSignal));
+            return (!warming_up).then(|| self.change(Why::NoSignal));
         };
+        self.signal_heard(now_ns, reports);
         let searching = !matches!(self.phase, Phase::NoSignal | Phase::WarmingUp { .. });
         let other_job = (self.job.as_deref() != Some(job))
             .then(|| self.job.replace(job.to_owned()))
@@ -331,8 +334,10 @@ impl Harvest {
             // where each has a pace of its own by then.
             Phase::WarmingUp { since } => {
                 (now_ns.saturating_sub(since) >= WARMUP_NS && self.others_warmed_up()).then(|| {
-                    let why = Why::Trial { reference: None };
-                    self.compare(now_ns, self.top(), reports, why)
+                    self.resume(now_ns, reports).unwrap_or_else(|| {
+                        let why = Why::Trial { reference: None };
+                        self.compare(now_ns, self.top(), reports, why)
+                    })
                 })
             }
             Phase::Comparing {
@@ -668,23 +673,6 @@ impl Harvest {
             watch: Watch::new(now_ns),
         };
         self.change(why)
-    }
-
-    /// Drops what was measured: a new signal, or none.
-    fn forget(&mut self) {
-        self.cycles.clear();
-        self.others.forget();
-        self.spread.clear();
-        self.carried.clear();
-        self.kept_cycles.clear();
-        self.reference = None;
-        self.last_held = None;
-        self.moved_once = None;
-        self.ceiling.clear();
-        self.kept_below = None;
-        self.stretch_spread = StretchSpread::default();
-        self.half_lengths.clear();
-        self.settled_at = None;
     }
 
     fn change(&self, why: Why) -> Change {

@@ -252,9 +252,10 @@ fn harvest_move(change: &serde_json::Value) -> String {
             format!("{reason} ({tried} cost {paid_by} {cost}{cycles}), {to}")
         }
         None => format!(
-            "{reason}{}{}, {to}",
+            "{reason}{}{}{}, {to}",
             moved_in_words(change),
-            jobs_in_words(change)
+            jobs_in_words(change),
+            paused_in_words(change)
         ),
     }
 }
@@ -270,6 +271,14 @@ fn jobs_in_words(change: &serde_json::Value) -> String {
         Some(job) => format!(" ({jobs} training jobs, waiting for {job}'s pace)"),
         None => format!(" ({jobs} training jobs)"),
     }
+}
+
+/// How long the job followed was silent before its level was compared again (`resumed`):
+/// ` (after 31 s without a signal)`. Empty for any other change.
+fn paused_in_words(change: &serde_json::Value) -> String {
+    change["paused_s"].as_f64().map_or(String::new(), |s| {
+        format!(" (after {s:.0} s without a signal)")
+    })
 }
 
 /// How far a pace moved (`phase_change`: the held pace, `pace_moved` and `pace_moved_for`: the
@@ -352,7 +361,7 @@ mod tests {
     }
 
     #[test]
-    fn a_move_says_how_far_the_pace_went_what_changed_or_how_many_jobs_ran() {
+    fn a_move_says_how_far_the_pace_went_what_changed_how_many_jobs_ran_or_how_long_it_paused() {
         let moved = serde_json::json!({
             "level": "policy", "reason": "pace_moved", "from": 180.0, "to": 171.0
         });
@@ -390,6 +399,13 @@ mod tests {
         assert_eq!(
             harvest_move(&job),
             "job changed (resnet to bert), now policy"
+        );
+        let resumed = serde_json::json!({
+            "level": "unpaused", "reason": "resumed", "paused_s": 31.2
+        });
+        assert_eq!(
+            harvest_move(&resumed),
+            "resumed (after 31 s without a signal), now unpaused"
         );
         let jobs = serde_json::json!({
             "level": "policy", "reason": "several_jobs", "jobs": 2, "waiting_for": "bert"

@@ -83,6 +83,10 @@ pub(crate) enum Why {
     /// Settled, the pace at the level of `job`, a training job beside the one followed, moved
     /// as `PaceMoved` says, by its own stretches (`others`): the level is compared again at once.
     PaceMovedFor { job: String, from: f64, to: f64 },
+    /// The job followed reports again after `paused_s` without a signal (a checkpoint, an
+    /// evaluation: `pause`), its first `WARMUP_NS` over: the level it had is compared again,
+    /// with what the loop measured of the job before.
+    Resumed { paused_s: f64 },
     /// The pace now comes from elsewhere (the job began or stopped reporting its progress):
     /// the search starts again.
     SignalChanged { from: PaceSource, to: PaceSource },

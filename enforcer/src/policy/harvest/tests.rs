@@ -4,6 +4,7 @@ use enforcer_common::rng::SplitMix64;
 
 use super::ceiling::CEILING_NS;
 use super::statistics::measure_ns;
+use super::tuning::PAUSE_KEPT_NS;
 use super::*;
 use crate::policy::{cores::Allocation, pace};
 
@@ -1527,6 +1528,109 @@ fn without_a_signal_the_policy_level_stands_and_a_lost_one_returns_to_it() {
     let change = harvest.tick(2 * S + WARMUP_NS, None, &[]).unwrap();
     assert_eq!((change.level, change.why), (Level::Policy, Why::NoSignal));
     assert_eq!(harvest.reference(), None);
+}
+
+/// `seconds` without a signal from `start_s`, ticks of 100 ms: the changes.
+fn silence(harvest: &mut Harvest, start_s: u64, seconds: u64) -> Vec<(u64, Change)> {
+    ((start_s * S / TICK)..((start_s + seconds) * S / TICK))
+        .filter_map(|tick| Some((tick * TICK, harvest.tick(tick * TICK, None, &[])?)))
+        .collect()
+}
+
+#[test]
+fn a_pause_of_the_job_followed_keeps_what_was_measured_and_compares_its_level_again() {
+    let (mut harvest, mut job, mut reports) = settled_at_the_top();
+    let reference = harvest.reference();
+    assert!(reference.is_some());
+    // A checkpoint: 30 s without a report. The policy's level at once, as before.
+    let silent = silence(&mut harvest, 100, 30);
+    assert_eq!(silent.len(), 1, "{silent:?}");
+    assert_eq!(
+        (silent[0].1.level, &silent[0].1.why),
+        (Level::Policy, &Why::NoSignal)
+    );
+    assert_eq!(harvest.job(), None);
+    // The daemon keeps the signal for the job while it waits for it, up to PAUSE_KEPT_NS.
+    assert_eq!(
+        harvest.paused_job(129 * S),
+        Some((PaceSource::Progress, "job"))
+    );
+    assert_eq!(harvest.paused_job(100 * S + PAUSE_KEPT_NS), None);
+    assert_eq!(harvest.reference(), reference);
+    // The job reports again: after its warm-up, the level it was settled at is compared
+    // again, on a recheck's terms, not searched for from the top.
+    let back = run(&mut harvest, &mut job, &mut reports, 130, 60);
+    let (at, first) = &back.changes[0];
+    assert_eq!(*at, 130 * S + WARMUP_NS, "{:?}", back.changes);
+    assert_eq!(first.level, Level::TrainingCores);
+    assert!(
+        matches!(first.why, Why::Resumed { paused_s } if (29.9..=30.1).contains(&paused_s)),
+        "{first:?}"
+    );
+    assert_eq!(harvest.paused_job(135 * S), None);
+    // Kept where it was, without a search: no level below it compared.
+    assert_eq!(back.settled_level(), Some(Level::TrainingCores));
+    assert!(
+        back.changes
+            .iter()
+            .all(|(_, c)| matches!(c.level, Level::TrainingCores | Level::Held)),
+        "{:?}",
+        back.changes
+    );
+}
+
+#[test]
+fn a_pause_broken_by_a_few_reports_goes_on_until_the_job_reports_for_its_warm_up() {
+    let (mut harvest, mut job, mut reports) = settled_at_the_top();
+    silence(&mut harvest, 100, 30);
+    // Three seconds of reports (the job's warm-up is 10 s), then silent again: still paused.
+    let brief = run(&mut harvest, &mut job, &mut reports, 130, 3);
+    assert!(brief.changes.is_empty(), "{:?}", brief.changes);
+    assert!(silence(&mut harvest, 133, 20).is_empty());
+    assert_eq!(
+        harvest.paused_job(150 * S),
+        Some((PaceSource::Progress, "job"))
+    );
+    let back = run(&mut harvest, &mut job, &mut reports, 153, 20);
+    let (at, first) = &back.changes[0];
+    assert_eq!(*at, 153 * S + WARMUP_NS, "{:?}", back.changes);
+    assert!(matches!(first.why, Why::Resumed { .. }), "{first:?}");
+}
+
+#[test]
+fn a_silence_too_long_for_a_pause_a_new_run_or_another_job_starts_the_search_afresh() {
+    let first_comparison = |harvest: &mut Harvest, job: &mut Job, reports: &mut Vec<Report>| {
+        let back = run(harvest, job, reports, 1000, 20);
+        back.changes[0].1.clone()
+    };
+    let afresh = Change {
+        level: Level::TrainingCores,
+        settles: false,
+        why: Why::Trial { reference: None },
+    };
+    // Silent for longer than a pause.
+    let (mut harvest, mut job, mut reports) = settled_at_the_top();
+    silence(&mut harvest, 100, 900);
+    assert_eq!(harvest.paused_job(999 * S), None);
+    let change = first_comparison(&mut harvest, &mut job, &mut reports);
+    assert_eq!(change, afresh);
+    // A new run of the job: its count starts again.
+    let (mut harvest, mut job, mut reports) = settled_at_the_top();
+    silence(&mut harvest, 100, 30);
+    (job.steps, job.next_report_ns) = (0.0, 0);
+    reports.clear();
+    assert_eq!(
+        first_comparison(&mut harvest, &mut job, &mut reports),
+        afresh
+    );
+    // Another job reports where the one followed went silent.
+    let (mut harvest, mut job, mut reports) = settled_at_the_top();
+    silence(&mut harvest, 100, 30);
+    job.name = "other";
+    assert_eq!(
+        first_comparison(&mut harvest, &mut job, &mut reports),
+        afresh
+    );
 }
 
 #[test]

@@ -56,6 +56,12 @@ pub(super) const MEAN_NOISE_LIMIT: f64 = 2.0;
 /// Comparisons judged before the current one whose cycles' spread says with it how noisy the
 /// job's pace is (`PooledSpread`): with the current one, about 20 cycles at three to six each.
 pub(super) const POOLED_COMPARISONS: usize = 4;
+/// A silence of the job followed shorter than this, its processes running, is a pause: what
+/// the loop measured of the job is kept for its return (`pause`). A checkpoint or an
+/// evaluation takes seconds to minutes (ResNet-50's ImageNet validation, 50,000 images, about
+/// 20 s at the GPU server's 1,091 training images a second, and more at its loader's pace); a
+/// job silent for ten minutes has more likely ended or been replaced.
+pub(crate) const PAUSE_KEPT_NS: u64 = 600_000_000_000;
 /// Settled, the level is compared again after this long the first time.
 pub(crate) const RECHECK_NS: u64 = 60_000_000_000;
 /// Each recheck that settles the loop at the same level doubles the wait before the next, up

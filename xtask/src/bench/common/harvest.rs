@@ -189,7 +189,8 @@ impl HarvestSteps {
             .map_or(POLICY, |step| step.level.as_str())
     }
 
-    /// The steps that judged a level or saw a new phase, in words (`HarvestStep::words`);
+    /// The steps that judged a level, saw a new phase or resumed after a pause, in words
+    /// (`HarvestStep::words`);
     /// "none" where there were none.
     pub fn judgments(&self) -> String {
         let judged: Vec<String> = self
@@ -205,6 +206,7 @@ impl HarvestSteps {
                         | "phase_change"
                         | "pace_moved"
                         | "pace_moved_for"
+                        | "resumed"
                 )
             })
             .map(HarvestStep::words)
