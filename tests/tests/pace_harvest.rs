@@ -475,6 +475,15 @@ fn a_job_followed_that_pauses_keeps_the_signal_and_its_level_is_compared_again()
     });
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(followed_job(&daemon), None);
+    let harvest = daemon
+        .snapshot()
+        .enforcement
+        .and_then(|e| e.harvest)
+        .unwrap();
+    assert_eq!(harvest.paused_job.as_deref(), Some("first"));
+    assert!(harvest.paused_s.is_some_and(|s| s >= 3.0), "{harvest:?}");
+    let status = status_text(instance);
+    assert!(status.contains("waiting for first, silent"), "{status}");
     // "first" reports again: followed again, and after its first 10 s of reports the level it
     // had is compared again (`resumed`), not searched for from the top.
     signal(&first, libc::SIGCONT);

@@ -179,6 +179,14 @@ pub struct HarvestStatus {
     /// registry's order with one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+    /// The job followed, silent while its processes run (a checkpoint, an evaluation), for
+    /// `paused_s` since its signal was lost: the controller waits for it at `policy` for up to
+    /// ten minutes, with what it measured of the job kept, and compares its level again once
+    /// it reports (reason `resumed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_s: Option<f64>,
     /// Training's pace with offline held back, at the last probe, in the units of `signal`.
     pub reference_steps_per_s: Option<f64>,
     /// The controller's last change, as the decision log holds it: the level, the reason

@@ -535,7 +535,7 @@ impl Enforcement {
     /// (`PAUSE_KEPT_NS`) while it waits for its return (`harvest/pause.rs`): the daemon keeps
     /// the signal for it.
     pub(crate) fn pace_paused(&self, now_ns: u64) -> Option<(PaceSource, String)> {
-        let (source, job) = self.harvest.as_ref()?.paused_job(now_ns)?;
+        let (source, job, _) = self.harvest.as_ref()?.paused_job(now_ns)?;
         Some((source, job.to_owned()))
     }
 
@@ -596,10 +596,13 @@ impl Enforcement {
             event_to_ran_sum_ns: 0,
             harvest: self.harvest.as_ref().map(|harvest| {
                 let held = harvest.held_back();
+                let paused = harvest.paused_job(monotonic_ns());
                 HarvestStatus {
                     level: harvest.level().name().to_owned(),
                     signal: harvest.source().map(|source| source.name().to_owned()),
                     job: harvest.job().map(str::to_owned),
+                    paused_job: paused.map(|(_, job, _)| job.to_owned()),
+                    paused_s: paused.map(|(_, _, ns)| ns as f64 / 1e9),
                     reference_steps_per_s: harvest.reference().map(|m| m.steps_per_s),
                     // As the decision log holds it.
                     last_change: harvest

@@ -158,14 +158,16 @@ pub(crate) async fn run(socket: &Path, json: bool) -> anyhow::Result<()> {
 /// measure and the jobs beside: `policy | resnet's pace with offline held back 181.57 steps/s
 /// | last move: trial, now policy | offline held back 6 s of 23 s (26%) | halves of 2.0 s`.
 pub(super) fn harvest_in_words(harvest: &HarvestStatus) -> String {
+    let job = harvest.job.as_deref().or(harvest.paused_job.as_deref());
     format!(
-        "{}{}{}{}{}{}",
+        "{}{}{}{}{}{}{}",
         harvest.level,
+        paused_job_in_words(harvest),
         harvest
             .reference_steps_per_s
             .map_or(String::new(), |pace| format!(
                 " | {}'s pace with offline held back {}",
-                harvest.job.as_deref().unwrap_or("training"),
+                job.unwrap_or("training"),
                 pace_in_words(harvest.signal.as_deref(), pace)
             )),
         harvest
@@ -180,6 +182,19 @@ pub(super) fn harvest_in_words(harvest: &HarvestStatus) -> String {
             .half_measure_s
             .map_or(String::new(), |half| format!(" | halves of {half:.1} s")),
         beside_in_words(&harvest.beside),
+    )
+}
+
+/// The job followed, paused: ` | waiting for resnet, silent 12 s (a pause: its level is
+/// compared again once it reports)`. Empty where none is.
+fn paused_job_in_words(harvest: &HarvestStatus) -> String {
+    let Some(job) = harvest.paused_job.as_deref() else {
+        return String::new();
+    };
+    format!(
+        " | waiting for {job}, silent {:.0} s (a pause: its level is compared again once it \
+         reports)",
+        harvest.paused_s.unwrap_or(0.0)
     )
 }
 
@@ -437,6 +452,22 @@ mod tests {
         assert_eq!(
             harvest_in_words(&harvest),
             "policy | offline held back 30 s of 300 s (10%) | halves of 10.0 s"
+        );
+    }
+
+    #[test]
+    fn a_paused_job_reads_as_waited_for_with_its_pace_before() {
+        let harvest = HarvestStatus {
+            level: "policy".into(),
+            paused_job: Some("resnet".into()),
+            paused_s: Some(12.4),
+            reference_steps_per_s: Some(8.5),
+            ..Default::default()
+        };
+        assert_eq!(
+            harvest_in_words(&harvest),
+            "policy | waiting for resnet, silent 12 s (a pause: its level is compared again \
+             once it reports) | resnet's pace with offline held back 8.50 steps/s"
         );
     }
 

@@ -91,6 +91,7 @@ fn renders_cumulative_histograms_and_counters() {
                     high: 1.0,
                     cycles: 3,
                 }],
+                ..Default::default()
             }),
             ..Default::default()
         }),

@@ -91,12 +91,17 @@ impl Harvest {
     }
 
     /// The job followed, silent for less than `PAUSE_KEPT_NS` (as of `now_ns`) while the loop
-    /// waits for it: the daemon keeps the signal for it.
-    pub(crate) fn paused_job(&self, now_ns: u64) -> Option<(PaceSource, &str)> {
+    /// waits for it, and how long since its signal was lost: the daemon keeps the signal for
+    /// it, and status says so.
+    pub(crate) fn paused_job(&self, now_ns: u64) -> Option<(PaceSource, &str, u64)> {
         let paused = self.pauses.paused.as_ref()?;
         let waiting = matches!(self.phase, Phase::NoSignal) && paused.back_ns.is_none();
-        (waiting && now_ns.saturating_sub(paused.since_ns) < PAUSE_KEPT_NS)
-            .then_some((paused.source, paused.job.as_str()))
+        let silent_ns = now_ns.saturating_sub(paused.since_ns);
+        (waiting && silent_ns < PAUSE_KEPT_NS).then_some((
+            paused.source,
+            paused.job.as_str(),
+            silent_ns,
+        ))
     }
 
     /// The warm-up after a silence is over: where it was a pause of the job now followed, its

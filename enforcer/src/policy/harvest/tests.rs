@@ -1553,7 +1553,7 @@ fn a_pause_of_the_job_followed_keeps_what_was_measured_and_compares_its_level_ag
     // The daemon keeps the signal for the job while it waits for it, up to PAUSE_KEPT_NS.
     assert_eq!(
         harvest.paused_job(129 * S),
-        Some((PaceSource::Progress, "job"))
+        Some((PaceSource::Progress, "job", 29 * S))
     );
     assert_eq!(harvest.paused_job(100 * S + PAUSE_KEPT_NS), None);
     assert_eq!(harvest.reference(), reference);
@@ -1589,7 +1589,7 @@ fn a_pause_broken_by_a_few_reports_goes_on_until_the_job_reports_for_its_warm_up
     assert!(silence(&mut harvest, 133, 20).is_empty());
     assert_eq!(
         harvest.paused_job(150 * S),
-        Some((PaceSource::Progress, "job"))
+        Some((PaceSource::Progress, "job", 50 * S))
     );
     let back = run(&mut harvest, &mut job, &mut reports, 153, 20);
     let (at, first) = &back.changes[0];
