@@ -9,12 +9,14 @@
 //! from the point the replay's clock has reached in it (the shorter one repeats), and reports
 //! the job's cumulative steps as `reamer_progress` does: after the first step that ends a
 //! second or more after the last report, with the count's mean over the time between (or,
-//! for a reporter that sends no mean, the count alone: `Reporter::CountsOnly`). So every
-//! level above `held` costs what `beside` recorded: the replay shows whether the controller
-//! finds that cost through the job's noise, how long that takes, and what its probes hold
-//! back. Costs of its own for some levels (`Beside::with_level_cost`: a frontier's, say, where
-//! sharing training's cores costs less than ε and the rest nothing) show which level of the
-//! ladder those costs would have it pick.
+//! for a reporter that sends no mean, the count alone: `Reporter::CountsOnly`), and gives the
+//! controller no signal where the job is silent past `pace::STALE_NS`, as the daemon does (a
+//! step that long: a checkpoint, an evaluation; `pause`). So every level above `held` costs
+//! what `beside` recorded: the replay shows whether the controller finds that cost through the
+//! job's noise, how long that takes, and what its probes hold back. Costs of its own for some
+//! levels (`Beside::with_level_cost`: a frontier's, say, where sharing training's cores costs
+//! less than ε and the rest nothing) show which level of the ladder those costs would have it
+//! pick.
 
 pub(crate) mod spread;
 
