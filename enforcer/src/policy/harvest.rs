@@ -294,7 +294,7 @@ impl Harvest {
             self.phase = Phase::NoSignal;
             return (!warming_up).then(|| self.change(Why::NoSignal));
         };
-        self.signal_heard(now_ns, reports);
+        self.signal_heard(reports);
         let searching = !matches!(self.phase, Phase::NoSignal | Phase::WarmingUp { .. });
         let other_job = (self.job.as_deref() != Some(job))
             .then(|| self.job.replace(job.to_owned()))
@@ -334,7 +334,7 @@ impl Harvest {
             // where each has a pace of its own by then.
             Phase::WarmingUp { since } => {
                 (now_ns.saturating_sub(since) >= WARMUP_NS && self.others_warmed_up()).then(|| {
-                    self.resume(now_ns, reports).unwrap_or_else(|| {
+                    self.resume(now_ns, since, reports).unwrap_or_else(|| {
                         let why = Why::Trial { reference: None };
                         self.compare(now_ns, self.top(), reports, why)
                     })

@@ -32,9 +32,8 @@ use crate::policy::pace::Report;
 struct Paused {
     job: String,
     source: PaceSource,
-    /// When the signal was lost, and when it came back (the warm-up's start).
+    /// When the signal was lost.
     since_ns: u64,
-    back_ns: Option<u64>,
     /// The level compared or settled at, and whether it was settled.
     level: Level,
     settled: bool,
@@ -50,12 +49,9 @@ pub(super) struct Pauses {
 }
 
 impl Harvest {
-    /// A tick with a signal: the job's newest count, and where a pause is over, when.
-    pub(super) fn signal_heard(&mut self, now_ns: u64, reports: &[Report]) {
+    /// A tick with a signal: the job's newest count.
+    pub(super) fn signal_heard(&mut self, reports: &[Report]) {
         self.pauses.newest_steps = reports.last().map(|report| report.steps);
-        if let Some(paused) = &mut self.pauses.paused {
-            paused.back_ns.get_or_insert(now_ns);
-        }
     }
 
     /// The signal is lost: what the loop was doing is kept for the job's return, with
@@ -66,12 +62,7 @@ impl Harvest {
         let (level, settled) = match self.phase {
             Phase::Comparing { level, .. } => (level, false),
             Phase::Settled { level, .. } => (level, true),
-            Phase::NoSignal | Phase::WarmingUp { .. } => {
-                if let Some(paused) = &mut self.pauses.paused {
-                    paused.back_ns = None;
-                }
-                return;
-            }
+            Phase::NoSignal | Phase::WarmingUp { .. } => return,
         };
         let (Some(job), Some(source)) = (job, source) else {
             // A comparison is only begun with a signal: nothing to keep it for.
@@ -83,7 +74,6 @@ impl Harvest {
             job,
             source,
             since_ns: now_ns,
-            back_ns: None,
             level,
             settled,
             steps: self.pauses.newest_steps,
@@ -95,21 +85,24 @@ impl Harvest {
     /// it, and status says so.
     pub(crate) fn paused_job(&self, now_ns: u64) -> Option<(PaceSource, &str, u64)> {
         let paused = self.pauses.paused.as_ref()?;
-        let waiting = matches!(self.phase, Phase::NoSignal) && paused.back_ns.is_none();
         let silent_ns = now_ns.saturating_sub(paused.since_ns);
-        (waiting && silent_ns < PAUSE_KEPT_NS).then_some((
+        (self.phase == Phase::NoSignal && silent_ns < PAUSE_KEPT_NS).then_some((
             paused.source,
             paused.job.as_str(),
             silent_ns,
         ))
     }
 
-    /// The warm-up after a silence is over: where it was a pause of the job now followed, its
-    /// level compared again (`Why::Resumed`); otherwise everything measured is dropped, and
-    /// None.
-    pub(super) fn resume(&mut self, now_ns: u64, reports: &[Report]) -> Option<Change> {
+    /// The warm-up after a silence, begun when the signal came back at `back_ns`, is over:
+    /// where it was a pause of the job now followed, its level compared again
+    /// (`Why::Resumed`); otherwise everything measured is dropped, and None.
+    pub(super) fn resume(
+        &mut self,
+        now_ns: u64,
+        back_ns: u64,
+        reports: &[Report],
+    ) -> Option<Change> {
         let paused = self.pauses.paused.take()?;
-        let back_ns = paused.back_ns.unwrap_or(now_ns);
         let silent_ns = back_ns.saturating_sub(paused.since_ns);
         let same_run = match (paused.steps, reports.last()) {
             (Some(before), Some(after)) => after.steps >= before,
