@@ -84,3 +84,41 @@ fn one_recording_replays_the_jobs_own_noise_and_with_a_cost_is_held_back() {
     assert!(stdout.contains("last settled at `held`"), "{stdout}");
     std::fs::remove_dir_all(alone.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn a_job_read_by_its_gpus_that_checkpoints_is_paused_not_searched_afresh() {
+    // 50 ms steps, 40 of them on the GPU, and after 5 minutes a checkpoint of 30 s: a step
+    // with 30 s of idle GPUs.
+    let mut step_ms = vec![50.0; 6000];
+    step_ms[0] = 25.0;
+    step_ms.insert(6000, 30_000.0);
+    let dir = std::env::temp_dir().join(format!("reamer-gpu-busy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("checkpoints.json");
+    std::fs::write(&path, serde_json::to_string(&step_ms).unwrap()).unwrap();
+    let path = path.to_str().unwrap();
+    let output = replay_pace(&[path, "--gpu-busy", "40", "--seconds", "600", "--json"]);
+    assert!(output.status.success(), "{output:?}");
+    let replay: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    let reasons: Vec<&str> = replay["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|change| change["reason"].as_str().unwrap())
+        .collect();
+    // The checkpoint: no signal, then the level it had compared again, not the search from
+    // the top that a new job starts.
+    let silent = reasons.iter().position(|&r| r == "no_signal");
+    let silent = silent.unwrap_or_else(|| panic!("no pause in {reasons:?}"));
+    assert_eq!(reasons.get(silent + 1), Some(&"resumed"), "{reasons:?}");
+    assert!(!reasons.contains(&"job_changed"), "{reasons:?}");
+    let output = replay_pace(&[path, "--gpu-busy", "0"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--gpu-busy must be a step's GPU work in ms"),
+        "{stderr}"
+    );
+    let output = replay_pace(&[path, "--gpu-busy", "40", "--counts-only"]);
+    assert!(!output.status.success(), "{output:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -3,7 +3,7 @@
 //! driver (the device machine) it must report the GPUs it found. `enabled = "off"` turns it
 //! off with its own line. With a GPU and PyTorch, the memory guard evicts a GPU pool's process
 //! that training grows into, and a training job alone on its GPU gets a busy share that the
-//! pace controller follows.
+//! pace controller follows, through a stop of its GPU work (a checkpoint) as a pause.
 
 use std::{os::unix::process::ExitStatusExt as _, process::Command, time::Duration};
 
@@ -14,7 +14,7 @@ use enforcer_common::protocol::{
 use reamer_tests::harness::{
     Daemon, enforcer_bin, eventually,
     gpu::{BUSY_ON_GPU, HOLD_GPU_MEMORY, Mps, gpu_test, wait_holding},
-    privileged, remove_test_cgroups, status_text, wait_ok,
+    privileged, remove_test_cgroups, send_signal, status_text, wait_ok,
 };
 
 const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
@@ -195,6 +195,52 @@ fn a_training_job_alone_on_its_gpu_gets_a_busy_share_that_the_pace_controller_fo
     );
     assert_eq!(signal.as_deref(), Some("gpu_busy"), "{log}");
     assert!(status.contains("GPU busy"), "{status}");
+}
+
+#[test]
+fn a_job_followed_by_its_gpus_that_stops_is_paused_and_its_level_compared_again() {
+    let test = "a_job_followed_by_its_gpus_that_stops_is_paused_and_its_level_compared_again";
+    let instance = "it-gpu-pause";
+    if gpu_test(test, 8).is_none() {
+        return;
+    }
+    let daemon = Daemon::start(
+        instance,
+        "[policy]\nharvest_by_pace = true\n\n[gpu]\nmps = \"off\"\nsample_ms = 100\n",
+    );
+    let training = daemon.launch("--training", "train", "python3", &["-c", BUSY_ON_GPU, "90"]);
+    let training = reamer_tests::harness::Reaped(training);
+    let harvest = || daemon.snapshot().enforcement.and_then(|e| e.harvest);
+    // The controller's steps, from the daemon's recent decisions.
+    let reasons = || -> Vec<String> {
+        let decisions = daemon.snapshot().enforcement.map(|e| e.recent_decisions);
+        let steps = decisions.unwrap_or_default().into_iter();
+        let steps = steps.filter_map(|d| Some(d.get("harvest")?.get("reason")?.as_str()?.into()));
+        steps.collect()
+    };
+    // Followed by its GPUs' busy share, past its first 10 s: comparing.
+    eventually("the first comparison", Duration::from_secs(40), || {
+        let by_gpu = harvest().is_some_and(|h| h.signal.as_deref() == Some("gpu_busy"));
+        by_gpu && reasons().iter().any(|r| r == "trial")
+    });
+    // Its GPU work stops, its process alive, as while it writes a checkpoint: the GPU idle
+    // for 2 s silences its count, and 10 s later the controller has no signal and waits for
+    // it, paused.
+    send_signal(training.id(), libc::SIGSTOP);
+    eventually("the pause", Duration::from_secs(20), || {
+        harvest().is_some_and(|h| h.paused_job.as_deref() == Some("train"))
+    });
+    let status = status_text(instance);
+    assert!(status.contains("waiting for train, silent"), "{status}");
+    // Busy again: followed again, and after 10 s its level compared again where it was.
+    send_signal(training.id(), libc::SIGCONT);
+    eventually("its level compared again", Duration::from_secs(20), || {
+        reasons().iter().any(|r| r == "resumed")
+    });
+    let reasons = reasons();
+    drop(training);
+    daemon.stop();
+    assert!(!reasons.iter().any(|r| r == "job_changed"), "{reasons:?}");
 }
 
 /// The devices the daemon's GPU side reads (none where it is not active).

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use reamer_tests::harness::{
     Daemon, Reaped, decision_log_of, enforcer_bin, eventually, pool_in, privileged,
-    remove_test_cgroups, status_text, wait_ok,
+    remove_test_cgroups, send_signal, status_text, wait_ok,
 };
 use serde_json::Value;
 
@@ -280,7 +280,7 @@ fn a_settled_pace_that_drops_for_the_job_beside_has_its_level_compared_again_at_
     let second_settle = Instant::now();
     std::thread::sleep(Duration::from_secs(18));
     // A new phase of the job beside, not of the one followed: its pace falls by about half.
-    signal(&second, libc::SIGUSR1);
+    send_signal(second.id(), libc::SIGUSR1);
     let step = first_pace_move(instance, second_settle);
     assert_eq!(step["reason"], "pace_moved_for", "{step}");
     assert_eq!(step["job"], "second", "{step}");
@@ -395,17 +395,6 @@ fn followed_job(daemon: &Daemon) -> Option<String> {
     daemon.snapshot().enforcement?.harvest?.job
 }
 
-/// Sends `signal` to `child`, a process this test launched.
-fn signal(child: &Reaped, signal: libc::c_int) {
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: kill(2) with the pid of a child this test holds and has not reaped.
-    assert_eq!(
-        unsafe { libc::kill(pid, signal) },
-        0,
-        "kill({pid}, {signal})"
-    );
-}
-
 #[test]
 fn a_job_followed_that_pauses_keeps_the_signal_and_its_level_is_compared_again() {
     let instance = "it-pace-follow";
@@ -469,7 +458,7 @@ fn a_job_followed_that_pauses_keeps_the_signal_and_its_level_is_compared_again()
     // "first" stops while its process lives on, as a job writing a checkpoint does: silent
     // past 10 s, it is paused, not ended. The controller waits for it at the policy's level,
     // and does not follow "second" (which would drop what it measured of "first").
-    signal(&first, libc::SIGSTOP);
+    send_signal(first.id(), libc::SIGSTOP);
     eventually("the pause", Duration::from_secs(16), || {
         has_step(&logged_harvest_steps(instance), "policy", "no_signal")
     });
@@ -486,7 +475,7 @@ fn a_job_followed_that_pauses_keeps_the_signal_and_its_level_is_compared_again()
     assert!(status.contains("waiting for first, silent"), "{status}");
     // "first" reports again: followed again, and after its first 10 s of reports the level it
     // had is compared again (`resumed`), not searched for from the top.
-    signal(&first, libc::SIGCONT);
+    send_signal(first.id(), libc::SIGCONT);
     eventually(
         "the first job followed again",
         Duration::from_secs(6),

@@ -199,10 +199,11 @@ enum Command {
     /// plays the first while the controller holds offline back and the second at every other
     /// level, each repeated as needed, and reports the job's steps as `reamer_progress` does:
     /// after the first step a second past the last report, with the count's mean over the
-    /// time between (`--counts-only`: the count alone). So every level above `held` costs what
-    /// the second recording shows: the replay tells whether the controller finds that cost
-    /// through the job's noise (or, given the first recording alone, whether the noise alone
-    /// moves it). `--cost` slows the second recording further: from one recording of a job
+    /// time between (`--counts-only`: the count alone; `--gpu-busy MS`: no reports, the pace
+    /// read from its GPUs' busy share as for a job that sends none). So every level above
+    /// `held` costs what the second recording shows: the replay tells whether the controller
+    /// finds that cost through the job's noise (or, given the first recording alone, whether
+    /// the noise alone moves it). `--cost` slows the second recording further: from one recording of a job
     /// alone, whether the controller would find a cost of that size through the job's own
     /// noise, and how soon. `--level-cost` gives levels costs of their own: which level a
     /// ladder of costs (a frontier a benchmark measured) would have it keep, and how soon.
@@ -218,6 +219,8 @@ enum Command {
     ///   enforcer replay-pace alone-steps.json --level-cost training_cores=0.004
     ///
     ///   enforcer replay-pace alone-steps.json --spread
+    ///
+    ///   enforcer replay-pace alone-steps.json --gpu-busy 36 --cost 0.1
     ReplayPace {
         /// The job's step times (ms) with offline held back.
         held: PathBuf,
@@ -244,6 +247,12 @@ enum Command {
         /// the controller reads from counts.
         #[arg(long)]
         counts_only: bool,
+        /// No reports: the job's pace read from its GPUs' busy share, as the daemon reads it
+        /// for a training job that reports no progress (`[gpu]`, sampled every 200 ms in whole
+        /// percent), each step ending with MS of GPU work and the GPU idle the rest (all of a
+        /// step shorter than MS on it). A step of 30 s reads as 30 s of idle GPUs: a pause.
+        #[arg(long, value_name = "MS", conflicts_with = "counts_only")]
+        gpu_busy: Option<f64>,
         /// Instead of replaying the controller: how far its cycles would spread over HELD
         /// with nothing changing, by the length of their halves (2 to 10 s measured), read
         /// from the count's means and from the counts alone, and how many cycles (and
@@ -251,7 +260,7 @@ enum Command {
         /// the job's signal can judge ε at all, and with halves how long.
         #[arg(
             long,
-            conflicts_with_all = ["beside", "cost", "level_cost", "seconds", "counts_only"]
+            conflicts_with_all = ["beside", "cost", "level_cost", "seconds", "counts_only", "gpu_busy"]
         )]
         spread: bool,
         /// The replay as one JSON object: each change, the time at each level, when it first
@@ -481,6 +490,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             seconds,
             epsilon,
             counts_only,
+            gpu_busy,
             spread: false,
             json,
         } => replay_pace::run(
@@ -495,6 +505,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     true => Reporter::CountsOnly,
                     false => Reporter::WithMeans,
                 },
+                gpu_busy_ms: gpu_busy,
             },
             json,
         ),

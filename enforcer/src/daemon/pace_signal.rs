@@ -10,8 +10,10 @@
 //! in the registry's order alone, a job earlier in it that reports in bursts, silent past
 //! `pace::STALE_NS` between them, would take the signal back from a steady one at each burst
 //! and lose it again at each silence. The job followed itself, silent while its processes run
-//! (a checkpoint, an evaluation), is paused (`harvest/pause.rs`): no signal until it reports
-//! again, for up to ten minutes (`PAUSE_KEPT_NS`), not its GPUs' busy share nor another job's.
+//! (a checkpoint, an evaluation), is paused (`harvest/pause.rs`): no signal until it has a pace
+//! again from the same source, for up to ten minutes (`PAUSE_KEPT_NS`), not its GPUs' busy
+//! share nor another job's. Its GPUs idle for 2 s are such a silence
+//! (`gpu::training_busy::IDLE_SILENT_NS`).
 
 use super::state::Shared;
 use crate::policy::{harvest::PaceSource, pace::Report};
@@ -51,24 +53,8 @@ pub(super) fn step(shared: &Shared, now_ns: u64) {
     };
     let busy = |name: &str| shared.gpu.get()?.busy_reports(name, now_ns);
     let of = |name: &str| jobs.iter().position(|job| job == name);
-    // A job followed by its reports that is silent while its processes run is paused (a
-    // checkpoint, an evaluation): no signal until it reports again, not its GPUs' busy share
-    // (idle while it writes a checkpoint) nor another job's pace, each of which would start the
-    // search afresh.
-    let paused = paused(followed_by(PaceSource::Progress), &running, |job| {
-        of(job).is_some_and(|at| reported[at].is_some())
-    });
-    let pace = match paused {
-        Some(_) => None,
-        None => follow(&jobs, followed_by(PaceSource::Progress), |name| {
-            reported[of(name)?].clone()
-        })
-        .map(|(job, reports)| (PaceSource::Progress, job, reports))
-        .or_else(|| {
-            follow(&jobs, followed_by(PaceSource::GpuBusy), busy)
-                .map(|(job, reports)| (PaceSource::GpuBusy, job, reports))
-        }),
-    };
+    let by_reports = |name: &str| reported[of(name)?].clone();
+    let (pace, paused) = choose(&jobs, followed_by, &running, by_reports, busy);
     // The jobs running beside the one followed, each by its own pace: a level that slows one
     // of them is left too, and one above the policy's is kept only where each shows it free
     // (`Harvest::set_other_jobs`). An ended job's last reports show nothing of its cores.
@@ -89,14 +75,42 @@ pub(super) fn step(shared: &Shared, now_ns: u64) {
         .on_pace(now_ns, signal, &reports, running, others);
 }
 
-/// `followed`, the job followed by its progress reports (or paused for), where it is paused:
-/// its processes still run (`running`), and it has no pace of its reports.
-fn paused<'a>(
-    followed: Option<&'a str>,
+/// Which job steers the controller, from which source and with which pace, or the job it is
+/// paused for. A job's progress reports come first, its GPUs' busy share second
+/// (`followed_by` a source: the job followed by it, or paused for). A job followed that is
+/// silent while its processes run (`running`) is paused (a checkpoint, an evaluation): no
+/// signal until it has a pace again, from neither source and no other job, each of which would
+/// start the search afresh; its GPUs, idle while it writes a checkpoint, give none either
+/// (`gpu::training_busy::IDLE_SILENT_NS`). A job paused on its GPUs' share gives way to a job
+/// that reports its own progress, which would have steered before.
+fn choose<'a, T>(
+    jobs: &'a [String],
+    followed_by: impl Fn(PaceSource) -> Option<&'a str>,
     running: &[String],
-    has_pace: impl Fn(&str) -> bool,
-) -> Option<&'a str> {
-    followed.filter(|job| running.iter().any(|name| name == job) && !has_pace(job))
+    by_reports: impl Fn(&str) -> Option<T>,
+    by_busy: impl Fn(&str) -> Option<T>,
+) -> (Option<(PaceSource, &'a str, T)>, Option<&'a str>) {
+    let silent_while_running = |job: &&str, pace: &dyn Fn(&str) -> Option<T>| {
+        running.iter().any(|name| name == job) && pace(job).is_none()
+    };
+    let paused_reporting =
+        followed_by(PaceSource::Progress).filter(|job| silent_while_running(job, &by_reports));
+    if paused_reporting.is_some() {
+        return (None, paused_reporting);
+    }
+    if let Some((job, pace)) = follow(jobs, followed_by(PaceSource::Progress), &by_reports) {
+        return (Some((PaceSource::Progress, job, pace)), None);
+    }
+    let paused_busy =
+        followed_by(PaceSource::GpuBusy).filter(|job| silent_while_running(job, &by_busy));
+    if paused_busy.is_some() {
+        return (None, paused_busy);
+    }
+    let pace = follow(jobs, followed_by(PaceSource::GpuBusy), by_busy);
+    (
+        pace.map(|(job, pace)| (PaceSource::GpuBusy, job, pace)),
+        None,
+    )
 }
 
 /// Of `jobs` (the registry's order), the one whose `pace` steers the controller, with that
@@ -114,14 +128,14 @@ fn follow<'a, T>(
 
 #[cfg(test)]
 mod tests {
-    use super::{follow, paused};
+    use super::{PaceSource, choose, follow};
 
     fn jobs(names: &[&str]) -> Vec<String> {
         names.iter().map(|name| (*name).to_owned()).collect()
     }
 
     /// Each job's pace, where it has one.
-    fn paces<'a>(with: &'a [(&'a str, f64)]) -> impl FnMut(&str) -> Option<f64> + 'a {
+    fn paces<'a>(with: &'a [(&'a str, f64)]) -> impl Fn(&str) -> Option<f64> + 'a {
         move |job| with.iter().find(|(name, _)| *name == job).map(|&(_, p)| p)
     }
 
@@ -161,14 +175,42 @@ mod tests {
     }
 
     #[test]
-    fn a_silent_job_followed_by_its_reports_is_paused_while_it_runs() {
-        let running = jobs(&["resnet", "bert"]);
-        let silent = |_: &str| false;
-        assert_eq!(paused(Some("resnet"), &running, silent), Some("resnet"));
-        // Reporting again: followed, not paused.
-        assert_eq!(paused(Some("resnet"), &running, |_| true), None);
-        // Its processes gone: ended, and the signal goes to another job or its GPUs.
-        assert_eq!(paused(Some("gpt"), &running, silent), None);
-        assert_eq!(paused(None, &running, silent), None);
+    fn a_silent_job_followed_is_paused_while_it_runs_whichever_its_source() {
+        let all = jobs(&["resnet", "bert"]);
+        let running = all.clone();
+        let none = |_: &str| None::<f64>;
+        for source in [PaceSource::Progress, PaceSource::GpuBusy] {
+            let followed = |from: PaceSource| (from == source).then_some("resnet");
+            // Silent, though "bert" has a pace from the same source and any below it: paused
+            // for "resnet".
+            let bert = paces(&[("bert", 2.0)]);
+            let chosen = match source {
+                PaceSource::Progress => choose(&all, followed, &running, &bert, &bert),
+                PaceSource::GpuBusy => choose(&all, followed, &running, none, &bert),
+            };
+            assert_eq!(chosen, (None, Some("resnet")), "{source:?}");
+            // Its processes gone: ended, and the signal goes to the first job with a pace.
+            let chosen = choose(&all, followed, &jobs(&["bert"]), &bert, none);
+            assert_eq!(chosen, (Some((PaceSource::Progress, "bert", 2.0)), None));
+            // Back: followed again, by its source.
+            let resnet = paces(&[("resnet", 1.0)]);
+            let (by_reports, by_busy) = match source {
+                PaceSource::Progress => (resnet, paces(&[])),
+                PaceSource::GpuBusy => (paces(&[]), resnet),
+            };
+            let chosen = choose(&all, followed, &running, by_reports, by_busy);
+            assert_eq!(chosen, (Some((source, "resnet", 1.0)), None));
+        }
+    }
+
+    #[test]
+    fn a_job_paused_on_its_gpus_gives_way_to_a_job_that_reports_its_progress() {
+        let all = jobs(&["resnet", "bert"]);
+        let followed = |from: PaceSource| (from == PaceSource::GpuBusy).then_some("resnet");
+        let chosen = choose(&all, followed, &all, paces(&[("bert", 2.0)]), paces(&[]));
+        assert_eq!(chosen, (Some((PaceSource::Progress, "bert", 2.0)), None));
+        // With none followed, reports come first, busy shares second.
+        let chosen = choose(&all, |_| None, &all, paces(&[]), paces(&[("bert", 0.7)]));
+        assert_eq!(chosen, (Some((PaceSource::GpuBusy, "bert", 0.7)), None));
     }
 }

@@ -364,6 +364,16 @@ impl Drop for Daemon {
     }
 }
 
+/// Sends `signal` to `pid`, a process the test started and has not reaped.
+pub fn send_signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) with the pid of a child this test holds and has not reaped.
+    assert_eq!(
+        unsafe { libc::kill(pid as libc::pid_t, signal) },
+        0,
+        "kill({pid}, {signal})"
+    );
+}
+
 fn terminate(mut child: Child) -> std::process::ExitStatus {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };

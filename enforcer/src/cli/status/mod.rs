@@ -186,14 +186,14 @@ pub(super) fn harvest_in_words(harvest: &HarvestStatus) -> String {
 }
 
 /// The job followed, paused: ` | waiting for resnet, silent 12 s (a pause: its level is
-/// compared again once it reports)`. Empty where none is.
+/// compared again once it goes on)`: by its reports or its GPUs. Empty where none is.
 fn paused_job_in_words(harvest: &HarvestStatus) -> String {
     let Some(job) = harvest.paused_job.as_deref() else {
         return String::new();
     };
     format!(
         " | waiting for {job}, silent {:.0} s (a pause: its level is compared again once it \
-         reports)",
+         goes on)",
         harvest.paused_s.unwrap_or(0.0)
     )
 }
@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(
             harvest_in_words(&harvest),
             "policy | waiting for resnet, silent 12 s (a pause: its level is compared again \
-             once it reports) | resnet's pace with offline held back 8.50 steps/s"
+             once it goes on) | resnet's pace with offline held back 8.50 steps/s"
         );
     }
 

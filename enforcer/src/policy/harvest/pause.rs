@@ -22,7 +22,9 @@
 //!
 //! The daemon keeps the signal for a job so paused while its processes run (`paused_job`,
 //! `daemon::pace_signal`): its silence is no reason to follow its GPUs' busy share (a checkpoint
-//! idles them) or another job's pace, either of which would start the loop afresh.
+//! idles them) or another job's pace, either of which would start the loop afresh. A job
+//! followed by its GPUs' busy share falls silent the same way, its GPUs idle for 2 s
+//! (`gpu::training_busy::IDLE_SILENT_NS`).
 
 use super::{Change, Harvest, Level, PaceSource, Phase, StretchSpread, Why, tuning::PAUSE_KEPT_NS};
 use crate::policy::pace::Report;

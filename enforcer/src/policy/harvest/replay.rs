@@ -11,13 +11,15 @@
 //! second or more after the last report, with the count's mean over the time between (or,
 //! for a reporter that sends no mean, the count alone: `Reporter::CountsOnly`), and gives the
 //! controller no signal where the job is silent past `pace::STALE_NS`, as the daemon does (a
-//! step that long: a checkpoint, an evaluation; `pause`). So every level above `held` costs
-//! what `beside` recorded: the replay shows whether the controller finds that cost through the
-//! job's noise, how long that takes, and what its probes hold back. Costs of its own for some
-//! levels (`Beside::with_level_cost`: a frontier's, say, where sharing training's cores costs
-//! less than ε and the rest nothing) show which level of the ladder those costs would have it
-//! pick.
+//! step that long: a checkpoint, an evaluation; `pause`). A job that reports nothing is read
+//! as the daemon reads its GPUs' busy share instead (`Reporter::GpuBusy`, `gpu_busy`), its
+//! steps ending with their GPU work. So every level above `held` costs what `beside`
+//! recorded: the replay shows whether the controller finds that cost through the job's noise,
+//! how long that takes, and what its probes hold back. Costs of its own for some levels
+//! (`Beside::with_level_cost`: a frontier's, say, where sharing training's cores costs less
+//! than ε and the rest nothing) show which level of the ladder those costs would have it pick.
 
+mod gpu_busy;
 pub(crate) mod spread;
 
 use std::collections::BTreeMap;
@@ -42,6 +44,62 @@ pub(crate) enum Reporter {
     WithMeans,
     /// The count alone, as a reporter that keeps no mean sends it.
     CountsOnly,
+    /// No reports: the daemon's count of the job's GPUs' busy share, each step ending with
+    /// this much GPU work (`gpu_busy`).
+    GpuBusy { gpu_ns: u64 },
+}
+
+/// How the replay counts the job's steps into the controller's signal.
+enum Counting {
+    Reported(Reporting, PaceTracker),
+    GpuBusy(gpu_busy::GpuSampling),
+}
+
+impl Counting {
+    fn new(reporter: Reporter) -> Self {
+        match reporter {
+            Reporter::GpuBusy { gpu_ns } => Self::GpuBusy(gpu_busy::GpuSampling::new(gpu_ns)),
+            reporter => Self::Reported(Reporting::new(reporter), PaceTracker::default()),
+        }
+    }
+
+    /// The signal at `now_ns`, as the daemon gives it: none from the replay's start, and none
+    /// where the job is silent past `pace::STALE_NS` (a step that long: a checkpoint, an
+    /// evaluation).
+    fn signal(&self, now_ns: u64) -> (Option<PaceSource>, Vec<Report>) {
+        match self {
+            Self::Reported(_, tracker) => {
+                let silent = tracker
+                    .pace(now_ns)
+                    .is_some_and(|pace| pace.age_s * 1e9 > STALE_NS as f64);
+                let source = (!silent).then_some(PaceSource::Progress);
+                (source, tracker.reports().collect())
+            }
+            Self::GpuBusy(gpu) => match gpu.reports(now_ns) {
+                Some(reports) => (Some(PaceSource::GpuBusy), reports),
+                None => (None, Vec::new()),
+            },
+        }
+    }
+
+    /// A step that ended at `at_ns`.
+    fn step(&mut self, at_ns: u64) {
+        match self {
+            Self::Reported(reporting, tracker) => {
+                if let Some((at_ns, steps, mean)) = reporting.step(at_ns) {
+                    tracker.record_with_mean(at_ns, steps, mean);
+                }
+            }
+            Self::GpuBusy(gpu) => gpu.step(at_ns),
+        }
+    }
+
+    /// The steps up to `played_ns` have been played.
+    fn played(&mut self, played_ns: u64) {
+        if let Self::GpuBusy(gpu) = self {
+            gpu.sample_until(played_ns);
+        }
+    }
 }
 
 /// The replayed job's count and its reports, as `reamer_progress` makes them.
@@ -228,23 +286,16 @@ pub(crate) fn replay(
     // The daemon's tick, and its reports kept as the daemon keeps them.
     let tick_ns = PolicySection::default().tick_ms * 1_000_000;
     let mut harvest = Harvest::new(settings);
-    let mut tracker = PaceTracker::default();
-    let mut reporting = Reporting::new(reporter);
+    let mut counting = Counting::new(reporter);
     let mut ticks_at: BTreeMap<Level, u64> = BTreeMap::new();
     let mut changes = Vec::new();
     let ticks = seconds * S / tick_ns;
     for tick in 0..ticks {
         let now = tick * tick_ns;
-        let reports: Vec<Report> = tracker.reports().collect();
         let level = harvest.level();
         *ticks_at.entry(level).or_default() += 1;
-        // From the replay's start, and then, as the daemon gives it, while the job's reports
-        // are fresh: a step that takes longer than `pace::STALE_NS` (a checkpoint, an
-        // evaluation) is a silence without a signal.
-        let silent = tracker
-            .pace(now)
-            .is_some_and(|pace| pace.age_s * 1e9 > STALE_NS as f64);
-        let signal = (!silent).then_some((PaceSource::Progress, "replayed"));
+        let (source, reports) = counting.signal(now);
+        let signal = source.map(|source| (source, "replayed"));
         if let Some(change) = harvest.tick(now, signal, &reports) {
             changes.push(ReplayedChange {
                 at_s: now as f64 / S as f64,
@@ -256,10 +307,9 @@ pub(crate) fn replay(
             level => beside.at(level),
         };
         for end in trace.ends_between(now, now + tick_ns) {
-            if let Some((at_ns, steps, mean)) = reporting.step(end) {
-                tracker.record_with_mean(at_ns, steps, mean);
-            }
+            counting.step(end);
         }
+        counting.played(now + tick_ns);
     }
     let first_settled_s = changes.iter().find(|c| c.change.settles).map(|c| c.at_s);
     let settled_at = changes
@@ -506,41 +556,65 @@ mod tests {
         // the bursty job's 10%, which lost 0.14% and 1.56% of their pace; nothing costing,
         // 11% and 11%. Dropped at each silence, with the search from the top after it: 61%
         // and 26%, training losing 0.63% and 6.62%; nothing costing, 16% and 17%.
+        // The same jobs followed by their GPUs' busy share (each step ending with 4 ms and
+        // 36 ms of GPU work): 85% and 68% held back, 0.15% and 2.45% lost; nothing costing, 9%
+        // and 9%. With each checkpoint read as GPUs busy 0% (the count flat, not silent): 45%
+        // and 32%, 0.94% and 6.02% lost; nothing costing, 8% and 8%.
         type Model = fn(u64) -> Vec<f64>;
-        let models: [(&str, Model, f64, f64); 2] = [
-            ("quiet", |seed| quiet_step_ms(1800.0, seed), 0.02, 0.8),
+        // Each model's GPU work at the end of its steps, and the least held back where every
+        // level costs, by its reports and by its GPUs (whose figure, with no means, spreads
+        // more).
+        let models: [(&str, Model, u64, f64, [f64; 2]); 2] = [
+            (
+                "quiet",
+                |seed| quiet_step_ms(1800.0, seed),
+                4,
+                0.02,
+                [0.8, 0.8],
+            ),
             (
                 "bursty",
                 |seed| loader_bound_step_ms(1800.0, 0.15, seed),
+                36,
                 0.1,
-                0.7,
+                [0.7, 0.6],
             ),
         ];
-        for (name, model, cost, least_held) in models {
-            for cost in [0.0, cost] {
-                let (mut held, mut paused) = (0.0, 0.0);
-                for seed in 11..=14 {
-                    let steps = with_pauses(&model(seed), 300.0, 30.0);
-                    let pauses_ms: f64 = steps.iter().filter(|&&ms| ms >= 30e3).sum();
-                    paused += pauses_ms / steps.iter().sum::<f64>() / 4.0;
-                    let job = StepTrace::from_step_ms(&steps).unwrap();
-                    let beside = Beside::slowed(job.clone(), cost);
-                    let replayed = replay(&job, &beside, 7200, settings(), Reporter::WithMeans);
-                    held += replayed.time_at_level.get("held").copied().unwrap_or(0.0) / 4.0;
-                }
-                // What training lost: the cost over the time offline was not held back while
-                // it ran (the pauses, at the policy's level, left out).
-                println!(
-                    "{name} job, checkpoints ({:.1}% of the time), every level above `held` \
-                     costing {:.0}%: offline held back {:.1}% of the time, training lost {:.2}%",
-                    paused * 100.0,
-                    cost * 100.0,
-                    held * 100.0,
-                    cost * (1.0 - held - paused) * 100.0,
-                );
-                match cost > 0.0 {
-                    true => assert!(held > least_held, "{name}, cost {cost}: held {held}"),
-                    false => assert!(held < 0.13, "{name}, nothing costing: held {held}"),
+        for (name, model, gpu_ms, cost, least_held) in models {
+            let gpu_busy = Reporter::GpuBusy {
+                gpu_ns: gpu_ms * 1_000_000,
+            };
+            let signals = [
+                (Reporter::WithMeans, "reports", least_held[0]),
+                (gpu_busy, "GPU busy", least_held[1]),
+            ];
+            for (reporter, by, least_held) in signals {
+                for cost in [0.0, cost] {
+                    let (mut held, mut paused) = (0.0, 0.0);
+                    for seed in 11..=14 {
+                        let steps = with_pauses(&model(seed), 300.0, 30.0);
+                        let pauses_ms: f64 = steps.iter().filter(|&&ms| ms >= 30e3).sum();
+                        paused += pauses_ms / steps.iter().sum::<f64>() / 4.0;
+                        let job = StepTrace::from_step_ms(&steps).unwrap();
+                        let beside = Beside::slowed(job.clone(), cost);
+                        let replayed = replay(&job, &beside, 7200, settings(), reporter);
+                        held += replayed.time_at_level.get("held").copied().unwrap_or(0.0) / 4.0;
+                    }
+                    // What training lost: the cost over the time offline was not held back
+                    // while it ran (the pauses, at the policy's level, left out).
+                    println!(
+                        "{name} job by its {by}, checkpoints ({:.1}% of the time), every level \
+                         above `held` costing {:.0}%: offline held back {:.1}% of the time, \
+                         training lost {:.2}%",
+                        paused * 100.0,
+                        cost * 100.0,
+                        held * 100.0,
+                        cost * (1.0 - held - paused) * 100.0,
+                    );
+                    match cost > 0.0 {
+                        true => assert!(held > least_held, "{name} by {by}, {cost}: held {held}"),
+                        false => assert!(held < 0.13, "{name} by {by}, nothing costing: {held}"),
+                    }
                 }
             }
         }
