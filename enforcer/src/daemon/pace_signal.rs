@@ -13,7 +13,7 @@
 //! (a checkpoint, an evaluation), is paused (`harvest/pause.rs`): no signal until it has a pace
 //! again from the same source, for up to ten minutes (`PAUSE_KEPT_NS`), not its GPUs' busy
 //! share nor another job's. Its GPUs idle for 2 s are such a silence
-//! (`gpu::training_busy::IDLE_SILENT_NS`).
+//! (`policy::busy_pace::IDLE_SILENT_NS`).
 
 use super::state::Shared;
 use crate::policy::{harvest::PaceSource, pace::Report};
@@ -81,7 +81,7 @@ pub(super) fn step(shared: &Shared, now_ns: u64) {
 /// silent while its processes run (`running`) is paused (a checkpoint, an evaluation): no
 /// signal until it has a pace again, from neither source and no other job, each of which would
 /// start the search afresh; its GPUs, idle while it writes a checkpoint, give none either
-/// (`gpu::training_busy::IDLE_SILENT_NS`). A job paused on its GPUs' share gives way to a job
+/// (`policy::busy_pace::IDLE_SILENT_NS`). A job paused on its GPUs' share gives way to a job
 /// that reports its own progress, which would have steered before.
 fn choose<'a, T>(
     jobs: &'a [String],

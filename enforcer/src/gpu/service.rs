@@ -28,7 +28,7 @@ use super::{
     memory_guard::{self, Eviction},
     mps::{self, MpsControl},
     telemetry::GpuTelemetry,
-    training_busy::{self, BusyPace},
+    training_busy,
 };
 use crate::{
     actuate::{decision_log::DecisionLog, freezer::Freezer},
@@ -37,7 +37,7 @@ use crate::{
         gpu::{GpuSettings, MpsMode},
     },
     host::{clock::monotonic_ns, procfs},
-    policy::pace::Report,
+    policy::{busy_pace::BusyPace, pace::Report},
 };
 
 /// Decisions kept for the status.

@@ -1,5 +1,6 @@
-//! Each training job's GPU busy share, counted up as a pace: the pace controller's signal
-//! (`policy::harvest`) for a job that reports no progress of its own.
+//! Each training job's GPU busy share, where it is its own: counted up as a pace
+//! (`policy::busy_pace`), the pace controller's signal (`policy::harvest`) for a job that
+//! reports no progress of its own.
 //!
 //! While nothing else runs on a job's GPUs, each of its steps does the same GPU work, so the
 //! share of time its GPUs are busy moves with its pace: a loader-bound job's GPU idles while
@@ -23,35 +24,14 @@
 //! the GPU, and the share would follow the gate, not the job.
 //!
 //! The shares are summed over the job's devices (GPUs busy, 0 to the job's GPU count) and
-//! counted up in busy microseconds into a `PaceTracker`, as if the job had reported them, so
-//! the controller measures both signals alike. GPUs idle for `IDLE_SILENT_NS` are a job that
-//! has stopped stepping, and its count is silent until they are busy again, as a job's own
-//! reports are while it writes a checkpoint.
+//! counted up as a pace by `policy::busy_pace`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 
 use super::{
     attribution::{Attributed, Owner},
     telemetry::GpuSample,
 };
-use crate::policy::pace::{HISTORY_NS, PaceTracker, Report, STALE_NS};
-
-/// Samples further apart than this, or than three sampling periods where that is longer,
-/// start a job's count again: the share of one sample says nothing of a gap that long (the
-/// sampler's default period is 200 ms). A period of `pace::STALE_NS` or more leaves no pace.
-pub(crate) const MAX_GAP_NS: u64 = 2_000_000_000;
-
-/// A job's GPUs idle this long (every sample at 0%) are a job that has stopped stepping: it
-/// writes a checkpoint from host memory, evaluates on the CPU, or starts an epoch's data
-/// loader. Its count takes no report until they are busy again, as a job that reports its own
-/// steps sends none meanwhile; past `pace::STALE_NS` of that the controller has no signal and
-/// keeps what it measured for the job's return (`policy::harvest::pause`, `daemon::pace_signal`).
-/// Counted as a pace of zero, a checkpoint read as a level that stopped training, or as a new
-/// phase. Shorter idle stretches are part of the pace, as they must be: a loader slowed by
-/// offline idles the GPU longer between batches, which is the cost the controller looks for.
-/// On the GPU server the ResNet-50 job's steps took 639 ms at the 99th percentile, nearly all
-/// of it waiting for a batch (docs/experiments/2026-11-28-mean-counts.md): well under this.
-pub(crate) const IDLE_SILENT_NS: u64 = 2_000_000_000;
 
 /// Each training job's busy share on one device's sample, in GPUs busy (0 to 1); a job whose
 /// share there is not its own is absent. A job's shares over its devices add up.
@@ -83,136 +63,11 @@ pub(crate) fn busy_on_device(sample: &GpuSample, attributed: &Attributed) -> BTr
         .collect()
 }
 
-/// One job's busy time, counted.
-#[derive(Debug, Clone)]
-struct Counted {
-    at_ns: u64,
-    busy_us: f64,
-    idle: Idle,
-    tracker: PaceTracker,
-}
-
-/// Whether a job's GPUs are idle, and since when.
-#[derive(Debug, Clone, Default)]
-enum Idle {
-    #[default]
-    Busy,
-    /// Idle at each of these samples, for less than `IDLE_SILENT_NS` so far: a stall that is
-    /// part of the pace if it ends soon, and no part of it if it turns out a silence. Held out
-    /// of the tracker until it is one or the other, and read with it meanwhile (`reports`):
-    /// taken into it when the GPUs are busy again, dropped when the stall is long enough to
-    /// be a silence, so that no half the controller reads later counts the first seconds of a
-    /// checkpoint as training slowed. Counted in, those seconds had offline held back 70% and
-    /// 42% of the time, against 85% and 68% dropped, on the replay's models of a job followed
-    /// by its GPUs that checkpoints, every level costing it (`a_job_that_pauses_to_checkpoint`).
-    Stalled(Vec<u64>),
-    /// Idle for `IDLE_SILENT_NS` or more.
-    Silent,
-}
-
-/// Every training job's busy time, counted up from sample to sample.
-#[derive(Debug, Clone)]
-pub(crate) struct BusyPace {
-    jobs: HashMap<String, Counted>,
-    max_gap_ns: u64,
-}
-
-impl BusyPace {
-    /// For samples every `period_ns`.
-    pub(crate) fn new(period_ns: u64) -> Self {
-        Self {
-            jobs: HashMap::new(),
-            max_gap_ns: MAX_GAP_NS.max(period_ns.saturating_mul(3)),
-        }
-    }
-
-    /// Counts one sample's `shares` (`busy_on_device`, summed over devices) at `now_ns`: each
-    /// job's share, held since its previous sample. A job's first sample, or its first after a
-    /// gap (`MAX_GAP_NS`), starts its count at zero. A job whose GPUs have been idle for
-    /// `IDLE_SILENT_NS` is silent: its count goes on, unreported. Jobs without a sample for
-    /// `STALE_NS` are forgotten.
-    pub(crate) fn record(&mut self, now_ns: u64, shares: &BTreeMap<String, f64>) {
-        for (job, &share) in shares {
-            let counted = self.jobs.entry(job.clone()).or_insert_with(|| Counted {
-                at_ns: now_ns,
-                busy_us: 0.0,
-                idle: Idle::Busy,
-                tracker: PaceTracker::default(),
-            });
-            let gap_ns = now_ns.saturating_sub(counted.at_ns);
-            let before = counted.busy_us as u64;
-            if gap_ns > self.max_gap_ns {
-                counted.busy_us = 0.0;
-                counted.idle = Idle::Busy;
-                counted.tracker = PaceTracker::default();
-            } else {
-                counted.busy_us += share * gap_ns as f64 / 1e3;
-            }
-            counted.at_ns = now_ns;
-            counted.count_sample(now_ns, share, before);
-        }
-        self.jobs
-            .retain(|_, counted| now_ns.saturating_sub(counted.at_ns) < STALE_NS);
-    }
-
-    /// `job`'s busy share over the pace window (`pace::WINDOW_NS`), in GPUs busy; None unless
-    /// it has a pace at `now_ns`.
-    pub(crate) fn share(&self, job: &str, now_ns: u64) -> Option<f64> {
-        let pace = self.jobs.get(job)?.tracker.pace(now_ns)?;
-        pace.steps_per_s.map(|busy_us_per_s| busy_us_per_s / 1e6)
-    }
-
-    /// `job`'s count, as progress reports: (time in ns, busy µs so far), with a stall's
-    /// samples (`Idle::Stalled`), kept as the tracker keeps its own (`pace::HISTORY_NS`): the
-    /// reports it would hold had it taken each sample. None unless it has a pace at `now_ns`.
-    pub(crate) fn reports(&self, job: &str, now_ns: u64) -> Option<Vec<Report>> {
-        let counted = self.jobs.get(job)?;
-        counted.tracker.pace(now_ns)?.steps_per_s?;
-        let mut reports: VecDeque<Report> = counted.tracker.reports().collect();
-        if let Idle::Stalled(at) = &counted.idle {
-            let count = counted.busy_us as u64;
-            for &at_ns in at {
-                reports.push_back(Report::count(at_ns, count));
-                while reports
-                    .get(1)
-                    .is_some_and(|r| r.at_ns + HISTORY_NS <= at_ns)
-                {
-                    reports.pop_front();
-                }
-            }
-        }
-        Some(reports.into())
-    }
-}
-
-impl Counted {
-    /// The sample at `now_ns`, its share counted (the count was `before` it): into the
-    /// tracker, or held while the GPUs are idle (`Idle`).
-    fn count_sample(&mut self, now_ns: u64, share: f64, before: u64) {
-        match (share > 0.0, &mut self.idle) {
-            (true, idle) => {
-                if let Idle::Stalled(at) = std::mem::take(idle) {
-                    for at_ns in at {
-                        self.tracker.record(at_ns, before);
-                    }
-                }
-                self.tracker.record(now_ns, self.busy_us as u64);
-            }
-            (false, Idle::Busy) => self.idle = Idle::Stalled(vec![now_ns]),
-            (false, Idle::Stalled(at)) if now_ns - at[0] >= IDLE_SILENT_NS => {
-                self.idle = Idle::Silent;
-            }
-            (false, Idle::Stalled(at)) => at.push(now_ns),
-            (false, Idle::Silent) => {}
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{super::telemetry::GpuProcess, *};
+    use std::collections::HashMap;
 
-    const MS: u64 = 1_000_000;
+    use super::{super::telemetry::GpuProcess, *};
 
     fn process(pid: u32, sm_pct: Option<u32>) -> GpuProcess {
         GpuProcess {
@@ -307,135 +162,5 @@ mod tests {
             shares(&[under_mps]),
             BTreeMap::from([("llm".to_owned(), 0.88)])
         );
-    }
-
-    #[test]
-    fn the_count_gives_the_busy_share_as_a_pace_and_a_gap_starts_it_again() {
-        let mut pace = BusyPace::new(200 * MS);
-        let half = BTreeMap::from([("llm".to_owned(), 0.5)]);
-        for i in 0..=10 {
-            pace.record(i * 200 * MS, &half);
-        }
-        let reports = pace.reports("llm", 2_000 * MS).expect("a pace");
-        // Half a GPU busy for 2 s: a million µs.
-        assert_eq!(reports.last(), Some(&Report::count(2_000 * MS, 1_000_000)));
-        let busy_us_per_s =
-            crate::policy::harvest::pace_between(&reports, 0, 0, 2_000 * MS).unwrap();
-        assert!((busy_us_per_s - 500_000.0).abs() < 1.0, "{busy_us_per_s}");
-        let share = pace.share("llm", 2_000 * MS).unwrap();
-        assert!((share - 0.5).abs() < 1e-6, "{share}");
-        // Three seconds without a sample: the count starts again, not a pace read across it.
-        pace.record(5_000 * MS, &half);
-        assert_eq!(
-            pace.reports("llm", 5_000 * MS),
-            None,
-            "one report is no pace yet"
-        );
-        pace.record(5_200 * MS, &half);
-        let reports = pace.reports("llm", 5_200 * MS).unwrap();
-        assert_eq!(
-            reports,
-            vec![
-                Report::count(5_000 * MS, 0),
-                Report::count(5_200 * MS, 100_000)
-            ]
-        );
-        // Silent past STALE_NS: forgotten.
-        pace.record(5_200 * MS + STALE_NS, &BTreeMap::new());
-        assert_eq!(pace.reports("llm", 5_200 * MS + STALE_NS), None);
-    }
-
-    #[test]
-    fn gpus_idle_for_two_seconds_leave_the_count_silent_until_busy_again() {
-        let mut pace = BusyPace::new(200 * MS);
-        let at = |share: f64| BTreeMap::from([("llm".to_owned(), share)]);
-        // 4 s busy at half a GPU, a stall of 1 s idle, 2 s busy again.
-        let shares =
-            (1..=35).map(|i| (i * 200 * MS, if (21..=25).contains(&i) { 0.0 } else { 0.5 }));
-        for (now, share) in shares {
-            pace.record(now, &at(share));
-        }
-        // The stall is part of the pace: 29 samples at half a GPU busy over 34.
-        let reports = pace.reports("llm", 7_000 * MS).expect("a pace");
-        let count_at = |ms: u64| reports.iter().find(|r| r.at_ns == ms * MS).map(|r| r.steps);
-        // Flat through the stall, taken in when the GPU was busy again.
-        assert_eq!(
-            [4_000, 4_200, 5_000, 5_200].map(count_at),
-            [1_900_000, 1_900_000, 1_900_000, 2_000_000].map(Some),
-            "{reports:?}"
-        );
-        let busy_us_per_s =
-            crate::policy::harvest::pace_between(&reports, 0, 200 * MS, 7_000 * MS).unwrap();
-        assert!(
-            (busy_us_per_s - 500_000.0 * 29.0 / 34.0).abs() < 1.0,
-            "{busy_us_per_s}"
-        );
-        // A checkpoint: 20 s idle. A stall, read with the count, for its first 2 s.
-        let idle = |pace: &mut BusyPace, samples: std::ops::RangeInclusive<u64>| {
-            for i in samples {
-                pace.record(i * 200 * MS, &at(0.0));
-            }
-        };
-        idle(&mut pace, 36..=40);
-        let reports = pace.reports("llm", 8_000 * MS).unwrap();
-        let last = reports[reports.len() - 1];
-        assert_eq!((last.at_ns, last.steps), (8_000 * MS, 2_900_000));
-        // Then a silence: the stall's samples dropped, the last report the last busy one, and
-        // past STALE_NS of it no pace.
-        idle(&mut pace, 41..=46);
-        let last = pace
-            .reports("llm", 9_200 * MS)
-            .unwrap()
-            .last()
-            .copied()
-            .unwrap();
-        assert_eq!((last.at_ns, last.steps), (7_000 * MS, 2_900_000));
-        idle(&mut pace, 47..=135);
-        assert_eq!(pace.reports("llm", 7_200 * MS + STALE_NS), None);
-        assert_eq!(pace.share("llm", 27_000 * MS), None);
-        // Busy again: the count goes on where it was, not from zero (the same run, to the
-        // controller's pause).
-        pace.record(27_200 * MS, &at(0.5));
-        pace.record(27_400 * MS, &at(0.5));
-        let reports = pace.reports("llm", 27_400 * MS).expect("a pace again");
-        let newest = reports.last().unwrap();
-        assert_eq!(newest.steps, last.steps + 200_000);
-    }
-
-    #[test]
-    fn stalls_shorter_than_a_silence_read_as_every_sample_counted() {
-        // Half a GPU busy at two samples in three, idle at the third at random: stalls of up
-        // to a few samples, as a loader's. At every sample the reports read as a tracker's
-        // that took each sample as it came.
-        let mut rng = enforcer_common::rng::SplitMix64::new(3);
-        let mut pace = BusyPace::new(200 * MS);
-        let (mut every_sample, mut busy_us) = (PaceTracker::default(), 0.0);
-        for i in 1..=2_000 {
-            let now = i * 200 * MS;
-            let share = if rng.next_f64() < 1.0 / 3.0 { 0.0 } else { 0.5 };
-            pace.record(now, &BTreeMap::from([("llm".to_owned(), share)]));
-            if i > 1 {
-                busy_us += share * 200_000.0;
-            }
-            every_sample.record(now, busy_us as u64);
-            let reports = pace.reports("llm", now);
-            if i > 1 {
-                let expected: Vec<Report> = every_sample.reports().collect();
-                assert_eq!(reports, Some(expected), "at sample {i}");
-            }
-        }
-    }
-
-    #[test]
-    fn a_slow_sampler_is_no_gap_until_three_of_its_periods() {
-        let mut pace = BusyPace::new(3_000 * MS);
-        let full = BTreeMap::from([("llm".to_owned(), 1.0)]);
-        for i in 0..=3 {
-            pace.record(i * 3_000 * MS, &full);
-        }
-        let reports = pace
-            .reports("llm", 9_000 * MS)
-            .expect("a pace at 3 s a sample");
-        assert_eq!(reports.last(), Some(&Report::count(9_000 * MS, 9_000_000)));
     }
 }

@@ -9,6 +9,7 @@
 //! - `pace`: a training job's pace, from the progress it reports.
 //! - `harvest`: how much offline inference may take, found from that pace.
 
+pub(crate) mod busy_pace;
 pub(crate) mod cores;
 pub(crate) mod demand;
 pub(crate) mod harvest;

@@ -24,7 +24,7 @@
 //! `daemon::pace_signal`): its silence is no reason to follow its GPUs' busy share (a checkpoint
 //! idles them) or another job's pace, either of which would start the loop afresh. A job
 //! followed by its GPUs' busy share falls silent the same way, its GPUs idle for 2 s
-//! (`gpu::training_busy::IDLE_SILENT_NS`).
+//! (`policy::busy_pace::IDLE_SILENT_NS`).
 
 use super::{Change, Harvest, Level, PaceSource, Phase, StretchSpread, Why, tuning::PAUSE_KEPT_NS};
 use crate::policy::pace::Report;

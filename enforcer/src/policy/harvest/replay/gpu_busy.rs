@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::{gpu::training_busy::BusyPace, policy::pace::Report};
+use crate::policy::{busy_pace::BusyPace, pace::Report};
 
 /// The GPU sampler's default period (`[gpu] sample_ms`).
 const SAMPLE_NS: u64 = 200_000_000;
