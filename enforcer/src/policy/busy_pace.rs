@@ -32,7 +32,11 @@ struct Counted {
     at_ns: u64,
     busy_us: f64,
     idle: Idle,
+    /// The count as the pace signal: a silence left out (`Idle`).
     tracker: PaceTracker,
+    /// The count at every sample, idle ones included: the busy share that status and
+    /// `/metrics` show, 0 through a checkpoint rather than none.
+    every_sample: PaceTracker,
 }
 
 /// Whether a job's GPUs are idle, and since when.
@@ -81,6 +85,7 @@ impl BusyPace {
                 busy_us: 0.0,
                 idle: Idle::Busy,
                 tracker: PaceTracker::default(),
+                every_sample: PaceTracker::default(),
             });
             let gap_ns = now_ns.saturating_sub(counted.at_ns);
             let before = counted.busy_us as u64;
@@ -88,20 +93,23 @@ impl BusyPace {
                 counted.busy_us = 0.0;
                 counted.idle = Idle::Busy;
                 counted.tracker = PaceTracker::default();
+                counted.every_sample = PaceTracker::default();
             } else {
                 counted.busy_us += share * gap_ns as f64 / 1e3;
             }
             counted.at_ns = now_ns;
+            counted.every_sample.record(now_ns, counted.busy_us as u64);
             counted.count_sample(now_ns, share, before);
         }
         self.jobs
             .retain(|_, counted| now_ns.saturating_sub(counted.at_ns) < STALE_NS);
     }
 
-    /// `job`'s busy share over the pace window (`pace::WINDOW_NS`), in GPUs busy; None unless
-    /// it has a pace at `now_ns`.
+    /// `job`'s busy share over the pace window (`pace::WINDOW_NS`), in GPUs busy, idle samples
+    /// included (a silence too: status shows 0 while the job writes a checkpoint); None unless
+    /// it has samples at `now_ns`.
     pub(crate) fn share(&self, job: &str, now_ns: u64) -> Option<f64> {
-        let pace = self.jobs.get(job)?.tracker.pace(now_ns)?;
+        let pace = self.jobs.get(job)?.every_sample.pace(now_ns)?;
         pace.steps_per_s.map(|busy_us_per_s| busy_us_per_s / 1e6)
     }
 
@@ -240,7 +248,8 @@ mod tests {
         assert_eq!((last.at_ns, last.steps), (7_000 * MS, 2_900_000));
         idle(&mut pace, 47..=135);
         assert_eq!(pace.reports("llm", 7_200 * MS + STALE_NS), None);
-        assert_eq!(pace.share("llm", 27_000 * MS), None);
+        // What status and /metrics show: its GPUs idle.
+        assert_eq!(pace.share("llm", 27_000 * MS), Some(0.0));
         // Busy again: the count goes on where it was, not from zero (the same run, to the
         // controller's pause).
         pace.record(27_200 * MS, &at(0.5));
