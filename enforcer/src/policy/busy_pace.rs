@@ -5,9 +5,9 @@
 //! GPUs idle for `IDLE_SILENT_NS` are a job that has stopped stepping, and its count is silent
 //! until they are busy again, as a job's own reports are while it writes a checkpoint.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
-use super::pace::{HISTORY_NS, PaceTracker, Report, STALE_NS};
+use super::pace::{PaceTracker, Report, STALE_NS};
 
 /// Samples further apart than this, or than three sampling periods where that is longer,
 /// start a job's count again: the share of one sample says nothing of a gap that long (the
@@ -44,15 +44,15 @@ struct Counted {
 enum Idle {
     #[default]
     Busy,
-    /// Idle at each of these samples, for less than `IDLE_SILENT_NS` so far: a stall that is
-    /// part of the pace if it ends soon, and no part of it if it turns out a silence. Held out
-    /// of the tracker until it is one or the other, and read with it meanwhile (`reports`):
-    /// taken into it when the GPUs are busy again, dropped when the stall is long enough to
-    /// be a silence, so that no half the controller reads later counts the first seconds of a
-    /// checkpoint as training slowed. Counted in, those seconds had offline held back 70% and
-    /// 42% of the time, against 85% and 68% dropped, on the replay's models of a job followed
-    /// by its GPUs that checkpoints, every level costing it (`a_job_that_pauses_to_checkpoint`).
-    Stalled(Vec<u64>),
+    /// Idle since `since_ns`, for less than `IDLE_SILENT_NS` so far: a stall that is part of
+    /// the pace if it ends soon, and no part of it if it turns out a silence. Its samples go
+    /// into the tracker as they come, and `before` is the tracker as it was before them: put
+    /// back when the stall is long enough to be a silence, so that no half the controller
+    /// reads later counts the first seconds of a checkpoint as training slowed. Counted in,
+    /// those seconds had offline held back 70% and 42% of the time, against 85% and 68%
+    /// dropped, on the replay's models of a job followed by its GPUs that checkpoints, every
+    /// level costing it (`a_job_that_pauses_to_checkpoint`).
+    Stalled { since_ns: u64, before: PaceTracker },
     /// Idle for `IDLE_SILENT_NS` or more.
     Silent,
 }
@@ -88,7 +88,6 @@ impl BusyPace {
                 every_sample: PaceTracker::default(),
             });
             let gap_ns = now_ns.saturating_sub(counted.at_ns);
-            let before = counted.busy_us as u64;
             if gap_ns > self.max_gap_ns {
                 counted.busy_us = 0.0;
                 counted.idle = Idle::Busy;
@@ -99,7 +98,7 @@ impl BusyPace {
             }
             counted.at_ns = now_ns;
             counted.every_sample.record(now_ns, counted.busy_us as u64);
-            counted.count_sample(now_ns, share, before);
+            counted.count_sample(now_ns, share);
         }
         self.jobs
             .retain(|_, counted| now_ns.saturating_sub(counted.at_ns) < STALE_NS);
@@ -113,48 +112,38 @@ impl BusyPace {
         pace.steps_per_s.map(|busy_us_per_s| busy_us_per_s / 1e6)
     }
 
-    /// `job`'s count, as progress reports: (time in ns, busy µs so far), with a stall's
-    /// samples (`Idle::Stalled`), kept as the tracker keeps its own (`pace::HISTORY_NS`): the
-    /// reports it would hold had it taken each sample. None unless it has a pace at `now_ns`.
+    /// `job`'s count, as progress reports: (time in ns, busy µs so far); None unless it has a
+    /// pace at `now_ns` by the samples before any stall under way (a job whose GPUs have not
+    /// yet been busy has none).
     pub(crate) fn reports(&self, job: &str, now_ns: u64) -> Option<Vec<Report>> {
         let counted = self.jobs.get(job)?;
-        counted.tracker.pace(now_ns)?.steps_per_s?;
-        let mut reports: VecDeque<Report> = counted.tracker.reports().collect();
-        if let Idle::Stalled(at) = &counted.idle {
-            let count = counted.busy_us as u64;
-            for &at_ns in at {
-                reports.push_back(Report::count(at_ns, count));
-                while reports
-                    .get(1)
-                    .is_some_and(|r| r.at_ns + HISTORY_NS <= at_ns)
-                {
-                    reports.pop_front();
-                }
-            }
-        }
-        Some(reports.into())
+        let before_stall = match &counted.idle {
+            Idle::Stalled { before, .. } => before,
+            Idle::Busy | Idle::Silent => &counted.tracker,
+        };
+        before_stall.pace(now_ns)?.steps_per_s?;
+        Some(counted.tracker.reports().collect())
     }
 }
 
 impl Counted {
-    /// The sample at `now_ns`, its share counted (the count was `before` it): into the
-    /// tracker, or held while the GPUs are idle (`Idle`).
-    fn count_sample(&mut self, now_ns: u64, share: f64, before: u64) {
-        match (share > 0.0, &mut self.idle) {
-            (true, idle) => {
-                if let Idle::Stalled(at) = std::mem::take(idle) {
-                    for at_ns in at {
-                        self.tracker.record(at_ns, before);
-                    }
-                }
-                self.tracker.record(now_ns, self.busy_us as u64);
+    /// The sample at `now_ns`, its share counted: into the tracker, unless the GPUs have been
+    /// idle long enough to be a silence (`Idle`).
+    fn count_sample(&mut self, now_ns: u64, share: f64) {
+        self.idle = match (share > 0.0, std::mem::take(&mut self.idle)) {
+            (true, _) => Idle::Busy,
+            (false, Idle::Busy) => Idle::Stalled {
+                since_ns: now_ns,
+                before: self.tracker.clone(),
+            },
+            (false, Idle::Stalled { since_ns, before }) if now_ns - since_ns >= IDLE_SILENT_NS => {
+                self.tracker = before;
+                Idle::Silent
             }
-            (false, Idle::Busy) => self.idle = Idle::Stalled(vec![now_ns]),
-            (false, Idle::Stalled(at)) if now_ns - at[0] >= IDLE_SILENT_NS => {
-                self.idle = Idle::Silent;
-            }
-            (false, Idle::Stalled(at)) => at.push(now_ns),
-            (false, Idle::Silent) => {}
+            (false, idle) => idle,
+        };
+        if !matches!(self.idle, Idle::Silent) {
+            self.tracker.record(now_ns, self.busy_us as u64);
         }
     }
 }

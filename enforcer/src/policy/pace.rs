@@ -62,6 +62,7 @@ impl Mean {
 
 impl Report {
     /// A count without a mean.
+    #[cfg(test)]
     pub(crate) fn count(at_ns: u64, steps: u64) -> Self {
         Self {
             at_ns,
