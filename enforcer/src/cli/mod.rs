@@ -24,7 +24,6 @@ use crate::{
     config::{self, Settings},
     daemon,
     host::paths::{self, DEFAULT_CONFIG, DEFAULT_INSTANCE},
-    policy::harvest::replay::Reporter,
 };
 
 /// reamer's enforcer: runs inference in the CPU capacity training leaves idle, and gives it
@@ -501,11 +500,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 level_costs: level_cost,
                 seconds,
                 epsilon,
-                reporter: match counts_only {
-                    true => Reporter::CountsOnly,
-                    false => Reporter::WithMeans,
-                },
-                gpu_busy_ms: gpu_busy,
+                reporter: replay_pace::reporter(counts_only, gpu_busy)?,
             },
             json,
         ),

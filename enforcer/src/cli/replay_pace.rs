@@ -18,14 +18,13 @@ use crate::{
 
 /// What a replay plays: its length, the controller's ε, the cost added to the recording beside
 /// offline (and levels' own, as `LEVEL=COST`), and what the job's reports carry, or the GPU
-/// work that ends each step where its pace is read from its GPUs (`--gpu-busy`).
+/// work that ends each step where its pace is read from its GPUs (`reporter`).
 pub(crate) struct Replayed {
     pub cost: f64,
     pub level_costs: Vec<String>,
     pub seconds: u64,
     pub epsilon: f64,
     pub reporter: Reporter,
-    pub gpu_busy_ms: Option<f64>,
 }
 
 /// A recording of a job's steps: a JSON array of each step's time, ms, in order (what the
@@ -98,12 +97,24 @@ fn checked_cost(cost: f64, flag: &str) -> anyhow::Result<f64> {
     Ok(cost)
 }
 
-/// `--gpu-busy`'s MS: each step's GPU work, in ns.
-fn checked_gpu_ns(ms: f64) -> anyhow::Result<u64> {
-    if !(ms.is_finite() && ms > 0.0 && ms <= 10_000.0) {
-        bail!("--gpu-busy must be a step's GPU work in ms, above 0 and at most 10000, not {ms}");
-    }
-    Ok((ms * 1e6).round().max(1.0) as u64)
+/// What the replayed job's reports carry (`--counts-only`), or the GPU work that ends each of
+/// its steps where its pace is read from its GPUs (`--gpu-busy MS`).
+pub(crate) fn reporter(counts_only: bool, gpu_busy_ms: Option<f64>) -> anyhow::Result<Reporter> {
+    Ok(match (gpu_busy_ms, counts_only) {
+        (Some(ms), _) => {
+            if !(ms.is_finite() && ms > 0.0 && ms <= 10_000.0) {
+                bail!(
+                    "--gpu-busy must be a step's GPU work in ms, above 0 and at most 10000, \
+                     not {ms}"
+                );
+            }
+            Reporter::GpuBusy {
+                gpu_ns: (ms * 1e6).round().max(1.0) as u64,
+            }
+        }
+        (None, true) => Reporter::CountsOnly,
+        (None, false) => Reporter::WithMeans,
+    })
 }
 
 /// `--level-cost`'s `LEVEL=COST`s, each level named once and above `held`.
@@ -147,7 +158,6 @@ pub(crate) fn run(
         seconds,
         epsilon,
         reporter,
-        gpu_busy_ms,
     } = replayed;
     if !(epsilon.is_finite() && PACE_EPSILON_RANGE.contains(&epsilon)) {
         bail!("--epsilon must be from 0.001 to 0.5 (0.01: 1%), not {epsilon}");
@@ -157,12 +167,6 @@ pub(crate) fn run(
     if !(60..=86_400).contains(&seconds) {
         bail!("--seconds must be from 60 (a search needs one) to 86400, not {seconds}");
     }
-    let reporter = match gpu_busy_ms {
-        Some(ms) => Reporter::GpuBusy {
-            gpu_ns: checked_gpu_ns(ms)?,
-        },
-        None => reporter,
-    };
     let held_steps = read_steps(held)?;
     let beside_recorded = read_steps(beside)?;
     let beside_length_s = beside_recorded.length_ns() as f64 / 1e9;
@@ -190,11 +194,12 @@ pub(crate) fn run(
     for (level, cost) in &level_costs {
         slowed.push_str(&format!(", at {} by {:.2}%", level.name(), cost * 100.0));
     }
-    let read = match gpu_busy_ms {
-        Some(ms) => {
-            format!("; its pace read from its GPUs' busy share, {ms} ms of GPU work a step")
-        }
-        None => String::new(),
+    let read = match reporter {
+        Reporter::GpuBusy { gpu_ns } => format!(
+            "; its pace read from its GPUs' busy share, {} ms of GPU work a step",
+            gpu_ns as f64 / 1e6
+        ),
+        Reporter::WithMeans | Reporter::CountsOnly => String::new(),
     };
     writeln!(
         out,
