@@ -3,7 +3,8 @@
 //! driver (the device machine) it must report the GPUs it found. `enabled = "off"` turns it
 //! off with its own line. With a GPU and PyTorch, the memory guard evicts a GPU pool's process
 //! that training grows into, and a training job alone on its GPU gets a busy share that the
-//! pace controller follows, through a stop of its GPU work (a checkpoint) as a pause.
+//! pace controller follows, through a stop of its GPU work (a checkpoint) as a pause; beside a
+//! busy GPU pool, NVML's per-process figure reads such a stop as idle.
 
 use std::{os::unix::process::ExitStatusExt as _, process::Command, time::Duration};
 
@@ -241,6 +242,53 @@ fn a_job_followed_by_its_gpus_that_stops_is_paused_and_its_level_compared_again(
     drop(training);
     daemon.stop();
     assert!(!reasons.iter().any(|r| r == "job_changed"), "{reasons:?}");
+}
+
+#[test]
+fn a_job_that_stops_beside_a_busy_gpu_pool_reads_idle_by_its_own_process_figure() {
+    let test = "a_job_that_stops_beside_a_busy_gpu_pool_reads_idle_by_its_own_process_figure";
+    let instance = "it-gpu-idle-beside";
+    if gpu_test(test, 8).is_none() {
+        return;
+    }
+    // Without MPS NVML samples each process on its own; with a GPU pool on the device the
+    // device's utilization is not training's, so its per-process figure is all it has.
+    let daemon = Daemon::start(
+        instance,
+        &format!("[gpu]\nmps = \"off\"\nsample_ms = 100\n\n{GPU_POOL}"),
+    );
+    let training = daemon.launch("--training", "train", "python3", &["-c", BUSY_ON_GPU, "60"]);
+    let training = reamer_tests::harness::Reaped(training);
+    let pool = daemon.launch("--pool", "serve", "python3", &["-c", BUSY_ON_GPU, "60"]);
+    let pool = reamer_tests::harness::Reaped(pool);
+    let sm_of = |pid: u32| {
+        let devices = gpu_devices(&daemon.snapshot());
+        let mut processes = devices.into_iter().flat_map(|d| d.processes);
+        processes.find(|p| p.pid == pid).and_then(|p| p.sm_pct)
+    };
+    eventually(
+        "NVML's figure for training",
+        Duration::from_secs(30),
+        || sm_of(training.id()).is_some_and(|sm| sm > 0),
+    );
+    // Its GPU work stops, as while it writes a checkpoint; the pool, ungated once training
+    // idles, keeps the device busy.
+    send_signal(training.id(), libc::SIGSTOP);
+    let mut busy = None;
+    eventually(
+        "training read idle beside the pool",
+        Duration::from_secs(20),
+        || {
+            busy = daemon.snapshot().job("train").and_then(|job| job.gpu_busy);
+            let pool_busy = sm_of(pool.id()).is_some_and(|sm| sm > 0);
+            sm_of(training.id()) == Some(0) && pool_busy && busy.is_some_and(|b| b < 0.1)
+        },
+    );
+    send_signal(training.id(), libc::SIGCONT);
+    drop((training, pool));
+    daemon.stop();
+    remove_test_cgroups(instance, "serve");
+    eprintln!("{test}: training's busy share while stopped: {busy:?}");
 }
 
 /// The devices the daemon's GPU side reads (none where it is not active).

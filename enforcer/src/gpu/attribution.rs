@@ -16,7 +16,8 @@ use super::{
 pub(crate) struct Attributed {
     pub memory: DeviceMemory,
     /// Training's SM utilization (%), summed over its processes; None when no training process
-    /// has a per-process sample (none running, or NVML cannot tell under MPS).
+    /// has a per-process figure (none running, none since the last read, or NVML cannot tell
+    /// under MPS).
     pub training_sm_pct: Option<f64>,
     /// Each process with its owner, for the status and the metrics.
     pub processes: Vec<(u32, Option<Owner>)>,

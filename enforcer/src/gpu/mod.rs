@@ -11,6 +11,7 @@ pub(crate) mod launcher;
 pub(crate) mod memory_guard;
 pub(crate) mod mps;
 pub(crate) mod pipe_dir;
+pub(crate) mod process_sm;
 pub(crate) mod report;
 pub(crate) mod service;
 pub(crate) mod telemetry;

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory, error::NvmlError};
 
+use super::process_sm::ProcessSamples;
+
 const MIB: u64 = 1024 * 1024;
 
 /// Why the GPU side cannot run here, in the operator's words.
@@ -53,8 +55,9 @@ pub(crate) struct GpuProcess {
     pub pid: u32,
     /// None where the driver does not report it.
     pub used_mib: Option<u64>,
-    /// SM utilization (%) over the samples since the previous read; None when NVML has no
-    /// sample for it (idle, or unsupported: under MPS the server is what NVML sees).
+    /// SM utilization (%) over the samples since the previous read, 0 where NVML sampled it
+    /// before and a period went by without it; None when unknown (`process_sm`: never sampled,
+    /// as an MPS client is not, or no period since the last read).
     pub sm_pct: Option<u32>,
 }
 
@@ -73,9 +76,9 @@ pub(crate) struct GpuSample {
 pub(crate) struct GpuTelemetry {
     nvml: Nvml,
     count: u32,
-    /// Per device: the timestamp of the newest process-utilization sample read, so each read
-    /// covers only what is new.
-    last_seen_us: HashMap<u32, u64>,
+    /// Per device: its per-process samples read so far, so that each read covers only what is
+    /// new and knows which processes NVML samples.
+    process_samples: HashMap<u32, ProcessSamples>,
 }
 
 impl GpuTelemetry {
@@ -90,7 +93,7 @@ impl GpuTelemetry {
         Ok(Self {
             nvml,
             count,
-            last_seen_us: HashMap::new(),
+            process_samples: HashMap::new(),
         })
     }
 
@@ -121,21 +124,18 @@ impl GpuTelemetry {
             .map(|u| u.gpu)
             .map_err(failed(" utilization"))?;
         let memory = device.memory_info().map_err(failed(" memory"))?;
-        let since = self.last_seen_us.get(&index).copied();
-        // Unsupported on some GPUs and under MPS: then no per-process SM figure, not an error.
-        let samples = device.process_utilization_stats(since).unwrap_or_default();
-        if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {
-            self.last_seen_us.insert(index, newest);
-        }
-        let mut sm_by_pid: HashMap<u32, (u64, u32)> = HashMap::new();
-        for sample in &samples {
-            let entry = sm_by_pid.entry(sample.pid).or_default();
-            entry.0 += u64::from(sample.sm_util);
-            entry.1 += 1;
-        }
-        let processes = device
+        let running = device
             .running_compute_processes()
-            .map_err(failed(" processes"))?
+            .map_err(failed(" processes"))?;
+        let pids: Vec<u32> = running.iter().map(|p| p.pid).collect();
+        let process_samples = self.process_samples.entry(index).or_default();
+        // Unsupported on some GPUs: then no per-process SM figure, not an error. NVML's
+        // "not found" (no sample newer than the last) reads the same: no sample.
+        let samples = device
+            .process_utilization_stats(process_samples.since())
+            .unwrap_or_default();
+        let sm_by_pid = process_samples.read(&samples, &pids, utilization_pct);
+        let processes = running
             .into_iter()
             .map(|p| GpuProcess {
                 pid: p.pid,
@@ -143,9 +143,7 @@ impl GpuTelemetry {
                     UsedGpuMemory::Used(bytes) => Some(bytes.div_ceil(MIB)),
                     UsedGpuMemory::Unavailable => None,
                 },
-                sm_pct: sm_by_pid
-                    .get(&p.pid)
-                    .map(|(sum, n)| (*sum / u64::from((*n).max(1))) as u32),
+                sm_pct: sm_by_pid.get(&p.pid).copied(),
             })
             .collect();
         Ok(GpuSample {

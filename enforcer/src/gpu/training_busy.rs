@@ -6,7 +6,9 @@
 //! share of time its GPUs are busy moves with its pace: a loader-bound job's GPU idles while
 //! its input pipeline is slowed, and a GPU-bound job's idles while its launching thread is.
 //! The share is counted only where it is the job's own:
-//! - NVML's per-process SM utilization of the job's processes, where the driver gives it;
+//! - NVML's per-process SM utilization of the job's processes, where the driver gives it, 0
+//!   for a process it has sampled before that ran nothing since (`process_sm`), so that a job
+//!   that stops beside a busy GPU pool reads idle, as one alone on its GPU does;
 //! - otherwise the device's utilization, where the job is the only training job on the device
 //!   and no inference pool has a process there. Processes reamer does not own do not stop it:
 //!   under MPS the control daemon's server is such a process, and it is the one that runs
@@ -161,6 +163,26 @@ mod tests {
         assert_eq!(
             shares(&[under_mps]),
             BTreeMap::from([("llm".to_owned(), 0.88)])
+        );
+    }
+
+    #[test]
+    fn a_job_stopped_beside_a_busy_pool_reads_idle_where_nvml_has_sampled_it() {
+        // `process_sm` gives a process NVML has sampled before, and that ran nothing since,
+        // 0: the job's own figure, though the device is busy with the pool's kernels.
+        let stopped_beside_pool = device(
+            95,
+            vec![
+                (process(1, Some(0)), training("llm")),
+                (
+                    process(2, Some(95)),
+                    Some(Owner::Pool("gpu-serve".to_owned())),
+                ),
+            ],
+        );
+        assert_eq!(
+            shares(&[stopped_beside_pool]),
+            BTreeMap::from([("llm".to_owned(), 0.0)])
         );
     }
 }
