@@ -132,11 +132,12 @@ fn an_online_pools_weight_falls_while_its_tail_has_room_and_rises_when_training_
             "--threads",
             &online_cpu_count().to_string(),
             "--seconds",
-            "8",
+            "12",
         ],
     );
-    let crowded = load(7);
-    until("the weight rose again", 6, &|| weight(&web()) > 10);
+    // 10 s to rise: with 6 s it failed once under the full suite's load on a 2-vCPU host.
+    let crowded = load(11);
+    until("the weight rose again", 10, &|| weight(&web()) > 10);
     let raised = weight(&web());
     println!("beside training: {:?}", web());
     weight_file_value(instance, raised);
