@@ -18,7 +18,14 @@ use reamer_tests::harness::{
     privileged, remove_test_cgroups, send_signal, status_text, wait_ok,
 };
 
-const HOG: &str = env!("CARGO_BIN_EXE_cpu-hog");
+/// Beside the test binary, not at the path cargo built it in: `xtask record-server --part 4`
+/// runs a copy of this binary on the GPU server, whose checkout lies elsewhere.
+fn hog() -> String {
+    reamer_tests::harness::target_dir()
+        .join("cpu-hog")
+        .to_string_lossy()
+        .into_owned()
+}
 
 const GPU_POOL: &str = "[[pool]]\nname = \"serve\"\nkind = \"offline\"\ngpu = true\n";
 
@@ -32,7 +39,7 @@ fn without_nvml_the_gpu_side_says_so_once_and_cpu_enforcement_goes_on() {
     let hog = daemon.launch(
         "--pool",
         "serve",
-        HOG,
+        &hog(),
         &["--threads", "1", "--seconds", "2"],
     );
     std::thread::sleep(Duration::from_millis(300));
@@ -271,6 +278,18 @@ fn a_job_that_stops_beside_a_busy_gpu_pool_reads_idle_by_its_own_process_figure(
         Duration::from_secs(30),
         || sm_of(training.id()).is_some_and(|sm| sm > 0),
     );
+    // Busy, it never reads idle: were NVML to stamp the pool's samples apart from training's,
+    // a read between the two would.
+    let while_busy: Vec<Option<u32>> = (0..30)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            sm_of(training.id())
+        })
+        .collect();
+    assert!(
+        !while_busy.contains(&Some(0)),
+        "training read idle while busy: {while_busy:?}"
+    );
     // Its GPU work stops, as while it writes a checkpoint; the pool, ungated once training
     // idles, keeps the device busy.
     send_signal(training.id(), libc::SIGSTOP);
@@ -288,7 +307,9 @@ fn a_job_that_stops_beside_a_busy_gpu_pool_reads_idle_by_its_own_process_figure(
     drop((training, pool));
     daemon.stop();
     remove_test_cgroups(instance, "serve");
-    eprintln!("{test}: training's busy share while stopped: {busy:?}");
+    eprintln!(
+        "{test}: training's SM figures while busy {while_busy:?}, its share stopped {busy:?}"
+    );
 }
 
 /// The devices the daemon's GPU side reads (none where it is not active).

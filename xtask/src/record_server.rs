@@ -14,8 +14,13 @@
 //!   (`harvest_by_pace`) settled, beside plain CFS, reamer's defaults and training alone, into
 //!   its own section (`--server-section server-pace`): 1 round of 60 s windows, the
 //!   controller's timed 120 s after its daemon starts, once its search is over, so that its
-//!   window shows what it holds, its rechecks and its own paired halves. A lease has room for
-//!   part 1 and 2, or for part 3 and 2.
+//!   window shows what it holds, its rechecks and its own paired halves.
+//! - `target/release/xtask record-server --part 4 --out DIR`: the GPU side's integration tests
+//!   (`tests/tests/gpu.rs`, built by `--prepare` as `target/release/gpu-tests`), the only run
+//!   of NVML's readings, the memory guard and the clamp on a real driver, in about 5 minutes.
+//!
+//! A lease of 15 minutes, its start included, has room for part 3 or part 1 alone, or for two
+//! of parts 2 and 4.
 //!
 //! What a part leaves in `--out` is the only copy of it: the server goes back with everything
 //! on it. Its saved runs belong in the repository (docs/testing.md says where), or a later
@@ -58,7 +63,9 @@ pub struct Options {
     /// controller (`harvest_by_pace`, following the steps the job reports) settled, beside
     /// plain CFS, reamer's defaults and training alone, 1 round of 60 s (the controller's
     /// timed 120 s after its daemon starts, past its search), its own section (at most 530 s).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
+    /// 4: the GPU side's integration tests, one at a time (at most 400 s), their output in
+    /// `--out`.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=4))]
     part: Option<u8>,
     /// Where a part copies what it recorded: the saved runs, the traces, the log, and
     /// docs/benchmarks.md and the plots as the bench rewrote them.
@@ -72,6 +79,14 @@ pub struct Options {
 
 /// The binaries a recording runs, and the one model it serves.
 const BINARIES: [&str; 4] = ["xtask", "enforcer", "inference-worker", "load-gen"];
+/// Part 4's test binary, copied from cargo's deps folder to the binaries' own, where it finds
+/// the enforcer as the harness expects (`reamer_tests::harness::target_dir`), and the CPU hog
+/// its tests start.
+const GPU_TESTS: &str = "gpu-tests";
+const GPU_TESTS_BINARIES: [&str; 2] = [GPU_TESTS, "cpu-hog"];
+/// Part 4 is stopped here: its seven GPU tests take about 4 minutes by their own waits (the
+/// pause's alone up to 80 s), where every one passes.
+const GPU_TESTS_DEADLINE: Duration = Duration::from_secs(400);
 const MODEL: &str = "target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx";
 /// ONNX Runtime's library, xz-compressed: 29 MB as it is, which with the binaries would pass
 /// what a lent server takes along (64 MiB); about 8 MB compressed. A part unpacks it
@@ -244,8 +259,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     }
     let Some(number) = options.part else {
         bail!(
-            "say what to do: --prepare here, then --part 1 (or 3) and --part 2 on the server \
-             (`cargo xtask record-server --help`)"
+            "say what to do: --prepare here, then --part 1 (or 3), or --part 2 and 4, on the \
+             server (`cargo xtask record-server --help`)"
         );
     };
     let out = options
@@ -253,10 +268,13 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .clone()
         .context("--part needs --out DIR: where the part leaves what it recorded")?;
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let log = out.join(format!("part-{number}.log"));
+    if number == 4 {
+        return run_gpu_tests(&log);
+    }
     let part = part(number, options.training_cmd.as_deref());
     unpack_onnxruntime()?;
     let xtask = std::env::current_exe().context("finding this program")?;
-    let log = out.join(format!("part-{number}.log"));
     eprintln!(
         "[record-server] part {number}: {} (stopped after {} s); log in {}",
         part.bench_args.join(" "),
@@ -313,11 +331,43 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `xtask ARGS` in the repository's root, its output appended to `log` and echoed, and
-/// stops it (its whole process group: the training job, the workers, the daemon) at
-/// `deadline`. Whether it ended by itself; failing if it failed.
+/// Part 4: the GPU tests, one at a time (they measure a shared GPU), their output in `log`.
+/// libtest runs them in the order of their names; those cut at the deadline are the log's
+/// last, with no result line.
+fn run_gpu_tests(log: &Path) -> anyhow::Result<()> {
+    let tests = cargo::release_bin(GPU_TESTS);
+    if !tests.is_file() {
+        bail!(
+            "{} is missing: `cargo xtask record-server --prepare` builds it, to be copied here",
+            tests.display()
+        );
+    }
+    eprintln!(
+        "[record-server] part 4: the GPU tests (stopped after {} s); log in {}",
+        GPU_TESTS_DEADLINE.as_secs(),
+        log.display()
+    );
+    let args = ["--test-threads=1", "--nocapture"].map(str::to_owned);
+    let ran = run_until(&tests, &args, GPU_TESTS_DEADLINE, log);
+    // What the log says in short: each skip and failure, and libtest's count.
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let worth_saying = |line: &&str| {
+        line.contains("SKIPPED") || line.contains("panicked at") || line.starts_with("test result:")
+    };
+    for line in text.lines().filter(worth_saying) {
+        eprintln!("[record-server] {line}");
+    }
+    if !ran? {
+        bail!("part 4 stopped at its deadline: the tests not counted above did not run");
+    }
+    Ok(())
+}
+
+/// Runs `program ARGS` in the repository's root (this program, or part 4's tests), its output
+/// appended to `log`, and stops it (its whole process group: the training job, the workers,
+/// the daemon) at `deadline`. Whether it ended by itself; failing if it failed.
 fn run_until(
-    xtask: &Path,
+    program: &Path,
     args: &[String],
     deadline: Duration,
     log: &Path,
@@ -328,7 +378,7 @@ fn run_until(
         .append(true)
         .open(log)
         .with_context(|| format!("opening {}", log.display()))?;
-    let mut child = Command::new(xtask)
+    let mut child = Command::new(program)
         .args(args)
         .current_dir(workspace_root())
         .stdout(file.try_clone()?)
@@ -336,13 +386,14 @@ fn run_until(
         .stdin(Stdio::null())
         .process_group(0)
         .spawn()
-        .with_context(|| format!("running {}", xtask.display()))?;
+        .with_context(|| format!("running {}", program.display()))?;
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
             if !status.success() {
                 bail!(
-                    "`xtask {}` failed ({status}): {}",
+                    "`{} {}` failed ({status}): {}",
+                    program.display(),
                     args.join(" "),
                     log.display()
                 );
@@ -423,10 +474,11 @@ fn prepare() -> anyhow::Result<()> {
     crate::models::ensure_models()?;
     let library = crate::models::ensure_onnxruntime_library()?;
     cargo::build_release_with_xtask()?;
+    build_gpu_tests()?;
     let root = workspace_root();
     let mut total = 0u64;
     let mut files = Vec::new();
-    for name in BINARIES {
+    for name in BINARIES.into_iter().chain(GPU_TESTS_BINARIES) {
         let path = cargo::release_bin(name);
         // Symbols are most of a release binary here (the enforcer: 23 MB, 18 MB stripped).
         let status = Command::new("strip")
@@ -464,13 +516,55 @@ fn prepare() -> anyhow::Result<()> {
     }
     println!(
         "{:.1} MiB in all. Then, there, as root: `target/release/xtask record-server --part 1 \
-         --out DIR` (or `--part 3`, the pace controller), and `--part 2`. A part cut short \
+         --out DIR` (or `--part 3`, the pace controller), or `--part 2` and `--part 4` (the GPU \
+         tests). A part cut short \
          still reports what it saved. Back here, each section from its saved run: `cargo xtask \
          bench --only server --server-from DIR/server-run.json`, `cargo xtask bench --only \
          server --server-section server-pace --server-from DIR/server-pace-run.json`, `cargo \
          xtask bench --only gpu --gpu-from DIR/gpu-run.json`.",
         total as f64 / 1048576.0
     );
+    Ok(())
+}
+
+/// Builds `tests/tests/gpu.rs` in release mode and copies it to `target/release/gpu-tests`.
+fn build_gpu_tests() -> anyhow::Result<()> {
+    use std::io::{BufRead as _, BufReader};
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let args = [
+        "test",
+        "--release",
+        "-p",
+        "reamer-tests",
+        "--test",
+        "gpu",
+        "--no-run",
+    ];
+    let mut child = Command::new(&cargo)
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .current_dir(workspace_root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {cargo}"))?;
+    let mut executable = None;
+    for line in BufReader::new(child.stdout.take().context("cargo's output")?).lines() {
+        let message: serde_json::Value = match serde_json::from_str(&line?) {
+            Ok(message) => message,
+            Err(_) => continue,
+        };
+        if message["target"]["name"] == "gpu" && message["profile"]["test"] == true {
+            executable = message["executable"].as_str().map(PathBuf::from);
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    let executable = executable.context("cargo named no executable for tests/tests/gpu.rs")?;
+    let copy = cargo::release_bin(GPU_TESTS);
+    std::fs::copy(&executable, &copy)
+        .with_context(|| format!("copying {} to {}", executable.display(), copy.display()))?;
     Ok(())
 }
 
@@ -486,6 +580,7 @@ mod tests {
             assert!(part.deadline + Duration::from_secs(60) <= Duration::from_secs(600));
             assert_eq!(&part.bench_args[..2], ["bench", "--prebuilt"]);
         }
+        assert!(GPU_TESTS_DEADLINE + Duration::from_secs(60) <= Duration::from_secs(600));
         // Part 1's scenarios are the bench's own names.
         let names: Vec<String> = FRONTIER.split(',').map(str::to_owned).collect();
         assert_eq!(names.len(), 6);
