@@ -17,10 +17,10 @@
 //!   window shows what it holds, its rechecks and its own paired halves.
 //! - `target/release/xtask record-server --part 4 --out DIR`: the GPU side's integration tests
 //!   (`tests/tests/gpu.rs`, built by `--prepare` as `target/release/gpu-tests`), the only run
-//!   of NVML's readings, the memory guard and the clamp on a real driver, in about 5 minutes.
+//!   of NVML's readings, the memory guard and the clamp on a real driver, in at most 400 s.
 //!
-//! A lease of 15 minutes, its start included, has room for part 3 or part 1 alone, or for two
-//! of parts 2 and 4.
+//! A lease of 15 minutes, its start included, has room for part 3 or part 1 alone, or for
+//! parts 2 and 4.
 //!
 //! What a part leaves in `--out` is the only copy of it: the server goes back with everything
 //! on it. Its saved runs belong in the repository (docs/testing.md says where), or a later
@@ -84,8 +84,9 @@ const BINARIES: [&str; 4] = ["xtask", "enforcer", "inference-worker", "load-gen"
 /// its tests start.
 const GPU_TESTS: &str = "gpu-tests";
 const GPU_TESTS_BINARIES: [&str; 2] = [GPU_TESTS, "cpu-hog"];
-/// Part 4 is stopped here: its seven GPU tests take about 4 minutes by their own waits (the
-/// pause's alone up to 80 s), where every one passes.
+/// Part 4 is stopped here. Its GPU tests have not yet run on a server: the bounds on their
+/// waits add to about 5 minutes (the pause test's alone to 80 s), and each process they start
+/// imports PyTorch first; tests that pass at their first chance take a fraction of that.
 const GPU_TESTS_DEADLINE: Duration = Duration::from_secs(400);
 const MODEL: &str = "target/models/pp-ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx";
 /// ONNX Runtime's library, xz-compressed: 29 MB as it is, which with the binaries would pass
