@@ -21,9 +21,14 @@ pub fn workspace_root() -> PathBuf {
     std::env::current_dir().unwrap_or(built_in)
 }
 
+/// The cargo that runs this program, or the one on the PATH.
+fn cargo_program() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
 /// `cargo ARGS` in the workspace root, failing on a non-zero exit.
 pub fn cargo(args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let cargo = cargo_program();
     let status = Command::new(&cargo)
         .args(args)
         .envs(envs.iter().copied())
@@ -43,7 +48,7 @@ pub fn cargo(args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<()> {
 /// (`REAMER_REQUIRE_PRIVILEGED=1`, as CI sets it, makes it fail instead).
 pub fn cargo_test(args: &[&str]) -> anyhow::Result<()> {
     use std::io::{BufRead as _, BufReader};
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let cargo = cargo_program();
     let skip_log = std::env::temp_dir().join(format!("reamer-skipped-{}", std::process::id()));
     let _ = std::fs::remove_file(&skip_log);
     let mut child = Command::new(&cargo)
@@ -93,6 +98,44 @@ pub fn cargo_test(args: &[&str]) -> anyhow::Result<()> {
         bail!("`cargo test {}` failed ({status})", args.join(" "));
     }
     Ok(())
+}
+
+/// Builds `package`'s integration test `test` in release mode, without running it: the
+/// executable cargo names for it (under target/release/deps, with a hash in its name).
+pub fn release_test_executable(package: &str, test: &str) -> anyhow::Result<PathBuf> {
+    use std::io::{BufRead as _, BufReader};
+    let cargo = cargo_program();
+    let args = [
+        "test",
+        "--release",
+        "-p",
+        package,
+        "--test",
+        test,
+        "--no-run",
+    ];
+    let mut child = Command::new(&cargo)
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .current_dir(workspace_root())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {cargo}"))?;
+    let mut executable = None;
+    for line in BufReader::new(child.stdout.take().context("cargo's output")?).lines() {
+        let message: serde_json::Value = match serde_json::from_str(&line?) {
+            Ok(message) => message,
+            Err(_) => continue,
+        };
+        if message["target"]["name"] == test && message["profile"]["test"] == true {
+            executable = message["executable"].as_str().map(PathBuf::from);
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    executable.with_context(|| format!("cargo named no executable for {package}'s test {test}"))
 }
 
 /// Builds the binaries the demo, the tests and the benchmarks run: the enforcer, the inference

@@ -530,39 +530,7 @@ fn prepare() -> anyhow::Result<()> {
 
 /// Builds `tests/tests/gpu.rs` in release mode and copies it to `target/release/gpu-tests`.
 fn build_gpu_tests() -> anyhow::Result<()> {
-    use std::io::{BufRead as _, BufReader};
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let args = [
-        "test",
-        "--release",
-        "-p",
-        "reamer-tests",
-        "--test",
-        "gpu",
-        "--no-run",
-    ];
-    let mut child = Command::new(&cargo)
-        .args(args)
-        .arg("--message-format=json-render-diagnostics")
-        .current_dir(workspace_root())
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run {cargo}"))?;
-    let mut executable = None;
-    for line in BufReader::new(child.stdout.take().context("cargo's output")?).lines() {
-        let message: serde_json::Value = match serde_json::from_str(&line?) {
-            Ok(message) => message,
-            Err(_) => continue,
-        };
-        if message["target"]["name"] == "gpu" && message["profile"]["test"] == true {
-            executable = message["executable"].as_str().map(PathBuf::from);
-        }
-    }
-    let status = child.wait()?;
-    if !status.success() {
-        bail!("`cargo {}` failed ({status})", args.join(" "));
-    }
-    let executable = executable.context("cargo named no executable for tests/tests/gpu.rs")?;
+    let executable = cargo::release_test_executable("reamer-tests", "gpu")?;
     let copy = cargo::release_bin(GPU_TESTS);
     std::fs::copy(&executable, &copy)
         .with_context(|| format!("copying {} to {}", executable.display(), copy.display()))?;
