@@ -192,14 +192,21 @@ fn attributes_of(tid: u32) -> io::Result<SchedAttr> {
 }
 
 /// The thread of this process named `name` (its `comm`), if one runs.
+///
+/// Looked for up to three times: a listing of `/proc/self/task` walks the thread list by
+/// position, and a thread that exits meanwhile can make it skip one that runs (the lib tests'
+/// threads, coming and going, made the slice test miss its own thread once).
 pub(crate) fn own_thread_named(name: &str) -> Option<u32> {
-    std::fs::read_dir("/proc/self/task")
-        .ok()?
-        .flatten()
-        .find(|task| {
-            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == name)
-        })
-        .and_then(|task| task.file_name().to_str()?.parse().ok())
+    let listed = || {
+        std::fs::read_dir("/proc/self/task")
+            .ok()?
+            .flatten()
+            .find(|task| {
+                std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == name)
+            })
+            .and_then(|task| task.file_name().to_str()?.parse().ok())
+    };
+    (0..3).find_map(|_| listed())
 }
 
 /// How thread `tid` is scheduled, in a few words: "SCHED_FIFO 10", "SCHED_OTHER, 0.1 ms
