@@ -1,7 +1,7 @@
 """What a pace controller build does over a job's recorded steps, at the VM's ladder of costs.
 
     python3 xtask/scripts/ladder_replay.py STEPS.json ENFORCER [ENFORCER ...]
-        [--rotations N] [--seconds S]
+        [--rotations N] [--seconds S] [--stop-ms MS]
     python3 xtask/scripts/ladder_replay.py STEPS.json ENFORCER [ENFORCER ...] --grow G
         [--rotations N]
 
@@ -21,6 +21,10 @@ keep at least one CPU, all the VM's policy gives offline, so they count as `poli
 time offline was held back, at `policy` or above, above it, and what training lost (the time
 at each level times its cost).
 
+With --stop-ms MS: the job stops for MS (a checkpoint, a garbage collection) once every 30
+to 90 s of the recording, at random (seeded, the same for every build), before it is rotated:
+whether the job's own stops hide a cost from the controller.
+
 With --grow G: the VM's frontier for 30 minutes, then every level above `held` slower by a
 further G (the recording beside offline slowed from then on), over N rotations (default 40).
 Of the rotations settled at `policy` when the cost came: how long until the controller
@@ -32,6 +36,7 @@ The standard library only.
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -74,6 +79,19 @@ def replay(enforcer, held, beside, seconds, ladder):
     except (OSError, subprocess.CalledProcessError) as error:
         sys.exit(f"{enforcer} replay-pace failed: {error}")
     return json.loads(done.stdout)
+
+
+def with_stops(steps, stop_ms):
+    """The recording with a stop of `stop_ms` added to a step once every 30 to 90 s."""
+    draw = random.Random(1)
+    stopped, at_ms, next_ms = [], 0.0, draw.uniform(30e3, 90e3)
+    for ms in steps:
+        at_ms += ms
+        if at_ms >= next_ms:
+            ms += stop_ms
+            next_ms = at_ms + draw.uniform(30e3, 90e3)
+        stopped.append(ms)
+    return stopped
 
 
 def rotate(steps, index, count):
@@ -152,13 +170,19 @@ def main():
     parser.add_argument("--rotations", type=int, help="rotations of the recording")
     parser.add_argument("--seconds", type=int, default=7200, help="seconds replayed per rotation")
     parser.add_argument("--grow", type=float, help="a cost (0.022: 2.2%%) that comes after 30 min")
+    parser.add_argument("--stop-ms", type=float, help="a stop of the job's own this long, once "
+                        "every 30 to 90 s")
     args = parser.parse_args()
     if args.grow is not None and not 0 < args.grow < 1:
         sys.exit("--grow: a share of the job's pace, between 0 and 1 (0.022 is 2.2%)")
     rotations = args.rotations or (40 if args.grow is not None else 5)
     if rotations < 1 or args.seconds < 60:
         sys.exit("--rotations must be at least 1, --seconds at least 60")
+    if args.stop_ms is not None and not args.stop_ms > 0:
+        sys.exit("--stop-ms: a stop's length in ms, more than 0")
     steps = read_steps(args.steps)
+    if args.stop_ms is not None:
+        steps = with_stops(steps, args.stop_ms)
     with tempfile.TemporaryDirectory() as directory:
         if args.grow is None:
             ladders(steps, args.enforcers, rotations, args.seconds, directory)

@@ -38,6 +38,8 @@
 //!   a level above the policy's not shown free); the first level not shown costly whose
 //!   cycles say it keeps training's pace is kept. A machine where the top is free settles
 //!   after one comparison.
+//! - A cycle whose held half lies far below the job's last held halves (a stop of its own: a
+//!   checkpoint, a garbage collection) is set aside, not counted (`held_halves`).
 //! - The interval: the mean of the cycles' ratios ± Student's t (95%) standard errors, judged
 //!   from `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly. A level above
 //!   the core policy's runs on while the cycles left, up to `MAX_CYCLES_ABOVE_POLICY`, could
@@ -102,16 +104,18 @@
 //! level; `carried`, a too-noisy level's cycles from one comparison to the next; `kept_cycles`,
 //! the cycles that kept a level, pooled with its next comparison's; `ceiling`, how long a level
 //! left waits before it is tried again; `watch`, the settled level's pace between its rechecks;
-//! `half_length`, how long a half measures; `pause`, a silence of the job that is a pause;
-//! `others`, the jobs beside the one followed; `reading`, what status reads of the loop;
-//! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
-//! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
-//! its cycles would spread over them (`--spread`).
+//! `half_length`, how long a half measures; `held_halves`, a held half a stop of the job's own
+//! slowed; `pause`, a silence of the job that is a pause; `others`, the jobs beside the one
+//! followed; `reading`, what status reads of the loop; `change`, what the loop tells the daemon
+//! (each change of level and its reason); `replay`, the loop over a job's recorded step times
+//! (`enforcer replay-pace`), and `replay::spread`, how far its cycles would spread over them
+//! (`--spread`).
 
 mod carried;
 mod ceiling;
 mod change;
 mod half_length;
+mod held_halves;
 mod kept_cycles;
 mod level;
 mod others;
@@ -127,6 +131,7 @@ use self::carried::Carried;
 use self::ceiling::Ceiling;
 pub(crate) use self::change::{Change, HeldBack, Measured, PaceSource, Why};
 use self::half_length::HalfLengths;
+use self::held_halves::HeldHalves;
 use self::kept_cycles::KeptCycles;
 pub(crate) use self::level::{Level, shape};
 use self::others::{Beside, Others};
@@ -196,6 +201,8 @@ pub(crate) struct Harvest {
     /// The last cycle's held pace, where it had moved more than `PHASE_CHANGE` from
     /// `last_held`: one more such cycle, the same way, is a new phase.
     moved_once: Option<f64>,
+    /// The job's last held halves: one far below them is a stop of its own, set aside.
+    held_halves: HeldHalves,
     /// The lowest level found too costly, and how long the levels from it up wait.
     ceiling: Ceiling,
     /// The level kept by the comparison before the current one, which tries the level above
@@ -239,6 +246,7 @@ impl Harvest {
             reference: None,
             last_held: None,
             moved_once: None,
+            held_halves: HeldHalves::default(),
             ceiling: Ceiling::default(),
             kept_below: None,
             stretch_spread: StretchSpread::default(),
@@ -462,6 +470,10 @@ impl Harvest {
                 }
                 (Some(_), _) => self.moved_once = Some(held),
                 (None, _) => {}
+            }
+            // A held half that a stop of the job's own slowed is set aside: another cycle.
+            if let Some(why) = self.held_halves.set_aside(level, held) {
+                return Some(self.change(why));
             }
             self.cycles.push((level_pace / held, held));
             let held: Vec<f64> = self.cycles.iter().map(|&(_, held)| held).collect();

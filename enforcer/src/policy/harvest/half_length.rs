@@ -63,6 +63,7 @@ impl Harvest {
         // The shortest itself moves a little with the job's report gaps: only another multiple
         // of it changes what the pooled spread is worth.
         if length != lengths.length {
+            self.held_halves.clear();
             match lengths.variance_ratio(lengths.length, length) {
                 Some(ratio) => self.spread.rescale(ratio),
                 None => self.spread.clear(),

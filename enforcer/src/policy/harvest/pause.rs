@@ -139,6 +139,7 @@ impl Harvest {
         self.reference = None;
         self.last_held = None;
         self.moved_once = None;
+        self.held_halves.clear();
         self.ceiling.clear();
         self.kept_below = None;
         self.stretch_spread = StretchSpread::default();

@@ -1742,6 +1742,8 @@ fn judgments(run: &Run) -> Vec<(&Why, Level, usize)> {
                 probes = 0;
             }
             Why::PhaseChange { .. } => probes = 0,
+            // Its held half is not one of the comparison's cycles.
+            Why::SetAside { .. } => probes -= 1,
             _ => {}
         }
     }
@@ -1881,7 +1883,9 @@ fn a_cost_larger_than_the_noise_is_still_found_through_it() {
 fn a_level_kept_above_the_policys_is_left_at_its_recheck_once_the_pace_is_too_noisy() {
     // The top kept on a quiet pace; then the pace turns as noisy as the server's job. The
     // recheck cannot keep the top on its mean, and its cycles could not show it free: it is
-    // left at the third, not the sixth, and the search passes over `unpaused`.
+    // left at the third, not the sixth, and the search passes over `unpaused`. (At the fourth
+    // where a first noisy held half lay so far below the quiet ones that it was set aside as a
+    // stop, `held_halves`: the quiet halves set the bar until the new ones replace them.)
     for seed in 1..=5 {
         let mut harvest = Harvest::new(settings());
         let mut job = Job::new(100.0, |_| 0.0, 0.01);
@@ -1891,9 +1895,14 @@ fn a_level_kept_above_the_policys_is_left_at_its_recheck_once_the_pace_is_too_no
         assert_eq!(quiet.settled_level(), Some(Level::TrainingCores));
         job.noise = LOADER_BOUND_NOISE;
         let noisy = run(&mut harvest, &mut job, &mut reports, 60, 120);
-        assert_eq!(
-            judged_cycles(&noisy).first(),
-            Some(&(Level::TrainingCores, MIN_CYCLES)),
+        let set_aside = noisy
+            .changes
+            .iter()
+            .any(|(_, c)| matches!(c.why, Why::SetAside { .. }));
+        let (level, cycles) = judged_cycles(&noisy)[0];
+        assert!(
+            level == Level::TrainingCores
+                && (cycles == MIN_CYCLES || set_aside && cycles == MIN_CYCLES + 1),
             "seed {seed}: {:?}",
             noisy.changes
         );
@@ -2364,4 +2373,62 @@ fn two_jobs_that_pay_nothing_are_above_the_policys_level_as_their_noise_allows()
             assert!(told.0 >= 0.9 * alone.0, "{told:?} against {alone:?}");
         }
     }
+}
+
+/// The training simulator's steps on the VM, as a model: 5.5 ms, its pace wandering by about
+/// 2% over a second or so (its cycles then spread by 2 to 3%, as the VM's did), for `seconds`,
+/// stopping for `stop_ms` once every 45 to 75 s, at random: a checkpoint, a garbage
+/// collection.
+fn steps_with_stops(seconds: f64, stop_ms: f64, seed: u64) -> Vec<f64> {
+    const WANDER: f64 = 0.02;
+    const KEPT_PER_TENTH: f64 = 0.9;
+    let mut rng = SplitMix64::new(seed);
+    let mut uniform = move || 3f64.sqrt() * (2.0 * rng.next_f64() - 1.0);
+    let (mut at_ms, mut next_stop_ms, mut steps) = (0.0, 60e3, Vec::new());
+    let (mut pace, mut paced_at_ms) = (1.0, 0.0);
+    while at_ms < seconds * 1e3 {
+        while paced_at_ms < at_ms {
+            let fresh = WANDER * (1.0 - KEPT_PER_TENTH * KEPT_PER_TENTH).sqrt() * uniform();
+            pace = 1.0 + KEPT_PER_TENTH * (pace - 1.0) + fresh;
+            paced_at_ms += 100.0;
+        }
+        let mut ms = 5.5 * (1.0 + 0.1 * uniform() / 3f64.sqrt()) / pace;
+        if at_ms >= next_stop_ms {
+            ms += stop_ms;
+            next_stop_ms = at_ms + 60e3 + 15e3 * uniform() / 3f64.sqrt();
+        }
+        at_ms += ms;
+        steps.push(ms);
+    }
+    steps
+}
+
+#[test]
+fn a_jobs_own_stops_in_held_halves_do_not_hide_a_cost_of_twice_epsilon() {
+    // Two hours of the model, every level above `held` costing it 2%, over five seeds. A stop
+    // of 0.7 s in a held half reads the level beside it about a third faster than training
+    // alone, and widens the job's pooled spread until a mean too noisy to judge keeps the
+    // level. Before such halves were set aside, offline was held back 38% of the time and
+    // training lost 1.24% (past ε); with them set aside, 65% and 0.70%; without the stops,
+    // 88% and 0.24%. Printed with `-- --nocapture`.
+    use replay::{Beside, Reporter, StepTrace, replay};
+    let mut lost = Vec::new();
+    for seed in 1..=5 {
+        let job = StepTrace::from_step_ms(&steps_with_stops(1800.0, 700.0, seed)).unwrap();
+        let beside = Beside::slowed(job.clone(), 0.02);
+        let run = replay(&job, &beside, 7200, settings(), Reporter::WithMeans);
+        let set_aside = run
+            .changes
+            .iter()
+            .filter(|c| matches!(c.change.why, Why::SetAside { .. }))
+            .count();
+        let held = run.time_at_level.get("held").copied().unwrap_or(0.0);
+        println!(
+            "seed {seed}: held back {:.1}%, {set_aside} set aside",
+            held * 100.0
+        );
+        lost.push(0.02 * (1.0 - held));
+    }
+    let mean_lost = lost.iter().sum::<f64>() / lost.len() as f64;
+    assert!(mean_lost < 0.01, "training lost {:.2}%", mean_lost * 100.0);
 }
