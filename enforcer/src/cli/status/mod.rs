@@ -297,9 +297,9 @@ fn paused_in_words(change: &serde_json::Value) -> String {
 }
 
 /// How far a pace moved (`phase_change`: the held pace, `pace_moved` and `pace_moved_for`: the
-/// settled level's, `set_aside`: a held half's from the last ones' median), as a share of where it was, or what a signal or the job followed changed
-/// from and to: ` (the settled pace 5.0% down)`, ` (gpu_busy to progress)`, ` (resnet to
-/// bert)`. Empty for a change without either.
+/// settled level's, `set_aside`: a held half's from the last ones' median), as a share of where
+/// it was, or what a signal or the job followed changed from and to: ` (the settled pace 5.0%
+/// down)`, ` (gpu_busy to progress)`, ` (resnet to bert)`. Empty for a change without either.
 fn moved_in_words(change: &serde_json::Value) -> String {
     let (from, to) = (&change["from"], &change["to"]);
     if let (Some(from), Some(to)) = (from.as_f64(), to.as_f64()) {

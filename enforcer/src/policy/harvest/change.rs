@@ -68,7 +68,7 @@ pub(crate) enum Why {
         job: String,
         ratio: Option<Ratio>,
     },
-    /// A held half of level `tried`'s comparison measured a pace (`to`) far from the median of
+    /// A held half of level `tried`'s comparison measured a pace (`to`) far below the median of
     /// the job's last held halves (`from`): a stop of the job's own, not its pace. Its cycle is
     /// set aside, not counted (`held_halves`): another cycle.
     SetAside { tried: Level, from: f64, to: f64 },
