@@ -23,6 +23,8 @@
 
 use std::collections::VecDeque;
 
+use enforcer_common::stats::median;
+
 use super::{change::Why, level::Level};
 
 /// Held halves kept: about four comparisons of three to six cycles.
@@ -65,34 +67,17 @@ impl HeldHalves {
         if self.paces.len() < MIN_KNOWN {
             return None;
         }
-        let median = median(self.paces.iter().copied().collect());
-        let deviation = median_deviation(&self.paces, median);
-        (median - pace > OUTLIER_SPREADS * MAD_TO_SD * deviation).then_some(median)
+        let paces: Vec<f64> = self.paces.iter().copied().collect();
+        let middle = median(&paces);
+        let deviations: Vec<f64> = paces.iter().map(|p| (p - middle).abs()).collect();
+        let spread = MAD_TO_SD * median(&deviations);
+        (middle - pace > OUTLIER_SPREADS * spread).then_some(middle)
     }
 
     /// Forgets the halves: a new phase or job, or halves of another length, whose paces spread
     /// otherwise.
     pub(super) fn clear(&mut self) {
         *self = Self::default();
-    }
-}
-
-fn median_deviation(paces: &VecDeque<f64>, median_pace: f64) -> f64 {
-    median(
-        paces
-            .iter()
-            .map(|pace| (pace - median_pace).abs())
-            .collect(),
-    )
-}
-
-/// The median of `values` (at least one).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    match values.len() % 2 {
-        1 => values[middle],
-        _ => (values[middle - 1] + values[middle]) / 2.0,
     }
 }
 
