@@ -40,27 +40,27 @@
 //!   after one comparison.
 //! - A cycle whose held half lies far below the job's last held halves (a stop of its own: a
 //!   checkpoint, a garbage collection) is set aside, not counted (`held_halves`).
-//! - The interval: the mean of the cycles' ratios ± Student's t (95%) standard errors, judged
-//!   from `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly. A level above
-//!   the core policy's runs on while the cycles left, up to `MAX_CYCLES_ABOVE_POLICY`, could
-//!   show it free with a chance of 5% or more, at the mean so far (no higher than 1) and a
-//!   spread the job's cycles keep below nine times in ten (pooled over its last comparisons);
-//!   then it is left (not shown free: the policy's level is the default, and more needs proof).
-//!   Where that spread could show no level free at all, the levels between it and the policy's
-//!   are passed over. At the policy's level and below, the mean decides (kept where at or above
-//!   `1 − ε`, left otherwise; a mean within a standard error of `1 − ε`, a coin's toss, first
-//!   runs on up to `MAX_CYCLES_NEAR_FLOOR` cycles; the mean, interval and error over the cycles
-//!   that kept the level before too, `kept_cycles`, unless the comparison's own read it
-//!   costlier), where it can: a mean too noisy to judge ε by (`MEAN_NOISE_LIMIT`, from the
-//!   cycles' spread pooled over the job's last comparisons, `PooledSpread`) keeps the level
-//!   unless the interval, looked at once after `MAX_CYCLES`, lies below `1 − ε` (reason
-//!   `too_noisy`), as a job without a signal keeps the policy's; such a comparison ends sooner
-//!   where the cycles left could show the level costly with less than a 5% chance, and a level
-//!   below the policy's kept so goes back up to it once its ceiling is old. Its cycles are
-//!   carried to the level's next comparison (`carried`): a 99% interval over them all below
-//!   `1 − ε` leaves the level too, and a comparison runs on where its cycles could take that
-//!   interval there. A level tried above one just kept, and left, settles the search back on
-//!   the kept one without comparing it again.
+//! - The interval: the mean of the cycles' ratios ± Student's t (95%) standard errors, judged from
+//!   `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly. A level above the core
+//!   policy's runs on while the cycles left, up to `MAX_CYCLES_ABOVE_POLICY`, could show it free
+//!   with a chance of 5% or more, at the mean so far (no higher than 1) and a spread the job's
+//!   cycles keep below nine times in ten (pooled over its last comparisons); then it is left (not
+//!   shown free: the policy's level is the default, and more needs proof). Where that spread could
+//!   show no level free at all, the levels between it and the policy's are passed over. At the
+//!   policy's level and below, the mean decides (kept where at or above `1 − ε`, left otherwise; a
+//!   mean within a standard error of `1 − ε`, a coin's toss, first runs on up to
+//!   `MAX_CYCLES_NEAR_FLOOR` cycles; the mean, interval and error over the cycles that kept the
+//!   level before too, `kept_cycles`, unless the comparison's own read it costlier), where it can:
+//!   a mean too noisy to judge ε by (`MEAN_NOISE_LIMIT`, from the cycles' spread pooled over the
+//!   job's last comparisons, a rare cycle far from its own comparison's left out, `pooled_spread`)
+//!   keeps the level unless the interval, looked at once after `MAX_CYCLES`, lies below `1 − ε`
+//!   (reason `too_noisy`), as a job without a signal keeps the policy's; such a comparison ends
+//!   sooner where the cycles left could show the level costly with less than a 5% chance, and a
+//!   level below the policy's kept so goes back up to it once its ceiling is old. Its cycles are
+//!   carried to the level's next comparison (`carried`): a 99% interval over them all below `1 − ε`
+//!   leaves the level too, and a comparison runs on where its cycles could take that interval
+//!   there. A level tried above one just kept, and left, settles the search back on the kept one
+//!   without comparing it again.
 //! - Settled, the level is compared again after `RECHECK_NS`, then twice as long after each
 //!   recheck that keeps it, up to `RECHECK_MAX_NS` (each as many times longer as the halves are
 //!   longer than their shortest, `half_length`), or once a level above it found too costly
@@ -100,16 +100,16 @@
 //! job's is (reason `pace_moved_for`; `others`).
 //!
 //! Its parts: `level`, the ladder; `tuning`, its timings and thresholds; `statistics`, the
-//! arithmetic of paces, cycles and intervals; `verdict`, what a comparison's cycles say of its
-//! level; `carried`, a too-noisy level's cycles from one comparison to the next; `kept_cycles`,
-//! the cycles that kept a level, pooled with its next comparison's; `ceiling`, how long a level
-//! left waits before it is tried again; `watch`, the settled level's pace between its rechecks;
-//! `half_length`, how long a half measures; `held_halves`, a held half a stop of the job's own
-//! slowed; `pause`, a silence of the job that is a pause; `others`, the jobs beside the one
-//! followed; `reading`, what status reads of the loop; `change`, what the loop tells the daemon
-//! (each change of level and its reason); `replay`, the loop over a job's recorded step times
-//! (`enforcer replay-pace`), and `replay::spread`, how far its cycles would spread over them
-//! (`--spread`).
+//! arithmetic of paces, cycles and intervals; `pooled_spread`, how noisy the job's cycles are;
+//! `verdict`, what a comparison's cycles say of its level; `carried`, a too-noisy level's cycles
+//! from one comparison to the next; `kept_cycles`, the cycles that kept a level, pooled with its
+//! next comparison's; `ceiling`, how long a level left waits before it is tried again; `watch`, the
+//! settled level's pace between its rechecks; `half_length`, how long a half measures;
+//! `held_halves`, a held half a stop of the job's own slowed; `pause`, a silence of the job that is
+//! a pause; `others`, the jobs beside the one followed; `reading`, what status reads of the loop;
+//! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
+//! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
+//! its cycles would spread over them (`--spread`).
 
 mod carried;
 mod ceiling;
@@ -120,6 +120,7 @@ mod kept_cycles;
 mod level;
 mod others;
 mod pause;
+mod pooled_spread;
 mod reading;
 pub(crate) mod replay;
 mod statistics;
@@ -136,9 +137,8 @@ use self::kept_cycles::KeptCycles;
 pub(crate) use self::level::{Level, shape};
 use self::others::{Beside, Others};
 use self::pause::Pauses;
-use self::statistics::{
-    PooledSpread, could_show_free_at_spread, mean_too_noisy, measured, standard_error,
-};
+use self::pooled_spread::PooledSpread;
+use self::statistics::{could_show_free_at_spread, mean_too_noisy, measured, standard_error};
 pub(crate) use self::statistics::{pace_between, paired_interval};
 use self::tuning::{FUTILITY_Z, MEAN_NOISE_LIMIT, POOLED_COMPARISONS, REPORTS_PER_HALF};
 pub(crate) use self::tuning::{

@@ -53,9 +53,9 @@
 
 use std::collections::BTreeMap;
 
+use super::pooled_spread::PooledSpread;
 use super::statistics::{
-    PooledSpread, Ratio, could_show_free_by, mean_too_noisy, measure_ns, pace_between,
-    paired_interval,
+    Ratio, could_show_free_by, mean_too_noisy, measure_ns, pace_between, paired_interval,
 };
 use super::tuning::{
     MAX_CYCLES, MAX_CYCLES_ABOVE_POLICY, MIN_CYCLES, MIN_MEASURE_NS, SETTLE_NS, WARMUP_NS,

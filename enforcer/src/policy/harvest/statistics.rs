@@ -1,14 +1,12 @@
 //! The pace controller's arithmetic: a job's pace between two instants, the paired cycles'
 //! interval, and whether more cycles could still show a level free, or costly.
 
-use std::collections::VecDeque;
-
 use enforcer_common::stats::T95;
 use serde::Serialize;
 
 use super::{
     super::pace::Report, FUTILITY_Z, MAX_CYCLES, MAX_CYCLES_ABOVE_POLICY, MAX_MEASURE_NS,
-    MEAN_NOISE_LIMIT, MIN_MEASURE_NS, Measured, POOLED_COMPARISONS, REPORTS_PER_HALF, SETTLE_NS,
+    MEAN_NOISE_LIMIT, MIN_MEASURE_NS, Measured, REPORTS_PER_HALF, SETTLE_NS,
 };
 
 /// A level's pace against offline held back: the mean of its cycles' ratios and its
@@ -190,70 +188,6 @@ fn could_reach(shown: Shown, n: usize, mean: f64, spread: f64, floor: f64, horiz
     z <= FUTILITY_Z
 }
 
-/// How far a job's cycles spread, pooled over its last `POOLED_COMPARISONS` comparisons and
-/// the current one: how noisy the job's pace is, which is the job's, not one comparison's. Three
-/// to six cycles' own spread is itself noisy, and a comparison whose cycles happened to spread
-/// little was judged on its mean. On a model of the GPU server's job that cost nothing (cycles
-/// spreading by about 17%, 100 runs of 30 minutes), judged by each comparison's own spread,
-/// 4.1% of the policy's comparisons left it; by the pooled spread, 1.9%.
-#[derive(Debug, Clone, Default)]
-pub(super) struct PooledSpread {
-    /// Each judged comparison's sum of squared deviations from its mean, and its cycles
-    /// less one.
-    judged: VecDeque<(f64, usize)>,
-}
-
-impl PooledSpread {
-    /// A comparison judged with these cycles' ratios.
-    pub(super) fn add(&mut self, ratios: &[f64]) {
-        if ratios.len() < 2 {
-            return;
-        }
-        if self.judged.len() == POOLED_COMPARISONS {
-            self.judged.pop_front();
-        }
-        self.judged.push_back(squared_deviations(ratios));
-    }
-
-    /// The pooled variance of the cycles, `ratios` (the current comparison's) included.
-    pub(super) fn variance_with(&self, ratios: &[f64]) -> f64 {
-        match self.pooled_with(ratios) {
-            (_, 0) => 0.0,
-            (sum, freedom) => sum / freedom as f64,
-        }
-    }
-
-    /// A spread the job's cycles keep below nine times in ten, from the pooled variance with
-    /// `ratios` (`spread_upper_bound`); infinite before two cycles.
-    pub(super) fn upper_bound_with(&self, ratios: &[f64]) -> f64 {
-        match self.pooled_with(ratios) {
-            (_, 0) => f64::INFINITY,
-            (sum, freedom) => spread_upper_bound(sum / freedom as f64, freedom),
-        }
-    }
-
-    /// The pooled sum of squared deviations, `ratios` included, and its degrees of freedom.
-    fn pooled_with(&self, ratios: &[f64]) -> (f64, usize) {
-        let current = (ratios.len() >= 2).then(|| squared_deviations(ratios));
-        self.judged
-            .iter()
-            .chain(current.as_ref())
-            .fold((0.0, 0), |(sum, freedom), &(s, f)| (sum + s, freedom + f))
-    }
-
-    /// The comparisons pooled, read as if their cycles spread by `ratio` times the variance:
-    /// their halves measured another length than the next comparison's will.
-    pub(super) fn rescale(&mut self, ratio: f64) {
-        for (squares, _) in &mut self.judged {
-            *squares *= ratio;
-        }
-    }
-
-    pub(super) fn clear(&mut self) {
-        self.judged.clear();
-    }
-}
-
 /// The χ² distribution's 10% quantiles for 1 to 10 degrees of freedom.
 const CHI2_10: [f64; 10] = [
     0.0158, 0.211, 0.584, 1.064, 1.610, 2.204, 2.833, 3.490, 4.168, 4.865,
@@ -270,14 +204,6 @@ pub(super) fn spread_upper_bound(variance: f64, freedom: usize) -> f64 {
         f * (1.0 - a - 1.2816 * a.sqrt()).powi(3)
     });
     (variance * f / quantile).sqrt()
-}
-
-/// The sum of squared deviations of `ratios` (at least two) from their mean, and their number
-/// less one.
-fn squared_deviations(ratios: &[f64]) -> (f64, usize) {
-    let (_, variance) = mean_and_variance(ratios);
-    let freedom = ratios.len() - 1;
-    (variance * freedom as f64, freedom)
 }
 
 /// Whether the mean of `MAX_CYCLES` cycles that spread with `variance` (`PooledSpread`) would
