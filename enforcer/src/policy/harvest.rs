@@ -38,8 +38,8 @@
 //!   a level above the policy's not shown free); the first level not shown costly whose
 //!   cycles say it keeps training's pace is kept. A machine where the top is free settles
 //!   after one comparison.
-//! - A cycle whose held half lies far below the job's last held halves (a stop of its own: a
-//!   checkpoint, a garbage collection) is set aside, not counted (`held_halves`).
+//! - A cycle whose held half (or level half, only as often) lies far below the job's last held
+//!   halves (a stop of its own: a checkpoint, a garbage collection) is set aside (`held_halves`).
 //! - The interval: the mean of the cycles' ratios ± Student's t (95%) standard errors, judged from
 //!   `MIN_CYCLES` cycles on: at or above `1 − ε`, kept; below, too costly. A level above the core
 //!   policy's runs on while the cycles left, up to `MAX_CYCLES_ABOVE_POLICY`, could show it free
@@ -105,7 +105,7 @@
 //! from one comparison to the next; `kept_cycles`, the cycles that kept a level, pooled with its
 //! next comparison's; `ceiling`, how long a level left waits before it is tried again; `watch`, the
 //! settled level's pace between its rechecks; `half_length`, how long a half measures;
-//! `held_halves`, a held half a stop of the job's own slowed; `pause`, a silence of the job that is
+//! `held_halves`, a half a stop of the job's own slowed; `pause`, a silence of the job that is
 //! a pause; `others`, the jobs beside the one followed; `reading`, what status reads of the loop;
 //! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
 //! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
@@ -201,7 +201,7 @@ pub(crate) struct Harvest {
     /// The last cycle's held pace, where it had moved more than `PHASE_CHANGE` from
     /// `last_held`: one more such cycle, the same way, is a new phase.
     moved_once: Option<f64>,
-    /// The job's last held halves: one far below them is a stop of its own, set aside.
+    /// The job's last held halves: a half far below them is a stop of its own, set aside.
     held_halves: HeldHalves,
     /// The lowest level found too costly, and how long the levels from it up wait.
     ceiling: Ceiling,
@@ -471,8 +471,8 @@ impl Harvest {
                 (Some(_), _) => self.moved_once = Some(held),
                 (None, _) => {}
             }
-            // A held half that a stop of the job's own slowed is set aside: another cycle.
-            if let Some(why) = self.held_halves.set_aside(level, held) {
+            // A half that a stop of the job's own slowed is set aside: another cycle.
+            if let Some(why) = self.held_halves.set_aside(level, held, level_pace) {
                 return Some(self.change(why));
             }
             self.cycles.push((level_pace / held, held));

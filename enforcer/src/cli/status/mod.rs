@@ -297,7 +297,7 @@ fn paused_in_words(change: &serde_json::Value) -> String {
 }
 
 /// How far a pace moved (`phase_change`: the held pace, `pace_moved` and `pace_moved_for`: the
-/// settled level's, `set_aside`: a held half's from the last ones' median), as a share of where
+/// settled level's, `set_aside`: a half's from the last held ones' median), as a share of where
 /// it was, or what a signal or the job followed changed from and to: ` (the settled pace 5.0%
 /// down)`, ` (gpu_busy to progress)`, ` (resnet to bert)`. Empty for a change without either.
 fn moved_in_words(change: &serde_json::Value) -> String {
@@ -306,6 +306,7 @@ fn moved_in_words(change: &serde_json::Value) -> String {
         let pace = match change["reason"].as_str() {
             Some("phase_change") => "the held pace",
             Some("pace_moved" | "pace_moved_for") => "the settled pace",
+            Some("set_aside") if change["half"] == "level" => "a level half",
             Some("set_aside") => "a held half",
             _ => "the pace",
         };
@@ -401,14 +402,22 @@ mod tests {
             harvest_move(&phase),
             "phase change (the held pace 40.0% up), now training_cores"
         );
-        // A held half a stop of the job's own slowed, set aside.
+        // A held half, and a level's, a stop of the job's own slowed, set aside.
         let set_aside = serde_json::json!({
-            "level": "policy", "reason": "set_aside", "tried": "policy", "from": 180.0,
-            "to": 117.0
+            "level": "policy", "reason": "set_aside", "tried": "policy", "half": "held",
+            "from": 180.0, "to": 117.0
         });
         assert_eq!(
             harvest_move(&set_aside),
             "set aside (a held half 35.0% down), now policy"
+        );
+        let level_half = serde_json::json!({
+            "level": "held", "reason": "set_aside", "tried": "policy", "half": "level",
+            "from": 180.0, "to": 117.0
+        });
+        assert_eq!(
+            harvest_move(&level_half),
+            "set aside (a level half 35.0% down), now held"
         );
         let signal = serde_json::json!({
             "level": "training_cores", "reason": "signal_changed", "from": "gpu_busy",

@@ -24,6 +24,14 @@ impl PaceSource {
     }
 }
 
+/// A cycle's half: offline held back, or at the level compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Half {
+    Held,
+    Level,
+}
+
 /// Training's pace with offline held back: the mean of a comparison's held halves, and its
 /// standard error.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -68,10 +76,16 @@ pub(crate) enum Why {
         job: String,
         ratio: Option<Ratio>,
     },
-    /// A held half of level `tried`'s comparison measured a pace (`to`) far below the median of
-    /// the job's last held halves (`from`): a stop of the job's own, not its pace. Its cycle is
-    /// set aside, not counted (`held_halves`): another cycle.
-    SetAside { tried: Level, from: f64, to: f64 },
+    /// A half (`half`) of level `tried`'s comparison measured a pace (`to`) far below the
+    /// median of the job's last held halves (`from`): a stop of the job's own, not its pace (a
+    /// level's half only as often as held halves showed such stops). Its cycle is set aside,
+    /// not counted (`held_halves`): another cycle.
+    SetAside {
+        tried: Level,
+        half: Half,
+        from: f64,
+        to: f64,
+    },
     /// The cycles so far cannot tell of level `tried`: another cycle.
     Undecided { tried: Level, ratio: Ratio },
     /// Level `tried`, at the core policy's level or below, kept: its cycles are too noisy for

@@ -3,6 +3,7 @@
 use enforcer_common::rng::SplitMix64;
 
 use super::ceiling::CEILING_NS;
+use super::change::Half;
 use super::statistics::measure_ns;
 use super::tuning::PAUSE_KEPT_NS;
 use super::*;
@@ -2410,8 +2411,9 @@ fn a_jobs_own_stops_in_held_halves_do_not_hide_a_cost_of_twice_epsilon() {
     // alone, and widens the job's pooled spread until a mean too noisy to judge keeps the
     // level. Before such halves were set aside, offline was held back 38% of the time and
     // training lost 1.24% (past ε); with them set aside, 65% and 0.70%; without the stops,
-    // 88% and 0.24%. (With the far cycles left out of the pooled spread too, 83% and 0.33%:
-    // the test below.) Printed with `-- --nocapture`.
+    // 88% and 0.24%. (With the far cycles left out of the pooled spread and level halves
+    // matched by held ones too, 82% and 0.37%: the tests below.) Printed with
+    // `-- --nocapture`.
     use replay::{Beside, Reporter, StepTrace, replay};
     let mut lost = Vec::new();
     for seed in 1..=5 {
@@ -2441,8 +2443,8 @@ fn a_jobs_own_stops_in_level_halves_do_not_make_its_mean_too_noisy_to_judge() {
     // made their pooled spread 8%, a mean too noisy to judge ε by, and the level was kept.
     // With every cycle counted in that spread, 80 comparisons of the five runs were kept as
     // too noisy and training lost 0.69%; with the cycles far from their comparison's median
-    // left out of it, 17 and 0.33%; without the stops, none and 0.24%. Printed with
-    // `-- --nocapture`.
+    // left out of it, 17 and 0.33%; with level halves matched by held ones too (`held_halves`),
+    // 13 and 0.37%; without the stops, none and 0.24%. Printed with `-- --nocapture`.
     use replay::{Beside, Reporter, StepTrace, replay};
     let (mut lost, mut too_noisy) = (Vec::new(), 0);
     for seed in 1..=5 {
@@ -2464,4 +2466,54 @@ fn a_jobs_own_stops_in_level_halves_do_not_make_its_mean_too_noisy_to_judge() {
     );
     assert!(too_noisy <= 30, "{too_noisy} comparisons kept as too noisy");
     assert!(mean_lost < 0.005, "training lost {:.2}%", mean_lost * 100.0);
+}
+
+#[test]
+fn a_level_that_itself_stops_training_has_its_halves_set_aside_no_more_than_held_ones() {
+    // The model of the VM's job, which stops only where offline runs: 1.5 s once every 45 to
+    // 75 s at every level above `held`, a cost of about 2.5%. A level half that such a stop
+    // slowed is set aside only as often as a held half was (the held halves' own noise, now
+    // and then): 2 level halves and 5 held ones over five runs of two hours. What it does not
+    // hold: that the level is left. Training lost 2.29%, past ε, here and before level halves
+    // were set aside: three cycles of a recheck seldom see a stop once a minute, and each
+    // comparison that does leaves the level for one below it that costs the same
+    // (docs/experiments/2026-12-07-far-cycles.md). Printed with `-- --nocapture`.
+    use replay::{Beside, Reporter, StepTrace, replay};
+    let (mut lost, mut held_halves, mut level_halves) = (Vec::new(), 0, 0);
+    for seed in 1..=5 {
+        let steps = steps_with_stops(1800.0, 0.0, seed);
+        let stopping = steps_with_stops(1800.0, 1500.0, seed);
+        // Both run 1800 s: the stops cost training the steps they take.
+        let cost = 1.0 - stopping.len() as f64 / steps.len() as f64;
+        let job = StepTrace::from_step_ms(&steps).unwrap();
+        let beside = Beside::everywhere(StepTrace::from_step_ms(&stopping).unwrap());
+        let run = replay(&job, &beside, 7200, settings(), Reporter::WithMeans);
+        for change in &run.changes {
+            match change.change.why {
+                Why::SetAside {
+                    half: Half::Held, ..
+                } => held_halves += 1,
+                Why::SetAside {
+                    half: Half::Level, ..
+                } => level_halves += 1,
+                _ => {}
+            }
+        }
+        let held = run.time_at_level.get("held").copied().unwrap_or(0.0);
+        lost.push(cost * (1.0 - held));
+        println!(
+            "seed {seed}: the stops cost {:.2}%, held back {:.1}%",
+            cost * 100.0,
+            held * 100.0
+        );
+    }
+    let mean_lost = lost.iter().sum::<f64>() / lost.len() as f64;
+    println!(
+        "{held_halves} held and {level_halves} level halves set aside, training lost {:.2}%",
+        mean_lost * 100.0
+    );
+    assert!(
+        level_halves <= held_halves,
+        "{level_halves} > {held_halves}"
+    );
 }
