@@ -217,7 +217,7 @@ fn a_settled_pace_that_drops_has_its_level_compared_again_at_once() {
             "--loaders",
             "1",
             "--phase-gap-us",
-            "400",
+            "1000",
         ],
     ));
     // Settled after its search, and again after its first recheck a minute later: the watch
@@ -232,14 +232,20 @@ fn a_settled_pace_that_drops_has_its_level_compared_again_at_once() {
     });
     let second_settle = Instant::now();
     // Its first stretch (1 s to settle, 16 s read) is the mean the next ones are judged
-    // against. Then a new phase: the simulator's pace falls by about half.
+    // against. Then a new phase: the simulator's pace falls by about three quarters (its
+    // launch thread waits 1000 µs after each burst, not 150), past the watch's bar (2ε and
+    // twice the stretches' deviation) by a wide margin: under the full suite's load, a drop by
+    // half (400 µs) was once not seen within 55 s.
     std::thread::sleep(Duration::from_secs(18));
     // SAFETY: a signal to the simulator this test started (`enforcer launch` execs it).
     assert_eq!(unsafe { libc::kill(sim.0.id() as i32, libc::SIGUSR1) }, 0);
     let step = first_pace_move(instance, second_settle);
     assert_eq!(step["reason"], "pace_moved", "{step}");
     let (from, to) = (step["from"].as_f64().unwrap(), step["to"].as_f64().unwrap());
-    assert!(to < 0.8 * from, "the pace fell by about half: {step}");
+    assert!(
+        to < 0.8 * from,
+        "the pace fell by about three quarters: {step}"
+    );
     // `enforcer status` says how far: in its last move, or among the recent decisions once
     // the comparison's held half has followed.
     let text = status_text(instance);
@@ -269,7 +275,7 @@ fn a_settled_pace_that_drops_for_the_job_beside_has_its_level_compared_again_at_
         "--loaders",
         "1",
         "--phase-gap-us",
-        "400",
+        "1000",
     ];
     let first = Reaped(daemon.launch("--training", "first", TRAINING_SIM, &args));
     eventually("the first job followed", Duration::from_secs(10), || {
@@ -283,13 +289,17 @@ fn a_settled_pace_that_drops_for_the_job_beside_has_its_level_compared_again_at_
     });
     let second_settle = Instant::now();
     std::thread::sleep(Duration::from_secs(18));
-    // A new phase of the job beside, not of the one followed: its pace falls by about half.
+    // A new phase of the job beside, not of the one followed: its pace falls by about three
+    // quarters, as above.
     send_signal(second.id(), libc::SIGUSR1);
     let step = first_pace_move(instance, second_settle);
     assert_eq!(step["reason"], "pace_moved_for", "{step}");
     assert_eq!(step["job"], "second", "{step}");
     let (from, to) = (step["from"].as_f64().unwrap(), step["to"].as_f64().unwrap());
-    assert!(to < 0.8 * from, "its pace fell by about half: {step}");
+    assert!(
+        to < 0.8 * from,
+        "its pace fell by about three quarters: {step}"
+    );
     let text = status_text(instance);
     assert!(
         text.contains("pace moved for second (the settled pace"),
