@@ -32,6 +32,14 @@ struct Judged {
 }
 
 impl Judged {
+    /// The current comparison's cycles, read as they are.
+    fn unscaled(ratios: &[f64]) -> Self {
+        Judged {
+            ratios: ratios.to_vec(),
+            scale: 1.0,
+        }
+    }
+
     /// The distance between each two of its cycles.
     fn differences(&self) -> impl Iterator<Item = f64> + '_ {
         let ratios = &self.ratios;
@@ -42,29 +50,27 @@ impl Judged {
         })
     }
 
-    /// Its cycles further than `limit` from their median.
-    fn far(&self, limit: f64) -> usize {
+    /// Its cycles within `limit` of their median (all, for an infinite one).
+    fn within(&self, limit: f64) -> Vec<f64> {
         let middle = median(&self.ratios);
-        let far = |r: &&f64| ((*r - middle) * self.scale).abs() > limit;
-        self.ratios.iter().filter(far).count()
+        let near = |r: &f64| ((r - middle) * self.scale).abs() <= limit;
+        self.ratios.iter().copied().filter(near).collect()
     }
 
-    /// The sum of its squared deviations from their mean, and their count less one, of the
-    /// cycles within `limit` of their median (all, for an infinite one): (0, 0) with fewer
-    /// than two.
+    /// Its cycles further than `limit` from their median.
+    fn far(&self, limit: f64) -> usize {
+        self.ratios.len() - self.within(limit).len()
+    }
+
+    /// The sum of the squared deviations from their mean of its cycles within `limit` of their
+    /// median, and their count less one: (0, 0) with fewer than two.
     fn squares_within(&self, limit: f64) -> (f64, usize) {
-        let middle = median(&self.ratios);
-        let kept: Vec<f64> = self
-            .ratios
-            .iter()
-            .copied()
-            .filter(|r| ((r - middle) * self.scale).abs() <= limit)
-            .collect();
-        match kept.len() {
-            0 | 1 => (0.0, 0),
-            n => {
+        match self.within(limit) {
+            kept if kept.len() < 2 => (0.0, 0),
+            kept => {
                 let (_, variance) = mean_and_variance(&kept);
-                (variance * (n - 1) as f64 * self.scale.powi(2), n - 1)
+                let freedom = kept.len() - 1;
+                (variance * freedom as f64 * self.scale.powi(2), freedom)
             }
         }
     }
@@ -98,10 +104,7 @@ impl PooledSpread {
         if self.judged.len() == POOLED_COMPARISONS {
             self.judged.pop_front();
         }
-        self.judged.push_back(Judged {
-            ratios: ratios.to_vec(),
-            scale: 1.0,
-        });
+        self.judged.push_back(Judged::unscaled(ratios));
     }
 
     /// The pooled variance of the job's cycles, `ratios` (the current comparison's) included,
@@ -122,10 +125,7 @@ impl PooledSpread {
     /// with heavier tails than a normal spread, as the unit tests' model of the GPU server's
     /// bursty job, and six tests of a job too noisy to judge failed.
     pub(super) fn variance_with(&self, ratios: &[f64]) -> f64 {
-        let current = Judged {
-            ratios: ratios.to_vec(),
-            scale: 1.0,
-        };
+        let current = Judged::unscaled(ratios);
         let all = || self.judged.iter().chain(std::iter::once(&current));
         let cycles: usize = all().map(|judged| judged.ratios.len()).sum();
         let differences: Vec<f64> = all().flat_map(Judged::differences).collect();
@@ -146,10 +146,7 @@ impl PooledSpread {
     /// A spread the job's cycles keep below nine times in ten, from the pooled variance with
     /// `ratios` (`spread_upper_bound`); infinite before two cycles.
     pub(super) fn upper_bound_with(&self, ratios: &[f64]) -> f64 {
-        let current = Judged {
-            ratios: ratios.to_vec(),
-            scale: 1.0,
-        };
+        let current = Judged::unscaled(ratios);
         let all = self.judged.iter().chain(std::iter::once(&current));
         match Self::pooled(all.map(|judged| judged.squares_within(f64::INFINITY))) {
             (_, 0) => f64::INFINITY,
