@@ -1,7 +1,7 @@
 """What a pace controller build does over a job's recorded steps, at the VM's ladder of costs.
 
     python3 xtask/scripts/ladder_replay.py STEPS.json ENFORCER [ENFORCER ...]
-        [--rotations N] [--seconds S] [--stop-ms MS]
+        [--rotations N] [--seconds S] [--stop-ms MS] [--level-stop-ms MS]
     python3 xtask/scripts/ladder_replay.py STEPS.json ENFORCER [ENFORCER ...] --grow G
         [--rotations N]
 
@@ -24,6 +24,10 @@ at each level times its cost).
 With --stop-ms MS: the job stops for MS (a checkpoint, a garbage collection) once every 30
 to 90 s of the recording, at random (seeded, the same for every build), before it is rotated:
 whether the job's own stops hide a cost from the controller.
+
+With --level-stop-ms MS: every level above `held` also makes the job stop for MS once every 30
+to 90 s (other draws than --stop-ms's), a cost that comes as rare stops; training lost counts
+it with the ladder's costs.
 
 With --grow G: the VM's frontier for 30 minutes, then every level above `held` slower by a
 further G (the recording beside offline slowed from then on), over N rotations (default 40).
@@ -81,9 +85,9 @@ def replay(enforcer, held, beside, seconds, ladder):
     return json.loads(done.stdout)
 
 
-def with_stops(steps, stop_ms):
+def with_stops(steps, stop_ms, seed=1):
     """The recording with a stop of `stop_ms` added to a step once every 30 to 90 s."""
-    draw = random.Random(1)
+    draw = random.Random(seed)
     stopped, at_ms, next_ms = [], 0.0, draw.uniform(30e3, 90e3)
     for ms in steps:
         at_ms += ms
@@ -106,8 +110,18 @@ def write(directory, name, steps):
     return path
 
 
-def ladders(steps, enforcers, rotations, seconds, directory):
-    paths = [write(directory, f"r{i}.json", rotate(steps, i, rotations)) for i in range(rotations)]
+def ladders(steps, enforcers, rotations, seconds, directory, level_stop_ms=None):
+    paths, stop_shares = [], []
+    for i in range(rotations):
+        rotated = rotate(steps, i, rotations)
+        held = write(directory, f"r{i}.json", rotated)
+        beside, share = held, 0.0
+        if level_stop_ms is not None:
+            stopping = with_stops(rotated, level_stop_ms, seed=2)
+            beside = write(directory, f"r{i}-stopping.json", stopping)
+            share = 1 - sum(rotated) / sum(stopping)
+        paths.append((held, beside))
+        stop_shares.append(share)
     print("| levels' costs | build | offline, of the defaults' | offline held back "
           "| at `policy` or above | above `policy` | training lost |")
     print("|---|---|---|---|---|---|---|")
@@ -116,15 +130,16 @@ def ladders(steps, enforcers, rotations, seconds, directory):
                  (pair.split("=") for pair in ladder.split(",") if pair)}
         for enforcer in enforcers:
             rows = []
-            for path in paths:
-                time = replay(enforcer, path, path, seconds, ladder)["time_at_level"]
+            for (held, beside), stop_share in zip(paths, stop_shares):
+                time = replay(enforcer, held, beside, seconds, ladder)["time_at_level"]
                 at = [time.get(level, 0.0) for level in LEVELS]
                 rows.append((
                     sum(a * OFFLINE_RATE.get(level, 1.0) for a, level in zip(at, LEVELS)),
                     at[0],
                     sum(at[4:]),
                     sum(at[5:]),
-                    sum(a * costs.get(level, 0.0) for a, level in zip(at, LEVELS)),
+                    sum(a * costs.get(level, 0.0) for a, level in zip(at, LEVELS))
+                    + stop_share * sum(at[1:]),
                 ))
             medians = [statistics.median(column) for column in zip(*rows)]
             cells = [f"{m * 100:.1f}%" for m in medians[:4]] + [f"{medians[4] * 100:.2f}%"]
@@ -172,20 +187,26 @@ def main():
     parser.add_argument("--grow", type=float, help="a cost (0.022: 2.2%%) that comes after 30 min")
     parser.add_argument("--stop-ms", type=float, help="a stop of the job's own this long, once "
                         "every 30 to 90 s")
+    parser.add_argument("--level-stop-ms", type=float, help="a stop this long once every 30 to "
+                        "90 s at every level above `held`")
     args = parser.parse_args()
     if args.grow is not None and not 0 < args.grow < 1:
         sys.exit("--grow: a share of the job's pace, between 0 and 1 (0.022 is 2.2%)")
     rotations = args.rotations or (40 if args.grow is not None else 5)
     if rotations < 1 or args.seconds < 60:
         sys.exit("--rotations must be at least 1, --seconds at least 60")
-    if args.stop_ms is not None and not args.stop_ms > 0:
-        sys.exit("--stop-ms: a stop's length in ms, more than 0")
+    for name, ms in [("--stop-ms", args.stop_ms), ("--level-stop-ms", args.level_stop_ms)]:
+        if ms is not None and not ms > 0:
+            sys.exit(f"{name}: a stop's length in ms, more than 0")
+    if args.level_stop_ms is not None and args.grow is not None:
+        sys.exit("--level-stop-ms is for the ladders, not --grow")
     steps = read_steps(args.steps)
     if args.stop_ms is not None:
         steps = with_stops(steps, args.stop_ms)
     with tempfile.TemporaryDirectory() as directory:
         if args.grow is None:
-            ladders(steps, args.enforcers, rotations, args.seconds, directory)
+            ladders(steps, args.enforcers, rotations, args.seconds, directory,
+                    args.level_stop_ms)
         else:
             grown(steps, args.enforcers, rotations, args.grow, directory)
 

@@ -71,7 +71,10 @@
 //!   job), starts the search again from the top. Between rechecks the pace at the settled
 //!   level is read in stretches of `watch::WATCH_NS`: one that moved by more than training may
 //!   feel, beyond the job's noise (`watch`), has the level compared again at once
-//!   (`pace_moved`).
+//!   (`pace_moved`). A level whose stretches lose more of their time to stops than held time
+//!   does, by more than ε over the last two hours (a cost that comes as rare stops, which a few
+//!   cycles seldom see), is left for the one under it (`stops`); while its stops point that way
+//!   and the held time cannot show it yet, its rechecks come every minute.
 //!
 //! What it costs offline: half of every comparison, from `MIN_CYCLES` to `MAX_CYCLES` cycles
 //! of `2 × (SETTLE_NS + 2 s)` for a job reporting once a second: 9 to 18 s held back in 18 to
@@ -105,11 +108,12 @@
 //! from one comparison to the next; `kept_cycles`, the cycles that kept a level, pooled with its
 //! next comparison's; `ceiling`, how long a level left waits before it is tried again; `watch`, the
 //! settled level's pace between its rechecks; `half_length`, how long a half measures;
-//! `held_halves`, a half a stop of the job's own slowed; `pause`, a silence of the job that is
-//! a pause; `others`, the jobs beside the one followed; `reading`, what status reads of the loop;
-//! `change`, what the loop tells the daemon (each change of level and its reason); `replay`, the
-//! loop over a job's recorded step times (`enforcer replay-pace`), and `replay::spread`, how far
-//! its cycles would spread over them (`--spread`).
+//! `held_halves`, a half a stop of the job's own slowed; `settled`, the loop settled at a level;
+//! `stops`, the time each level makes training stop, counted over hours; `pause`, a silence of
+//! the job that is a pause; `others`, the jobs beside the one followed; `reading`, what status
+//! reads of the loop; `change`, what the loop tells the daemon (each change of level and its
+//! reason); `replay`, the loop over a job's recorded step times (`enforcer replay-pace`), and
+//! `replay::spread`, how far its cycles would spread over them (`--spread`).
 
 mod carried;
 mod ceiling;
@@ -123,7 +127,9 @@ mod pause;
 mod pooled_spread;
 mod reading;
 pub(crate) mod replay;
+mod settled;
 mod statistics;
+mod stops;
 mod tuning;
 mod verdict;
 mod watch;
@@ -138,8 +144,11 @@ pub(crate) use self::level::{Level, shape};
 use self::others::{Beside, Others};
 use self::pause::Pauses;
 use self::pooled_spread::PooledSpread;
-use self::statistics::{could_show_free_at_spread, mean_too_noisy, measured, standard_error};
+use self::statistics::{
+    could_show_free_at_spread, mean_too_noisy, measured, pace_and_span_between, standard_error,
+};
 pub(crate) use self::statistics::{pace_between, paired_interval};
+use self::stops::Stops;
 use self::tuning::{FUTILITY_Z, MEAN_NOISE_LIMIT, POOLED_COMPARISONS, REPORTS_PER_HALF};
 pub(crate) use self::tuning::{
     MAX_CYCLES, MAX_CYCLES_ABOVE_POLICY, MAX_CYCLES_NEAR_FLOOR, MAX_MEASURE_NS, MIN_CYCLES,
@@ -203,6 +212,8 @@ pub(crate) struct Harvest {
     moved_once: Option<f64>,
     /// The job's last held halves: a half far below them is a stop of its own, set aside.
     held_halves: HeldHalves,
+    /// The time training lost to stops over the last hours, at each level and held back.
+    stops: Stops,
     /// The lowest level found too costly, and how long the levels from it up wait.
     ceiling: Ceiling,
     /// The level kept by the comparison before the current one, which tries the level above
@@ -247,6 +258,7 @@ impl Harvest {
             last_held: None,
             moved_once: None,
             held_halves: HeldHalves::default(),
+            stops: Stops::default(),
             ceiling: Ceiling::default(),
             kept_below: None,
             stretch_spread: StretchSpread::default(),
@@ -369,47 +381,8 @@ impl Harvest {
                 }
                 None
             }
-            Phase::Settled { level, mut watch } => {
-                self.read_half_lengths(now_ns, watch.since(), reports);
-                let moved = watch.read(now_ns, reports, self.stretch_spread, self.settings.epsilon);
-                self.phase = Phase::Settled { level, watch };
-                if let Some((from, to)) = moved {
-                    self.stretch_spread = watch.spread(self.stretch_spread);
-                    return Some(self.recheck(now_ns, level, reports, Why::PaceMoved { from, to }));
-                }
-                // The jobs beside too: a cost that grows for one of them is found now, not at
-                // the recheck.
-                let epsilon = self.settings.epsilon;
-                if let Some((job, from, to)) = self.others.watch(now_ns, watch.since(), epsilon) {
-                    self.stretch_spread = watch.spread(self.stretch_spread);
-                    let why = Why::PaceMovedFor { job, from, to };
-                    return Some(self.recheck(now_ns, level, reports, why));
-                }
-                // Due after its wait, or as soon as a level above found too costly has waited
-                // its own: it is tried then, not at a recheck up to four minutes later.
-                let wait_ns = self.half_lengths.recheck_wait_ns(self.recheck_after_ns);
-                let due = now_ns.saturating_sub(watch.since()) >= wait_ns
-                    || self.ceiling.cost_may_be_gone_above(level, now_ns);
-                if !due {
-                    return None;
-                }
-                // Due: no change of level until its held half.
-                self.stretch_spread = watch.spread(self.stretch_spread);
-                self.recheck(now_ns, level, reports, Why::Probe);
-                None
-            }
+            Phase::Settled { level, watch } => self.step_settled(now_ns, level, watch, reports),
         }
-    }
-
-    /// Compares the settled `level` again where it stands.
-    fn recheck(&mut self, now_ns: u64, level: Level, reports: &[Report], why: Why) -> Change {
-        // The level above may be tried again once the ceiling's wait is over.
-        self.ceiling.lift_if_over(now_ns);
-        let change = self.compare(now_ns, level, reports, why);
-        if let Phase::Comparing { recheck, .. } = &mut self.phase {
-            *recheck = true;
-        }
-        change
     }
 
     /// The cycle that began at `start` is over: its ratio counted, then the level judged
@@ -436,12 +409,16 @@ impl Harvest {
         };
         self.others.add_cycle(start, half_ns);
         let level_pace = pace_between(reports, start, start + SETTLE_NS, start + half_ns);
-        let held_pace = pace_between(
+        let held_read = pace_and_span_between(
             reports,
             start + half_ns,
             start + half_ns + SETTLE_NS,
             start + 2 * half_ns,
         );
+        // A held half with fewer than two reports: stopped throughout, as far as it can tell.
+        let (held, span_ns) = held_read.unwrap_or((0.0, half_ns - SETTLE_NS));
+        self.stops.held_half(start + 2 * half_ns, held, span_ns);
+        let held_pace = held_read.map(|(held, _)| held);
         if let (Some(level_pace), Some(held)) = (level_pace, held_pace.filter(|&p| p > 0.0)) {
             let moved = self
                 .last_held

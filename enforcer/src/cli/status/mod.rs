@@ -267,10 +267,11 @@ fn harvest_move(change: &serde_json::Value) -> String {
             format!("{reason} ({tried} cost {paid_by} {cost}{cycles}), {to}")
         }
         None => format!(
-            "{reason}{}{}{}, {to}",
+            "{reason}{}{}{}{}, {to}",
             moved_in_words(change),
             jobs_in_words(change),
-            paused_in_words(change)
+            paused_in_words(change),
+            stops_in_words(change)
         ),
     }
 }
@@ -294,6 +295,26 @@ fn paused_in_words(change: &serde_json::Value) -> String {
     change["paused_s"].as_f64().map_or(String::new(), |s| {
         format!(" (after {s:.0} s without a signal)")
     })
+}
+
+/// The share of a level's time training lost to stops (with the levels under it counted),
+/// against its share with offline held back (`stops`): ` (training stopped 2.6% of the time at
+/// policy to training_cores, 0.1% held back)`. Empty for any other change.
+fn stops_in_words(change: &serde_json::Value) -> String {
+    let shares = change["at_levels"].as_f64().zip(change["held"].as_f64());
+    let levels = change["lowest"].as_str().zip(change["tried"].as_str());
+    match (levels, shares) {
+        (Some((lowest, tried)), Some((at_levels, held))) => format!(
+            " (training stopped {:.1}% of the time at {}, {:.1}% held back)",
+            100.0 * at_levels,
+            match lowest == tried {
+                true => tried.to_owned(),
+                false => format!("{lowest} to {tried}"),
+            },
+            100.0 * held
+        ),
+        _ => String::new(),
+    }
 }
 
 /// How far a pace moved (`phase_change`: the held pace, `pace_moved` and `pace_moved_for`: the
@@ -401,6 +422,24 @@ mod tests {
         assert_eq!(
             harvest_move(&phase),
             "phase change (the held pace 40.0% up), now training_cores"
+        );
+        let stops = serde_json::json!({
+            "level": "unpaused", "reason": "stops", "tried": "training_cores",
+            "lowest": "training_cores", "at_levels": 0.026, "held": 0.001
+        });
+        assert_eq!(
+            harvest_move(&stops),
+            "stops (training stopped 2.6% of the time at training_cores, 0.1% held back), now \
+             unpaused"
+        );
+        let pooled = serde_json::json!({
+            "level": "three_quarters", "reason": "stops", "tried": "policy",
+            "lowest": "quarter", "at_levels": 0.021, "held": 0.0
+        });
+        assert_eq!(
+            harvest_move(&pooled),
+            "stops (training stopped 2.1% of the time at quarter to policy, 0.0% held back), now \
+             three_quarters"
         );
         // A held half, and a level's, a stop of the job's own slowed, set aside.
         let set_aside = serde_json::json!({

@@ -21,11 +21,14 @@
 //! offline ran 52% of the time against 21% at a 2% cost, training losing 0.53% against
 //! 0.25%; 42% against 14% at 5%, 0.91% against 0.41%; at 10%, 15% either way.
 //!
+//! A level shown over hours to make training stop (`stops`) waits by the same budget, up to
+//! the two hours its account keeps: such a cost is found only after many minutes at the level.
+//!
 //! A level above the core policy's that is not shown free (its cycles could not prove it)
 //! waits the five minutes at once, and the next recheck after: its noise does not go away
 //! sooner, and each try of it holds offline back for up to 72 s.
 
-use super::level::Level;
+use super::{level::Level, stops::ACCOUNT_NS};
 
 /// The first wait before a level found too costly is tried again.
 pub(super) const CEILING_FIRST_NS: u64 = 60_000_000_000;
@@ -41,6 +44,9 @@ const TRY_SHARE_OF_EPSILON: f64 = 0.25;
 #[derive(Debug, Clone, Default)]
 pub(super) struct Ceiling {
     standing: Option<Standing>,
+    /// The level last shown over hours to make training stop (`stops`): apart, so that a
+    /// comparison's shorter wait for a level under it does not lift it.
+    stopped: Option<Standing>,
     /// Per level of the ladder: how many times in a row it was found too costly, with no
     /// comparison keeping it between.
     too_costly: [u32; Level::LADDER.len()],
@@ -75,6 +81,20 @@ impl Ceiling {
         });
     }
 
+    /// `level` shown by the stops it brings over hours (`stops`) to have cost training `lost_ns`:
+    /// it waits as long as keeps that within a quarter of ε, past the five minutes a comparison's
+    /// verdict has it wait, up to `stops::ACCOUNT_NS`: tried again within that, the stops still
+    /// counted leave it again at its first stretch, and after it, its account starts afresh.
+    pub(super) fn stops_shown(&mut self, level: Level, now_ns: u64, lost_ns: f64, epsilon: f64) {
+        self.too_costly(level, now_ns, lost_ns, epsilon);
+        let within_budget_ns = lost_ns / (TRY_SHARE_OF_EPSILON * epsilon);
+        self.stopped = Some(Standing {
+            level,
+            at_ns: now_ns,
+            wait_ns: (within_budget_ns.min(ACCOUNT_NS as f64) as u64).max(CEILING_NS),
+        });
+    }
+
     /// `level`, above the policy's, not shown free at `now_ns`: it and the levels above wait
     /// the longest.
     pub(super) fn not_shown_free(&mut self, level: Level, now_ns: u64) {
@@ -92,11 +112,10 @@ impl Ceiling {
 
     /// Lifts the ceiling where its wait is over: the level above the settled one may be tried.
     pub(super) fn lift_if_over(&mut self, now_ns: u64) {
-        if self
-            .standing
-            .is_some_and(|s| now_ns.saturating_sub(s.at_ns) >= s.wait_ns)
-        {
-            self.standing = None;
+        for standing in [&mut self.standing, &mut self.stopped] {
+            if standing.is_some_and(|s| now_ns.saturating_sub(s.at_ns) >= s.wait_ns) {
+                *standing = None;
+            }
         }
     }
 
@@ -115,7 +134,9 @@ impl Ceiling {
 
     /// Whether `level` may be tried: it lies under the ceiling, or none stands.
     pub(super) fn allows(&self, level: Level) -> bool {
-        self.standing.is_none_or(|s| level < s.level)
+        [self.standing, self.stopped]
+            .iter()
+            .all(|standing| standing.is_none_or(|s| level < s.level))
     }
 
     /// Forgets it all: a new phase, a new signal.

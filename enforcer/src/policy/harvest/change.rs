@@ -101,6 +101,18 @@ pub(crate) enum Why {
     /// Settled, the pace at the level of `job`, a training job beside the one followed, moved
     /// as `PaceMoved` says, by its own stretches (`others`): the level is compared again at once.
     PaceMovedFor { job: String, from: f64, to: f64 },
+    /// Settled, level `tried` made training stop for more of its time than the job stops with
+    /// offline held back, by more than ε (a one-sided 99% bound), over the last hours
+    /// (`stops`): `at_levels` is the share of time lost to stops at it and the levels under it
+    /// down to `lowest` (none costs more than it), `held` the share with offline held back. The
+    /// level under it is compared, and it waits longer than after a comparison
+    /// (`Ceiling::stops_shown`).
+    Stops {
+        tried: Level,
+        lowest: Level,
+        at_levels: f64,
+        held: f64,
+    },
     /// The job followed reports again after `paused_s` without a signal (a checkpoint, an
     /// evaluation: `pause`), its first `WARMUP_NS` over: the level it had is compared again,
     /// with what the loop measured of the job before.

@@ -140,6 +140,7 @@ impl Harvest {
         self.last_held = None;
         self.moved_once = None;
         self.held_halves.clear();
+        self.stops.clear();
         self.ceiling.clear();
         self.kept_below = None;
         self.stretch_spread = StretchSpread::default();

@@ -248,6 +248,13 @@ impl Beside {
         self
     }
 
+    /// At `level`, `trace` in place of the recording.
+    #[cfg(test)]
+    pub(crate) fn with_level_trace(mut self, level: Level, trace: StepTrace) -> Self {
+        self.by_level.insert(level, trace);
+        self
+    }
+
     fn at(&self, level: Level) -> &StepTrace {
         self.by_level.get(&level).unwrap_or(&self.everywhere)
     }

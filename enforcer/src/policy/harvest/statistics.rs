@@ -234,6 +234,18 @@ pub(crate) fn pace_between(
     from_ns: u64,
     to_ns: u64,
 ) -> Option<f64> {
+    pace_and_span_between(reports, since_ns, from_ns, to_ns).map(|(pace, _)| pace)
+}
+
+/// `pace_between`, with the time it was read over, ns: from the first mean (or report) it
+/// counts to the last. A stop before the first or after the last is not in the pace, so what
+/// counts the time stops take (`stops`) counts this time, not the window's.
+pub(super) fn pace_and_span_between(
+    reports: &[Report],
+    since_ns: u64,
+    from_ns: u64,
+    to_ns: u64,
+) -> Option<(f64, u64)> {
     let inside = || {
         reports
             .iter()
@@ -245,13 +257,17 @@ pub(crate) fn pace_between(
     if let (Some((first_at, first)), Some((last_at, last))) = (means.next(), means.next_back())
         && last_at > first_at
     {
-        return Some((last - first).max(0.0) * 1e9 / (last_at - first_at) as f64);
+        let span_ns = last_at - first_at;
+        return Some(((last - first).max(0.0) * 1e9 / span_ns as f64, span_ns));
     }
     let first = inside().next()?;
     let last = inside().next_back()?;
-    (last.at_ns > first.at_ns).then(|| {
-        last.steps.saturating_sub(first.steps) as f64 * 1e9 / (last.at_ns - first.at_ns) as f64
-    })
+    let span_ns = last
+        .at_ns
+        .checked_sub(first.at_ns)
+        .filter(|&span| span > 0)?;
+    let steps = last.steps.saturating_sub(first.steps);
+    Some((steps as f64 * 1e9 / span_ns as f64, span_ns))
 }
 
 /// The ratio of a cycle of two halves of `half_ns` from `start_ns`, each settling for

@@ -26,7 +26,8 @@
 //! job (1% noise), levels that began to cost 5%, 10% or 15% were left 225 s later, where they
 //! are now left after 50 s (`cargo test -p enforcer --lib a_settled_level_whose_cost_grows`).
 
-use super::{SETTLE_NS, pace_between, statistics::spread_upper_bound};
+use super::SETTLE_NS;
+use super::statistics::{pace_and_span_between, spread_upper_bound};
 use crate::policy::pace::Report;
 
 /// The stretch the settled pace is read over. Long, so that noise alone does not move it far:
@@ -84,6 +85,8 @@ pub(super) struct Watch {
     sum_of_squares: f64,
     /// The last stretch's pace, where it had moved from that mean.
     moved_once: Option<f64>,
+    /// The last stretch's pace and the time it was read over, until taken (`take_stretch`).
+    unread: Option<(f64, u64)>,
 }
 
 impl Watch {
@@ -95,7 +98,14 @@ impl Watch {
             sum: 0.0,
             sum_of_squares: 0.0,
             moved_once: None,
+            unread: None,
         }
+    }
+
+    /// The pace of the stretch read last and the time it was read over, once: what the level's
+    /// stops are counted from (`stops`).
+    pub(super) fn take_stretch(&mut self) -> Option<(f64, u64)> {
+        self.unread.take()
     }
 
     /// When the level took effect.
@@ -142,7 +152,9 @@ impl Watch {
             self.moved_once = None;
         }
         self.over = over;
-        let Some(pace) = pace_between(reports, self.since, start, start + WATCH_NS) else {
+        let read = pace_and_span_between(reports, self.since, start, start + WATCH_NS);
+        self.unread = read;
+        let Some((pace, _)) = read else {
             self.moved_once = None;
             return None;
         };

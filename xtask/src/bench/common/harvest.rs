@@ -207,6 +207,7 @@ impl HarvestSteps {
                         | "pace_moved"
                         | "pace_moved_for"
                         | "resumed"
+                        | "stops"
                 )
             })
             .map(HarvestStep::words)
