@@ -19,7 +19,8 @@ offline's inferences/s there over reamer's defaults', from docs/benchmarks.md's 
 run: 1518 at `policy`, 2838 `unpaused`, 4348 on training's cores; the shares below `policy`
 keep at least one CPU, all the VM's policy gives offline, so they count as `policy`), the
 time offline was held back, at `policy` or above, above it, and what training lost (the time
-at each level times its cost).
+at each level times its cost); and over all the rotations, how many times a level was left for
+the stops it made training take (`stops` in the decision log).
 
 With --stop-ms MS: the job stops for MS (a checkpoint, a garbage collection) once every 30
 to 90 s of the recording, at random (seeded, the same for every build), before it is rotated:
@@ -123,15 +124,17 @@ def ladders(steps, enforcers, rotations, seconds, directory, level_stop_ms=None)
         paths.append((held, beside))
         stop_shares.append(share)
     print("| levels' costs | build | offline, of the defaults' | offline held back "
-          "| at `policy` or above | above `policy` | training lost |")
-    print("|---|---|---|---|---|---|---|")
+          "| at `policy` or above | above `policy` | training lost | left for stops |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, ladder in LADDERS.items():
         costs = {level: float(cost) for level, cost in
                  (pair.split("=") for pair in ladder.split(",") if pair)}
         for enforcer in enforcers:
-            rows = []
+            rows, left = [], 0
             for (held, beside), stop_share in zip(paths, stop_shares):
-                time = replay(enforcer, held, beside, seconds, ladder)["time_at_level"]
+                replayed = replay(enforcer, held, beside, seconds, ladder)
+                time = replayed["time_at_level"]
+                left += sum(change.get("reason") == "stops" for change in replayed["changes"])
                 at = [time.get(level, 0.0) for level in LEVELS]
                 rows.append((
                     sum(a * OFFLINE_RATE.get(level, 1.0) for a, level in zip(at, LEVELS)),
@@ -142,7 +145,8 @@ def ladders(steps, enforcers, rotations, seconds, directory, level_stop_ms=None)
                     + stop_share * sum(at[1:]),
                 ))
             medians = [statistics.median(column) for column in zip(*rows)]
-            cells = [f"{m * 100:.1f}%" for m in medians[:4]] + [f"{medians[4] * 100:.2f}%"]
+            cells = [f"{m * 100:.1f}%" for m in medians[:4]]
+            cells += [f"{medians[4] * 100:.2f}%", str(left)]
             print(f"| {name} | {enforcer} | " + " | ".join(cells) + " |")
 
 

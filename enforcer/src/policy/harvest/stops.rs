@@ -23,7 +23,13 @@
 //!
 //! Over the VM job's recorded steps the account seldom decides: a level's hours spread over the
 //! ladder, and its share must be bounded within a few tenths of a percent of ε
-//! (docs/experiments/2026-12-07-stops-over-hours.md).
+//! (docs/experiments/2026-12-07-stops-over-hours.md). It leans towards the job's own stops: a
+//! held half (about 2 s, the reports a second apart) is read over the second between its two
+//! reports, and one that a stop left with one report counts 2 s lost, so the held halves read
+//! the job's own stops at about twice their share, the stretches at nine tenths. Read alike
+//! (each stop a gap between reports, charged to the windows it overlaps), the held time read
+//! them at half their share instead, and levels were left for them: the rechecks that place the
+//! held time lock on to the job's stops (docs/experiments/2026-12-08-stops-by-gaps.md).
 //!
 //! The bound: each side's share has the variance of a sum of rare stops, their squares summed
 //! over the time squared. Held time is short (the probes, a few percent of the settled time),
@@ -168,17 +174,23 @@ pub(super) struct Shown {
 }
 
 /// The job's accounts: its held halves, and each level's settled stretches (`held`'s among
-/// them, the job's own stops too).
+/// them, the job's own stops too), with their tallies as of the last pace read: the loop asks
+/// whether a level is `suspect` at every tick, and a pace comes every 16 s or so.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Stops {
     held_halves: Account,
     levels: [Account; Level::LADDER.len()],
+    /// Each level's tally.
+    tallies: [Tally; Level::LADDER.len()],
+    /// The held halves' tally and `held`'s stretches': the job's own stops.
+    held: Tally,
 }
 
 impl Stops {
     /// A held half that ended at `at_ns`, its pace read over `measured_ns`.
     pub(super) fn held_half(&mut self, at_ns: u64, pace: f64, measured_ns: u64) {
         self.held_halves.add(at_ns, pace, measured_ns);
+        self.held = self.held_summed();
     }
 
     /// A stretch read over `measured_ns`, settled at `level`, that ended at `at_ns`: whether the
@@ -193,13 +205,16 @@ impl Stops {
         epsilon: f64,
     ) -> Option<Shown> {
         self.levels[level.index()].add(at_ns, pace, measured_ns);
-        let held = self.held();
+        self.tallies[level.index()] = self.levels[level.index()].tally();
+        if level == Level::Held {
+            self.held = self.held_summed();
+        }
         // The level alone, then with the levels under it, down to `quarter`: each costs
         // training no more than a level above it.
         let mut at = Tally::default();
         for lowest in Level::LADDER[1..=level.index()].iter().rev() {
-            at = at.plus(self.levels[lowest.index()].tally());
-            if let Some(shown) = at.shown_beyond(held, epsilon, *lowest) {
+            at = at.plus(self.tallies[lowest.index()]);
+            if let Some(shown) = at.shown_beyond(self.held, epsilon, *lowest) {
                 return Some(shown);
             }
         }
@@ -210,17 +225,18 @@ impl Stops {
     /// job's own, though the held time is too short yet to show it: the held halves of its
     /// rechecks are what can.
     pub(super) fn suspect(&self, level: Level, epsilon: f64) -> bool {
-        let at = self.levels[level.index()].tally();
-        let held = self.held();
+        let (at, held) = (self.tallies[level.index()], self.held);
         level > Level::Held
             && at.stops >= MIN_STOPS
             && held.measured_ns > 0.0
             && at.lost_ns / at.measured_ns - held.lost_ns / held.measured_ns > epsilon
     }
 
-    fn held(&self) -> Tally {
-        let settled = self.levels[Level::Held.index()].tally();
-        self.held_halves.tally().plus(settled)
+    /// The held halves' tally with `held`'s stretches': the job's own stops.
+    fn held_summed(&self) -> Tally {
+        self.held_halves
+            .tally()
+            .plus(self.tallies[Level::Held.index()])
     }
 
     /// Forgets it all: a new phase or job, whose stops are its own.
