@@ -31,22 +31,17 @@
 
 use std::collections::VecDeque;
 
-use enforcer_common::stats::median;
-
 use super::{
     change::{Half, Why},
     level::Level,
+    statistics::{SpreadFrom, far_below_median},
 };
 
 /// Held halves kept: about four comparisons of three to six cycles.
 const KEPT: usize = 20;
-/// Fewer known than this, nothing is set aside: the median and its deviation are not known.
-const MIN_KNOWN: usize = 6;
 /// How far below the median a held half is set aside, in robust standard deviations: a pace
 /// drawn from a normal spread lies that far below it about once in 30,000 halves.
 const OUTLIER_SPREADS: f64 = 4.0;
-/// The median absolute deviation of a normal spread, times this, is its standard deviation.
-const MAD_TO_SD: f64 = 1.4826;
 /// Held halves set aside that a level half set aside may yet match, at most: a job's stops
 /// seen long ago say little of how often it stops now. A level so costly that all its halves lie
 /// that far below the held ones has its comparison run at most this many cycles longer.
@@ -96,14 +91,8 @@ impl HeldHalves {
 
     /// The last held halves' median, where `pace` lies far below it.
     fn outlier_from(&self, pace: f64) -> Option<f64> {
-        if self.paces.len() < MIN_KNOWN {
-            return None;
-        }
-        let paces: Vec<f64> = self.paces.iter().copied().collect();
-        let middle = median(&paces);
-        let deviations: Vec<f64> = paces.iter().map(|p| (p - middle).abs()).collect();
-        let spread = MAD_TO_SD * median(&deviations);
-        (middle - pace > OUTLIER_SPREADS * spread).then_some(middle)
+        let paces = self.paces.iter().copied();
+        far_below_median(paces, pace, OUTLIER_SPREADS, SpreadFrom::EveryPace)
     }
 
     /// Forgets the halves: a new phase or job, or halves of another length, whose paces spread

@@ -1,7 +1,8 @@
 //! The pace controller's arithmetic: a job's pace between two instants, the paired cycles'
-//! interval, and whether more cycles could still show a level free, or costly.
+//! interval, whether more cycles could still show a level free, or costly, and whether a pace
+//! lies far below the last ones (a stop, not noise).
 
-use enforcer_common::stats::T95;
+use enforcer_common::stats::{T95, median};
 use serde::Serialize;
 
 use super::{
@@ -294,4 +295,49 @@ pub(super) fn measure_ns(reports: &[Report]) -> u64 {
     gaps.sort_unstable();
     let period = gaps.get(gaps.len() * 9 / 10).copied().unwrap_or(0);
     (period * REPORTS_PER_HALF).clamp(MIN_MEASURE_NS, MAX_MEASURE_NS)
+}
+
+/// Where the spread about the median that judges a far pace is read from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum SpreadFrom {
+    /// Every pace: their median absolute deviation.
+    EveryPace,
+    /// The paces above the median only: their median distance above it. A stop only slows a
+    /// pace, so that where stops are frequent a spread read from both sides widens with them.
+    FasterHalf,
+}
+
+/// Fewer paces known than this, none lies far below: their median and spread are not known.
+const MIN_KNOWN_PACES: usize = 6;
+/// The median absolute deviation of a normal spread, times this, is its standard deviation
+/// (and so is the median distance above the median).
+const MAD_TO_SD: f64 = 1.4826;
+
+/// The median of `paces`, where `pace` lies more than `spreads` robust standard deviations
+/// below it, the deviation read as `from` says: a pace drawn from a normal spread lies four
+/// below about once in 30,000.
+pub(super) fn far_below_median(
+    paces: impl IntoIterator<Item = f64>,
+    pace: f64,
+    spreads: f64,
+    from: SpreadFrom,
+) -> Option<f64> {
+    let paces: Vec<f64> = paces.into_iter().collect();
+    if paces.len() < MIN_KNOWN_PACES {
+        return None;
+    }
+    let middle = median(&paces);
+    let deviations: Vec<f64> = match from {
+        SpreadFrom::EveryPace => paces.iter().map(|p| (p - middle).abs()).collect(),
+        SpreadFrom::FasterHalf => paces
+            .iter()
+            .filter(|&&p| p > middle)
+            .map(|p| p - middle)
+            .collect(),
+    };
+    if deviations.is_empty() {
+        return None;
+    }
+    let deviation = MAD_TO_SD * median(&deviations);
+    (middle - pace > spreads * deviation).then_some(middle)
 }

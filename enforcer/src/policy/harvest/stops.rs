@@ -42,9 +42,10 @@
 
 use std::collections::VecDeque;
 
-use enforcer_common::stats::median;
-
-use super::level::Level;
+use super::{
+    level::Level,
+    statistics::{SpreadFrom, far_below_median},
+};
 
 /// How long the account keeps what it read: two hours, so that the job's own stops are known
 /// from minutes of held halves, and so that a level left is tried again from a fresh account.
@@ -53,13 +54,9 @@ pub(super) const ACCOUNT_NS: u64 = 7_200_000_000_000;
 const MIN_STOPS: usize = 10;
 /// The paces of a kind kept to judge the next by: about five minutes of stretches.
 const KEPT: usize = 20;
-/// Fewer known than this, no pace is a stop: their median and spread are not known.
-const MIN_KNOWN: usize = 6;
 /// How far below the median a stop lies, in standard deviations of the faster half: a pace
 /// drawn from a normal spread lies that far below about once in 30,000.
 const STOP_SPREADS: f64 = 4.0;
-/// The median distance above the median of a normal spread, times this, is its deviation.
-const HALF_MAD_TO_SD: f64 = 1.4826;
 /// The normal quantile that a one-sided 99% bound lies at.
 const Z99: f64 = 2.326;
 
@@ -94,18 +91,8 @@ impl Account {
     /// stop comes once a minute a quarter of the 16 s stretches hold one, which would widen a
     /// spread read from both sides until no stop lay that far.
     fn stopped_below(&self, pace: f64) -> Option<f64> {
-        if self.recent.len() < MIN_KNOWN {
-            return None;
-        }
-        let paces: Vec<f64> = self.recent.iter().copied().collect();
-        let middle = median(&paces);
-        let above: Vec<f64> = paces
-            .iter()
-            .filter(|&&p| p > middle)
-            .map(|p| p - middle)
-            .collect();
-        let deviation = HALF_MAD_TO_SD * median(&above);
-        (!above.is_empty() && middle - pace > STOP_SPREADS * deviation).then_some(middle)
+        let paces = self.recent.iter().copied();
+        far_below_median(paces, pace, STOP_SPREADS, SpreadFrom::FasterHalf)
     }
 
     fn tally(&self) -> Tally {
