@@ -68,6 +68,9 @@ struct Account {
     /// Each pace read in the last `ACCOUNT_NS`: when, how long it measured and the time a stop
     /// took from it (0 for none), ns.
     read: VecDeque<(u64, u64, f64)>,
+    /// `read` summed as of the last pace: the loop asks whether a level is `suspect` at every
+    /// tick, and a pace comes every 16 s or so.
+    tally: Tally,
 }
 
 impl Account {
@@ -84,6 +87,7 @@ impl Account {
         while self.read.front().is_some_and(old) {
             self.read.pop_front();
         }
+        self.tally = self.summed();
     }
 
     /// The recent paces' median, where `pace` lies `STOP_SPREADS` deviations below it. The
@@ -95,7 +99,7 @@ impl Account {
         far_below_median(paces, pace, STOP_SPREADS, SpreadFrom::FasterHalf)
     }
 
-    fn tally(&self) -> Tally {
+    fn summed(&self) -> Tally {
         self.read
             .iter()
             .fold(Tally::default(), |tally, &(_, measured_ns, lost_ns)| {
@@ -161,23 +165,17 @@ pub(super) struct Shown {
 }
 
 /// The job's accounts: its held halves, and each level's settled stretches (`held`'s among
-/// them, the job's own stops too), with their tallies as of the last pace read: the loop asks
-/// whether a level is `suspect` at every tick, and a pace comes every 16 s or so.
+/// them, the job's own stops too).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Stops {
     held_halves: Account,
     levels: [Account; Level::LADDER.len()],
-    /// Each level's tally.
-    tallies: [Tally; Level::LADDER.len()],
-    /// The held halves' tally and `held`'s stretches': the job's own stops.
-    held: Tally,
 }
 
 impl Stops {
     /// A held half that ended at `at_ns`, its pace read over `measured_ns`.
     pub(super) fn held_half(&mut self, at_ns: u64, pace: f64, measured_ns: u64) {
         self.held_halves.add(at_ns, pace, measured_ns);
-        self.held = self.held_summed();
     }
 
     /// A stretch read over `measured_ns`, settled at `level`, that ended at `at_ns`: whether the
@@ -192,16 +190,13 @@ impl Stops {
         epsilon: f64,
     ) -> Option<Shown> {
         self.levels[level.index()].add(at_ns, pace, measured_ns);
-        self.tallies[level.index()] = self.levels[level.index()].tally();
-        if level == Level::Held {
-            self.held = self.held_summed();
-        }
+        let held = self.held();
         // The level alone, then with the levels under it, down to `quarter`: each costs
         // training no more than a level above it.
         let mut at = Tally::default();
         for lowest in Level::LADDER[1..=level.index()].iter().rev() {
-            at = at.plus(self.tallies[lowest.index()]);
-            if let Some(shown) = at.shown_beyond(self.held, epsilon, *lowest) {
+            at = at.plus(self.levels[lowest.index()].tally);
+            if let Some(shown) = at.shown_beyond(held, epsilon, *lowest) {
                 return Some(shown);
             }
         }
@@ -212,7 +207,7 @@ impl Stops {
     /// job's own, though the held time is too short yet to show it: the held halves of its
     /// rechecks are what can.
     pub(super) fn suspect(&self, level: Level, epsilon: f64) -> bool {
-        let (at, held) = (self.tallies[level.index()], self.held);
+        let (at, held) = (self.levels[level.index()].tally, self.held());
         level > Level::Held
             && at.stops >= MIN_STOPS
             && held.measured_ns > 0.0
@@ -220,10 +215,10 @@ impl Stops {
     }
 
     /// The held halves' tally with `held`'s stretches': the job's own stops.
-    fn held_summed(&self) -> Tally {
+    fn held(&self) -> Tally {
         self.held_halves
-            .tally()
-            .plus(self.tallies[Level::Held.index()])
+            .tally
+            .plus(self.levels[Level::Held.index()].tally)
     }
 
     /// Forgets it all: a new phase or job, whose stops are its own.
@@ -339,7 +334,7 @@ mod tests {
             );
         }
         // Every stop after the first six paces, which set the median.
-        assert_eq!(account.tally().stops, 9, "{:?}", account.read);
+        assert_eq!(account.tally.stops, 9, "{:?}", account.read);
     }
 
     #[test]
@@ -347,8 +342,8 @@ mod tests {
         let mut account = Account::default();
         account.add(0, 100.0, STRETCH);
         account.add(ACCOUNT_NS, 100.0, STRETCH);
-        assert_eq!(account.tally().measured_ns, 2.0 * STRETCH as f64);
+        assert_eq!(account.tally.measured_ns, 2.0 * STRETCH as f64);
         account.add(ACCOUNT_NS + 1, 100.0, STRETCH);
-        assert_eq!(account.tally().measured_ns, 2.0 * STRETCH as f64);
+        assert_eq!(account.tally.measured_ns, 2.0 * STRETCH as f64);
     }
 }

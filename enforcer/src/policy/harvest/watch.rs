@@ -26,8 +26,10 @@
 //! job (1% noise), levels that began to cost 5%, 10% or 15% were left 225 s later, where they
 //! are now left after 50 s (`cargo test -p enforcer --lib a_settled_level_whose_cost_grows`).
 
-use super::SETTLE_NS;
-use super::statistics::{pace_and_span_between, spread_upper_bound};
+use super::{
+    SETTLE_NS,
+    statistics::{pace_and_span_between, spread_upper_bound},
+};
 use crate::policy::pace::Report;
 
 /// The stretch the settled pace is read over. Long, so that noise alone does not move it far:
